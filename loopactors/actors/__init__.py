@@ -1,0 +1,55 @@
+"""The actor kernel: OTP semantics on trio structure.
+
+General layout: ``_actor`` (actors, mailboxes, refs), ``_registry`` (node-scoped names),
+``_supervisor`` (restart strategies), ``_node`` (the root of a tree, embedded or standalone).
+All of them are private; this module is the public surface. The kernel knows nothing of loops.
+"""
+
+from ._actor import Actor as Actor
+from ._actor import ActorRef as ActorRef
+from ._actor import ActorStatistics as ActorStatistics
+from ._actor import ErrorReply as ErrorReply
+from ._actor import PendingReply as PendingReply
+from ._node import Node as Node
+from ._node import open_node as open_node
+from ._node import run_node as run_node
+from ._registry import NamedRef as NamedRef
+from ._supervisor import Backoff as Backoff
+from ._supervisor import ChildInfo as ChildInfo
+from ._supervisor import ChildSpec as ChildSpec
+from ._supervisor import Restart as Restart
+from ._supervisor import Strategy as Strategy
+from ._supervisor import Supervisor as Supervisor
+from ._supervisor import SupervisorRef as SupervisorRef
+from ._supervisor import SupervisorStatistics as SupervisorStatistics
+
+__all__ = [
+    "Actor",
+    "ActorRef",
+    "ActorStatistics",
+    "Backoff",
+    "ChildInfo",
+    "ChildSpec",
+    "ErrorReply",
+    "NamedRef",
+    "Node",
+    "PendingReply",
+    "Restart",
+    "Strategy",
+    "Supervisor",
+    "SupervisorRef",
+    "SupervisorStatistics",
+    "open_node",
+    "run_node",
+]
+
+
+def _fix_module() -> None:
+    # Tracebacks and reprs show the public path, as trio does for its re-exports.
+    for name in __all__:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith(__name__ + "._"):
+            obj.__module__ = __name__
+
+
+_fix_module()

@@ -1,0 +1,608 @@
+"""Actors, their mailboxes, and the refs other tasks use to reach them.
+
+An actor is one trio task that owns a bounded mailbox (a trio memory channel) and handles one
+message at a time. Each incarnation of an actor has its own :class:`_Cell`; a restart makes a
+new cell, so a ref made before the restart reports the old incarnation as exited, as an Erlang
+pid would. Names (see :mod:`._node`) resolve to the live incarnation instead.
+
+The hot path is the mailbox loop in :func:`_message_loop`: it awaits once, then drains what is
+already queued with ``receive_nowait``, because one await per message costs ~15x more than a
+non-blocking receive.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import contextlib
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+import attrs
+import outcome
+import trio
+
+from ..errors import ActorNotRunning, CallFailed, CallTimeout, CallToSelf, MailboxFull
+
+if TYPE_CHECKING:
+    from ._node import Node
+
+__all__ = ["Actor", "ActorRef", "ActorStatistics", "ErrorReply", "PendingReply"]
+
+M = TypeVar("M")
+
+DEFAULT_MAILBOX_SIZE = 1024
+
+
+class _StopSignal:
+    """Wakes an idle actor whose stop was requested; never reaches a handler."""
+
+    __slots__ = ()
+
+
+_STOP = _StopSignal()
+
+
+class PendingReply:
+    """A call waiting for its reply.
+
+    Handlers normally just return the reply. A handler that must answer later (after a batch
+    commit, say) calls :meth:`Actor.defer_reply` and later :meth:`reply` or :meth:`fail` on
+    the object it got. If the actor exits first, the caller gets :class:`CallFailed`.
+    """
+
+    __slots__ = ("_cell", "_deferred", "_done", "_result", "_task", "message")
+
+    def __init__(self, message: object) -> None:
+        self.message = message
+        # The caller parks only after its message is in the mailbox; until then a reply is
+        # kept in _result (the mailbox may have been full, so the caller was not parked yet).
+        self._task: trio.lowlevel.Task | None = None
+        self._result: outcome.Outcome[Any] | None = None
+        self._done = False
+        self._deferred = False
+        self._cell: _Cell | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once answered, or once the caller stopped waiting (timeout or cancellation)."""
+        return self._done
+
+    def reply(self, value: object) -> None:
+        """Answer the call. Silently dropped if the caller already gave up."""
+        self._resolve(outcome.Value(value))
+
+    def fail(self, error: BaseException) -> None:
+        """Make the caller's ``call`` raise ``error``."""
+        self._resolve(outcome.Error(error))
+
+    def _resolve(self, result: outcome.Outcome[Any]) -> None:
+        if self._done:
+            return
+        self._done = True
+        if self._cell is not None and self._cell.deferred is not None:
+            self._cell.deferred.discard(self)
+        if self._task is None:
+            self._result = result
+        else:
+            trio.lowlevel.reschedule(self._task, result)
+
+    def _abandon(self, _: object) -> trio.lowlevel.Abort:
+        # The caller was cancelled (or timed out) while parked: a later reply is dropped.
+        self._done = True
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
+@attrs.frozen
+class ErrorReply:
+    """Return this from a handler to make the caller's ``call`` raise ``error``.
+
+    A handler that *raises* crashes its actor (the supervisor decides what follows); one that
+    returns ``ErrorReply`` refuses this one request and goes on serving.
+    """
+
+    error: BaseException
+
+
+@attrs.frozen
+class ActorStatistics:
+    """A snapshot of one actor incarnation, as returned by :meth:`ActorRef.statistics`."""
+
+    name: str
+    alive: bool
+    mailbox_capacity: float
+    mailbox_used: int
+    senders_waiting: int
+    deferred_replies: int
+
+
+class _Cell:
+    """One incarnation of an actor: its mailbox and its liveness."""
+
+    __slots__ = (
+        "actor",
+        "alive",
+        "capacity",
+        "current",
+        "deferred",
+        "exit_reason",
+        "killed",
+        "name",
+        "node",
+        "overflow",
+        "recv",
+        "ref",
+        "scope",
+        "send",
+        "stop_requested",
+        "task",
+    )
+
+    def __init__(self, name: str, capacity: float, node: Node | None) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.node = node
+        send, recv = trio.open_memory_channel[object](capacity)
+        self.send = send
+        self.recv = recv
+        self.alive = True
+        self.stop_requested = False
+        self.task: trio.lowlevel.Task | None = None
+        self.current: PendingReply | None = None
+        # Made on first use: most actors never defer a reply nor fill their own mailbox, and
+        # an idle actor's size matters when a node holds tens of thousands of them.
+        self.deferred: set[PendingReply] | None = None
+        # Self-casts that found the mailbox full: an actor never blocks on its own mailbox.
+        self.overflow: collections.deque[object] | None = None
+        self.exit_reason: BaseException | None = None
+        # The scope a hard kill cancels: the actor's nursery while it runs.
+        self.scope: trio.CancelScope | None = None
+        self.killed = False
+        self.actor: Actor[Any] | None = None
+        self.ref: ActorRef[Any] = ActorRef(self)
+
+    def request_stop(self) -> None:
+        """Ask the actor to exit after the message it is handling (a graceful stop)."""
+        if self.stop_requested or not self.alive:
+            return
+        self.stop_requested = True
+        try:
+            self.send.send_nowait(_STOP)
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # busy with a full mailbox: the loop checks the flag after each message
+
+    def kill(self) -> None:
+        """Hard stop: cancel whatever the actor is doing, its hooks included."""
+        self.killed = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def die(self, reason: BaseException | None, how: str) -> None:
+        """Mark the incarnation exited and fail every call still waiting on it.
+
+        Runs without a checkpoint, so no sender can slip a message in between the drain and
+        the close.
+        """
+        if not self.alive:
+            return
+        self.alive = False
+        self.exit_reason = reason
+        waiting: list[PendingReply] = []
+        while True:
+            try:
+                message = self.recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            if type(message) is PendingReply:
+                waiting.append(message)
+        self.recv.close()
+        if self.overflow:
+            waiting.extend(m for m in self.overflow if type(m) is PendingReply)
+            self.overflow = None
+        if self.current is not None:
+            waiting.append(self.current)
+            self.current = None
+        if self.deferred:
+            waiting.extend(self.deferred)
+            self.deferred = None
+        for pending in waiting:
+            error = CallFailed(f"actor {self.name!r} {how} before it replied", reason)
+            error.__cause__ = reason
+            pending.fail(error)
+
+
+class ActorRef(Generic[M]):
+    """The address of one actor incarnation (like an Erlang pid).
+
+    ``cast`` sends without waiting for an answer; ``call`` waits for the handler's return
+    value. Once the incarnation has exited, both raise :class:`ActorNotRunning`; use a name
+    (:meth:`Node.ref`) to follow an actor across restarts.
+    """
+
+    __slots__ = ("_cell", "_send")
+
+    def __init__(self, cell: _Cell) -> None:
+        self._cell = cell
+        self._send = cell.send
+
+    @property
+    def name(self) -> str:
+        return self._cell.name
+
+    @property
+    def alive(self) -> bool:
+        return self._cell.alive
+
+    def statistics(self) -> ActorStatistics:
+        stats = self._send.statistics()
+        return ActorStatistics(
+            name=self._cell.name,
+            alive=self._cell.alive,
+            mailbox_capacity=stats.max_buffer_size,
+            mailbox_used=stats.current_buffer_used if self._cell.alive else 0,
+            senders_waiting=stats.tasks_waiting_send,
+            deferred_replies=len(self._cell.deferred or ()),
+        )
+
+    def __repr__(self) -> str:
+        state = "alive" if self._cell.alive else "exited"
+        return f"<ActorRef {self._cell.name!r} {state}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorRef) and other._cell is self._cell
+
+    def __hash__(self) -> int:
+        return id(self._cell)
+
+    def cast_nowait(self, message: M) -> None:
+        """Put ``message`` in the mailbox or raise :class:`MailboxFull`. Never blocks."""
+        try:
+            self._send.send_nowait(message)
+        except trio.WouldBlock:
+            raise MailboxFull(
+                f"mailbox of actor {self._cell.name!r} is full "
+                f"({self._cell.capacity} messages); use `await cast(...)` to wait for room"
+            ) from None
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise self._not_running() from None
+
+    async def cast(self, message: M) -> None:
+        """Send ``message`` without waiting for it to be handled.
+
+        With room in the mailbox this returns at once *without a schedule point* (so a
+        producer can fill the mailbox and the actor can drain it in one batch); when the
+        mailbox is full it waits for room, which is the backpressure. An actor casting to its
+        own full mailbox never blocks: the message is queued behind the mailbox instead.
+        """
+        try:
+            self._send.send_nowait(message)
+            return
+        except trio.WouldBlock:
+            pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise self._not_running() from None
+        cell = self._cell
+        if cell.task is trio.lowlevel.current_task():
+            if cell.overflow is None:
+                cell.overflow = collections.deque()
+            if len(cell.overflow) >= cell.capacity:
+                raise MailboxFull(
+                    f"actor {cell.name!r} cast to itself with its mailbox and its self-queue "
+                    f"full ({cell.capacity} messages each)"
+                )
+            cell.overflow.append(message)
+            return
+        try:
+            await self._send.send(message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise self._not_running() from None
+
+    async def call(self, message: M, timeout: float | None = 5.0) -> Any:
+        """Send ``message`` and wait for the handler's return value.
+
+        Raises :class:`CallTimeout` after ``timeout`` seconds (``None`` waits as long as the
+        actor lives); :class:`CallFailed` if the actor crashes, stops or restarts before it
+        replies (the crash is the ``__cause__``); :class:`ActorNotRunning` if it has already
+        exited; :class:`CallToSelf` when an actor calls itself.
+        """
+        cell = self._cell
+        if cell.task is trio.lowlevel.current_task():
+            raise CallToSelf(
+                f"actor {cell.name!r} called itself from its own handler, which would wait "
+                "forever; cast to itself or call a helper method directly instead"
+            )
+        if timeout is None:
+            return await self._call(message)
+        if not (timeout >= 0):
+            raise ValueError(f"call timeout must be >= 0 seconds or None, got {timeout!r}")
+        try:
+            with trio.fail_after(timeout):
+                return await self._call(message)
+        except trio.TooSlowError:
+            raise CallTimeout(
+                f"actor {cell.name!r} did not reply within {timeout} s "
+                f"(message {type(message).__name__})"
+            ) from None
+
+    async def _call(self, message: M) -> Any:
+        pending = PendingReply(message)
+        try:
+            self._send.send_nowait(pending)
+        except trio.WouldBlock:
+            try:
+                await self._send.send(pending)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                raise self._not_running() from None
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise self._not_running() from None
+        if pending._result is not None:
+            return pending._result.unwrap()
+        pending._task = trio.lowlevel.current_task()
+        return await trio.lowlevel.wait_task_rescheduled(pending._abandon)
+
+    def _not_running(self) -> ActorNotRunning:
+        reason = self._cell.exit_reason
+        why = f" (it crashed: {reason!r})" if reason is not None else ""
+        return ActorNotRunning(f"actor {self._cell.name!r} is not running{why}")
+
+
+class Actor(abc.ABC, Generic[M]):
+    """Base class for actors: subclass it and implement :meth:`handle`.
+
+    State lives in the instance. A supervisor makes a fresh instance (from the child spec's
+    factory) for every restart, so a restart never sees the crashed incarnation's state.
+    Inside the hooks ``self.ref`` and ``self.node`` are available, and ``self.nursery`` for
+    classes that set ``uses_nursery = True``.
+
+    Hooks, all optional except :meth:`handle`:
+
+    - :meth:`on_start` runs before the first message; the actor counts as started (and the
+      supervisor moves on to the next child) only once it returns.
+    - :meth:`handle` handles one message; for a ``call`` its return value is the reply. An
+      exception crashes this actor only; its supervisor decides what happens next.
+    - :meth:`on_drained` runs each time the mailbox has been drained (a batch boundary), the
+      place for group commits.
+    - :meth:`on_stop` runs after the actor left its message loop (a stop, a crash or
+      :meth:`stop`), before its background tasks are cancelled, so it can wind them down.
+      It does not run when the actor is hard-killed.
+    """
+
+    #: Mailbox capacity used when the child spec does not set one.
+    mailbox_size: ClassVar[float] = DEFAULT_MAILBOX_SIZE
+    #: Give this actor a nursery for background tasks (``self.nursery``). Off by default:
+    #: a nursery costs ~600 bytes per idle actor, which adds up at 10,000 loops.
+    uses_nursery: ClassVar[bool] = False
+
+    _cell: _Cell
+    _nursery: trio.Nursery
+
+    async def on_start(self) -> None:
+        """Called once before the first message."""
+
+    @abc.abstractmethod
+    async def handle(self, message: M) -> Any:
+        """Handle one message; the return value answers a ``call``."""
+
+    async def on_drained(self) -> None:
+        """Called after each batch, when the mailbox is empty (only if overridden)."""
+
+    async def on_stop(self, reason: BaseException | None) -> None:
+        """Called on the way out; ``reason`` is the crash, or ``None`` for a normal stop."""
+
+    @property
+    def ref(self) -> ActorRef[M]:
+        """This incarnation's own ref."""
+        return self._cell.ref
+
+    @property
+    def name(self) -> str:
+        return self._cell.name
+
+    @property
+    def node(self) -> Node:
+        """The node this actor runs on (for name lookups)."""
+        node = self._cell.node
+        if node is None:
+            raise RuntimeError(f"actor {self._cell.name!r} runs outside a node")
+        return node
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        """A nursery for this actor's background tasks (needs ``uses_nursery = True``).
+
+        They are cancelled when the actor exits; an exception in one crashes the actor.
+        """
+        nursery = getattr(self, "_nursery", None)
+        if nursery is None:
+            raise RuntimeError(
+                f"{type(self).__name__} has no nursery; set `uses_nursery = True` on the class"
+            )
+        return nursery
+
+    def stop(self) -> None:
+        """Leave the message loop after the current message: a normal exit."""
+        self._cell.request_stop()
+
+    def defer_reply(self) -> PendingReply:
+        """Answer the call being handled later, through the returned :class:`PendingReply`."""
+        cell = self._cell
+        pending = cell.current
+        if pending is None:
+            raise RuntimeError("defer_reply() works only while handling a call")
+        pending._deferred = True
+        pending._cell = cell
+        if cell.deferred is None:
+            cell.deferred = set()
+        cell.deferred.add(pending)
+        return pending
+
+
+async def _message_loop(cell: _Cell, actor: Actor[Any]) -> None:
+    receive = cell.recv.receive
+    receive_nowait = cell.recv.receive_nowait
+    handle = actor.handle
+    drained_hook = type(actor).on_drained is not Actor.on_drained
+    while not cell.stop_requested:
+        message = await receive()
+        while True:
+            kind = type(message)
+            if kind is PendingReply:
+                await _serve_call(cell, handle, message)  # type: ignore[arg-type]
+            elif kind is _StopSignal:
+                return
+            else:
+                await handle(message)
+            if cell.stop_requested:
+                return
+            try:
+                message = receive_nowait()
+            except trio.WouldBlock:
+                if not cell.overflow:
+                    break
+                message = cell.overflow.popleft()
+        if drained_hook:
+            await actor.on_drained()
+
+
+async def _serve_call(cell: _Cell, handle: Any, pending: PendingReply) -> None:
+    cell.current = pending
+    result = await handle(pending.message)
+    cell.current = None
+    if pending._deferred:
+        return
+    if type(result) is ErrorReply:
+        pending._resolve(outcome.Error(result.error))
+    else:
+        pending._resolve(outcome.Value(result))
+
+
+def _split_exit(exc: BaseException) -> tuple[BaseException | None, bool]:
+    """Classify what ended an actor: (crash cause or None, was it a cancellation)."""
+    if isinstance(exc, trio.Cancelled):
+        return None, True
+    if isinstance(exc, BaseExceptionGroup):
+        cancelled, rest = exc.split(trio.Cancelled)
+        if rest is None:
+            return None, True
+        leaves = list(_leaves(rest))
+        return (leaves[0] if len(leaves) == 1 else rest), cancelled is not None
+    return exc, False
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            found.extend(_leaves(exc))
+        else:
+            found.append(exc)
+    return found
+
+
+class StartFailed(Exception):
+    """Internal: carries an on_start failure out of :func:`run_actor`."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(repr(cause))
+        self.cause = cause
+
+
+ExitHook = Callable[["_Cell", "BaseException | None", bool], None]
+
+
+# `async with` on a stateless null context costs nothing per actor; shared by all of them.
+_NO_NURSERY: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
+async def run_actor(
+    actor: Actor[Any],
+    cell: _Cell,
+    on_exit: ExitHook | None = None,
+    task_status: trio.TaskStatus[ActorRef[Any]] = trio.TASK_STATUS_IGNORED,
+) -> BaseException | None:
+    """Run one incarnation to its end.
+
+    Reports the ref through ``task_status`` once ``on_start`` returned. Returns ``None`` after
+    a normal exit or a kill (:meth:`_Cell.kill`) and the crash otherwise; raises
+    :class:`StartFailed` when ``on_start`` failed or was killed, and re-raises cancellation
+    from outside (after failing pending calls) so that enclosing scopes see it.
+
+    ``on_exit(cell, reason, ran)`` is called last, whatever happened; ``ran`` is false when the
+    actor never started or was cancelled from outside (nobody is left to react to it). It is
+    a hook rather than a wrapper coroutine because every frame counts in an idle actor.
+    """
+    cell.task = trio.lowlevel.current_task()
+    cell.actor = actor
+    actor._cell = cell
+    crash: BaseException | None = None
+    started = ran = False
+    try:
+        with trio.CancelScope() as scope:
+            cell.scope = scope  # the kill switch
+            if cell.killed:
+                scope.cancel()
+            nursery_cm = trio.open_nursery() if actor.uses_nursery else _NO_NURSERY
+            async with nursery_cm as nursery:
+                if nursery is not None:
+                    actor._nursery = nursery
+                try:
+                    await actor.on_start()
+                except Exception as exc:
+                    cell.die(exc, "failed to start")
+                    raise StartFailed(exc) from exc
+                started = True
+                task_status.started(cell.ref)
+                try:
+                    await _message_loop(cell, actor)
+                except Exception as exc:
+                    crash = exc
+                # Pending calls fail now, before on_stop, which may take a while.
+                cell.die(crash, "crashed" if crash is not None else "stopped")
+                # on_stop runs while background tasks still live, so it can wind them down
+                # (a supervisor stops its children here, gracefully, in reverse order).
+                crash = await _on_stop(actor, crash)
+                if nursery is not None:
+                    nursery.cancel_scope.cancel()
+        ran = started
+    except BaseException as exc:
+        cause, cancelled = _split_exit(exc)
+        if isinstance(cause, StartFailed):
+            crash = cause.cause
+            raise cause from cause.cause
+        if cause is None or not isinstance(cause, Exception):
+            # Cancellation from outside, KeyboardInterrupt and friends are not crashes.
+            cell.die(cause, "was cancelled" if cancelled else "was interrupted")
+            raise
+        # A background task crashed: its nursery has already cancelled everything else.
+        crash = crash or cause
+        cell.die(crash, "crashed")
+        with trio.CancelScope() as scope:
+            cell.scope = scope
+            if cell.killed:
+                scope.cancel()
+            crash = await _on_stop(actor, crash)
+        ran = True
+    finally:
+        cell.scope = None
+        cell.die(None, "was killed")  # a no-op unless a kill interrupted it
+        if on_exit is not None:
+            on_exit(cell, crash, ran)
+    if not started:
+        raise StartFailed(trio.Cancelled._create())  # killed before on_start returned
+    return crash
+
+
+async def _on_stop(actor: Actor[Any], crash: BaseException | None) -> BaseException | None:
+    try:
+        await actor.on_stop(crash)
+    except Exception as exc:
+        return crash or exc
+    return crash
+
+
+def new_cell(name: str, capacity: float | None, node: Node | None, actor: Actor[Any]) -> _Cell:
+    size = actor.mailbox_size if capacity is None else capacity
+    if not (size == math.inf or (isinstance(size, int) and size >= 0)):
+        raise ValueError(f"mailbox size must be an int >= 0 or math.inf, got {size!r}")
+    return _Cell(name, size, node)

@@ -1,0 +1,447 @@
+"""Supervisors: OTP's restart strategies on trio nurseries.
+
+A supervisor is itself an actor. Its children run as tasks in its nursery, each inside a
+cancel scope of its own (the hard kill). Child exits arrive as messages, so restarts,
+dynamic starts and terminations are serialised by the supervisor's mailbox, with no locks.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import attrs
+import msgspec
+import trio
+
+from ..errors import ActorError, ChildStartError, RestartIntensityExceeded, SupervisorError
+from ._actor import Actor, ActorRef, ErrorReply, StartFailed, _Cell, new_cell, run_actor
+
+__all__ = [
+    "Backoff",
+    "ChildInfo",
+    "ChildSpec",
+    "Restart",
+    "StartChild",
+    "Strategy",
+    "Supervisor",
+    "SupervisorRef",
+    "SupervisorStatistics",
+    "TerminateChild",
+    "WhichChildren",
+]
+
+Restart = Literal["permanent", "transient", "temporary"]
+Strategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
+
+_RESTARTS = ("permanent", "transient", "temporary")
+_STRATEGIES = ("one_for_one", "one_for_all", "rest_for_one")
+
+#: Grace period for an actor child whose spec does not set ``shutdown``.
+DEFAULT_SHUTDOWN = 5.0
+
+
+def _check_choice(allowed: tuple[str, ...]) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value not in allowed:
+            raise ValueError(
+                f"{attribute.name} must be one of {', '.join(allowed)}; got {value!r}"
+            )
+
+    return check
+
+
+def _check_shutdown(_: Any, __: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not (value >= 0):
+        raise ValueError(
+            "shutdown must be grace seconds >= 0 (0 = cancel at once, math.inf = wait as long "
+            f"as it takes) or None for the default; got {value!r}"
+        )
+
+
+@attrs.frozen
+class ChildSpec:
+    """How a supervisor starts, restarts and stops one child.
+
+    ``factory`` makes a fresh actor for every (re)start. ``restart``: ``permanent`` is
+    always restarted, ``transient`` only after a crash, ``temporary`` never. ``shutdown`` is
+    the grace period of a stop, in seconds, before the child's task is cancelled: ``0``
+    cancels at once, ``math.inf`` waits for as long as it takes, and ``None`` means 5 s for
+    an actor and ``math.inf`` for a supervisor. ``name`` registers the child on the node.
+    """
+
+    id: str
+    factory: Callable[[], Actor[Any]]
+    restart: Restart = attrs.field(default="permanent", validator=_check_choice(_RESTARTS))
+    shutdown: float | None = attrs.field(default=None, validator=_check_shutdown)
+    name: str | None = None
+    mailbox_size: float | None = None
+
+
+@attrs.frozen
+class Backoff:
+    """Delay before a restart: ``initial * factor ** (n - 1)`` capped at ``maximum``.
+
+    ``n`` counts the supervisor's restarts inside the current intensity window, so a child
+    that crashes in a tight loop is restarted more and more slowly until the window clears.
+    """
+
+    initial: float = 0.1
+    factor: float = 2.0
+    maximum: float = 10.0
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.maximum, self.initial * self.factor ** max(0, attempt - 1)))
+
+
+@attrs.frozen
+class ChildInfo:
+    """One child as :meth:`SupervisorRef.which_children` reports it."""
+
+    id: str
+    name: str | None
+    restart: Restart
+    running: bool
+    ref: ActorRef[Any] | None
+    is_supervisor: bool
+
+
+@attrs.frozen
+class SupervisorStatistics:
+    children: int
+    running: int
+    restarts: int
+
+
+class StartChild(msgspec.Struct, frozen=True):
+    """Start a child at run time; replies with its :class:`ActorRef`."""
+
+    spec: ChildSpec
+
+
+class TerminateChild(msgspec.Struct, frozen=True):
+    """Stop a child (within its shutdown grace) and forget its spec."""
+
+    child_id: str
+
+
+class WhichChildren(msgspec.Struct, frozen=True):
+    """Reply: a list of :class:`ChildInfo`, in start order."""
+
+
+class GetStatistics(msgspec.Struct, frozen=True):
+    """Reply: :class:`SupervisorStatistics`."""
+
+
+class _ChildExited(msgspec.Struct, frozen=True):
+    child_id: str
+    incarnation: int
+    reason: BaseException | None
+
+
+class _RestartDue(msgspec.Struct, frozen=True):
+    child_ids: tuple[str, ...]
+
+
+SupervisorMessage = StartChild | TerminateChild | WhichChildren | GetStatistics
+
+
+class _Child:
+    """A supervisor's record of one child, kept across its incarnations."""
+
+    __slots__ = ("cell", "exited", "incarnation", "is_supervisor", "spec", "stopping",
+                 "supervisor")
+
+    def __init__(self, spec: ChildSpec, supervisor: ActorRef[Any]) -> None:
+        self.spec = spec
+        self.supervisor = supervisor
+        self.cell: _Cell | None = None
+        # Made only when a stop waits for the exit; most children never need one.
+        self.exited: trio.Event | None = None
+        self.incarnation = 0
+        self.stopping = False
+        self.is_supervisor = False
+
+    @property
+    def running(self) -> bool:
+        return self.cell is not None
+
+    @property
+    def grace(self) -> float:
+        if self.spec.shutdown is not None:
+            return self.spec.shutdown
+        return math.inf if self.is_supervisor else DEFAULT_SHUTDOWN
+
+    def on_exit(self, cell: _Cell, reason: BaseException | None, ran: bool) -> None:
+        """run_actor's exit hook (a bound method: cheaper per child than a closure)."""
+        if self.spec.name is not None and cell.node is not None:
+            cell.node.registry.unregister(self.spec.name, cell)
+        if self.cell is not cell:
+            return  # cannot happen while the supervisor waits for each exit; be safe anyway
+        self.cell = None
+        if self.exited is not None:
+            self.exited.set()
+        if not ran:
+            return  # a failed start is reported by _start; a cancelled tree needs no news
+        # The supervisor's mailbox is unbounded, so this never waits; it fails only when the
+        # supervisor itself is gone, and then nobody needs to hear about this child.
+        with contextlib.suppress(ActorError):
+            self.supervisor.cast_nowait(_ChildExited(self.spec.id, self.incarnation, reason))
+
+
+class Supervisor(Actor[Any]):
+    """Starts children in order, restarts them by strategy, stops them in reverse order.
+
+    ``strategy``: ``one_for_one`` restarts the failed child alone; ``one_for_all`` stops the
+    others (in reverse order) and restarts all; ``rest_for_one`` does that for the failed
+    child and those started after it. More than ``max_restarts`` restarts within
+    ``max_seconds`` means the problem is not transient: the supervisor stops every child and
+    fails to its parent with :class:`RestartIntensityExceeded`, exactly once.
+    """
+
+    # Child exits must never wait on the supervisor's own mailbox.
+    mailbox_size = math.inf
+    # Children run as tasks in the supervisor's nursery.
+    uses_nursery = True
+
+    def __init__(
+        self,
+        children: Sequence[ChildSpec] = (),
+        *,
+        strategy: Strategy = "one_for_one",
+        max_restarts: int = 3,
+        max_seconds: float = 5.0,
+        backoff: Backoff | None = None,
+    ) -> None:
+        if strategy not in _STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(_STRATEGIES)}; got {strategy!r}")
+        if max_restarts < 0 or not (max_seconds > 0):
+            raise ValueError(
+                f"need max_restarts >= 0 and max_seconds > 0; got {max_restarts}, {max_seconds}"
+            )
+        ids = [spec.id for spec in children]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"child ids must be unique; repeated: {', '.join(duplicates)}")
+        self.strategy = strategy
+        self.max_restarts = max_restarts
+        self.max_seconds = max_seconds
+        self.backoff = backoff
+        self._specs = list(children)
+        self._children: dict[str, _Child] = {}
+        self._restart_times: collections.deque[float] = collections.deque()
+        self._restarts_total = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        for spec in self._specs:
+            child = _Child(spec, self.ref)
+            self._children[spec.id] = child
+            try:
+                await self._start(child)
+            except StartFailed as failure:
+                await self._stop_all()
+                raise ChildStartError(
+                    f"supervisor {self.name!r} could not start child {spec.id!r}: "
+                    f"{failure.cause!r}",
+                    spec.id,
+                ) from failure.cause
+
+    async def on_stop(self, reason: BaseException | None) -> None:
+        await self._stop_all()
+
+    async def handle(self, message: Any) -> Any:
+        kind = type(message)
+        if kind is _ChildExited:
+            await self._child_exited(message)
+        elif kind is _RestartDue:
+            await self._start_group([self._children[i] for i in message.child_ids
+                                     if i in self._children])
+        elif kind is StartChild:
+            return await self._start_dynamic(message.spec)
+        elif kind is TerminateChild:
+            child = self._children.get(message.child_id)
+            if child is None:
+                return ErrorReply(SupervisorError(
+                    f"supervisor {self.name!r} has no child {message.child_id!r}"))
+            await self._stop_child(child)
+            del self._children[message.child_id]
+        elif kind is WhichChildren:
+            return [
+                ChildInfo(c.spec.id, c.spec.name, c.spec.restart, c.running,
+                          c.cell.ref if c.cell is not None else None, c.is_supervisor)
+                for c in self._children.values()
+            ]
+        elif kind is GetStatistics:
+            running = sum(1 for c in self._children.values() if c.running)
+            return SupervisorStatistics(len(self._children), running, self._restarts_total)
+        else:
+            return ErrorReply(TypeError(
+                f"supervisor {self.name!r} got {kind.__name__}; it accepts StartChild, "
+                "TerminateChild, WhichChildren and GetStatistics"))
+        return None
+
+    # -- starting and stopping children ----------------------------------------------------
+
+    async def _start_dynamic(self, spec: ChildSpec) -> Any:
+        if spec.id in self._children:
+            return ErrorReply(SupervisorError(
+                f"supervisor {self.name!r} already has a child {spec.id!r}"))
+        child = _Child(spec, self.ref)
+        self._children[spec.id] = child
+        try:
+            await self._start(child)
+        except StartFailed as failure:
+            del self._children[spec.id]
+            error = ChildStartError(
+                f"child {spec.id!r} failed to start: {failure.cause!r}", spec.id)
+            error.__cause__ = failure.cause
+            return ErrorReply(error)
+        except Exception as exc:  # e.g. NameTaken, a bad mailbox size: refuse, don't crash
+            del self._children[spec.id]
+            return ErrorReply(exc)
+        assert child.cell is not None
+        return child.cell.ref
+
+    async def _start(self, child: _Child) -> None:
+        """Start one incarnation and return once its ``on_start`` returned."""
+        spec = child.spec
+        actor = spec.factory()
+        node = self._cell.node
+        name = spec.name or f"{self.name}/{spec.id}"
+        cell = new_cell(name, spec.mailbox_size, node, actor)
+        if spec.name is not None and node is not None:
+            node.registry.register(spec.name, cell)
+        child.incarnation += 1
+        child.is_supervisor = isinstance(actor, Supervisor)
+        child.stopping = False
+        child.exited = None
+        child.cell = cell
+        try:
+            await self.nursery.start(run_actor, actor, cell, child.on_exit, name=cell.name)
+        except StartFailed:
+            child.cell = None
+            raise
+
+    async def _stop_child(self, child: _Child) -> None:
+        """Graceful stop within the child's grace, then hard cancel. Idempotent."""
+        cell = child.cell
+        if cell is None:
+            return
+        child.stopping = True
+        exited = child.exited = trio.Event()
+        cell.request_stop()
+        grace = child.grace
+        if grace == 0:
+            cell.kill()
+        elif grace != math.inf:
+            with trio.move_on_after(grace):
+                await exited.wait()
+            cell.kill()
+        await exited.wait()
+
+    async def _stop_all(self) -> None:
+        for child in reversed(list(self._children.values())):
+            await self._stop_child(child)
+
+    # -- failures --------------------------------------------------------------------------
+
+    async def _child_exited(self, message: _ChildExited) -> None:
+        child = self._children.get(message.child_id)
+        if child is None or child.incarnation != message.incarnation or child.stopping:
+            return  # we stopped it ourselves, or it is an older incarnation
+        restart = child.spec.restart
+        if restart == "temporary" or (restart == "transient" and message.reason is None):
+            if restart == "temporary":
+                del self._children[message.child_id]
+            return
+        await self._restart(child, message.reason)
+
+    async def _restart(self, failed: _Child, reason: BaseException | None) -> None:
+        now = trio.current_time()
+        times = self._restart_times
+        times.append(now)
+        while times and times[0] < now - self.max_seconds:
+            times.popleft()
+        if len(times) > self.max_restarts:
+            await self._stop_all()
+            raise RestartIntensityExceeded(
+                f"supervisor {self.name!r} gave up: more than {self.max_restarts} restarts "
+                f"within {self.max_seconds} s; last failure was child {failed.spec.id!r}: "
+                f"{reason!r}",
+                supervisor=self.name,
+                child_id=failed.spec.id,
+                last_cause=reason,
+            ) from reason
+        self._restarts_total += 1
+        group = self._group(failed)
+        for child in reversed(group):
+            if child is not failed:
+                await self._stop_child(child)
+        for child in group:
+            if child.spec.restart == "temporary" and child is not failed:
+                del self._children[child.spec.id]  # OTP: temporary children are not restarted
+        group = [c for c in group if c.spec.id in self._children]
+        delay = self.backoff.delay(len(times)) if self.backoff is not None else 0.0
+        if delay > 0:
+            self.nursery.start_soon(self._restart_later, tuple(c.spec.id for c in group), delay)
+        else:
+            await self._start_group(group)
+
+    def _group(self, failed: _Child) -> list[_Child]:
+        children = list(self._children.values())
+        if self.strategy == "one_for_one":
+            return [failed]
+        if self.strategy == "one_for_all":
+            return children
+        return children[children.index(failed):]
+
+    async def _restart_later(self, child_ids: tuple[str, ...], delay: float) -> None:
+        await trio.sleep(delay)
+        self.ref.cast_nowait(_RestartDue(child_ids))
+
+    async def _start_group(self, group: list[_Child]) -> None:
+        for child in group:
+            if child.running:
+                continue
+            try:
+                await self._start(child)
+            except StartFailed as failure:
+                # A failed restart is one more failure of that child: it counts towards the
+                # intensity and the strategy decides again, through the same path as a crash.
+                self.ref.cast_nowait(_ChildExited(child.spec.id, child.incarnation,
+                                                  failure.cause))
+                return
+
+
+class SupervisorRef:
+    """Typed helpers over a supervisor's :class:`ActorRef`."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: ActorRef[Any]) -> None:
+        self.ref = ref
+
+    async def start_child(self, spec: ChildSpec, timeout: float | None = None) -> ActorRef[Any]:
+        """Start a child now; returns once its ``on_start`` returned.
+
+        Raises :class:`ChildStartError` (with the cause) if it failed to start.
+        """
+        ref: ActorRef[Any] = await self.ref.call(StartChild(spec), timeout)
+        return ref
+
+    async def terminate_child(self, child_id: str, timeout: float | None = None) -> None:
+        """Stop a child within its shutdown grace and forget it."""
+        await self.ref.call(TerminateChild(child_id), timeout)
+
+    async def which_children(self) -> list[ChildInfo]:
+        children: list[ChildInfo] = await self.ref.call(WhichChildren())
+        return children
+
+    async def statistics(self) -> SupervisorStatistics:
+        stats: SupervisorStatistics = await self.ref.call(GetStatistics())
+        return stats

@@ -1,0 +1,89 @@
+"""Every exception loopactors raises on purpose.
+
+One hierarchy under :class:`LoopactorsError`, so an embedding program can catch the
+runtime's errors without catching its own.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActorError",
+    "ActorNotRunning",
+    "CallFailed",
+    "CallTimeout",
+    "CallToSelf",
+    "ChildStartError",
+    "LoopactorsError",
+    "MailboxFull",
+    "NameTaken",
+    "RestartIntensityExceeded",
+    "SupervisorError",
+]
+
+
+class LoopactorsError(Exception):
+    """Base class of every error loopactors raises on purpose."""
+
+
+class ActorError(LoopactorsError):
+    """Sending to, or calling, an actor failed."""
+
+
+class ActorNotRunning(ActorError):
+    """The target actor has exited (or no actor is registered under that name)."""
+
+
+class MailboxFull(ActorError):
+    """A non-waiting send found the mailbox at capacity (use the waiting variant for backpressure)."""
+
+
+class CallFailed(ActorError):
+    """The actor exited before it replied to a call.
+
+    ``reason`` is the exception that crashed it, or ``None`` when it was stopped (shut down,
+    terminated or restarted by its supervisor). The crash is also the ``__cause__``.
+    """
+
+    def __init__(self, message: str, reason: BaseException | None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class CallTimeout(ActorError, TimeoutError):
+    """No reply arrived within the call's timeout. A reply that arrives later is dropped."""
+
+
+class CallToSelf(ActorError):
+    """An actor called itself from its own task, which could never be answered."""
+
+
+class NameTaken(ActorError):
+    """Another live actor is already registered under that name on this node."""
+
+
+class SupervisorError(LoopactorsError):
+    """A supervisor could not keep its children running."""
+
+
+class ChildStartError(SupervisorError):
+    """A child's start hook failed; the cause is attached."""
+
+    def __init__(self, message: str, child_id: str) -> None:
+        super().__init__(message)
+        self.child_id = child_id
+
+
+class RestartIntensityExceeded(SupervisorError):
+    """More restarts than ``max_restarts`` within ``max_seconds``: the supervisor gave up.
+
+    It stopped its children in reverse start order and fails to its own parent with this error,
+    which names the supervisor, the child that failed last and that child's last cause.
+    """
+
+    def __init__(
+        self, message: str, supervisor: str, child_id: str, last_cause: BaseException | None
+    ) -> None:
+        super().__init__(message)
+        self.supervisor = supervisor
+        self.child_id = child_id
+        self.last_cause = last_cause
