@@ -34,7 +34,7 @@ class ActorNotRunning(ActorError):
 
 
 class MailboxFull(ActorError):
-    """A non-waiting send found the mailbox at capacity (use the waiting variant for backpressure)."""
+    """A non-waiting send found the mailbox full (the waiting ``cast`` is the backpressure)."""
 
 
 class CallFailed(ActorError):

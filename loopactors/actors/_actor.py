@@ -44,6 +44,19 @@ class _StopSignal:
 _STOP = _StopSignal()
 
 
+class InjectedCrash(Exception):
+    """Raised inside an actor by :func:`loopactors.testing.inject_crash`."""
+
+
+class _CrashSignal:
+    """Makes the actor raise ``error`` as if a handler had: fault injection for tests."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
 class PendingReply:
     """A call waiting for its reply.
 
@@ -167,10 +180,11 @@ class _Cell:
         if self.stop_requested or not self.alive:
             return
         self.stop_requested = True
-        try:
+        # With a full mailbox the actor is busy, and its loop checks the flag after each message.
+        with contextlib.suppress(
+            trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
+        ):
             self.send.send_nowait(_STOP)
-        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # busy with a full mailbox: the loop checks the flag after each message
 
     def kill(self) -> None:
         """Hard stop: cancel whatever the actor is doing, its hooks included."""
@@ -277,11 +291,12 @@ class ActorRef(Generic[M]):
         """
         try:
             self._send.send_nowait(message)
-            return
         except trio.WouldBlock:
             pass
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             raise self._not_running() from None
+        else:
+            return
         cell = self._cell
         if cell.task is trio.lowlevel.current_task():
             if cell.overflow is None:
@@ -413,7 +428,7 @@ class Actor(abc.ABC, Generic[M]):
 
         They are cancelled when the actor exits; an exception in one crashes the actor.
         """
-        nursery = getattr(self, "_nursery", None)
+        nursery: trio.Nursery | None = getattr(self, "_nursery", None)
         if nursery is None:
             raise RuntimeError(
                 f"{type(self).__name__} has no nursery; set `uses_nursery = True` on the class"
@@ -451,6 +466,8 @@ async def _message_loop(cell: _Cell, actor: Actor[Any]) -> None:
                 await _serve_call(cell, handle, message)  # type: ignore[arg-type]
             elif kind is _StopSignal:
                 return
+            elif kind is _CrashSignal:
+                raise message.error  # type: ignore[attr-defined]
             else:
                 await handle(message)
             if cell.stop_requested:
@@ -515,7 +532,7 @@ ExitHook = Callable[["_Cell", "BaseException | None", bool], None]
 _NO_NURSERY: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
-async def run_actor(
+async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
     actor: Actor[Any],
     cell: _Cell,
     on_exit: ExitHook | None = None,

@@ -105,8 +105,9 @@ async def open_node(
     failure: BaseException | None = None
     body_error: BaseException | None = None
 
-    async def run_tree(task_status: trio.TaskStatus[None]) -> None:
+    async def run_tree(task_status: trio.TaskStatus[ActorRef[Any]]) -> None:
         nonlocal failure
+        reason: BaseException | None = None
         try:
             with tree_scope:
                 reason = await run_actor(root, cell, task_status=task_status)
@@ -116,25 +117,30 @@ async def open_node(
         finally:
             tree_done.set()
 
+    start_error: BaseException | None = None
     async with trio.open_nursery() as nursery:
         try:
             await nursery.start(run_tree)
         except StartFailed as exc:
-            cause = exc.cause
-            if isinstance(cause, ChildStartError):
-                raise cause from cause.__cause__
-            raise ChildStartError(f"node {name!r} failed to start: {cause!r}", name) from cause
-        try:
-            yield node
-        except BaseException as exc:
-            body_error = exc
-        finally:
-            with trio.CancelScope(shield=True):
-                cell.request_stop()
-                with trio.move_on_after(shutdown_grace):
+            start_error = exc.cause  # raised below: inside the nursery it would be wrapped
+        else:
+            try:
+                yield node
+            except BaseException as exc:
+                body_error = exc
+            finally:
+                with trio.CancelScope(shield=True):
+                    cell.request_stop()
+                    with trio.move_on_after(shutdown_grace):
+                        await tree_done.wait()
+                    tree_scope.cancel()
                     await tree_done.wait()
-                tree_scope.cancel()
-                await tree_done.wait()
+    if isinstance(start_error, ChildStartError):
+        raise start_error from start_error.__cause__
+    if start_error is not None:
+        raise ChildStartError(f"node {name!r} failed to start: {start_error!r}", name) from (
+            start_error
+        )
     if failure is not None:
         raise failure
     if body_error is not None:

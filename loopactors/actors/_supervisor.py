@@ -47,9 +47,7 @@ DEFAULT_SHUTDOWN = 5.0
 def _check_choice(allowed: tuple[str, ...]) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
     def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value not in allowed:
-            raise ValueError(
-                f"{attribute.name} must be one of {', '.join(allowed)}; got {value!r}"
-            )
+            raise ValueError(f"{attribute.name} must be one of {', '.join(allowed)}; got {value!r}")
 
     return check
 
@@ -152,8 +150,7 @@ SupervisorMessage = StartChild | TerminateChild | WhichChildren | GetStatistics
 class _Child:
     """A supervisor's record of one child, kept across its incarnations."""
 
-    __slots__ = ("cell", "exited", "incarnation", "is_supervisor", "spec", "stopping",
-                 "supervisor")
+    __slots__ = ("cell", "exited", "incarnation", "is_supervisor", "spec", "stopping", "supervisor")
 
     def __init__(self, spec: ChildSpec, supervisor: ActorRef[Any]) -> None:
         self.spec = spec
@@ -259,38 +256,50 @@ class Supervisor(Actor[Any]):
         if kind is _ChildExited:
             await self._child_exited(message)
         elif kind is _RestartDue:
-            await self._start_group([self._children[i] for i in message.child_ids
-                                     if i in self._children])
+            await self._start_group(
+                [self._children[i] for i in message.child_ids if i in self._children]
+            )
         elif kind is StartChild:
             return await self._start_dynamic(message.spec)
         elif kind is TerminateChild:
             child = self._children.get(message.child_id)
             if child is None:
-                return ErrorReply(SupervisorError(
-                    f"supervisor {self.name!r} has no child {message.child_id!r}"))
+                return ErrorReply(
+                    SupervisorError(f"supervisor {self.name!r} has no child {message.child_id!r}")
+                )
             await self._stop_child(child)
             del self._children[message.child_id]
         elif kind is WhichChildren:
             return [
-                ChildInfo(c.spec.id, c.spec.name, c.spec.restart, c.running,
-                          c.cell.ref if c.cell is not None else None, c.is_supervisor)
+                ChildInfo(
+                    c.spec.id,
+                    c.spec.name,
+                    c.spec.restart,
+                    c.running,
+                    c.cell.ref if c.cell is not None else None,
+                    c.is_supervisor,
+                )
                 for c in self._children.values()
             ]
         elif kind is GetStatistics:
             running = sum(1 for c in self._children.values() if c.running)
             return SupervisorStatistics(len(self._children), running, self._restarts_total)
         else:
-            return ErrorReply(TypeError(
-                f"supervisor {self.name!r} got {kind.__name__}; it accepts StartChild, "
-                "TerminateChild, WhichChildren and GetStatistics"))
+            return ErrorReply(
+                TypeError(
+                    f"supervisor {self.name!r} got {kind.__name__}; it accepts StartChild, "
+                    "TerminateChild, WhichChildren and GetStatistics"
+                )
+            )
         return None
 
     # -- starting and stopping children ----------------------------------------------------
 
     async def _start_dynamic(self, spec: ChildSpec) -> Any:
         if spec.id in self._children:
-            return ErrorReply(SupervisorError(
-                f"supervisor {self.name!r} already has a child {spec.id!r}"))
+            return ErrorReply(
+                SupervisorError(f"supervisor {self.name!r} already has a child {spec.id!r}")
+            )
         child = _Child(spec, self.ref)
         self._children[spec.id] = child
         try:
@@ -298,7 +307,8 @@ class Supervisor(Actor[Any]):
         except StartFailed as failure:
             del self._children[spec.id]
             error = ChildStartError(
-                f"child {spec.id!r} failed to start: {failure.cause!r}", spec.id)
+                f"child {spec.id!r} failed to start: {failure.cause!r}", spec.id
+            )
             error.__cause__ = failure.cause
             return ErrorReply(error)
         except Exception as exc:  # e.g. NameTaken, a bad mailbox size: refuse, don't crash
@@ -398,7 +408,7 @@ class Supervisor(Actor[Any]):
             return [failed]
         if self.strategy == "one_for_all":
             return children
-        return children[children.index(failed):]
+        return children[children.index(failed) :]
 
     async def _restart_later(self, child_ids: tuple[str, ...], delay: float) -> None:
         await trio.sleep(delay)
@@ -413,8 +423,7 @@ class Supervisor(Actor[Any]):
             except StartFailed as failure:
                 # A failed restart is one more failure of that child: it counts towards the
                 # intensity and the strategy decides again, through the same path as a crash.
-                self.ref.cast_nowait(_ChildExited(child.spec.id, child.incarnation,
-                                                  failure.cause))
+                self.ref.cast_nowait(_ChildExited(child.spec.id, child.incarnation, failure.cause))
                 return
 
 

@@ -1,0 +1,19 @@
+# The README's two commands, and the chores around them.
+
+# Run the main job on embedded defaults (README, first command).
+demo:
+    pip install -e . && loopactors --help
+
+# Install the dev extras and run the whole test suite (README, second command).
+test:
+    pip install -e '.[dev]' && pytest
+
+# Kernel benchmark: loopactors next to plain trio, one table and one JSON line.
+bench:
+    python bench/actors.py
+
+# Lint, format check and strict type check, as CI runs them.
+lint:
+    ruff check .
+    ruff format --check .
+    mypy

@@ -1,0 +1,38 @@
+"""loopactors: a runtime for long-running AI-agent loops on supervised trio actors.
+
+General layout (each a public namespace; their implementation modules are private):
+
+- ``loopactors.actors``  the actor kernel: Actor, ActorRef, Supervisor, Node
+- ``loopactors.errors``  the one exception hierarchy
+- ``loopactors.testing`` helpers and a pytest plugin for testing actor programs
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .actors import Actor as Actor
+from .actors import ActorRef as ActorRef
+from .actors import ChildSpec as ChildSpec
+from .actors import Node as Node
+from .actors import Supervisor as Supervisor
+from .actors import open_node as open_node
+from .actors import run_node as run_node
+from .errors import LoopactorsError as LoopactorsError
+
+try:
+    __version__ = version("loopactors")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "Actor",
+    "ActorRef",
+    "ChildSpec",
+    "LoopactorsError",
+    "Node",
+    "Supervisor",
+    "__version__",
+    "open_node",
+    "run_node",
+]

@@ -1,0 +1,60 @@
+"""Every example in examples/ runs, as a user would run it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(name: str) -> str:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_supervised_counter() -> None:
+    assert run_example("supervised_counter.py").splitlines() == [
+        "total: 6",
+        "refused: amount must be >= 0, got -5",
+        "crashed: OverflowError('counter overflow')",
+        "after restart: 0",
+        "restarts: 1",
+    ]
+
+
+ROOT = EXAMPLES.parent
+
+
+def readme_commands() -> list[str]:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert lines[0] == "```sh", "the README must open with its two commands"
+    return lines[1:3]
+
+
+def test_readme_opens_with_the_two_commands_that_ci_and_just_run() -> None:
+    demo, tests = readme_commands()
+    assert demo.startswith("pip install -e . && loopactors")
+    assert tests == "pip install -e '.[dev]' && pytest"
+    assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
+    justfile = (ROOT / "justfile").read_text()
+    assert f"    {demo}\n" in justfile
+    assert f"    {tests}\n" in justfile
+
+
+def test_readme_quick_start_runs() -> None:
+    text = (ROOT / "README.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "3\n"
