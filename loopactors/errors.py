@@ -9,15 +9,23 @@ from __future__ import annotations
 __all__ = [
     "ActorError",
     "ActorNotRunning",
+    "AdmissionRefused",
     "CallFailed",
     "CallTimeout",
     "CallToSelf",
     "ChildStartError",
+    "ConfigError",
+    "IllegalTransition",
+    "LoopError",
+    "LoopNotFound",
+    "LoopSyntaxError",
     "LoopactorsError",
     "MailboxFull",
     "NameTaken",
     "RestartIntensityExceeded",
+    "StoreError",
     "SupervisorError",
+    "WorkerSpecError",
 ]
 
 
@@ -87,3 +95,39 @@ class RestartIntensityExceeded(SupervisorError):
         self.supervisor = supervisor
         self.child_id = child_id
         self.last_cause = last_cause
+
+
+class LoopError(LoopactorsError):
+    """A loop could not be started, found or driven."""
+
+
+class LoopSyntaxError(LoopError, ValueError):
+    """``|loop ...|`` text that cannot be accepted; the message names the bad part and what
+    is accepted."""
+
+
+class IllegalTransition(LoopError):
+    """A phase change the loop state machine does not allow (a bug, never user input)."""
+
+
+class LoopNotFound(LoopError, KeyError):
+    """No loop with that id in this runtime's store."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class AdmissionRefused(LoopError):
+    """The runtime refused to start a loop (a cap, a duplicate task, a bad worker spec)."""
+
+
+class WorkerSpecError(LoopError, ValueError):
+    """A worker spec that cannot be used (unknown kind, bad option, missing executable)."""
+
+
+class ConfigError(LoopactorsError, ValueError):
+    """A configuration file or flag that cannot be used; names the key and the file."""
+
+
+class StoreError(LoopactorsError):
+    """The store could not read or write (corrupt file, newer schema, I/O error)."""

@@ -1,0 +1,157 @@
+"""A loop's progress as typed events, and their human-readable notes.
+
+Events are tagged msgspec Structs (``type`` field): they are appended to the store's event log,
+fanned out to subscribers, printed by ``loopactors run --json`` and sent over the websocket as
+they are. ``note()`` keeps the reference's ``[loop-progress ...]`` wording.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ._model import Mode, Phase, RoundStatus
+
+__all__ = [
+    "LoopEvent",
+    "LoopFinished",
+    "LoopInterrupted",
+    "LoopPaused",
+    "LoopRecovered",
+    "LoopResumed",
+    "LoopStarted",
+    "RoundFinished",
+    "RoundStarted",
+    "RoundSummary",
+    "event_decoder",
+]
+
+
+class RoundSummary(msgspec.Struct, frozen=True, kw_only=True):
+    round: int
+    status: RoundStatus
+    duration: float | None = None
+
+
+class LoopEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    loop_id: str
+    at: float
+
+    def note(self) -> str:
+        """The human-readable progress note (each event type words its own)."""
+        return f"[loop-progress {type(self).__name__}]"
+
+
+def _secs(duration: float | None) -> str:
+    return "?" if duration is None else f"{duration:.1f}"
+
+
+class LoopStarted(LoopEvent, frozen=True, kw_only=True, tag="loop_started"):
+    rounds: int
+    mode: Mode
+    worker: str
+    parent_id: str | None = None
+
+    def note(self) -> str:
+        return f"[loop-progress loop started: {self.rounds} rounds, {self.mode} mode]"
+
+
+class RoundStarted(LoopEvent, frozen=True, kw_only=True, tag="round_started"):
+    round: int
+    rounds: int
+    seed_source: str
+
+    def note(self) -> str:
+        return f"[loop-progress round {self.round}/{self.rounds} started]"
+
+
+class RoundFinished(LoopEvent, frozen=True, kw_only=True, tag="round_finished"):
+    round: int
+    rounds: int
+    status: RoundStatus
+    duration: float | None
+    tokens: int = 0
+    error: str | None = None
+
+    def note(self) -> str:
+        text = (
+            f"[loop-progress round {self.round}/{self.rounds} {self.status}, "
+            f"duration={_secs(self.duration)}s]"
+        )
+        return text if self.error is None else f"{text} {self.error}"
+
+
+class LoopPaused(LoopEvent, frozen=True, kw_only=True, tag="loop_paused"):
+    round: int
+
+    def note(self) -> str:
+        return f"[loop-progress loop paused before round {self.round}]"
+
+
+class LoopResumed(LoopEvent, frozen=True, kw_only=True, tag="loop_resumed"):
+    round: int
+
+    def note(self) -> str:
+        return f"[loop-progress loop resumed at round {self.round}]"
+
+
+class LoopRecovered(LoopEvent, frozen=True, kw_only=True, tag="loop_recovered"):
+    """The runtime restarted and picked the loop up from its last committed step."""
+
+    phase: Phase
+    round: int
+
+    def note(self) -> str:
+        return f"[loop-progress loop recovered after restart in {self.phase} at round {self.round}]"
+
+
+class LoopInterrupted(LoopEvent, frozen=True, kw_only=True, tag="loop_interrupted"):
+    """Sent the moment a loop is found impossible to resume (never only on the next message)."""
+
+    round: int
+    rounds: int
+    reason: str
+
+    def note(self) -> str:
+        return (
+            f"[loop-progress loop interrupted by restart at round {self.round}/{self.rounds}: "
+            f"{self.reason}]"
+        )
+
+
+class LoopFinished(LoopEvent, frozen=True, kw_only=True, tag="loop_finished"):
+    phase: Phase
+    rounds: int
+    completed_rounds: int
+    summary: tuple[RoundSummary, ...] = ()
+    reason: str | None = None
+    trigger: str | None = None
+
+    def note(self) -> str:
+        rounds = ", ".join(
+            f"r{r.round}({_secs(r.duration)}s,{r.status})" for r in self.summary
+        )
+        if self.phase == "complete":
+            head = "[loop-progress loop complete]"
+        elif self.phase == "cancelled":
+            head = "[loop-progress loop cancelled]"
+        elif self.phase == "escalated":
+            head = f"[loop-progress escalated: {self.trigger}: {self.reason}]"
+        elif self.phase == "interrupted":
+            head = f"[loop-progress loop interrupted: {self.reason}]"
+        else:
+            head = f"[loop-progress error: {self.reason}]"
+        return f"{head}\nRounds: {rounds}"
+
+
+AnyEvent = (
+    LoopStarted
+    | RoundStarted
+    | RoundFinished
+    | LoopPaused
+    | LoopResumed
+    | LoopRecovered
+    | LoopInterrupted
+    | LoopFinished
+)
+
+event_decoder = msgspec.json.Decoder(AnyEvent)

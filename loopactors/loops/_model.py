@@ -1,0 +1,169 @@
+"""The loop domain: specs, states, round records, phases and their legal transitions.
+
+Pure data and pure functions; no trio. Every type here is a frozen msgspec Struct, so the same
+objects travel between actors, are committed by the store and cross the wire unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+import msgspec
+
+from ..errors import IllegalTransition
+
+__all__ = [
+    "DEFAULT_ROUNDS",
+    "LIVE_PHASES",
+    "MAX_ROUNDS",
+    "TERMINAL_PHASES",
+    "LoopSpec",
+    "LoopState",
+    "Mode",
+    "Phase",
+    "RoundRecord",
+    "RoundStatus",
+    "StopMode",
+    "check_transition",
+    "is_terminal",
+]
+
+DEFAULT_ROUNDS = 5
+MAX_ROUNDS = 50
+SCHEMA_VERSION = 1
+
+Mode = Literal["inherit", "fresh"]
+Phase = Literal[
+    "activating",
+    "dispatching",
+    "awaiting_worker",
+    "summarizing",
+    "finalizing",
+    "paused",
+    "complete",
+    "cancelled",
+    "interrupted",
+    "escalated",
+    "error",
+]
+RoundStatus = Literal["running", "completed", "failed", "timed_out", "cancelled"]
+StopMode = Literal["now", "after_round"]
+
+TERMINAL_PHASES: frozenset[Phase] = frozenset(
+    {"complete", "cancelled", "interrupted", "escalated", "error"}
+)
+LIVE_PHASES: frozenset[Phase] = frozenset(
+    {"activating", "dispatching", "awaiting_worker", "summarizing", "finalizing", "paused"}
+)
+
+# Every phase may also go to `error` (a bug or a broken worker) and, while live, to
+# `cancelled` (a stop) and `interrupted` (cannot resume): those are added below.
+_FORWARD: dict[Phase, frozenset[Phase]] = {
+    "activating": frozenset({"dispatching", "paused", "escalated"}),
+    "dispatching": frozenset({"awaiting_worker", "escalated", "paused"}),
+    "awaiting_worker": frozenset({"summarizing"}),
+    "summarizing": frozenset({"dispatching", "finalizing", "paused", "escalated"}),
+    "paused": frozenset({"dispatching", "finalizing", "escalated"}),
+    "finalizing": frozenset({"complete", "escalated"}),
+}
+
+
+def is_terminal(phase: Phase) -> bool:
+    return phase in TERMINAL_PHASES
+
+
+def check_transition(current: Phase, new: Phase) -> Phase:
+    """Return ``new`` if ``current -> new`` is legal, else raise :class:`IllegalTransition`.
+
+    A terminal phase never changes: that is what keeps a finished loop from being rewritten
+    (rolebox's W10). Staying in the same live phase is allowed (a re-commit after recovery).
+    """
+    if current in TERMINAL_PHASES:
+        raise IllegalTransition(f"loop is already {current}; it cannot become {new}")
+    if new == current or new in ("error", "cancelled", "interrupted"):
+        return new
+    if new in _FORWARD[current]:
+        return new
+    allowed = sorted(_FORWARD[current] | {"error", "cancelled", "interrupted"})
+    raise IllegalTransition(
+        f"a loop cannot go from {current} to {new}; from {current} it can go to "
+        f"{', '.join(allowed)}"
+    )
+
+
+class LoopSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the user asked for: fixed for the life of the loop."""
+
+    task: str
+    rounds: int = DEFAULT_ROUNDS
+    mode: Mode = "inherit"
+    objective: str | None = None
+    #: Worker spec, e.g. ``scripted``, ``command:./agent.sh --fast``, ``python:pkg.mod:fn``.
+    worker: str = "scripted"
+    #: Seconds one round may take before it is cancelled and recorded ``timed_out``.
+    round_timeout: float = 900.0
+    #: Seconds between the end of a round and the start of the next.
+    inter_round_delay: float = 0.0
+    #: Tail of the previous round's output kept in an ``inherit`` prompt.
+    seed_cap: int = 8000
+    #: Budgets checked by the breaker before each round (``None``: no limit).
+    max_tokens: int | None = None
+    max_seconds: float | None = None
+    max_consecutive_failures: int = 3
+    #: Identical outputs (after normalisation) in a row that trip the no-progress fuse.
+    stale_rounds_limit: int = 2
+    owner: str | None = None
+    parent_id: str | None = None
+    #: True when the requested rounds were above MAX_ROUNDS and were clamped.
+    clamped: bool = False
+
+
+class RoundRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One round as the store keeps it; (loop_id, round) is unique."""
+
+    loop_id: str
+    round: int
+    status: RoundStatus
+    #: Where the prompt's seed came from: ``task`` (fresh or round 1) or ``previous_output``.
+    seed_source: Literal["task", "previous_output"] = "task"
+    output: str = ""
+    error: str | None = None
+    tokens: int = 0
+    started_at: float = 0.0
+    duration: float | None = None
+
+
+class LoopState(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything needed to resume a loop from its last committed step."""
+
+    loop_id: str
+    spec: LoopSpec
+    phase: Phase = "activating"
+    #: The round in flight, or the next one to run (1-based).
+    round: int = 1
+    completed_rounds: int = 0
+    #: The last successful round's output: the seed of the next ``inherit`` prompt.
+    last_output: str | None = None
+    stale_rounds: int = 0
+    consecutive_failures: int = 0
+    tokens_used: int = 0
+    stop_requested: StopMode | None = None
+    pause_requested: bool = False
+    #: Why the loop ended in error, escalated or interrupted; the breaker's trigger if any.
+    reason: str | None = None
+    trigger: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    #: Wall-clock time the loop first started running (budget ``max_seconds``).
+    started_at: float = 0.0
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    def moved(self, phase: Phase, **changes: object) -> LoopState:
+        """A copy in ``phase`` (checked) with ``changes`` applied and ``updated_at`` now."""
+        check_transition(self.phase, phase)
+        return msgspec.structs.replace(self, phase=phase, updated_at=time.time(), **changes)
