@@ -104,6 +104,8 @@ class PendingReply:
     def _abandon(self, _: object) -> trio.lowlevel.Abort:
         # The caller was cancelled (or timed out) while parked: a later reply is dropped.
         self._done = True
+        if self._cell is not None and self._cell.deferred is not None:
+            self._cell.deferred.discard(self)
         return trio.lowlevel.Abort.SUCCEEDED
 
 
@@ -226,6 +228,23 @@ class _Cell:
             pending.fail(error)
 
 
+_current_task = trio.lowlevel.current_task
+
+
+def _cast_to_self(cell: _Cell, message: object) -> None:
+    if not cell.alive:
+        raise ActorNotRunning(f"actor {cell.name!r} is not running")
+    if cell.overflow is None:
+        cell.overflow = collections.deque()
+    limit = max(cell.capacity, DEFAULT_MAILBOX_SIZE)
+    if len(cell.overflow) >= limit:
+        raise MailboxFull(
+            f"actor {cell.name!r} cast to itself {limit} times without handling them; its "
+            "self-queue is full"
+        )
+    cell.overflow.append(message)
+
+
 class ActorRef(Generic[M]):
     """The address of one actor incarnation (like an Erlang pid).
 
@@ -271,6 +290,9 @@ class ActorRef(Generic[M]):
 
     def cast_nowait(self, message: M) -> None:
         """Put ``message`` in the mailbox or raise :class:`MailboxFull`. Never blocks."""
+        if self._cell.task is _current_task():
+            _cast_to_self(self._cell, message)
+            return
         try:
             self._send.send_nowait(message)
         except trio.WouldBlock:
@@ -287,8 +309,14 @@ class ActorRef(Generic[M]):
         With room in the mailbox this returns at once *without a schedule point* (so a
         producer can fill the mailbox and the actor can drain it in one batch); when the
         mailbox is full it waits for room, which is the backpressure. An actor casting to its
-        own full mailbox never blocks: the message is queued behind the mailbox instead.
+        own mailbox never blocks: its self-casts go to a self-queue that is handled first,
+        in order (Erlang orders messages per sender, and this keeps a busy mailbox from
+        starving them).
         """
+        cell = self._cell
+        if cell.task is _current_task():
+            _cast_to_self(cell, message)
+            return
         try:
             self._send.send_nowait(message)
         except trio.WouldBlock:
@@ -296,17 +324,6 @@ class ActorRef(Generic[M]):
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             raise self._not_running() from None
         else:
-            return
-        cell = self._cell
-        if cell.task is trio.lowlevel.current_task():
-            if cell.overflow is None:
-                cell.overflow = collections.deque()
-            if len(cell.overflow) >= cell.capacity:
-                raise MailboxFull(
-                    f"actor {cell.name!r} cast to itself with its mailbox and its self-queue "
-                    f"full ({cell.capacity} messages each)"
-                )
-            cell.overflow.append(message)
             return
         try:
             await self._send.send(message)
@@ -331,14 +348,12 @@ class ActorRef(Generic[M]):
             return await self._call(message)
         if not (timeout >= 0):
             raise ValueError(f"call timeout must be >= 0 seconds or None, got {timeout!r}")
-        try:
-            with trio.fail_after(timeout):
-                return await self._call(message)
-        except trio.TooSlowError:
-            raise CallTimeout(
-                f"actor {cell.name!r} did not reply within {timeout} s "
-                f"(message {type(message).__name__})"
-            ) from None
+        with trio.move_on_after(timeout):
+            return await self._call(message)
+        raise CallTimeout(
+            f"actor {cell.name!r} did not reply within {timeout} s "
+            f"(message {type(message).__name__})"
+        )
 
     async def _call(self, message: M) -> Any:
         pending = PendingReply(message)
@@ -459,7 +474,9 @@ async def _message_loop(cell: _Cell, actor: Actor[Any]) -> None:
     handle = actor.handle
     drained_hook = type(actor).on_drained is not Actor.on_drained
     while not cell.stop_requested:
-        message = await receive()
+        # The self-queue is filled only by this task (in on_start, a handler or on_drained),
+        # so it is looked at before going idle and after each message.
+        message = cell.overflow.popleft() if cell.overflow else await receive()
         while True:
             kind = type(message)
             if kind is PendingReply:
@@ -472,12 +489,13 @@ async def _message_loop(cell: _Cell, actor: Actor[Any]) -> None:
                 await handle(message)
             if cell.stop_requested:
                 return
+            if cell.overflow:
+                message = cell.overflow.popleft()  # self-casts first, in order
+                continue
             try:
                 message = receive_nowait()
             except trio.WouldBlock:
-                if not cell.overflow:
-                    break
-                message = cell.overflow.popleft()
+                break
         if drained_hook:
             await actor.on_drained()
 
@@ -553,7 +571,7 @@ async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
     cell.actor = actor
     actor._cell = cell
     crash: BaseException | None = None
-    started = ran = False
+    started = ran = stop_hook_ran = False
     try:
         with trio.CancelScope() as scope:
             cell.scope = scope  # the kill switch
@@ -578,6 +596,7 @@ async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
                 cell.die(crash, "crashed" if crash is not None else "stopped")
                 # on_stop runs while background tasks still live, so it can wind them down
                 # (a supervisor stops its children here, gracefully, in reverse order).
+                stop_hook_ran = True
                 crash = await _on_stop(actor, crash)
                 if nursery is not None:
                     nursery.cancel_scope.cancel()
@@ -591,14 +610,18 @@ async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
             # Cancellation from outside, KeyboardInterrupt and friends are not crashes.
             cell.die(cause, "was cancelled" if cancelled else "was interrupted")
             raise
+        if not started:
+            # A background task crashed while on_start ran: that is a failed start.
+            crash = cause
+            cell.die(cause, "failed to start")
+            raise StartFailed(cause) from cause
         # A background task crashed: its nursery has already cancelled everything else.
         crash = crash or cause
         cell.die(crash, "crashed")
-        with trio.CancelScope() as scope:
-            cell.scope = scope
-            if cell.killed:
-                scope.cancel()
-            crash = await _on_stop(actor, crash)
+        if not stop_hook_ran and not cell.killed:
+            with trio.CancelScope() as scope:
+                cell.scope = scope
+                crash = await _on_stop(actor, crash)
         ran = True
     finally:
         cell.scope = None
@@ -606,7 +629,7 @@ async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
         if on_exit is not None:
             on_exit(cell, crash, ran)
     if not started:
-        raise StartFailed(trio.Cancelled._create())  # killed before on_start returned
+        raise StartFailed(ActorNotRunning(f"actor {cell.name!r} was killed while starting"))
     return crash
 
 

@@ -99,8 +99,10 @@ async def open_node(
     )
     cell = new_cell(name, None, node, root)
     node.supervisor = SupervisorRef(cell.ref)
-    # The tree is shielded from the host's cancellation so that it can be stopped in order.
-    tree_scope = trio.CancelScope(shield=True)
+    # Once started, the tree is shielded from the host's cancellation so that it can be
+    # stopped in order. Not while starting: a host that gives up then must reach the
+    # children's start hooks, or nursery.start would wait on a tree nobody stops.
+    tree_scope = trio.CancelScope()
     tree_done = trio.Event()
     failure: BaseException | None = None
     body_error: BaseException | None = None
@@ -124,6 +126,7 @@ async def open_node(
         except StartFailed as exc:
             start_error = exc.cause  # raised below: inside the nursery it would be wrapped
         else:
+            tree_scope.shield = True
             try:
                 yield node
             except BaseException as exc:
@@ -164,6 +167,8 @@ def run_node(
     :func:`open_node` does.
     """
 
+    main_error: list[Exception] = []
+
     async def serve() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with (
@@ -186,9 +191,14 @@ def run_node(
 
                 nursery.start_soon(until_signal)
                 if main is not None:
-                    await main(node)
+                    try:
+                        await main(node)
+                    except Exception as exc:
+                        main_error.append(exc)  # raised below, not wrapped in a group
                     nursery.cancel_scope.cancel()
                 else:
                     await trio.sleep_forever()
+        if main_error:
+            raise main_error[0]
 
     trio.run(serve)

@@ -306,26 +306,35 @@ class Supervisor(Actor[Any]):
             await self._start(child)
         except StartFailed as failure:
             del self._children[spec.id]
+            if isinstance(failure.cause, ActorError):
+                return ErrorReply(failure.cause)  # e.g. NameTaken: clearest as it is
             error = ChildStartError(
                 f"child {spec.id!r} failed to start: {failure.cause!r}", spec.id
             )
             error.__cause__ = failure.cause
             return ErrorReply(error)
-        except Exception as exc:  # e.g. NameTaken, a bad mailbox size: refuse, don't crash
-            del self._children[spec.id]
-            return ErrorReply(exc)
         assert child.cell is not None
         return child.cell.ref
 
     async def _start(self, child: _Child) -> None:
         """Start one incarnation and return once its ``on_start`` returned."""
         spec = child.spec
-        actor = spec.factory()
         node = self._cell.node
-        name = spec.name or f"{self.name}/{spec.id}"
-        cell = new_cell(name, spec.mailbox_size, node, actor)
-        if spec.name is not None and node is not None:
-            node.registry.register(spec.name, cell)
+        try:
+            # Any failure to even create the child (a factory bug, a taken name, a bad
+            # mailbox size) is a failed start, handled like an on_start failure.
+            actor = spec.factory()
+            if isinstance(actor, Supervisor) and spec.mailbox_size is not None:
+                raise ValueError(
+                    f"child {spec.id!r} is a supervisor, whose mailbox is unbounded so that "
+                    "child exits never wait; leave its mailbox_size unset"
+                )
+            name = spec.name or f"{self.name}/{spec.id}"
+            cell = new_cell(name, spec.mailbox_size, node, actor)
+            if spec.name is not None and node is not None:
+                node.registry.register(spec.name, cell)
+        except Exception as exc:
+            raise StartFailed(exc) from exc
         child.incarnation += 1
         child.is_supervisor = isinstance(actor, Supervisor)
         child.stopping = False
@@ -412,7 +421,8 @@ class Supervisor(Actor[Any]):
 
     async def _restart_later(self, child_ids: tuple[str, ...], delay: float) -> None:
         await trio.sleep(delay)
-        self.ref.cast_nowait(_RestartDue(child_ids))
+        with contextlib.suppress(ActorError):  # the supervisor is stopping: no restart then
+            self.ref.cast_nowait(_RestartDue(child_ids))
 
     async def _start_group(self, group: list[_Child]) -> None:
         for child in group:

@@ -12,6 +12,7 @@ import trio.testing
 from loopactors.actors import Actor, ErrorReply, Node, PendingReply
 from loopactors.errors import (
     ActorNotRunning,
+    ChildStartError,
     CallFailed,
     CallTimeout,
     CallToSelf,
@@ -258,9 +259,9 @@ async def test_actor_casting_itself_never_deadlocks(actor_node: Node) -> None:
         async def handle(self, message: Any) -> Any:
             self.got.append(message.value)
             if message.value == 0:
-                # Four self-casts into a mailbox of two fit (the self-queue takes two more);
-                # a fifth is refused with a clear error instead of blocking forever.
-                for i in range(1, 6):
+                # Far more self-casts than the mailbox holds: they wait in the self-queue
+                # (never blocking); past its bound they are refused with a clear error.
+                for i in range(1, 1100):
                     try:
                         await self.ref.cast(Ping(i))
                     except MailboxFull as exc:
@@ -270,12 +271,33 @@ async def test_actor_casting_itself_never_deadlocks(actor_node: Node) -> None:
     actor = Echoer()
     ref = await actor_node.spawn(lambda: actor)
     await ref.call(Ping(0), timeout=1.0)
-    for _ in range(10):
-        await trio.lowlevel.checkpoint()
-    await ref.call(Ping(99), timeout=1.0)
-    assert sorted(actor.got) == [0, 1, 2, 3, 4, 99]
-    assert len(actor.refused) == 1
-    assert "cast to itself" in actor.refused[0]
+    await ref.call(Ping(-1), timeout=1.0)
+    # Self-casts keep their order and are handled before the later external message.
+    assert actor.got == [0, *range(1, 1025), -1]
+    assert len(actor.refused) == 1099 - 1024
+    assert "self-queue is full" in actor.refused[0]
+
+
+async def test_self_casts_are_not_starved_by_a_busy_producer(actor_node: Node) -> None:
+    class Busy(Actor[Any]):
+        mailbox_size = 2
+
+        def __init__(self) -> None:
+            self.seen: list[int] = []
+
+        async def handle(self, message: Any) -> Any:
+            await trio.lowlevel.checkpoint()  # lets the producer refill the mailbox
+            if message.value == 0:
+                await self.ref.cast(Ping(-1))
+            self.seen.append(message.value)
+
+    actor = Busy()
+    ref = await actor_node.spawn(lambda: actor)
+    await ref.cast(Ping(0))
+    for i in range(1, 200):
+        await ref.cast(Ping(i))
+    await ref.call(Ping(1000))
+    assert actor.seen.index(-1) == 1  # right after the message that sent it
 
 
 async def test_a_crash_takes_down_only_that_actor(actor_node: Node) -> None:
@@ -406,7 +428,7 @@ async def test_bad_arguments_are_rejected(actor_node: Node) -> None:
     ref = await actor_node.spawn(lambda: Worker("w"))
     with pytest.raises(ValueError, match="call timeout must be >= 0"):
         await ref.call(Ping(), timeout=-1)
-    with pytest.raises(ValueError, match="mailbox size must be"):
+    with pytest.raises(ChildStartError, match="mailbox size must be"):
         await actor_node.spawn(lambda: Worker("x"), mailbox_size=-3)
     stats = ref.statistics()
     assert stats.alive
