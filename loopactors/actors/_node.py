@@ -68,7 +68,7 @@ class Node:
 
 
 @asynccontextmanager
-async def open_node(
+async def open_node(  # noqa: PLR0915 - one lifecycle, read top to bottom
     children: Sequence[ChildSpec] = (),
     *,
     name: str = "node",

@@ -147,6 +147,14 @@ class _RestartDue(msgspec.Struct, frozen=True):
 SupervisorMessage = StartChild | TerminateChild | WhichChildren | GetStatistics
 
 
+def _check_mailbox(spec: ChildSpec, actor: Actor[Any]) -> None:
+    if isinstance(actor, Supervisor) and spec.mailbox_size is not None:
+        raise ValueError(
+            f"child {spec.id!r} is a supervisor, whose mailbox is unbounded so that child "
+            "exits never wait; leave its mailbox_size unset"
+        )
+
+
 class _Child:
     """A supervisor's record of one child, kept across its incarnations."""
 
@@ -324,11 +332,7 @@ class Supervisor(Actor[Any]):
             # Any failure to even create the child (a factory bug, a taken name, a bad
             # mailbox size) is a failed start, handled like an on_start failure.
             actor = spec.factory()
-            if isinstance(actor, Supervisor) and spec.mailbox_size is not None:
-                raise ValueError(
-                    f"child {spec.id!r} is a supervisor, whose mailbox is unbounded so that "
-                    "child exits never wait; leave its mailbox_size unset"
-                )
+            _check_mailbox(spec, actor)
             name = spec.name or f"{self.name}/{spec.id}"
             cell = new_cell(name, spec.mailbox_size, node, actor)
             if spec.name is not None and node is not None:

@@ -12,10 +12,10 @@ import trio.testing
 from loopactors.actors import Actor, ErrorReply, Node, PendingReply
 from loopactors.errors import (
     ActorNotRunning,
-    ChildStartError,
     CallFailed,
     CallTimeout,
     CallToSelf,
+    ChildStartError,
     MailboxFull,
 )
 from loopactors.testing import InjectedCrash, inject_crash
