@@ -127,9 +127,7 @@ class LoopFinished(LoopEvent, frozen=True, kw_only=True, tag="loop_finished"):
     trigger: str | None = None
 
     def note(self) -> str:
-        rounds = ", ".join(
-            f"r{r.round}({_secs(r.duration)}s,{r.status})" for r in self.summary
-        )
+        rounds = ", ".join(f"r{r.round}({_secs(r.duration)}s,{r.status})" for r in self.summary)
         if self.phase == "complete":
             head = "[loop-progress loop complete]"
         elif self.phase == "cancelled":

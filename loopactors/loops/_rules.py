@@ -1,0 +1,127 @@
+"""Pure per-round rules: the prompt a round gets, the breaker's checks, and what comes next.
+
+No trio, no I/O: the Compactor, the Breaker and the LoopRunner actors call these, and the tests
+exercise them directly.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+import msgspec
+
+from ._model import LoopState
+
+__all__ = [
+    "SEPARATOR",
+    "Prompt",
+    "Verdict",
+    "build_prompt",
+    "check_before_round",
+    "next_phase",
+    "normalize_output",
+    "same_output",
+]
+
+#: Between the inherited seed and the task, as in the reference.
+SEPARATOR = "\n\n---\n\n"
+
+
+class Prompt(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+    seed_source: Literal["task", "previous_output"]
+
+
+def build_prompt(state: LoopState) -> Prompt:
+    """``inherit``: the previous round's worker output, tail-capped, then the separator, then
+    the task. ``fresh`` (and round 1, or no successful round yet): the task alone.
+
+    The seed is the worker's own output, never a later read from elsewhere (rolebox's W1).
+    """
+    spec = state.spec
+    seed = state.last_output
+    if spec.mode == "fresh" or not seed or spec.seed_cap <= 0:
+        return Prompt(text=spec.task, seed_source="task")
+    return Prompt(
+        text=seed[-spec.seed_cap :] + SEPARATOR + spec.task, seed_source="previous_output"
+    )
+
+
+_TIMESTAMP = re.compile(
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?"
+    r"|\b\d{1,2}:\d{2}(:\d{2})?\b"
+)
+_NUMBER = re.compile(r"\d+")
+_SPACE = re.compile(r"\s+")
+
+
+def normalize_output(text: str) -> str:
+    """Output as the no-progress fuse compares it: timestamps and numbers masked, whitespace
+    collapsed, case folded. So ``round 3 at 10:02`` equals ``round 4 at 10:07`` (rolebox's W4:
+    a round number or a timestamp must not hide a loop that is going nowhere)."""
+    text = _TIMESTAMP.sub("<time>", text)
+    text = _NUMBER.sub("#", text)
+    return _SPACE.sub(" ", text).strip().casefold()
+
+
+def same_output(previous: str | None, current: str) -> bool:
+    if previous is None:
+        return False
+    return normalize_output(previous) == normalize_output(current)
+
+
+class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    """The breaker's decision to escalate: which trigger fired, and why, in words."""
+
+    trigger: str
+    reason: str
+
+
+def check_before_round(state: LoopState, now: float) -> Verdict | None:
+    """The loop breaker, run before each round: ``None`` means go on."""
+    spec = state.spec
+    if state.round > spec.rounds:
+        return Verdict(
+            trigger="max_rounds", reason=f"round {state.round} is past the {spec.rounds} asked for"
+        )
+    if state.stale_rounds >= spec.stale_rounds_limit:
+        return Verdict(
+            trigger="no_progress",
+            reason=(
+                f"the output did not change for {state.stale_rounds} consecutive rounds "
+                "(compared with numbers and timestamps masked)"
+            ),
+        )
+    if state.consecutive_failures >= spec.max_consecutive_failures:
+        return Verdict(
+            trigger="consecutive_failures",
+            reason=f"{state.consecutive_failures} rounds in a row failed or timed out",
+        )
+    if spec.max_tokens is not None and state.tokens_used >= spec.max_tokens:
+        return Verdict(
+            trigger="token_budget",
+            reason=f"{state.tokens_used} tokens used of a budget of {spec.max_tokens}",
+        )
+    elapsed = now - state.started_at if state.started_at else 0.0
+    if spec.max_seconds is not None and elapsed >= spec.max_seconds:
+        return Verdict(
+            trigger="deadline",
+            reason=f"{elapsed:.1f} s elapsed of a budget of {spec.max_seconds} s",
+        )
+    return None
+
+
+Next = Literal["complete", "cancelled", "paused", "dispatching"]
+
+
+def next_phase(state: LoopState) -> Next:
+    """After round ``state.round`` was recorded: the cap first, then a stop-after-round, then a
+    pause, else the next round (the reference's precedence: cap, cancel, then the rest)."""
+    if state.round >= state.spec.rounds:
+        return "complete"
+    if state.stop_requested is not None:
+        return "cancelled"
+    if state.pause_requested:
+        return "paused"
+    return "dispatching"

@@ -1,0 +1,30 @@
+"""The loop runtime: supervised actors that run |loop| iteration loops.
+
+General layout: ``_api`` (open_runtime, Runtime, LoopHandle), ``_coordinator``, ``_runner``
+(one LoopRunner per live loop), ``_dispatcher``, ``_services`` (Store, Breaker, Compactor,
+Timers), ``_events`` (subscriber fan-out), ``_config`` (configuration files).
+"""
+
+from ._api import LoopHandle as LoopHandle
+from ._api import Runtime as Runtime
+from ._api import build_spec as build_spec
+from ._api import open_runtime as open_runtime
+from ._config import BreakerSettings as BreakerSettings
+from ._config import RuntimeConfig as RuntimeConfig
+from ._config import find_config as find_config
+from ._config import load_config as load_config
+from ._events import Gap as Gap
+from ._events import Subscription as Subscription
+
+__all__ = [
+    "BreakerSettings",
+    "Gap",
+    "LoopHandle",
+    "Runtime",
+    "RuntimeConfig",
+    "Subscription",
+    "build_spec",
+    "find_config",
+    "load_config",
+    "open_runtime",
+]

@@ -1,0 +1,328 @@
+"""The embedding API: open a runtime inside a trio program, start loops, steer them.
+
+async with open_runtime(state_dir=".loopactors") as rt:
+    handle = await rt.start("|loop:3,fresh| review this module", worker="scripted")
+    async for event in handle.events():
+        print(event.note())
+    final = await handle.wait()
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..actors import ChildSpec, Node, Supervisor, open_node
+from ..errors import LoopNotFound, LoopSyntaxError
+from ..loops._events import AnyEvent, LoopFinished
+from ..loops._model import MAX_ROUNDS, LoopSpec, LoopState, RoundRecord, StopMode
+from ..loops._syntax import parse_loop
+from ..messages import (
+    ControlLoop,
+    GetEvents,
+    GetLoop,
+    GetRounds,
+    GetStoreStatistics,
+    ListLoops,
+    StartLoop,
+)
+from ..storage import StoreBackend, StoreStatistics, open_backend
+from ._config import RuntimeConfig, load_config
+from ._coordinator import Coordinator, CoordinatorLimits
+from ._dispatcher import Dispatcher
+from ._events import EventBus, Gap, Subscription
+from ._runner import RunnerDeps
+from ._services import Breaker, Compactor, Store, Timers
+
+__all__ = ["LoopHandle", "Runtime", "open_runtime"]
+
+
+class LoopHandle:
+    """One loop, seen from the program that started (or found) it."""
+
+    __slots__ = ("loop_id", "runtime")
+
+    def __init__(self, runtime: Runtime, loop_id: str) -> None:
+        self.runtime = runtime
+        self.loop_id = loop_id
+
+    def __repr__(self) -> str:
+        return f"<LoopHandle {self.loop_id}>"
+
+    async def status(self) -> LoopState:
+        return await self.runtime.get(self.loop_id)
+
+    async def stop(self, *, after_round: bool = False) -> LoopState:
+        """Stop now (the round in flight is cancelled), or after the round in flight."""
+        mode: StopMode = "after_round" if after_round else "now"
+        return await self.runtime._control(self.loop_id, "stop", mode)
+
+    async def pause(self) -> LoopState:
+        """Let the round in flight finish, then dispatch nothing until :meth:`resume`."""
+        return await self.runtime._control(self.loop_id, "pause")
+
+    async def resume(self) -> LoopState:
+        return await self.runtime._control(self.loop_id, "resume")
+
+    async def history(self) -> list[RoundRecord]:
+        return await self.runtime.history(self.loop_id)
+
+    def events(self, *, queue_size: int | None = None) -> Subscription:
+        """Live events of this loop from now on (iterate with ``async for``)."""
+        return self.runtime.subscribe(self.loop_id, queue_size=queue_size)
+
+    async def wait(self) -> LoopState:
+        """Wait until the loop reaches a terminal phase and return its final state."""
+        with self.events() as events:
+            state = await self.status()
+            if state.terminal:
+                return state
+            async for event in events:
+                if isinstance(event, LoopFinished):
+                    break
+                if isinstance(event, Gap):
+                    # Events were dropped: the finish may have been one of them.
+                    state = await self.status()
+                    if state.terminal:
+                        return state
+        return await self.status()
+
+
+class Runtime:
+    """A running loop runtime: a node with the runtime's actors, and the way to talk to them."""
+
+    def __init__(self, node: Node, config: RuntimeConfig, bus: EventBus) -> None:
+        self.node = node
+        self.config = config
+        self.bus = bus
+        self._coordinator = node.ref("coordinator")
+        self._store = node.ref("store")
+
+    async def start(
+        self,
+        loop: str | LoopSpec,
+        *,
+        worker: str | None = None,
+        parent_id: str | None = None,
+        loop_id: str | None = None,
+        **options: Any,
+    ) -> LoopHandle:
+        """Start a loop from ``|loop...|`` text or a :class:`LoopSpec`.
+
+        ``options`` are :class:`LoopSpec` fields (``round_timeout``, ``max_tokens``, ...);
+        unset ones come from the runtime's configuration.
+        """
+        spec = self.build_spec(loop, worker=worker, parent_id=parent_id, **options)
+        state: LoopState = await self._coordinator.call(
+            StartLoop(spec=spec, loop_id=loop_id), timeout=60.0
+        )
+        return LoopHandle(self, state.loop_id)
+
+    def build_spec(
+        self, loop: str | LoopSpec, *, worker: str | None = None, **options: Any
+    ) -> LoopSpec:
+        """The :class:`LoopSpec` that :meth:`start` would run, checked."""
+        return build_spec(self.config, loop, worker=worker, **options)
+
+    def handle(self, loop_id: str) -> LoopHandle:
+        return LoopHandle(self, loop_id)
+
+    async def get(self, loop_id: str) -> LoopState:
+        state: LoopState | None = await self._store.call(GetLoop(loop_id))
+        if state is None:
+            raise LoopNotFound(f"no loop {loop_id!r} in this runtime's store")
+        return state
+
+    async def loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
+        """Loops in the store, newest first (only the live ones if ``live_only``)."""
+        loops: list[LoopState] = await self._store.call(ListLoops(live_only=live_only, limit=limit))
+        return loops
+
+    async def history(self, loop_id: str) -> list[RoundRecord]:
+        await self.get(loop_id)  # a clear error for an unknown id
+        rounds: list[RoundRecord] = await self._store.call(GetRounds(loop_id))
+        return rounds
+
+    async def stored_events(self, loop_id: str) -> list[AnyEvent]:
+        """The loop's event log as the store keeps it."""
+        await self.get(loop_id)
+        events: list[AnyEvent] = await self._store.call(GetEvents(loop_id))
+        return events
+
+    async def store_statistics(self) -> StoreStatistics:
+        stats: StoreStatistics = await self._store.call(GetStoreStatistics())
+        return stats
+
+    def subscribe(
+        self, loop_id: str | None = None, *, queue_size: int | None = None
+    ) -> Subscription:
+        """Live events of one loop, or of all loops (``loop_id=None``)."""
+        return self.bus.subscribe(loop_id, queue_size=queue_size)
+
+    async def wait_all(self) -> list[LoopState]:
+        """Wait until no loop is live; return the loops that were live when called, final."""
+        live = await self.loops(live_only=True)
+        return [await self.handle(state.loop_id).wait() for state in live]
+
+    async def _control(self, loop_id: str, command: str, stop_mode: StopMode = "now") -> LoopState:
+        state: LoopState = await self._coordinator.call(
+            ControlLoop(loop_id=loop_id, command=command, stop_mode=stop_mode),  # type: ignore[arg-type]
+            timeout=60.0,
+        )
+        return state
+
+
+def build_spec(
+    config: RuntimeConfig, loop: str | LoopSpec, *, worker: str | None = None, **options: Any
+) -> LoopSpec:
+    """A checked :class:`LoopSpec` from ``|loop...|`` text or a spec, with the runtime's
+    defaults for what neither the text nor ``options`` set."""
+    defaults: dict[str, Any] = {
+        "worker": worker or config.worker,
+        "round_timeout": config.round_timeout,
+        "inter_round_delay": config.inter_round_delay,
+        "seed_cap": config.seed_cap,
+        "max_consecutive_failures": config.breaker.max_consecutive_failures,
+        "stale_rounds_limit": config.breaker.stale_rounds_limit,
+        "max_tokens": config.breaker.max_tokens,
+        "max_seconds": config.breaker.max_seconds,
+    }
+    known = set(LoopSpec.__struct_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise LoopSyntaxError(
+            f"unknown loop option(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}"
+        )
+    given = {k: v for k, v in options.items() if v is not None}
+    if isinstance(loop, LoopSpec):
+        fields = {**defaults, **given}
+        if worker is None:
+            fields.pop("worker")
+        spec = _replace_spec(loop, fields)
+    else:
+        spec = parse_loop(loop).spec(**{**defaults, **given})
+    return validate_spec(spec)
+
+
+def _replace_spec(spec: LoopSpec, fields: dict[str, Any]) -> LoopSpec:
+    # Fields the caller set explicitly on the spec win over the runtime's defaults.
+    explicit = {
+        name: getattr(spec, name)
+        for name in spec.__struct_fields__
+        if getattr(spec, name) != getattr(LoopSpec(task=spec.task), name)
+    }
+    return msgspec.structs.replace(spec, **{**fields, **explicit})
+
+
+def validate_spec(spec: LoopSpec) -> LoopSpec:
+    """Check a spec built in code as strictly as the parser checks text."""
+    problems = []
+    if not spec.task.strip():
+        problems.append("the task is empty: say what each round should do")
+    if not 1 <= spec.rounds <= MAX_ROUNDS:
+        problems.append(f"rounds must be from 1 to {MAX_ROUNDS}, got {spec.rounds}")
+    if spec.mode not in ("inherit", "fresh"):
+        problems.append(f"mode must be inherit or fresh, got {spec.mode!r}")
+    if not spec.round_timeout > 0:
+        problems.append(f"round_timeout must be > 0 seconds, got {spec.round_timeout}")
+    if not spec.inter_round_delay >= 0:
+        problems.append(f"inter_round_delay must be >= 0 seconds, got {spec.inter_round_delay}")
+    if spec.max_consecutive_failures < 1 or spec.stale_rounds_limit < 1:
+        problems.append("max_consecutive_failures and stale_rounds_limit must be >= 1")
+    if problems:
+        raise LoopSyntaxError("; ".join(problems))
+    return spec
+
+
+def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]:
+    """The node's tree, in start order (stopped in reverse, restarted rest_for_one)."""
+
+    def backend() -> StoreBackend:
+        state_dir = None if config.store == "memory" else Path(config.state_dir)
+        return open_backend(config.store, state_dir)
+
+    limits = CoordinatorLimits(
+        max_live_loops=config.max_live_loops, max_tree_loops=config.max_tree_loops
+    )
+    return [
+        ChildSpec("store", functools.partial(Store, backend), name="store", shutdown=30.0),
+        ChildSpec("breaker", Breaker, name="breaker"),
+        ChildSpec("compactor", Compactor, name="compactor"),
+        ChildSpec(
+            "dispatcher",
+            functools.partial(
+                Dispatcher,
+                max_concurrent=config.max_concurrent_rounds,
+                max_per_kind=config.max_concurrent_per_kind,
+                kill_grace=config.kill_grace,
+                context_factory=functools.partial(RoundContextImpl, config, deps.bus),
+            ),
+            name="dispatcher",
+            shutdown=config.kill_grace + 5.0,
+        ),
+        ChildSpec("timers", Timers, name="timers"),
+        ChildSpec(
+            "loops",
+            functools.partial(
+                Supervisor,
+                strategy="one_for_one",
+                max_restarts=config.loop_max_restarts,
+                max_seconds=config.max_restart_seconds,
+            ),
+            name="loops",
+        ),
+        ChildSpec("coordinator", functools.partial(Coordinator, deps, limits), name="coordinator"),
+    ]
+
+
+class RoundContextImpl:
+    """What a round may do besides returning output: start child loops in its loop's scope."""
+
+    def __init__(
+        self, config: RuntimeConfig, bus: EventBus, node: Node, loop_id: str, round_number: int
+    ) -> None:
+        self.runtime = Runtime(node, config, bus)
+        self.loop_id = loop_id
+        self.round = round_number
+
+    async def start_child(self, text: str, **options: Any) -> LoopHandle:
+        """Start a child loop: it is stopped with this loop, and may not repeat an ancestor's
+        task."""
+        return await self.runtime.start(text, parent_id=self.loop_id, **options)
+
+
+@asynccontextmanager
+async def open_runtime(
+    config: RuntimeConfig | None = None,
+    *,
+    state_dir: str | Path | None = None,
+    store: str | None = None,
+    config_file: Path | None = None,
+    **overrides: Any,
+) -> AsyncIterator[Runtime]:
+    """Run the loop runtime inside the calling trio program for the duration of the block.
+
+    Configuration: ``config`` if given, else ``loopactors.toml`` / ``[tool.loopactors]``
+    found from the working directory (or ``config_file``), then the keyword overrides.
+    Every non-terminal loop in the store is resumed from its last committed step at once.
+    """
+    if config is None:
+        config = load_config(config_file)
+    config = config.replace(state_dir=state_dir, store=store, **overrides)
+    bus = EventBus(config.event_queue_size)
+    deps = RunnerDeps(bus=bus, kill_grace=config.kill_grace)
+    children = runtime_children(config, deps)
+    async with open_node(
+        children,
+        name="loopactors",
+        strategy="rest_for_one",
+        max_restarts=config.max_restarts,
+        max_seconds=config.max_restart_seconds,
+        shutdown_grace=config.shutdown_grace,
+    ) as node:
+        yield Runtime(node, config, bus)

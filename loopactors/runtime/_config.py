@@ -1,0 +1,134 @@
+"""Runtime configuration: defaults, `loopactors.toml` or `[tool.loopactors]`, then flags.
+
+The file is structured with cattrs into frozen attrs classes; an unknown key or a wrong type is
+a :class:`ConfigError` that names the key and the file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import cattrs
+
+from ..errors import ConfigError
+
+__all__ = ["BreakerSettings", "RuntimeConfig", "find_config", "load_config"]
+
+CONFIG_FILE = "loopactors.toml"
+
+
+def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+
+
+def _not_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value >= 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+@attrs.frozen
+class BreakerSettings:
+    """Defaults of the checks run before each round (each loop may override them)."""
+
+    max_consecutive_failures: int = attrs.field(default=3, validator=_positive)
+    stale_rounds_limit: int = attrs.field(default=2, validator=_positive)
+    max_tokens: int | None = attrs.field(default=None, validator=_positive)
+    max_seconds: float | None = attrs.field(default=None, validator=_positive)
+
+
+@attrs.frozen
+class RuntimeConfig:
+    """Everything a runtime can be told; every field has a working default."""
+
+    state_dir: Path = Path(".loopactors")
+    store: Literal["sqlite", "memory"] = "sqlite"
+    #: Worker spec for loops that do not name one.
+    worker: str = "scripted"
+    max_live_loops: int = attrs.field(default=10_000, validator=_positive)
+    max_tree_loops: int = attrs.field(default=30, validator=_positive)
+    max_concurrent_rounds: int = attrs.field(default=1_000, validator=_positive)
+    #: Concurrency slots per worker kind, e.g. ``{command = 4}``.
+    max_concurrent_per_kind: dict[str, int] = attrs.field(factory=dict)
+    round_timeout: float = attrs.field(default=900.0, validator=_positive)
+    inter_round_delay: float = attrs.field(default=0.0, validator=_not_negative)
+    seed_cap: int = attrs.field(default=8000, validator=_not_negative)
+    #: Seconds a subprocess worker gets between SIGTERM and SIGKILL.
+    kill_grace: float = attrs.field(default=5.0, validator=_not_negative)
+    shutdown_grace: float = attrs.field(default=10.0, validator=_not_negative)
+    event_queue_size: int = attrs.field(default=1000, validator=_positive)
+    breaker: BreakerSettings = attrs.field(factory=BreakerSettings)
+    #: Restart intensity of the node's supervisor and of the loop supervisor.
+    max_restarts: int = attrs.field(default=10, validator=_not_negative)
+    max_restart_seconds: float = attrs.field(default=10.0, validator=_positive)
+    loop_max_restarts: int = attrs.field(default=1_000, validator=_not_negative)
+
+    def replace(self, **changes: Any) -> RuntimeConfig:
+        """A copy with ``changes``; ``None`` values are ignored (flags that were not given)."""
+        given = {k: v for k, v in changes.items() if v is not None}
+        unknown = sorted(set(given) - {a.name for a in attrs.fields(RuntimeConfig)})
+        if unknown:
+            raise ConfigError(f"unknown runtime option(s): {', '.join(unknown)}")
+        if "state_dir" in given:
+            given["state_dir"] = Path(given["state_dir"])
+        try:
+            return attrs.evolve(self, **given)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(str(exc)) from exc
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+_converter.register_structure_hook(Path, lambda value, _: Path(value))
+
+
+def structure_config(data: Mapping[str, Any], source: str) -> RuntimeConfig:
+    try:
+        return _converter.structure(dict(data), RuntimeConfig)
+    except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
+        if isinstance(exc, cattrs.BaseValidationError):
+            problems = "; ".join(cattrs.transform_error(exc, path="loopactors"))
+        else:
+            problems = str(exc)
+        raise ConfigError(f"invalid configuration in {source}: {problems}") from None
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    """``loopactors.toml``, or a ``pyproject.toml`` with ``[tool.loopactors]``, in ``start``
+    (default: the working directory) or the nearest parent that has one."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / CONFIG_FILE
+        if candidate.is_file():
+            return candidate
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and "loopactors" in _read_toml(pyproject).get("tool", {}):
+            return pyproject
+    return None
+
+
+def load_config(path: Path | None = None, *, search: bool = True) -> RuntimeConfig:
+    """Defaults, overlaid with the file at ``path`` (or the one :func:`find_config` finds)."""
+    if path is None and search:
+        path = find_config()
+    if path is None:
+        return RuntimeConfig()
+    data = _read_toml(path)
+    if path.name == "pyproject.toml":
+        data = data.get("tool", {}).get("loopactors", {})
+    config = structure_config(data, str(path))
+    if not config.state_dir.is_absolute():
+        # A relative state directory is relative to the file that names it.
+        config = attrs.evolve(config, state_dir=path.parent / config.state_dir)
+    return config
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc}") from None

@@ -1,0 +1,232 @@
+"""The Coordinator: admits loops, starts their runners, routes commands, recovers.
+
+It keeps only live loops in memory (an index for the caps and the loop tree); a finished
+loop leaves at once and its history stays in the store (rolebox's W20). Any number of loops
+may share an owner, one after another or at the same time.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from typing import Any
+
+import attrs
+
+from ..actors import Actor, ChildSpec, ErrorReply, SupervisorRef
+from ..errors import ActorError, AdmissionRefused, LoopNotFound, WorkerSpecError
+from ..loops._model import LoopState
+from ..messages import Commit, ControlLoop, GetLoop, ListLoops, LoopEnded, StartLoop
+from ..storage import Write
+from ..workers import parse_worker
+from ._dispatcher import runner_name
+from ._runner import RunnerDeps, RunnerFactory, services_of
+
+__all__ = ["Coordinator", "CoordinatorLimits"]
+
+_SPACE = re.compile(r"\s+")
+
+
+def fingerprint(task: str) -> str:
+    """A task as the duplicate check compares it: whitespace collapsed, case folded."""
+    return _SPACE.sub(" ", task).strip().casefold()
+
+
+@attrs.frozen
+class CoordinatorLimits:
+    max_live_loops: int = 10_000
+    max_tree_loops: int = 30
+    runner_shutdown: float = 5.0
+
+
+@attrs.define
+class _Live:
+    parent_id: str | None
+    task: str
+    children: set[str] = attrs.field(factory=set)
+
+
+class Coordinator(Actor[Any]):
+    mailbox_size = 16_384
+
+    def __init__(self, deps: RunnerDeps, limits: CoordinatorLimits) -> None:
+        self.deps = deps
+        self.limits = limits
+        self._live: dict[str, _Live] = {}
+
+    async def on_start(self) -> None:
+        self.svc = services_of(self.node)
+        # Recovery: every non-terminal loop resumes from its last committed step. A runner
+        # still alive (only this actor restarted) is adopted; the others are started.
+        states: list[LoopState] = await self.svc.store.call(
+            ListLoops(live_only=True), self.deps.call_timeout
+        )
+        for state in sorted(states, key=lambda s: s.created_at):
+            self._index(state)
+        for state in states:
+            if self.node.whereis(runner_name(state.loop_id)) is None:
+                await self._start_runner(state, recovered=True)
+
+    async def handle(self, message: Any) -> Any:
+        kind = type(message)
+        if kind is StartLoop:
+            return await self._admit(message)
+        if kind is ControlLoop:
+            return await self._control(message)
+        if kind is LoopEnded:
+            await self._ended(message.state)
+            return None
+        return ErrorReply(TypeError(f"the coordinator does not accept {kind.__name__}"))
+
+    # -- admission -------------------------------------------------------------------------
+
+    async def _admit(self, message: StartLoop) -> Any:
+        spec = message.spec
+        refusal = self._refusal(message)
+        if refusal is not None:
+            return ErrorReply(refusal)
+        now = time.time()
+        loop_id = message.loop_id or new_loop_id()
+        state = LoopState(loop_id=loop_id, spec=spec, created_at=now, updated_at=now)
+        await self.svc.store.call(Commit(Write(state=state)), self.deps.call_timeout)
+        self._index(state)
+        try:
+            await self._start_runner(state, recovered=False)
+        except ActorError as exc:
+            self._forget(loop_id)
+            return ErrorReply(AdmissionRefused(f"the loop's runner failed to start: {exc}"))
+        return state
+
+    def _refusal(self, message: StartLoop) -> Exception | None:
+        spec = message.spec
+        if message.loop_id is not None and (
+            message.loop_id in self._live or not message.loop_id.strip()
+        ):
+            return AdmissionRefused(f"loop id {message.loop_id!r} is empty or already live")
+        if len(self._live) >= self.limits.max_live_loops:
+            return AdmissionRefused(
+                f"the runtime already runs {len(self._live)} live loops "
+                f"(max_live_loops = {self.limits.max_live_loops}); wait for some to finish "
+                "or raise the cap"
+            )
+        try:
+            parse_worker(spec.worker, kill_grace=self.deps.kill_grace)
+        except WorkerSpecError as exc:
+            return exc
+        if spec.parent_id is None:
+            return None
+        parent = self._live.get(spec.parent_id)
+        if parent is None:
+            return AdmissionRefused(
+                f"parent loop {spec.parent_id!r} is not live; a child loop lives in its "
+                "parent's scope"
+            )
+        # The reference's rule: a child may not repeat the task of any of its ancestors.
+        wanted = fingerprint(spec.task)
+        ancestor_id: str | None = spec.parent_id
+        root_id = spec.parent_id
+        while ancestor_id is not None:
+            ancestor = self._live[ancestor_id]
+            if fingerprint(ancestor.task) == wanted:
+                return AdmissionRefused(
+                    "identical task already looping in ancestor chain (loop "
+                    f"{ancestor_id}): refine the task or report the blockage instead"
+                )
+            root_id = ancestor_id
+            ancestor_id = ancestor.parent_id
+        tree = self._tree_size(root_id)
+        if tree + 1 > self.limits.max_tree_loops:
+            return AdmissionRefused(
+                f"loop tree budget exhausted: {tree} live loops in the tree of {root_id} "
+                f"(max_tree_loops = {self.limits.max_tree_loops}); some must finish first"
+            )
+        return None
+
+    def _tree_size(self, root_id: str) -> int:
+        size, todo = 0, [root_id]
+        while todo:
+            loop = self._live.get(todo.pop())
+            if loop is not None:
+                size += 1
+                todo.extend(loop.children)
+        return size
+
+    async def _start_runner(self, state: LoopState, *, recovered: bool) -> None:
+        factory = RunnerFactory(state.loop_id, self.deps, state, recovered=recovered)
+        loops = self.node.whereis("loops")
+        if loops is None:
+            raise ActorError("the loop supervisor is not running")
+        spec = ChildSpec(
+            state.loop_id,
+            factory,
+            restart="transient",
+            name=runner_name(state.loop_id),
+            shutdown=self.limits.runner_shutdown,
+        )
+        await SupervisorRef(loops).start_child(spec, timeout=self.deps.call_timeout)
+
+    # -- commands --------------------------------------------------------------------------
+
+    async def _control(self, message: ControlLoop) -> Any:
+        loop_id = message.loop_id
+        if loop_id not in self._live:
+            state = await self.svc.store.call(GetLoop(loop_id), self.deps.call_timeout)
+            if state is None:
+                return ErrorReply(LoopNotFound(f"no loop {loop_id!r} in this runtime's store"))
+            return state  # finished: every command is a no-op that reports the final state
+        if message.command == "stop":
+            # Children live in their parent's scope: they go first, then the parent.
+            for child_id in self._descendants(loop_id):
+                await self._send_control(ControlLoop(loop_id=child_id, command="stop"))
+        return await self._send_control(message)
+
+    async def _send_control(self, message: ControlLoop) -> Any:
+        ref = self.node.whereis(runner_name(message.loop_id))
+        if ref is None:
+            state = await self.svc.store.call(GetLoop(message.loop_id), self.deps.call_timeout)
+            return (
+                state
+                if state is not None
+                else ErrorReply(LoopNotFound(f"no loop {message.loop_id!r}"))
+            )
+        return await ref.call(message, self.deps.call_timeout)
+
+    def _descendants(self, loop_id: str) -> list[str]:
+        """Live descendants, deepest first."""
+        found: list[str] = []
+        for child in self._live[loop_id].children:
+            if child in self._live:
+                found.extend(self._descendants(child))
+                found.append(child)
+        return found
+
+    async def _ended(self, state: LoopState) -> None:
+        loop = self._live.get(state.loop_id)
+        if loop is None:
+            return
+        # A loop's children end with it: they live in its scope.
+        for child_id in self._descendants(state.loop_id):
+            await self._send_control(ControlLoop(loop_id=child_id, command="stop"))
+        self._forget(state.loop_id)
+
+    # -- the index of live loops -----------------------------------------------------------
+
+    def _index(self, state: LoopState) -> None:
+        parent_id = state.spec.parent_id
+        self._live[state.loop_id] = _Live(parent_id=parent_id, task=state.spec.task)
+        if parent_id is not None and parent_id in self._live:
+            self._live[parent_id].children.add(state.loop_id)
+
+    def _forget(self, loop_id: str) -> None:
+        loop = self._live.pop(loop_id, None)
+        if loop is not None and loop.parent_id in self._live:
+            self._live[loop.parent_id].children.discard(loop_id)
+
+    def statistics(self) -> dict[str, int]:
+        return {"live_loops": len(self._live)}
+
+
+def new_loop_id() -> str:
+    """Short, unique, roughly time-ordered: seconds since the epoch in hex, then randomness."""
+    return f"{int(time.time()):x}-{secrets.token_hex(4)}"

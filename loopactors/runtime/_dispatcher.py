@@ -1,0 +1,136 @@
+"""The Dispatcher: runs rounds on workers, each in its own cancel scope.
+
+Rounds run as tasks in the Dispatcher's nursery, behind a global concurrency limit and one per
+worker kind. Each round's result goes to its loop's runner, looked up by name when the round
+ends, so a runner that restarted meanwhile still gets it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from ..actors import Actor, ErrorReply, Node
+from ..errors import ActorError
+from ..messages import CancelRound, Dispatch, RoundDone
+from ..workers import RoundContext, RoundResult, Worker, parse_worker
+
+__all__ = ["RUNNER_PREFIX", "Dispatcher", "runner_name"]
+
+RUNNER_PREFIX = "loop:"
+
+
+def runner_name(loop_id: str) -> str:
+    return RUNNER_PREFIX + loop_id
+
+
+class Dispatcher(Actor[Any]):
+    uses_nursery = True
+    mailbox_size = 16_384
+
+    def __init__(
+        self,
+        *,
+        max_concurrent: int,
+        max_per_kind: Mapping[str, int],
+        kill_grace: float,
+        context_factory: Callable[[Node, str, int], RoundContext] | None = None,
+    ) -> None:
+        self._limit = trio.CapacityLimiter(max_concurrent)
+        self._kind_limits = {kind: trio.CapacityLimiter(n) for kind, n in max_per_kind.items()}
+        self._kill_grace = kill_grace
+        self._context_factory = context_factory
+        self._workers: dict[str, Worker] = {}
+        self._running: dict[str, trio.CancelScope] = {}
+        self.rounds_started = 0
+
+    async def handle(self, message: Any) -> Any:
+        kind = type(message)
+        if kind is Dispatch:
+            key = message.request.key
+            if key in self._running:
+                return None  # same idempotency key: the running round will report once
+            scope = trio.CancelScope()
+            self._running[key] = scope
+            self.rounds_started += 1
+            self.nursery.start_soon(self._run, message, scope, name=f"round {key}")
+            return None
+        if kind is CancelRound:
+            running = self._running.get(message.key)
+            if running is not None:
+                running.cancel()
+            return None
+        return ErrorReply(TypeError(f"the dispatcher does not accept {kind.__name__}"))
+
+    async def on_stop(self, reason: BaseException | None) -> None:
+        # Rounds in flight are cancelled (subprocesses get SIGTERM, then SIGKILL); their loops
+        # stay in awaiting_worker in the store and are dispatched again on recovery.
+        for scope in self._running.values():
+            scope.cancel()
+
+    def worker(self, spec: str) -> Worker:
+        worker = self._workers.get(spec)
+        if worker is None:
+            worker = self._workers[spec] = parse_worker(spec, kill_grace=self._kill_grace)
+        return worker
+
+    async def _run(self, dispatch: Dispatch, scope: trio.CancelScope) -> None:
+        request = dispatch.request
+        started = time.monotonic()
+        result: RoundResult | None = None
+        try:
+            with scope:
+                worker = self.worker(request.worker)
+                kind_limit = self._kind_limits.get(worker.kind)
+                async with self._limit:
+                    if kind_limit is not None:
+                        await kind_limit.acquire()
+                    try:
+                        started = time.monotonic()
+                        result = await self._attempt(worker, dispatch)
+                    finally:
+                        if kind_limit is not None:
+                            kind_limit.release()
+            if result is None:
+                result = RoundResult(status="cancelled", error="round cancelled")
+        except Exception as exc:  # a worker bug must not crash the Dispatcher
+            result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            del self._running[request.key]
+        duration = time.monotonic() - started
+        done = RoundDone(
+            request.loop_id,
+            request.round,
+            RoundResult(
+                status=result.status,
+                output=result.output,
+                error=result.error,
+                tokens=result.tokens,
+                duration=duration,
+            ),
+        )
+        ref = self.node.whereis(runner_name(request.loop_id))
+        if ref is None:
+            return  # the loop ended or is restarting: recovery will dispatch again if needed
+        try:
+            ref.cast_nowait(done)
+        except ActorError:
+            try:
+                await ref.cast(done)
+            except ActorError:
+                return
+
+    async def _attempt(self, worker: Worker, dispatch: Dispatch) -> RoundResult:
+        request = dispatch.request
+        context = None
+        if self._context_factory is not None:
+            context = self._context_factory(self.node, request.loop_id, request.round)
+        with trio.move_on_after(dispatch.timeout) as timeout:
+            return await worker.run(request, context)
+        assert timeout.cancelled_caught
+        return RoundResult(
+            status="timed_out", error=f"round took longer than its timeout of {dispatch.timeout} s"
+        )

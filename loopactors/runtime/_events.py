@@ -1,0 +1,117 @@
+"""Fan-out of loop events to subscribers, each with a bounded queue.
+
+Not an actor: publishing is a synchronous ``send_nowait`` per subscriber, so a slow subscriber
+can never slow a loop. When a subscriber's queue is full its events are counted, not queued,
+and it receives one :class:`Gap` with the count as soon as it has room again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+
+import msgspec
+import trio
+
+from ..loops._events import AnyEvent
+
+__all__ = ["EventBus", "Gap", "Subscription"]
+
+DEFAULT_QUEUE_SIZE = 1000
+
+
+class Gap(msgspec.Struct, frozen=True, kw_only=True, tag="gap", tag_field="type"):
+    """``missed`` events were dropped because this subscriber fell behind."""
+
+    missed: int
+    loop_id: str | None = None
+
+
+class Subscription:
+    """An async iterator of events (and gaps); close it, or use it as a context manager."""
+
+    def __init__(self, bus: EventBus, loop_id: str | None, queue_size: int) -> None:
+        self._bus = bus
+        self.loop_id = loop_id
+        self._send, self._recv = trio.open_memory_channel[AnyEvent | Gap](queue_size)
+        self.missed = 0
+        self.delivered = 0
+
+    def _offer(self, event: AnyEvent) -> None:
+        try:
+            if self.missed:
+                self._send.send_nowait(Gap(missed=self.missed, loop_id=self.loop_id))
+                self.missed = 0
+            self._send.send_nowait(event)
+            self.delivered += 1
+        except trio.WouldBlock:
+            self.missed += 1
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._bus._remove(self)
+
+    def __aiter__(self) -> AsyncIterator[AnyEvent | Gap]:
+        return self._recv.__aiter__()
+
+    async def __anext__(self) -> AnyEvent | Gap:
+        return await self._recv.__anext__()
+
+    async def receive(self) -> AnyEvent | Gap:
+        return await self._recv.receive()
+
+    def close(self) -> None:
+        self._bus._remove(self)
+        self._send.close()
+        self._recv.close()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class EventBus:
+    def __init__(self, queue_size: int = DEFAULT_QUEUE_SIZE) -> None:
+        self.queue_size = queue_size
+        self._by_loop: dict[str, list[Subscription]] = {}
+        self._all: list[Subscription] = []
+
+    def subscribe(
+        self, loop_id: str | None = None, *, queue_size: int | None = None
+    ) -> Subscription:
+        """Events of one loop, or of every loop when ``loop_id`` is None."""
+        size = self.queue_size if queue_size is None else queue_size
+        if size < 1:
+            raise ValueError(f"queue_size must be >= 1, got {size}")
+        sub = Subscription(self, loop_id, size)
+        if loop_id is None:
+            self._all.append(sub)
+        else:
+            self._by_loop.setdefault(loop_id, []).append(sub)
+        return sub
+
+    def publish(self, event: AnyEvent) -> None:
+        for sub in self._by_loop.get(event.loop_id, ()):
+            sub._offer(event)
+        for sub in self._all:
+            sub._offer(event)
+
+    def _remove(self, sub: Subscription) -> None:
+        if sub.loop_id is None:
+            if sub in self._all:
+                self._all.remove(sub)
+            return
+        subs = self._by_loop.get(sub.loop_id)
+        if subs and sub in subs:
+            subs.remove(sub)
+            if not subs:
+                del self._by_loop[sub.loop_id]
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._all) + sum(len(s) for s in self._by_loop.values())

@@ -1,0 +1,184 @@
+"""The runtime's small service actors: Store, Breaker, Compactor, Timers.
+
+Each is a thin shell: the Store over a storage backend, the Breaker and the Compactor over the
+pure rules in :mod:`loopactors.loops._rules`, Timers over a heap of deadlines.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from ..actors import Actor, ErrorReply, PendingReply
+from ..errors import ActorError, StoreError
+from ..loops._rules import build_prompt, check_before_round
+from ..messages import (
+    BuildPrompt,
+    CheckRound,
+    Commit,
+    GetEvents,
+    GetLoop,
+    GetRounds,
+    GetStoreStatistics,
+    ListLoops,
+    Schedule,
+)
+from ..storage import StoreBackend, Write
+
+__all__ = ["Breaker", "Compactor", "Store", "Timers"]
+
+
+class Store(Actor[Any]):
+    """Durable state with group commit.
+
+    ``Commit`` calls are not answered at once: their writes collect while the mailbox drains,
+    then go to the backend as one transaction, and every writer of the batch is answered
+    after it committed. Throughput comes from batching, and no writer is ever told "done"
+    before its write is durable (no debounce window to lose, rolebox's W13).
+    """
+
+    mailbox_size = 16_384
+
+    def __init__(self, open_backend: Callable[[], StoreBackend]) -> None:
+        self._open_backend = open_backend
+        self.backend: StoreBackend
+        self._batch: list[Write] = []
+        self._waiting: list[PendingReply] = []
+        self._threaded = True
+
+    async def on_start(self) -> None:
+        self.backend = await trio.to_thread.run_sync(self._open_backend)
+        # An in-memory backend commits in microseconds: a thread hop would cost more.
+        self._threaded = self.backend.kind != "memory"
+
+    async def handle(self, message: Any) -> Any:
+        kind = type(message)
+        if kind is Commit:
+            self._batch.append(message.write)
+            self._waiting.append(self.defer_reply())
+            return None
+        await self._flush()  # a read sees every write queued before it
+        backend = self.backend
+        if kind is GetLoop:
+            return await self._run(backend.get_loop, message.loop_id)
+        if kind is ListLoops:
+            return await self._run(
+                lambda: backend.list_loops(live_only=message.live_only, limit=message.limit)
+            )
+        if kind is GetRounds:
+            return await self._run(backend.rounds, message.loop_id)
+        if kind is GetEvents:
+            return await self._run(backend.events, message.loop_id)
+        if kind is GetStoreStatistics:
+            return await self._run(backend.statistics)
+        return ErrorReply(TypeError(f"the store does not accept {kind.__name__}"))
+
+    async def on_drained(self) -> None:
+        await self._flush()
+
+    async def on_stop(self, reason: BaseException | None) -> None:
+        try:
+            await self._flush()
+        finally:
+            await trio.to_thread.run_sync(self.backend.close)
+
+    async def _flush(self) -> None:
+        if not self._batch:
+            return
+        writes, waiting = self._batch, self._waiting
+        self._batch, self._waiting = [], []
+        try:
+            await self._run(self.backend.commit, writes)
+        except StoreError as exc:
+            for pending in waiting:
+                pending.fail(exc)
+            return
+        for pending in waiting:
+            pending.reply(None)
+
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if not self._threaded:
+            return fn(*args)
+        return await trio.to_thread.run_sync(fn, *args)
+
+
+class Breaker(Actor[Any]):
+    """Checks a loop before each round: go on, or escalate with a trigger and a reason."""
+
+    async def handle(self, message: Any) -> Any:
+        if type(message) is CheckRound:
+            return check_before_round(message.state, message.now)
+        return ErrorReply(TypeError(f"the breaker does not accept {type(message).__name__}"))
+
+
+class Compactor(Actor[Any]):
+    """Builds each round's prompt (inherit seed or fresh)."""
+
+    async def handle(self, message: Any) -> Any:
+        if type(message) is BuildPrompt:
+            return build_prompt(message.state)
+        return ErrorReply(TypeError(f"the compactor does not accept {type(message).__name__}"))
+
+
+class Timers(Actor[Any]):
+    """Delivers messages at a deadline: one task and one heap for every loop's timers.
+
+    Loop runners use it for inter-round delays and round watchdogs instead of sleeping in a
+    handler (which would block a stop) or owning a task each (which would cost memory).
+    A timer's message carries an epoch, so a timer that is no longer wanted is ignored by its
+    receiver rather than cancelled here.
+    """
+
+    uses_nursery = True
+    mailbox_size = 16_384
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, str, Any]] = []
+        self._seq = itertools.count()
+        self._changed = trio.Event()
+
+    async def on_start(self) -> None:
+        self.nursery.start_soon(self._fire)
+
+    async def handle(self, message: Any) -> Any:
+        if type(message) is not Schedule:
+            return ErrorReply(TypeError(f"timers do not accept {type(message).__name__}"))
+        earliest = self._heap[0][0] if self._heap else None
+        heapq.heappush(
+            self._heap, (message.deadline, next(self._seq), message.name, message.message)
+        )
+        if earliest is None or message.deadline < earliest:
+            self._changed.set()
+        return None
+
+    async def _fire(self) -> None:
+        node = self.node
+        while True:
+            if not self._heap:
+                await self._changed.wait()
+            else:
+                with trio.move_on_at(self._heap[0][0]):
+                    await self._changed.wait()
+            self._changed = trio.Event()
+            now = trio.current_time()
+            while self._heap and self._heap[0][0] <= now:
+                _, _, name, payload = heapq.heappop(self._heap)
+                ref = node.whereis(name)
+                if ref is None:
+                    continue  # its receiver is gone: nobody needs the wake-up
+                try:
+                    ref.cast_nowait(payload)
+                except ActorError:
+                    self.nursery.start_soon(self._deliver_later, name, payload)
+
+    async def _deliver_later(self, name: str, payload: Any) -> None:
+        ref = self.node.whereis(name)
+        if ref is not None:
+            try:
+                await ref.cast(payload)
+            except ActorError:
+                return

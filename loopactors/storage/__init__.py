@@ -1,0 +1,58 @@
+"""Durable state: loops, their round records and event logs.
+
+General layout: ``_base`` (the :class:`StoreBackend` interface and its records), ``_memory``
+(dicts, for tests and demos), ``_sqlite`` (one WAL-mode SQLite file). All are private; this
+module is the public surface, and :func:`open_backend` picks a backend by name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import StoreError
+from ._base import StoreBackend as StoreBackend
+from ._base import StoreStatistics as StoreStatistics
+from ._base import Write as Write
+from ._memory import MemoryBackend as MemoryBackend
+from ._sqlite import SqliteBackend as SqliteBackend
+
+__all__ = [
+    "MemoryBackend",
+    "SqliteBackend",
+    "StoreBackend",
+    "StoreStatistics",
+    "Write",
+    "open_backend",
+]
+
+DB_FILENAME = "loopactors.db"
+_KINDS = ("memory", "sqlite")
+
+
+def open_backend(kind: str, state_dir: Path | None) -> StoreBackend:
+    """Open the backend named ``kind``: ``memory``, or ``sqlite`` in ``state_dir``.
+
+    The SQLite file is ``<state_dir>/loopactors.db``; ``state_dir`` is created if missing.
+    """
+    if kind == "memory":
+        return MemoryBackend()
+    if kind == "sqlite":
+        if state_dir is None:
+            raise StoreError("the sqlite store needs a state directory")
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the state directory {state_dir}: {exc}") from exc
+        return SqliteBackend(state_dir / DB_FILENAME)
+    raise StoreError(f"unknown store kind {kind!r}; accepted: {', '.join(_KINDS)}")
+
+
+def _fix_module() -> None:
+    # Tracebacks and reprs show the public path, as trio does for its re-exports.
+    for name in __all__:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith(__name__ + "._"):
+            obj.__module__ = __name__
+
+
+_fix_module()

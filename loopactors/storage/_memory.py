@@ -1,0 +1,87 @@
+"""The in-process backend: dicts, gone with the process. For tests, demos and ``--store memory``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from ..errors import StoreError
+from ..loops._events import AnyEvent
+from ..loops._model import TERMINAL_PHASES, LoopState, RoundRecord
+from ._base import StoreBackend, StoreStatistics, Write
+
+__all__ = ["MemoryBackend"]
+
+
+class MemoryBackend(StoreBackend):
+    """Keeps the committed objects themselves: states are frozen Structs, so nothing is copied."""
+
+    kind = "memory"
+
+    def __init__(self) -> None:
+        self._loops: dict[str, LoopState] = {}
+        self._rounds: dict[str, dict[int, RoundRecord]] = {}
+        self._events: dict[str, list[AnyEvent]] = {}
+        self._commits = 0
+        self._writes = 0
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the memory store is closed")
+
+    def commit(self, writes: Sequence[Write]) -> None:
+        self._check_open()
+        if not writes:
+            return
+        # Plain dict and list updates of typed objects cannot fail half-way, so applying in
+        # order is already all-or-nothing; later writes of a loop replace earlier ones.
+        loops, rounds, events = self._loops, self._rounds, self._events
+        for write in writes:
+            state = write.state
+            loops[state.loop_id] = state
+            record = write.round
+            if record is not None:
+                rounds.setdefault(record.loop_id, {})[record.round] = record
+            for event in write.events:
+                events.setdefault(event.loop_id, []).append(event)
+        self._commits += 1
+        self._writes += len(writes)
+
+    def get_loop(self, loop_id: str) -> LoopState | None:
+        self._check_open()
+        return self._loops.get(loop_id)
+
+    def list_loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
+        self._check_open()
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be None or >= 0, not {limit}")
+        states: Iterable[LoopState] = self._loops.values()
+        if live_only:
+            states = (s for s in states if s.phase not in TERMINAL_PHASES)
+        # loop_id breaks ties the same way the SQLite backend's ORDER BY does.
+        ordered = sorted(states, key=lambda s: (s.created_at, s.loop_id), reverse=True)
+        return ordered if limit is None else ordered[:limit]
+
+    def rounds(self, loop_id: str) -> list[RoundRecord]:
+        self._check_open()
+        by_round = self._rounds.get(loop_id, {})
+        return [by_round[n] for n in sorted(by_round)]
+
+    def events(self, loop_id: str) -> list[AnyEvent]:
+        self._check_open()
+        return list(self._events.get(loop_id, ()))
+
+    def statistics(self) -> StoreStatistics:
+        self._check_open()
+        return StoreStatistics(
+            loops=len(self._loops),
+            live_loops=sum(s.phase not in TERMINAL_PHASES for s in self._loops.values()),
+            rounds=sum(map(len, self._rounds.values())),
+            events=sum(map(len, self._events.values())),
+            commits=self._commits,
+            writes=self._writes,
+        )
+
+    def close(self) -> None:
+        self._closed = True
+        self._loops, self._rounds, self._events = {}, {}, {}

@@ -1,0 +1,234 @@
+"""The durable backend: one SQLite file in WAL mode, written by group commit.
+
+Rows carry the msgspec-JSON of the committed objects; the other columns exist only to be
+queried (phase, order, counts). The schema is versioned with ``PRAGMA user_version``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import msgspec
+
+from ..errors import StoreError
+from ..loops._events import AnyEvent, event_decoder
+from ..loops._model import TERMINAL_PHASES, LoopState, RoundRecord
+from ._base import StoreBackend, StoreStatistics, Write
+
+__all__ = ["SqliteBackend"]
+
+# Migration N (1-based) brings a file from user_version N-1 to N. Append only: a released
+# migration is never edited. Statements, not scripts: executescript() would commit midway.
+_MIGRATIONS: list[tuple[str, ...]] = [
+    (
+        """CREATE TABLE loops (
+            loop_id TEXT PRIMARY KEY,
+            phase TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            state BLOB NOT NULL
+        )""",
+        "CREATE INDEX loops_by_phase ON loops (phase)",
+        """CREATE TABLE rounds (
+            loop_id TEXT NOT NULL,
+            round INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            record BLOB NOT NULL,
+            PRIMARY KEY (loop_id, round)
+        )""",
+        """CREATE TABLE events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            loop_id TEXT NOT NULL,
+            type TEXT NOT NULL,
+            event BLOB NOT NULL
+        )""",
+        "CREATE INDEX events_by_loop ON events (loop_id, seq)",
+    ),
+]
+
+_UPSERT_LOOP = """
+    INSERT INTO loops (loop_id, phase, created_at, updated_at, state) VALUES (?, ?, ?, ?, ?)
+    ON CONFLICT (loop_id) DO UPDATE SET phase = excluded.phase,
+        created_at = excluded.created_at, updated_at = excluded.updated_at,
+        state = excluded.state
+"""
+_UPSERT_ROUND = """
+    INSERT INTO rounds (loop_id, round, status, record) VALUES (?, ?, ?, ?)
+    ON CONFLICT (loop_id, round) DO UPDATE SET status = excluded.status, record = excluded.record
+"""
+_APPEND_EVENT = "INSERT INTO events (loop_id, type, event) VALUES (?, ?, ?)"
+_TERMINAL = tuple(sorted(TERMINAL_PHASES))
+_NOT_TERMINAL = f"phase NOT IN ({', '.join('?' * len(_TERMINAL))})"
+
+
+def _event_type(event: AnyEvent) -> str:
+    return str(type(event).__struct_config__.tag)
+
+
+class SqliteBackend(StoreBackend):
+    """A store in one SQLite file; see DESIGN.md section 4 for the durability contract."""
+
+    kind = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._encoder = msgspec.json.Encoder()
+        self._state_decoder = msgspec.json.Decoder(LoopState)
+        self._round_decoder = msgspec.json.Decoder(RoundRecord)
+        self._commits = 0
+        self._writes = 0
+        try:
+            # The Store actor calls in from worker threads, one call at a time, hence no
+            # same-thread check. No implicit transactions: commit() issues its own.
+            self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the store {path}: {exc}") from exc
+        try:
+            self._open()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _open(self) -> None:
+        conn = self._conn
+        try:
+            # Refuse a newer file before touching it (journal mode included).
+            self._check_version(conn.execute("PRAGMA user_version").fetchone()[0])
+            conn.execute("PRAGMA journal_mode = WAL")
+            # In WAL mode NORMAL syncs at checkpoints, not at every commit: a committed
+            # transaction survives a crash or SIGKILL of this process (it is in the OS's
+            # cache); only an OS crash or power loss may drop the last ones, never corrupt.
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = OFF")
+            conn.execute("PRAGMA busy_timeout = 5000")
+            self._migrate()
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorname", None) == "SQLITE_NOTADB":
+                raise StoreError(f"{self.path} is not an SQLite database") from exc
+            raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
+
+    def _check_version(self, version: int) -> None:
+        if version > len(_MIGRATIONS):
+            raise StoreError(
+                f"the store {self.path} was written by a newer loopactors "
+                f"(schema {version}, this one reads up to {len(_MIGRATIONS)})"
+            )
+
+    def _migrate(self) -> None:
+        """Apply the pending migrations in one transaction: a file is at one version or the next."""
+        conn = self._conn
+        if conn.execute("PRAGMA user_version").fetchone()[0] == len(_MIGRATIONS):
+            return
+        with self._transaction():
+            # Read again under the write lock: another process may have migrated meanwhile.
+            version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+            self._check_version(version)
+            for statements in _MIGRATIONS[version:]:
+                for statement in statements:
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {len(_MIGRATIONS)}")
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            conn.execute("COMMIT")
+        except BaseException:
+            # A failed COMMIT may already have ended the transaction; a broken connection
+            # must not hide the original error.
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            raise
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        try:
+            yield
+        except (sqlite3.Error, msgspec.DecodeError) as exc:
+            raise StoreError(f"cannot read the store {self.path}: {exc}") from exc
+
+    def commit(self, writes: Sequence[Write]) -> None:
+        if not writes:
+            return
+        encode = self._encoder.encode
+        # Last state of each loop wins, as does the last record of each round: one row each.
+        states = {w.state.loop_id: w.state for w in writes}
+        records = {(r.loop_id, r.round): r for w in writes if (r := w.round) is not None}
+        try:
+            with self._transaction():
+                # Generators, not lists: rows are encoded as SQLite consumes them.
+                executemany = self._conn.executemany
+                executemany(
+                    _UPSERT_LOOP,
+                    (
+                        (s.loop_id, s.phase, s.created_at, s.updated_at, encode(s))
+                        for s in states.values()
+                    ),
+                )
+                executemany(
+                    _UPSERT_ROUND,
+                    ((r.loop_id, r.round, r.status, encode(r)) for r in records.values()),
+                )
+                executemany(
+                    _APPEND_EVENT,
+                    ((e.loop_id, _event_type(e), encode(e)) for w in writes for e in w.events),
+                )
+        except Exception as exc:
+            raise StoreError(
+                f"cannot commit {len(writes)} writes to the store {self.path}: {exc}"
+            ) from exc
+        self._commits += 1
+        self._writes += len(writes)
+
+    def get_loop(self, loop_id: str) -> LoopState | None:
+        with self._reading():
+            row = self._conn.execute(
+                "SELECT state FROM loops WHERE loop_id = ?", (loop_id,)
+            ).fetchone()
+            return None if row is None else self._state_decoder.decode(row[0])
+
+    def list_loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be None or >= 0, not {limit}")
+        where = f"WHERE {_NOT_TERMINAL}" if live_only else ""
+        params = (*(_TERMINAL if live_only else ()), -1 if limit is None else limit)
+        query = f"SELECT state FROM loops {where} ORDER BY created_at DESC, loop_id DESC LIMIT ?"
+        decode = self._state_decoder.decode
+        with self._reading():
+            return [decode(state) for (state,) in self._conn.execute(query, params)]
+
+    def rounds(self, loop_id: str) -> list[RoundRecord]:
+        decode = self._round_decoder.decode
+        query = "SELECT record FROM rounds WHERE loop_id = ? ORDER BY round"
+        with self._reading():
+            return [decode(record) for (record,) in self._conn.execute(query, (loop_id,))]
+
+    def events(self, loop_id: str) -> list[AnyEvent]:
+        decode = event_decoder.decode
+        query = "SELECT event FROM events WHERE loop_id = ? ORDER BY seq"
+        with self._reading():
+            return [decode(event) for (event,) in self._conn.execute(query, (loop_id,))]
+
+    def statistics(self) -> StoreStatistics:
+        query = f"""SELECT (SELECT count(*) FROM loops),
+            (SELECT count(*) FROM loops WHERE {_NOT_TERMINAL}),
+            (SELECT count(*) FROM rounds), (SELECT count(*) FROM events)"""
+        with self._reading():
+            loops, live, rounds, events = self._conn.execute(query, _TERMINAL).fetchone()
+        return StoreStatistics(
+            loops=loops,
+            live_loops=live,
+            rounds=rounds,
+            events=events,
+            commits=self._commits,
+            writes=self._writes,
+        )
+
+    def close(self) -> None:
+        self._conn.close()

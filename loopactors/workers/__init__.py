@@ -1,0 +1,69 @@
+"""Workers: what runs one round, ``prompt in -> RoundResult out``.
+
+General layout: ``_base`` (the interface and its messages), ``_scripted`` (deterministic rounds
+for tests and stress), ``_python`` (an async callable by import path), ``_command`` (a
+subprocess per round). All of them are private; this module is the public surface, and
+:func:`parse_worker` turns a spec string into a worker.
+"""
+
+from collections.abc import Callable
+
+from ..errors import WorkerSpecError
+from ._base import RoundContext as RoundContext
+from ._base import RoundRequest as RoundRequest
+from ._base import RoundResult as RoundResult
+from ._base import Worker as Worker
+from ._base import WorkerStatus as WorkerStatus
+from ._command import CommandWorker as CommandWorker
+from ._python import PythonWorker as PythonWorker
+from ._scripted import ScriptedWorker as ScriptedWorker
+
+__all__ = [
+    "CommandWorker",
+    "PythonWorker",
+    "RoundContext",
+    "RoundRequest",
+    "RoundResult",
+    "ScriptedWorker",
+    "Worker",
+    "WorkerStatus",
+    "parse_worker",
+]
+
+# kind -> build(text after "kind:", kill_grace)
+_KINDS: dict[str, Callable[[str, float], Worker]] = {
+    "command": lambda rest, grace: CommandWorker.from_spec(rest, kill_grace=grace),
+    "python": lambda rest, grace: PythonWorker.from_spec(rest),
+    "scripted": lambda rest, grace: ScriptedWorker.from_spec(rest),
+}
+
+
+def parse_worker(spec: str, *, kill_grace: float = 5.0) -> Worker:
+    """Build the worker a spec names, checking everything that can be checked now.
+
+    Accepted: ``scripted[:latency=SECONDS,fail_every=K,output=TEXT,tokens=N]``,
+    ``python:module.path:function`` and ``command:ARGV``. ``kill_grace`` is how long a command
+    worker's process group gets between SIGTERM and SIGKILL when a round is stopped.
+
+    Raises:
+        WorkerSpecError: naming what was wrong and what is accepted (unknown kind, bad or
+            repeated option, bad value or template, missing executable, bad import path).
+    """
+    kind, _, rest = spec.partition(":")
+    build = _KINDS.get(kind)
+    if build is None:
+        raise WorkerSpecError(
+            f"unknown worker kind {kind!r} in {spec!r}; accepted kinds: {', '.join(sorted(_KINDS))}"
+        )
+    return build(rest, kill_grace)
+
+
+def _fix_module() -> None:
+    # Tracebacks and reprs show the public path, as trio does for its re-exports.
+    for name in __all__:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith(__name__ + "._"):
+            obj.__module__ = __name__
+
+
+_fix_module()

@@ -1,0 +1,95 @@
+"""The python worker: an async callable named by import path, for embedding.
+
+Spec: ``python:module.path:function``. The callable is imported and checked when the spec is
+parsed, so a typo fails when the loop starts, not in its first round.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import ClassVar
+
+import attrs
+
+from ..errors import WorkerSpecError
+from ._base import RoundContext, RoundRequest, RoundResult, Worker
+
+__all__ = ["PythonWorker", "RoundFunction"]
+
+#: What a python worker calls: returns the output text, or a full :class:`RoundResult`.
+RoundFunction = Callable[[RoundRequest, RoundContext | None], Awaitable[str | RoundResult]]
+
+_FORM = "python:module.path:function"
+
+
+def _is_dotted_name(text: str) -> bool:
+    return all(part.isidentifier() for part in text.split("."))
+
+
+def _is_async_callable(obj: object) -> bool:
+    # An instance with ``async def __call__`` is as good as a coroutine function.
+    return inspect.iscoroutinefunction(obj) or (
+        callable(obj) and inspect.iscoroutinefunction(type(obj).__call__)
+    )
+
+
+def import_round_function(target: str) -> RoundFunction:
+    """Import ``module.path:function`` (the function may be dotted, like ``Class.method``)."""
+    module_name, colon, attr_path = target.partition(":")
+    if not (colon and _is_dotted_name(module_name) and _is_dotted_name(attr_path)):
+        raise WorkerSpecError(f"python worker needs {_FORM}, got 'python:{target}'")
+    try:
+        obj: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise WorkerSpecError(f"python worker cannot import module {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the module's own code failed while importing
+        raise WorkerSpecError(
+            f"python worker module {module_name!r} failed to import: {type(exc).__name__}: {exc}"
+        ) from exc
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise WorkerSpecError(
+                f"python worker: {module_name!r} has no attribute {attr_path!r}"
+            ) from None
+    if not _is_async_callable(obj):
+        raise WorkerSpecError(
+            f"python worker: {target!r} (type {type(obj).__name__}) is not an async function; "
+            "it must be `async def fn(request, context)`"
+        )
+    return obj  # type: ignore[return-value]  # checked above, as far as Python can tell
+
+
+@attrs.frozen
+class PythonWorker(Worker):
+    """Awaits ``fn(request, context)``; an exception from it is a failed round, not a crash.
+
+    ``trio.Cancelled`` (a ``BaseException``) goes through untouched, as a stop must.
+    """
+
+    kind: ClassVar[str] = "python"
+
+    fn: RoundFunction
+
+    @classmethod
+    def from_spec(cls, target: str) -> PythonWorker:
+        """Build from the text after ``python:``."""
+        return cls(import_round_function(target))
+
+    async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
+        try:
+            value = await self.fn(request, context)
+        except Exception as exc:
+            return RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+        if isinstance(value, str):
+            return RoundResult(status="completed", output=value)
+        if isinstance(value, RoundResult):
+            return value
+        return RoundResult(
+            status="failed",
+            error=f"TypeError: python worker returned {type(value).__name__}, "
+            "expected str or RoundResult",
+        )

@@ -1,0 +1,246 @@
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from loopactors.errors import WorkerSpecError
+from loopactors.workers import CommandWorker, RoundResult, parse_worker
+from loopactors.workers._command import split_tokens_line
+
+from .sample_fns import make_request
+
+PY = sys.executable
+
+
+def command(argv: list[str], *, kill_grace: float = 5.0) -> CommandWorker:
+    worker = parse_worker("command:" + shlex.join(argv), kill_grace=kill_grace)
+    assert isinstance(worker, CommandWorker)
+    return worker
+
+
+async def test_prompt_on_stdin_and_stdout_is_output() -> None:
+    prompt = "héllo ✓\nsecond line"
+    result = await command(["cat"]).run(make_request(prompt=prompt), None)
+    assert result == RoundResult(status="completed", output=prompt)
+
+
+async def test_environment() -> None:
+    script = (
+        "import json, os; print(json.dumps({k: v for k, v in os.environ.items()"
+        " if k.startswith(('LOOPACTORS_', 'HOME'))}))"
+    )
+    request = make_request(loop_id="abc", round=2, rounds=7, mode="inherit")
+    result = await command([PY, "-c", script]).run(request, None)
+    env = json.loads(result.output)
+    assert env.pop("HOME") == os.environ["HOME"]  # the parent's environment is kept
+    assert env == {
+        "LOOPACTORS_LOOP_ID": "abc",
+        "LOOPACTORS_ROUND": "2",
+        "LOOPACTORS_ROUNDS": "7",
+        "LOOPACTORS_MODE": "inherit",
+    }
+
+
+async def test_no_shell() -> None:
+    result = await command(["printf", "%s", "$HOME; echo hi"]).run(make_request(), None)
+    assert result.output == "$HOME; echo hi"
+
+
+async def test_non_zero_exit_has_stderr_tail() -> None:
+    script = "import sys; sys.stderr.write('x' * 3000 + 'END\\n'); print('partial'); sys.exit(3)"
+    result = await command([PY, "-c", script]).run(make_request(), None)
+    assert result.status == "failed"
+    assert result.output == "partial\n"
+    assert result.error == "exit code 3: " + ("x" * 3000 + "END")[-2000:]
+
+
+async def test_non_zero_exit_without_stderr() -> None:
+    result = await command(["sh", "-c", "exit 4"]).run(make_request(), None)
+    assert result == RoundResult(status="failed", error="exit code 4")
+
+
+async def test_tokens_line_is_removed() -> None:
+    script = """printf 'hello\\nworld\\n{"loopactors": {"tokens": 12}}\\n'"""
+    result = await command(["sh", "-c", script]).run(make_request(), None)
+    assert result == RoundResult(status="completed", output="hello\nworld\n", tokens=12)
+
+
+async def test_tokens_reported_on_failure() -> None:
+    script = """echo oops; echo '{"loopactors":{"tokens":3}}'; exit 1"""
+    result = await command(["sh", "-c", script]).run(make_request(), None)
+    assert result == RoundResult(status="failed", output="oops\n", error="exit code 1", tokens=3)
+
+
+@pytest.mark.parametrize(
+    ("stdout", "expected"),
+    [
+        ('{"loopactors": {"tokens": 5}}', ("", 5)),
+        ('out\n{"loopactors": {"tokens": 5}}', ("out\n", 5)),
+        ('out\n{"loopactors": {"tokens": 5}}\r\n', ("out\n", 5)),
+        ('{"loopactors": {"tokens": 5}}\nafter\n', None),  # not the last line
+        ('out\n{"loopactors": {"tokens": -1}}\n', None),
+        ('out\n{"loopactors": {"tokens": 1.5}}\n', None),
+        ('out\n{"loopactors": {"tokens": "5"}}\n', None),
+        ('out\n{"loopactors": {"tokens": 5, "cost": 1}}\n', None),
+        ('out\n{"loopactors": {"tokens": 5}, "x": 1}\n', None),
+        ('out\n{"loopactors": {"tokens": 5}\n', None),
+        ("plain output\n", None),
+        ("", None),
+    ],
+)
+def test_split_tokens_line(stdout: str, expected: tuple[str, int] | None) -> None:
+    assert split_tokens_line(stdout) == (expected or (stdout, 0))
+
+
+async def test_undecodable_output_is_replaced() -> None:
+    result = await command(["printf", "a\\377b"]).run(make_request(), None)
+    assert result.output == "a\ufffdb"
+
+
+def test_executable_is_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\ncat\n")
+    script.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    worker = parse_worker("command:./agent.sh --flag 'two words'")
+    assert isinstance(worker, CommandWorker)
+    assert worker.argv == ("./agent.sh", "--flag", "two words")
+    assert worker.executable == str(script)
+    assert parse_worker("command:sh").executable.endswith("/sh")  # type: ignore[attr-defined]
+
+
+async def test_program_gone_after_parse(tmp_path: Path) -> None:
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\ncat\n")
+    script.chmod(0o755)
+    worker = command([str(script)])
+    script.unlink()
+    result = await worker.run(make_request(), None)
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.startswith(f"cannot run {script}: ")
+
+
+def test_rejections(tmp_path: Path) -> None:
+    not_executable = tmp_path / "data.txt"
+    not_executable.write_text("x")
+    cases = [
+        ("command", r"needs a program to run"),
+        ("command:", r"needs a program to run"),
+        ("command:   ", r"needs a program to run"),
+        ("command:cat 'unclosed", r"cannot be split: No closing quotation"),
+        ("command:no-such-program-0x1f --x", r"executable 'no-such-program-0x1f' not found"),
+        (f"command:{not_executable}", r"not found: it must be on PATH or be the path of an exec"),
+        (f"command:{tmp_path}", r"not found"),
+    ]
+    for spec, message in cases:
+        with pytest.raises(WorkerSpecError, match=message):
+            parse_worker(spec)
+
+
+@pytest.mark.parametrize("grace", [-1.0, float("nan"), float("inf")])
+def test_bad_kill_grace(grace: float) -> None:
+    with pytest.raises(WorkerSpecError, match="kill_grace must be seconds >= 0"):
+        parse_worker("command:cat", kill_grace=grace)
+
+
+# --- cancellation (real time: the grace period is measured against real processes) ---
+
+
+def _written_pids(path: Path) -> list[int] | None:
+    if not (path.exists() and (text := path.read_text()).endswith("\n")):
+        return None
+    return [int(word) for word in text.split()]
+
+
+async def _read_pids(path: Path) -> list[int]:
+    """Wait until a script has written its pids (and so has set its traps)."""
+    with trio.fail_after(10):
+        while (pids := _written_pids(path)) is None:  # noqa: ASYNC110 - a file, no event to wait on
+            await trio.sleep(0.01)
+    return pids
+
+
+def _is_alive(pid: int) -> bool:
+    """Running or sleeping: a zombie (dead, waiting for init to reap it) does not count."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+async def _assert_group_gone(pgid: int, pids: list[int]) -> None:
+    # SIGKILL is delivered asynchronously (a killed process may still show as running for a
+    # moment), and orphaned members are reaped by init, which is slow in some containers.
+    with trio.move_on_after(5):
+        while [pid for pid in pids if _is_alive(pid)] or _group_exists(pgid):  # noqa: ASYNC110
+            await trio.sleep(0.01)
+    assert not [pid for pid in pids if _is_alive(pid)]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _cancel_when_ready(worker: CommandWorker, ready: list[Path]) -> tuple[float, list[int]]:
+    """Run a round, cancel it once the script is ready; return the stop's duration and pids."""
+    scope = trio.CancelScope()
+
+    async def run_round() -> None:
+        with scope:
+            await worker.run(make_request(), None)
+            pytest.fail("the round finished although it was cancelled")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_round)
+        pids = [pid for path in ready for pid in await _read_pids(path)]
+        started = time.monotonic()
+        scope.cancel()
+    assert scope.cancelled_caught
+    return time.monotonic() - started, pids
+
+
+async def test_cancel_kills_group_that_ignores_sigterm(tmp_path: Path) -> None:
+    ready = tmp_path / "pids"
+    # Both the shell and its sleep ignore SIGTERM (an ignored signal is inherited).
+    script = f"trap '' TERM; sleep 30 & echo $$ $! > {shlex.quote(str(ready))}; wait"
+    worker = command(["sh", "-c", script], kill_grace=0.3)
+    elapsed, pids = await _cancel_when_ready(worker, [ready])
+    assert 0.3 <= elapsed < 1.0
+    await _assert_group_gone(pids[0], pids)
+
+
+async def test_cancel_kills_descendants_that_outlive_the_leader(tmp_path: Path) -> None:
+    leader, child = tmp_path / "leader", tmp_path / "child"
+    # The leader dies on SIGTERM; its child ignores it and keeps stdout open.
+    inner = f"trap '' TERM; echo $$ > {shlex.quote(str(child))}; exec sleep 30"
+    script = f"sh -c {shlex.quote(inner)} & echo $$ > {shlex.quote(str(leader))}; wait"
+    worker = command(["sh", "-c", script], kill_grace=0.3)
+    elapsed, pids = await _cancel_when_ready(worker, [leader, child])
+    assert 0.3 <= elapsed < 1.0
+    await _assert_group_gone(pids[0], pids)
+
+
+async def test_cancel_is_prompt_when_sigterm_works(tmp_path: Path) -> None:
+    ready = tmp_path / "pid"
+    script = f"echo $$ > {shlex.quote(str(ready))}; exec sleep 30"
+    worker = command(["sh", "-c", script], kill_grace=5)
+    elapsed, pids = await _cancel_when_ready(worker, [ready])
+    assert elapsed < 1.0
+    # A lone child is reaped by run_process itself: no zombie, not even briefly.
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pids[0], 0)
