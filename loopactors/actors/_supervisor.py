@@ -158,7 +158,16 @@ def _check_mailbox(spec: ChildSpec, actor: Actor[Any]) -> None:
 class _Child:
     """A supervisor's record of one child, kept across its incarnations."""
 
-    __slots__ = ("cell", "exited", "incarnation", "is_supervisor", "spec", "stopping", "supervisor")
+    __slots__ = (
+        "cell",
+        "dynamic",
+        "exited",
+        "incarnation",
+        "is_supervisor",
+        "spec",
+        "stopping",
+        "supervisor",
+    )
 
     def __init__(self, spec: ChildSpec, supervisor: ActorRef[Any]) -> None:
         self.spec = spec
@@ -169,6 +178,7 @@ class _Child:
         self.incarnation = 0
         self.stopping = False
         self.is_supervisor = False
+        self.dynamic = False  # started at run time (StartChild) rather than from the spec list
 
     @property
     def running(self) -> bool:
@@ -309,6 +319,7 @@ class Supervisor(Actor[Any]):
                 SupervisorError(f"supervisor {self.name!r} already has a child {spec.id!r}")
             )
         child = _Child(spec, self.ref)
+        child.dynamic = True
         self._children[spec.id] = child
         try:
             await self._start(child)
@@ -379,7 +390,9 @@ class Supervisor(Actor[Any]):
             return  # we stopped it ourselves, or it is an older incarnation
         restart = child.spec.restart
         if restart == "temporary" or (restart == "transient" and message.reason is None):
-            if restart == "temporary":
+            # A child that will not run again is forgotten if it was started at run time
+            # (as OTP's simple_one_for_one does): one child per loop must not pile up.
+            if restart == "temporary" or child.dynamic:
                 del self._children[message.child_id]
             return
         await self._restart(child, message.reason)

@@ -39,7 +39,7 @@ def import_round_function(target: str) -> RoundFunction:
     """Import ``module.path:function`` (the function may be dotted, like ``Class.method``)."""
     module_name, colon, attr_path = target.partition(":")
     if not (colon and _is_dotted_name(module_name) and _is_dotted_name(attr_path)):
-        raise WorkerSpecError(f"python worker needs {_FORM}, got 'python:{target}'")
+        raise WorkerSpecError(f"python worker needs {_FORM}; {target!r} is not module:function")
     try:
         obj: object = importlib.import_module(module_name)
     except ImportError as exc:

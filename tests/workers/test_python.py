@@ -70,7 +70,7 @@ async def test_async_callable_objects(name: str, output: str) -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("python", r"needs python:module.path:function, got 'python:'"),
+        ("python", r"needs python:module.path:function; '' is not module:function"),
         ("python:tests.workers.sample_fns", r"needs python:module.path:function"),
         ("python:tests.workers.sample_fns:", r"needs python:module.path:function"),
         ("python::echo", r"needs python:module.path:function"),

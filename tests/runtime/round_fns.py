@@ -1,0 +1,57 @@
+"""Python workers the runtime tests name as ``python:tests.runtime.round_fns:NAME``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from loopactors.workers import RoundContext, RoundRequest, RoundResult
+
+#: Prompts seen, per loop id, in order.
+PROMPTS: dict[str, list[str]] = {}
+#: How many rounds run at this moment, and the most ever seen at once.
+RUNNING = {"now": 0, "peak": 0}
+#: Handles of child loops started by `spawn_child`, per parent loop id.
+CHILDREN: dict[str, list[Any]] = {}
+
+
+async def record(request: RoundRequest, context: RoundContext | None) -> str:
+    PROMPTS.setdefault(request.loop_id, []).append(request.prompt)
+    return f"output of round {request.round}: {'x' * request.round}"
+
+
+async def slow_counted(request: RoundRequest, context: RoundContext | None) -> str:
+    RUNNING["now"] += 1
+    RUNNING["peak"] = max(RUNNING["peak"], RUNNING["now"])
+    try:
+        await trio.sleep(1.0)
+    finally:
+        RUNNING["now"] -= 1
+    return f"done {'y' * request.round}"
+
+
+async def constant(request: RoundRequest, context: RoundContext | None) -> str:
+    return f"Round {request.round} at 10:0{request.round}: nothing new"
+
+
+async def spend(request: RoundRequest, context: RoundContext | None) -> RoundResult:
+    return RoundResult(status="completed", output="z" * request.round, tokens=400)
+
+
+async def spawn_child(request: RoundRequest, context: RoundContext | None) -> str:
+    assert context is not None
+    if request.round == 1:
+        child = await context.start_child("|loop:5| child task", worker="scripted:latency=1")
+        CHILDREN.setdefault(request.loop_id, []).append(child)
+    await trio.sleep(1.0)
+    return f"parent round {request.round} {'p' * request.round}"
+
+
+async def spawn_same_task(request: RoundRequest, context: RoundContext | None) -> str:
+    assert context is not None
+    try:
+        await context.start_child(f"|loop:2| {request.task}", worker="scripted")
+    except Exception as exc:  # noqa: BLE001 - the refusal is what the test reads
+        return f"refused: {exc}"
+    return "started"

@@ -1,0 +1,127 @@
+"""A loop from start to finish: rounds, prompts, events, history, memory."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from loopactors.errors import LoopNotFound, LoopSyntaxError, WorkerSpecError
+from loopactors.loops._events import LoopFinished, LoopStarted, RoundFinished, RoundStarted
+from loopactors.loops._model import LoopSpec
+from loopactors.loops._rules import SEPARATOR
+from loopactors.runtime import Runtime
+
+from . import round_fns
+
+
+async def test_a_loop_runs_its_rounds_and_completes(rt: Runtime) -> None:
+    handle = await rt.start("|loop:3,fresh| say hi")
+    final = await handle.wait()
+    assert final.phase == "complete"
+    assert final.completed_rounds == 3
+    history = await handle.history()
+    assert [(r.round, r.status) for r in history] == [(i, "completed") for i in (1, 2, 3)]
+    assert history[0].output == "round 1 of 3: birch"
+
+
+async def test_inherit_seeds_each_round_with_the_previous_output(rt: Runtime) -> None:
+    handle = await rt.start("|loop:3| improve it", worker="python:tests.runtime.round_fns:record")
+    await handle.wait()
+    prompts = round_fns.PROMPTS[handle.loop_id]
+    assert prompts[0] == "improve it"
+    assert prompts[1] == "output of round 1: x" + SEPARATOR + "improve it"
+    assert prompts[2] == "output of round 2: xx" + SEPARATOR + "improve it"
+    history = await handle.history()
+    assert [r.seed_source for r in history] == ["task", "previous_output", "previous_output"]
+
+
+async def test_the_seed_is_tail_capped(rt: Runtime) -> None:
+    handle = await rt.start(
+        "|loop:2| go on", worker="python:tests.runtime.round_fns:record", seed_cap=5
+    )
+    await handle.wait()
+    # "output of round 1: x" keeps its last five characters.
+    assert round_fns.PROMPTS[handle.loop_id][1] == " 1: x" + SEPARATOR + "go on"
+
+
+async def test_fresh_mode_sends_the_task_alone(rt: Runtime) -> None:
+    handle = await rt.start("|loop:3,fresh| start over", worker="python:tests.runtime.round_fns:record")
+    await handle.wait()
+    assert round_fns.PROMPTS[handle.loop_id] == ["start over"] * 3
+
+
+async def test_events_tell_the_story_in_order(rt: Runtime) -> None:
+    with rt.subscribe() as events:
+        handle = await rt.start("|loop:2,fresh| watch me")
+        seen = []
+        async for event in events:
+            seen.append(event)
+            if isinstance(event, LoopFinished):
+                break
+    kinds = [type(e) for e in seen]
+    assert kinds == [LoopStarted, RoundStarted, RoundFinished, RoundStarted, RoundFinished, LoopFinished]
+    assert all(e.loop_id == handle.loop_id for e in seen)
+    finished = seen[-1]
+    assert isinstance(finished, LoopFinished)
+    assert finished.note().startswith("[loop-progress loop complete]\nRounds: r1(")
+    assert [r.round for r in finished.summary] == [1, 2]
+    stored = await rt.stored_events(handle.loop_id)
+    assert [type(e) for e in stored] == kinds
+
+
+async def test_a_loop_spec_works_like_text(rt: Runtime) -> None:
+    handle = await rt.start(LoopSpec(task="from code", rounds=2, mode="fresh"))
+    final = await handle.wait()
+    assert final.phase == "complete"
+    assert final.spec.rounds == 2
+
+
+async def test_any_number_of_loops_per_owner(rt: Runtime) -> None:
+    first = await rt.start("|loop:2| one", owner="alice")
+    await first.wait()
+    # A second loop for the same owner after the first finished, then two at once.
+    again = await rt.start("|loop:2| two", owner="alice")
+    together = await rt.start("|loop:2| three", owner="alice")
+    assert (await again.wait()).phase == "complete"
+    assert (await together.wait()).phase == "complete"
+
+
+async def test_finished_loops_leave_memory(rt: Runtime) -> None:
+    handles = [await rt.start(f"|loop:2| task {i}") for i in range(20)]
+    for handle in handles:
+        await handle.wait()
+    await trio.testing.wait_all_tasks_blocked()
+    loops = rt.node.whereis("loops")
+    assert loops is not None
+    from loopactors.actors import SupervisorRef
+
+    assert await SupervisorRef(loops).which_children() == []
+    assert len(await rt.loops()) == 20  # history stays in the store
+    assert await rt.loops(live_only=True) == []
+
+
+async def test_bad_input_gets_clear_errors(rt: Runtime) -> None:
+    with pytest.raises(LoopSyntaxError, match="abc"):
+        await rt.start("|loop:abc| nope")
+    with pytest.raises(WorkerSpecError, match="unknown worker kind"):
+        await rt.start("|loop:2| nope", worker="telepathy")
+    with pytest.raises(WorkerSpecError):
+        await rt.start("|loop:2| nope", worker="command:/no/such/program")
+    with pytest.raises(LoopSyntaxError, match="unknown loop option"):
+        await rt.start("|loop:2| nope", colour="blue")
+    with pytest.raises(LoopSyntaxError, match="rounds must be from 1 to 50"):
+        await rt.start(LoopSpec(task="x", rounds=99))
+    with pytest.raises(LoopNotFound, match="no loop 'nope'"):
+        await rt.get("nope")
+    with pytest.raises(LoopNotFound):
+        await rt.handle("nope").stop()
+    assert await rt.loops() == []  # nothing was admitted
+
+
+async def test_commands_on_a_finished_loop_report_its_final_state(rt: Runtime) -> None:
+    handle = await rt.start("|loop:1| once")
+    await handle.wait()
+    for command in (handle.stop, handle.pause, handle.resume):
+        state = await command()
+        assert state.phase == "complete"
