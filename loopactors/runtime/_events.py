@@ -58,6 +58,10 @@ class Subscription:
     async def receive(self) -> AnyEvent | Gap:
         return await self._recv.receive()
 
+    def receive_nowait(self) -> AnyEvent | Gap:
+        """The next queued event; raises ``trio.WouldBlock`` when none is queued."""
+        return self._recv.receive_nowait()
+
     def close(self) -> None:
         self._bus._remove(self)
         self._send.close()

@@ -132,6 +132,7 @@ class LoopRunner(Actor[Any]):
         self.recovered = recovered
         self.epoch = 0
         self.round_started = 0.0
+        self._unsaved: list[AnyEvent] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -203,6 +204,7 @@ class LoopRunner(Actor[Any]):
                     loop_id=self.loop_id, at=time.time(), phase=phase, round=self.state.round
                 )
                 self._publish((recovered_event,))
+                self._unsaved.append(recovered_event)  # kept in the log with the next commit
         if phase in ("activating", "dispatching"):
             await self._start_round()
         elif phase == "awaiting_worker":
@@ -453,9 +455,11 @@ class LoopRunner(Actor[Any]):
         events: tuple[AnyEvent, ...] | list[AnyEvent] = (),
     ) -> None:
         events = tuple(events)
+        saved = (*self._unsaved, *events)
         await self.svc.store.call(
-            Commit(Write(state=state, round=record, events=events)), self.deps.call_timeout
+            Commit(Write(state=state, round=record, events=saved)), self.deps.call_timeout
         )
+        self._unsaved.clear()
         self.state = state
         self._publish(events)
 

@@ -1,0 +1,188 @@
+"""Crash and resume: a node killed at each phase resumes on the same SQLite file, and every
+round ends up recorded exactly once."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from loopactors.loops._events import LoopInterrupted, LoopRecovered, RoundFinished, RoundStarted
+from loopactors.loops._model import LoopSpec, LoopState, Phase, RoundRecord
+from loopactors.runtime import Runtime, open_runtime
+from loopactors.storage import Write, open_backend
+
+from .conftest import sqlite_config
+
+
+async def run_until(state_dir: Path, text: str, kill_when: str, **options: object) -> str:
+    """Start a loop, then kill the node (no graceful stop) at the moment ``kill_when``."""
+    loop_id = ""
+    with trio.CancelScope() as scope:
+        async with open_runtime(sqlite_config(state_dir, shutdown_grace=0.0)) as rt:
+            with rt.subscribe() as events:
+                handle = await rt.start(text, **options)
+                loop_id = handle.loop_id
+                async for event in events:
+                    if kill_when == "round 2 started" and isinstance(event, RoundStarted):
+                        if event.round == 2:
+                            scope.cancel()
+                    if kill_when == "between rounds" and isinstance(event, RoundFinished):
+                        scope.cancel()
+    return loop_id
+
+
+async def finish(state_dir: Path, loop_id: str) -> tuple[LoopState, list[RoundRecord], Runtime]:
+    async with open_runtime(sqlite_config(state_dir)) as rt:
+        final = await rt.handle(loop_id).wait()
+        return final, await rt.history(loop_id), rt
+
+
+def assert_each_round_once(rounds: list[RoundRecord], total: int) -> None:
+    assert [r.round for r in rounds] == list(range(1, total + 1))
+    assert all(r.status == "completed" for r in rounds), [r.status for r in rounds]
+
+
+async def test_killed_while_a_round_runs(tmp_path: Path) -> None:
+    loop_id = await run_until(
+        tmp_path, "|loop:4,fresh| survive", "round 2 started", worker="scripted:latency=0.05"
+    )
+    async with open_runtime(sqlite_config(tmp_path)) as rt:
+        assert (await rt.get(loop_id)).phase == "awaiting_worker"
+    final, rounds, _ = await finish(tmp_path, loop_id)
+    assert final.phase == "complete"
+    assert_each_round_once(rounds, 4)
+
+
+async def test_killed_between_rounds(tmp_path: Path) -> None:
+    loop_id = await run_until(
+        tmp_path, "|loop:3| survive", "between rounds", inter_round_delay=0.5
+    )
+    final, rounds, _ = await finish(tmp_path, loop_id)
+    assert final.phase == "complete"
+    assert_each_round_once(rounds, 3)
+
+
+def seed_store(state_dir: Path, state: LoopState, rounds: list[RoundRecord]) -> None:
+    backend = open_backend("sqlite", state_dir)
+    backend.commit([Write(state=state, round=r) for r in rounds] or [Write(state=state)])
+    backend.close()
+
+
+def done(loop_id: str, number: int) -> RoundRecord:
+    return RoundRecord(
+        loop_id=loop_id, round=number, status="completed", output=f"out {'o' * number}",
+        started_at=time.time(), duration=0.1,
+    )
+
+
+PHASES: list[tuple[Phase, int, int]] = [
+    # (committed phase, round, completed rounds before it)
+    ("activating", 1, 0),
+    ("dispatching", 2, 1),
+    ("awaiting_worker", 2, 1),
+    ("summarizing", 2, 2),
+    ("finalizing", 3, 3),
+]
+
+
+@pytest.mark.parametrize(("phase", "round_number", "completed"), PHASES)
+async def test_resume_from_each_committed_phase(
+    tmp_path: Path, phase: Phase, round_number: int, completed: int
+) -> None:
+    loop_id = f"crashed-in-{phase}"
+    now = time.time()
+    state = LoopState(
+        loop_id=loop_id,
+        spec=LoopSpec(task="resume me", rounds=3, worker="scripted"),
+        phase=phase,
+        round=round_number,
+        completed_rounds=completed,
+        last_output=f"out {'o' * completed}" if completed else None,
+        created_at=now,
+        updated_at=now,
+        started_at=now if phase != "activating" else 0.0,
+    )
+    records = [done(loop_id, n) for n in range(1, completed + 1)]
+    if phase == "awaiting_worker":
+        records.append(
+            RoundRecord(loop_id=loop_id, round=round_number, status="running", started_at=now)
+        )
+    seed_store(tmp_path, state, records)
+    async with open_runtime(sqlite_config(tmp_path)) as rt:
+        final = await rt.handle(loop_id).wait()
+        rounds = await rt.history(loop_id)
+        log = await rt.stored_events(loop_id)
+    assert final.phase == "complete"
+    assert_each_round_once(rounds, 3)
+    recovered = [e for e in log if isinstance(e, LoopRecovered)]
+    if phase == "activating":
+        assert recovered == []  # nothing had started: it simply starts
+    else:
+        assert [e.phase for e in recovered] == [phase]
+
+
+async def test_a_paused_loop_stays_paused_across_a_restart(tmp_path: Path) -> None:
+    now = time.time()
+    state = LoopState(
+        loop_id="paused-one", spec=LoopSpec(task="wait for me", rounds=2), phase="paused",
+        round=2, completed_rounds=1, last_output="out o", created_at=now, updated_at=now,
+        started_at=now,
+    )
+    seed_store(tmp_path, state, [done("paused-one", 1)])
+    async with open_runtime(sqlite_config(tmp_path)) as rt:
+        handle = rt.handle("paused-one")
+        await trio.sleep(0.2)
+        assert (await handle.status()).phase == "paused"
+        await handle.resume()
+        assert (await handle.wait()).phase == "complete"
+        assert_each_round_once(await handle.history(), 2)
+
+
+async def test_a_loop_that_cannot_resume_is_interrupted_and_says_so_at_once(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\ncat >/dev/null\nsleep 30\n")
+    script.chmod(0o755)
+    loop_id = ""
+    # Round 1 runs the script for real, then the node dies mid-round.
+    with trio.CancelScope() as scope:
+        async with open_runtime(sqlite_config(tmp_path, shutdown_grace=0.0, kill_grace=0.1)) as rt:
+            handle = await rt.start("|loop:3| uses a script", worker=f"command:{script}")
+            loop_id = handle.loop_id
+            while (await handle.status()).phase != "awaiting_worker":
+                await trio.sleep(0.01)
+            scope.cancel()
+    script.unlink()  # the worker is gone when the node comes back
+    async with open_runtime(sqlite_config(tmp_path)) as rt:
+        final = await rt.handle(loop_id).wait()
+        log = await rt.stored_events(loop_id)
+    assert final.phase == "interrupted"
+    assert final.reason is not None
+    assert "can no longer be used" in final.reason
+    interrupted = [e for e in log if isinstance(e, LoopInterrupted)]
+    assert len(interrupted) == 1
+    assert str(script) in interrupted[0].note()
+
+
+async def test_resume_runs_every_live_loop(tmp_path: Path) -> None:
+    ids = []
+    for i in range(3):
+        ids.append(
+            await run_until(
+                tmp_path, f"|loop:3,fresh| loop {i}", "round 2 started",
+                worker="scripted:latency=0.05",
+            )
+        )
+    # Each new node resumed the loops the previous one left behind; the last one finishes
+    # whatever is still live.
+    async with open_runtime(sqlite_config(tmp_path)) as rt:
+        await rt.wait_all()
+        assert await rt.loops(live_only=True) == []
+        for loop_id in ids:
+            assert (await rt.get(loop_id)).phase == "complete"
+            assert_each_round_once(await rt.history(loop_id), 3)
+
