@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import trio
 
-from ..actors import ChildSpec, Node, Supervisor, open_node
-from ..errors import LoopNotFound, LoopSyntaxError
+from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
+from ..errors import ActorNotRunning, CallFailed, LoopNotFound, LoopSyntaxError
 from ..loops._events import AnyEvent, LoopFinished
 from ..loops._model import MAX_ROUNDS, LoopSpec, LoopState, RoundRecord, StopMode
 from ..loops._syntax import parse_loop
@@ -40,6 +41,9 @@ from ._runner import RunnerDeps
 from ._services import Breaker, Compactor, Store, Timers
 
 __all__ = ["LoopHandle", "Runtime", "open_runtime"]
+
+#: How long a runtime call waits for a restarting actor to come back before giving up.
+RESTART_PATIENCE = 10.0
 
 
 class LoopHandle:
@@ -118,8 +122,8 @@ class Runtime:
         unset ones come from the runtime's configuration.
         """
         spec = self.build_spec(loop, worker=worker, parent_id=parent_id, **options)
-        state: LoopState = await self._coordinator.call(
-            StartLoop(spec=spec, loop_id=loop_id), timeout=60.0
+        state: LoopState = await self._ask(
+            self._coordinator, StartLoop(spec=spec, loop_id=loop_id), idempotent=False
         )
         return LoopHandle(self, state.loop_id)
 
@@ -133,29 +137,31 @@ class Runtime:
         return LoopHandle(self, loop_id)
 
     async def get(self, loop_id: str) -> LoopState:
-        state: LoopState | None = await self._store.call(GetLoop(loop_id))
+        state: LoopState | None = await self._ask(self._store, GetLoop(loop_id))
         if state is None:
             raise LoopNotFound(f"no loop {loop_id!r} in this runtime's store")
         return state
 
     async def loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
         """Loops in the store, newest first (only the live ones if ``live_only``)."""
-        loops: list[LoopState] = await self._store.call(ListLoops(live_only=live_only, limit=limit))
+        loops: list[LoopState] = await self._ask(
+            self._store, ListLoops(live_only=live_only, limit=limit)
+        )
         return loops
 
     async def history(self, loop_id: str) -> list[RoundRecord]:
         await self.get(loop_id)  # a clear error for an unknown id
-        rounds: list[RoundRecord] = await self._store.call(GetRounds(loop_id))
+        rounds: list[RoundRecord] = await self._ask(self._store, GetRounds(loop_id))
         return rounds
 
     async def stored_events(self, loop_id: str) -> list[AnyEvent]:
         """The loop's event log as the store keeps it."""
         await self.get(loop_id)
-        events: list[AnyEvent] = await self._store.call(GetEvents(loop_id))
+        events: list[AnyEvent] = await self._ask(self._store, GetEvents(loop_id))
         return events
 
     async def store_statistics(self) -> StoreStatistics:
-        stats: StoreStatistics = await self._store.call(GetStoreStatistics())
+        stats: StoreStatistics = await self._ask(self._store, GetStoreStatistics())
         return stats
 
     def subscribe(
@@ -170,11 +176,26 @@ class Runtime:
         return [await self.handle(state.loop_id).wait() for state in live]
 
     async def _control(self, loop_id: str, command: str, stop_mode: StopMode = "now") -> LoopState:
-        state: LoopState = await self._coordinator.call(
-            ControlLoop(loop_id=loop_id, command=command, stop_mode=stop_mode),  # type: ignore[arg-type]
-            timeout=60.0,
-        )
+        message = ControlLoop(loop_id=loop_id, command=command, stop_mode=stop_mode)  # type: ignore[arg-type]
+        state: LoopState = await self._ask(self._coordinator, message)
         return state
+
+    async def _ask(self, ref: NamedRef[Any], message: Any, *, idempotent: bool = True) -> Any:
+        """Call a runtime actor, riding out a restart of it (up to ``RESTART_PATIENCE`` s).
+
+        A message that never arrived (no actor holds the name yet) is always sent again;
+        one whose actor crashed while handling it only if asking twice does no harm.
+        """
+        deadline = trio.current_time() + RESTART_PATIENCE
+        while True:
+            try:
+                return await ref.call(message, timeout=60.0)
+            except (ActorNotRunning, CallFailed) as exc:
+                if isinstance(exc, CallFailed) and not idempotent:
+                    raise
+                if trio.current_time() >= deadline:
+                    raise
+            await trio.sleep(0.05)
 
 
 def build_spec(
@@ -242,15 +263,26 @@ def validate_spec(spec: LoopSpec) -> LoopSpec:
 def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]:
     """The node's tree, in start order (stopped in reverse, restarted rest_for_one)."""
 
-    def backend() -> StoreBackend:
-        state_dir = None if config.store == "memory" else Path(config.state_dir)
-        return open_backend(config.store, state_dir)
+    if config.store == "memory":
+        memory = open_backend("memory", None)  # outlives restarts of the Store actor
+
+        def backend() -> StoreBackend:
+            return memory
+    else:
+
+        def backend() -> StoreBackend:
+            return open_backend(config.store, Path(config.state_dir))
 
     limits = CoordinatorLimits(
         max_live_loops=config.max_live_loops, max_tree_loops=config.max_tree_loops
     )
     return [
-        ChildSpec("store", functools.partial(Store, backend), name="store", shutdown=30.0),
+        ChildSpec(
+            "store",
+            functools.partial(Store, backend, shared=config.store == "memory"),
+            name="store",
+            shutdown=30.0,
+        ),
         ChildSpec("breaker", Breaker, name="breaker"),
         ChildSpec("compactor", Compactor, name="compactor"),
         ChildSpec(

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import attrs
 import cattrs
+from cattrs.v import format_exception
 
 from ..errors import ConfigError
 
@@ -85,12 +86,22 @@ _converter = cattrs.Converter(forbid_extra_keys=True)
 _converter.register_structure_hook(Path, lambda value, _: Path(value))
 
 
+def _describe(exc: BaseException, type_: type | None) -> str:
+    # A validator's ValueError (raised by the attrs class itself, so with no target type)
+    # carries the only text that names the offending key: keep it.
+    if isinstance(exc, ValueError) and type_ is None and str(exc):
+        return str(exc)
+    return format_exception(exc, type_)
+
+
 def structure_config(data: Mapping[str, Any], source: str) -> RuntimeConfig:
     try:
         return _converter.structure(dict(data), RuntimeConfig)
     except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
         if isinstance(exc, cattrs.BaseValidationError):
-            problems = "; ".join(cattrs.transform_error(exc, path="loopactors"))
+            problems = "; ".join(
+                cattrs.transform_error(exc, path="loopactors", format_exception=_describe)
+            )
         else:
             problems = str(exc)
         raise ConfigError(f"invalid configuration in {source}: {problems}") from None

@@ -43,17 +43,21 @@ class Store(Actor[Any]):
 
     mailbox_size = 16_384
 
-    def __init__(self, open_backend: Callable[[], StoreBackend]) -> None:
+    def __init__(self, open_backend: Callable[[], StoreBackend], *, shared: bool = False) -> None:
+        """``open_backend`` is called at each (re)start. A ``shared`` backend (the in-memory
+        one, which must outlive a restart of this actor) is used in place, without threads,
+        and is not closed when the actor stops."""
         self._open_backend = open_backend
+        self._shared = shared
         self.backend: StoreBackend
         self._batch: list[Write] = []
         self._waiting: list[PendingReply] = []
-        self._threaded = True
 
     async def on_start(self) -> None:
-        self.backend = await trio.to_thread.run_sync(self._open_backend)
-        # An in-memory backend commits in microseconds: a thread hop would cost more.
-        self._threaded = self.backend.kind != "memory"
+        if self._shared:
+            self.backend = self._open_backend()
+        else:
+            self.backend = await trio.to_thread.run_sync(self._open_backend)
 
     async def handle(self, message: Any) -> Any:
         kind = type(message)
@@ -84,7 +88,8 @@ class Store(Actor[Any]):
         try:
             await self._flush()
         finally:
-            await trio.to_thread.run_sync(self.backend.close)
+            if not self._shared:
+                await trio.to_thread.run_sync(self.backend.close)
 
     async def _flush(self) -> None:
         if not self._batch:
@@ -101,8 +106,8 @@ class Store(Actor[Any]):
             pending.reply(None)
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if not self._threaded:
-            return fn(*args)
+        if self._shared:
+            return fn(*args)  # in memory: microseconds, a thread hop would cost more
         return await trio.to_thread.run_sync(fn, *args)
 
 

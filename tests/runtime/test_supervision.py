@@ -1,0 +1,59 @@
+"""A crash of any runtime actor is survived: supervision restarts it, recovery resumes the
+loops, and every round is still recorded exactly once."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from loopactors.actors import SupervisorRef
+from loopactors.runtime import open_runtime
+from loopactors.runtime._dispatcher import runner_name
+from loopactors.testing import inject_crash
+
+from .conftest import memory_config
+
+ACTORS = ["store", "breaker", "compactor", "dispatcher", "timers", "loops", "coordinator", "runner"]
+
+
+@pytest.mark.parametrize("victim", ACTORS)
+async def test_a_crash_of_each_runtime_actor_is_survived(
+    victim: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runtime(memory_config(inter_round_delay=0.5)) as rt:
+        handles = [
+            await rt.start(f"|loop:5,fresh| loop {i}", worker="scripted:latency=1") for i in range(3)
+        ]
+        await trio.sleep(2.2)  # mid-way: about round 2 of each
+        name = runner_name(handles[0].loop_id) if victim == "runner" else victim
+        inject_crash(rt.node, name)
+        await trio.testing.wait_all_tasks_blocked()
+        for handle in handles:
+            final = await handle.wait()
+            assert final.phase == "complete", final
+            rounds = await handle.history()
+            assert [r.round for r in rounds] == [1, 2, 3, 4, 5]
+            assert all(r.status == "completed" for r in rounds)
+        root = await rt.node.supervisor.statistics()
+        loops = rt.node.whereis("loops")
+        assert loops is not None
+        restarts = root.restarts + (await SupervisorRef(loops).statistics()).restarts
+        assert restarts >= 1
+
+
+async def test_the_coordinator_restarting_adopts_live_runners(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_runtime(memory_config()) as rt:
+        handle = await rt.start("|loop:4| keep going", worker="scripted:latency=1")
+        await trio.sleep(1.5)
+        runner = rt.node.whereis(runner_name(handle.loop_id))
+        inject_crash(rt.node, "coordinator")
+        await trio.testing.wait_all_tasks_blocked()
+        assert rt.node.whereis(runner_name(handle.loop_id)) == runner  # not restarted
+        assert (await handle.wait()).phase == "complete"
+        # Commands reach it through the new coordinator.
+        again = await rt.start("|loop:2| after", worker="scripted:latency=1")
+        await trio.sleep(0.5)
+        assert (await again.stop()).phase == "cancelled"
