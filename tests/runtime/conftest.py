@@ -15,9 +15,7 @@ def memory_config(**changes: object) -> RuntimeConfig:
 
 
 def sqlite_config(state_dir: Path, **changes: object) -> RuntimeConfig:
-    return RuntimeConfig(store="sqlite", state_dir=state_dir, shutdown_grace=5.0).replace(
-        **changes
-    )
+    return RuntimeConfig(store="sqlite", state_dir=state_dir, shutdown_grace=5.0).replace(**changes)
 
 
 @pytest.fixture

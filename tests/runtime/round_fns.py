@@ -52,6 +52,15 @@ async def spawn_same_task(request: RoundRequest, context: RoundContext | None) -
     assert context is not None
     try:
         await context.start_child(f"|loop:2| {request.task}", worker="scripted")
-    except Exception as exc:  # noqa: BLE001 - the refusal is what the test reads
+    except Exception as exc:
+        return f"refused: {exc}"
+    return "started"
+
+
+async def spawn_other(request: RoundRequest, context: RoundContext | None) -> str:
+    assert context is not None
+    try:
+        await context.start_child("|loop:2| a different task", worker="scripted")
+    except Exception as exc:
         return f"refused: {exc}"
     return "started"

@@ -46,7 +46,9 @@ async def test_the_seed_is_tail_capped(rt: Runtime) -> None:
 
 
 async def test_fresh_mode_sends_the_task_alone(rt: Runtime) -> None:
-    handle = await rt.start("|loop:3,fresh| start over", worker="python:tests.runtime.round_fns:record")
+    handle = await rt.start(
+        "|loop:3,fresh| start over", worker="python:tests.runtime.round_fns:record"
+    )
     await handle.wait()
     assert round_fns.PROMPTS[handle.loop_id] == ["start over"] * 3
 
@@ -60,7 +62,14 @@ async def test_events_tell_the_story_in_order(rt: Runtime) -> None:
             if isinstance(event, LoopFinished):
                 break
     kinds = [type(e) for e in seen]
-    assert kinds == [LoopStarted, RoundStarted, RoundFinished, RoundStarted, RoundFinished, LoopFinished]
+    assert kinds == [
+        LoopStarted,
+        RoundStarted,
+        RoundFinished,
+        RoundStarted,
+        RoundFinished,
+        LoopFinished,
+    ]
     assert all(e.loop_id == handle.loop_id for e in seen)
     finished = seen[-1]
     assert isinstance(finished, LoopFinished)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -17,7 +18,7 @@ from loopactors.storage import Write, open_backend
 from .conftest import sqlite_config
 
 
-async def run_until(state_dir: Path, text: str, kill_when: str, **options: object) -> str:
+async def run_until(state_dir: Path, text: str, kill_when: str, **options: Any) -> str:
     """Start a loop, then kill the node (no graceful stop) at the moment ``kill_when``."""
     loop_id = ""
     with trio.CancelScope() as scope:
@@ -26,9 +27,9 @@ async def run_until(state_dir: Path, text: str, kill_when: str, **options: objec
                 handle = await rt.start(text, **options)
                 loop_id = handle.loop_id
                 async for event in events:
-                    if kill_when == "round 2 started" and isinstance(event, RoundStarted):
-                        if event.round == 2:
-                            scope.cancel()
+                    started = isinstance(event, RoundStarted) and event.round == 2
+                    if kill_when == "round 2 started" and started:
+                        scope.cancel()
                     if kill_when == "between rounds" and isinstance(event, RoundFinished):
                         scope.cancel()
     return loop_id
@@ -57,9 +58,7 @@ async def test_killed_while_a_round_runs(tmp_path: Path) -> None:
 
 
 async def test_killed_between_rounds(tmp_path: Path) -> None:
-    loop_id = await run_until(
-        tmp_path, "|loop:3| survive", "between rounds", inter_round_delay=0.5
-    )
+    loop_id = await run_until(tmp_path, "|loop:3| survive", "between rounds", inter_round_delay=0.5)
     final, rounds, _ = await finish(tmp_path, loop_id)
     assert final.phase == "complete"
     assert_each_round_once(rounds, 3)
@@ -73,8 +72,12 @@ def seed_store(state_dir: Path, state: LoopState, rounds: list[RoundRecord]) -> 
 
 def done(loop_id: str, number: int) -> RoundRecord:
     return RoundRecord(
-        loop_id=loop_id, round=number, status="completed", output=f"out {'o' * number}",
-        started_at=time.time(), duration=0.1,
+        loop_id=loop_id,
+        round=number,
+        status="completed",
+        output=f"out {'o' * number}",
+        started_at=time.time(),
+        duration=0.1,
     )
 
 
@@ -127,8 +130,14 @@ async def test_resume_from_each_committed_phase(
 async def test_a_paused_loop_stays_paused_across_a_restart(tmp_path: Path) -> None:
     now = time.time()
     state = LoopState(
-        loop_id="paused-one", spec=LoopSpec(task="wait for me", rounds=2), phase="paused",
-        round=2, completed_rounds=1, last_output="out o", created_at=now, updated_at=now,
+        loop_id="paused-one",
+        spec=LoopSpec(task="wait for me", rounds=2),
+        phase="paused",
+        round=2,
+        completed_rounds=1,
+        last_output="out o",
+        created_at=now,
+        updated_at=now,
         started_at=now,
     )
     seed_store(tmp_path, state, [done("paused-one", 1)])
@@ -173,7 +182,9 @@ async def test_resume_runs_every_live_loop(tmp_path: Path) -> None:
     for i in range(3):
         ids.append(
             await run_until(
-                tmp_path, f"|loop:3,fresh| loop {i}", "round 2 started",
+                tmp_path,
+                f"|loop:3,fresh| loop {i}",
+                "round 2 started",
                 worker="scripted:latency=0.05",
             )
         )
@@ -185,4 +196,3 @@ async def test_resume_runs_every_live_loop(tmp_path: Path) -> None:
         for loop_id in ids:
             assert (await rt.get(loop_id)).phase == "complete"
             assert_each_round_once(await rt.history(loop_id), 3)
-

@@ -23,7 +23,8 @@ async def test_a_crash_of_each_runtime_actor_is_survived(
 ) -> None:
     async with open_runtime(memory_config(inter_round_delay=0.5)) as rt:
         handles = [
-            await rt.start(f"|loop:5,fresh| loop {i}", worker="scripted:latency=1") for i in range(3)
+            await rt.start(f"|loop:5,fresh| loop {i}", worker="scripted:latency=1")
+            for i in range(3)
         ]
         await trio.sleep(2.2)  # mid-way: about round 2 of each
         name = runner_name(handles[0].loop_id) if victim == "runner" else victim
