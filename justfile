@@ -2,7 +2,7 @@
 
 # Run the main job on embedded defaults (README, first command).
 demo:
-    pip install -e . && loopactors --help
+    pip install -e . && loopactors demo
 
 # Install the dev extras and run the whole test suite (README, second command).
 test:

@@ -9,8 +9,11 @@ async with open_runtime(state_dir=".loopactors") as rt:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ import msgspec
 import trio
 
 from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
-from ..errors import ActorNotRunning, CallFailed, LoopNotFound, LoopSyntaxError
+from ..errors import ActorNotRunning, CallFailed, LoopNotFound, LoopSyntaxError, StoreError
 from ..loops._events import AnyEvent, LoopFinished
 from ..loops._model import MAX_ROUNDS, LoopSpec, LoopState, RoundRecord, StopMode
 from ..loops._syntax import parse_loop
@@ -41,6 +44,8 @@ from ._runner import RunnerDeps
 from ._services import Breaker, Compactor, Store, Timers
 
 __all__ = ["LoopHandle", "Runtime", "open_runtime"]
+
+LOCK_FILE = "runtime.lock"
 
 #: How long a runtime call waits for a restarting actor to come back before giving up.
 RESTART_PATIENCE = 10.0
@@ -346,6 +351,44 @@ async def open_runtime(
     if config is None:
         config = load_config(config_file)
     config = config.replace(state_dir=state_dir, store=store, **overrides)
+    with contextlib.ExitStack() as stack:
+        if config.store == "sqlite":
+            stack.enter_context(lock_state_dir(Path(config.state_dir)))
+        async with _open_runtime(config) as runtime:
+            yield runtime
+
+
+@contextlib.contextmanager
+def lock_state_dir(state_dir: Path) -> Iterator[None]:
+    """One runtime per state directory: two would both resume the same loops."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        handle = (state_dir / LOCK_FILE).open("a+")
+    except OSError as exc:
+        raise StoreError(f"cannot use the state directory {state_dir}: {exc}") from exc
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise StoreError(
+                f"the state directory {state_dir} is in use by another loopactors runtime "
+                f"({holder}); stop it first, or use another --state directory"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.truncate(0)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@asynccontextmanager
+async def _open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
     bus = EventBus(config.event_queue_size)
     deps = RunnerDeps(bus=bus, kill_grace=config.kill_grace)
     children = runtime_children(config, deps)

@@ -1,0 +1,147 @@
+"""Showing loops as they run: a live table on a terminal, plain lines otherwise, or JSON.
+
+Used by ``loopactors run``, ``resume`` and ``demo``. The display only reads events; it never
+slows a loop (its subscription is bounded like any other).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO, Any
+
+import attrs
+import msgspec
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from .loops._events import AnyEvent, LoopFinished, LoopStarted, RoundFinished, RoundStarted
+from .loops._model import LoopState
+from .runtime import Gap
+
+__all__ = ["JsonLines", "Progress", "final_table"]
+
+_encoder = msgspec.json.Encoder()
+
+
+class JsonLines:
+    """One JSON object per event on stdout, nothing else."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stdout
+
+    def show(self, event: AnyEvent | Gap) -> None:
+        self.stream.write(_encoder.encode(event).decode() + "\n")
+        self.stream.flush()
+
+    def note(self, text: str) -> None:
+        """Narration is not an event: on stderr, so stdout stays pure JSON lines."""
+        print(text, file=sys.stderr)
+
+
+@attrs.define
+class _Row:
+    loop_id: str
+    task: str
+    rounds: int
+    round: int = 0
+    completed: int = 0
+    phase: str = "activating"
+    last: str = ""
+    started: float = attrs.field(factory=time.monotonic)
+    ended: float | None = None
+
+
+class Progress:
+    """A live table (on a terminal) or the reference's ``[loop-progress ...]`` lines."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=False)
+        self.rows: dict[str, _Row] = {}
+        self.live: Live | None = None
+
+    def __enter__(self) -> Progress:
+        if self.console.is_terminal:
+            self.live = Live(self._table(), console=self.console, refresh_per_second=8)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.update(self._table())
+            self.live.__exit__(None, None, None)
+
+    def track(self, state: LoopState) -> None:
+        self.rows.setdefault(
+            state.loop_id,
+            _Row(state.loop_id, state.spec.task, state.spec.rounds, phase=state.phase),
+        )
+
+    def note(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False)
+
+    def show(self, event: AnyEvent | Gap) -> None:
+        if isinstance(event, Gap):
+            self.note(f"(display fell behind: {event.missed} events not shown)")
+            return
+        row = self.rows.get(event.loop_id)
+        if row is not None:
+            self._apply(row, event)
+        if self.live is not None:
+            self.live.update(self._table())
+        else:
+            self.note(f"{event.loop_id}: {event.note()}")
+
+    def _apply(self, row: _Row, event: AnyEvent) -> None:
+        if isinstance(event, LoopStarted):
+            row.phase = "running"
+        elif isinstance(event, RoundStarted):
+            row.round = event.round
+            row.phase = "running"
+        elif isinstance(event, RoundFinished):
+            if event.status == "completed":
+                row.completed += 1
+            row.last = f"r{event.round} {event.status}"
+        elif isinstance(event, LoopFinished):
+            row.phase = event.phase
+            row.ended = time.monotonic()
+        else:
+            row.phase = type(event).__name__.removeprefix("Loop").lower()
+
+    def _table(self) -> Table:
+        table = Table(title="loops", expand=False)
+        for column in ("loop", "task", "round", "done", "phase", "last"):
+            table.add_column(column)
+        for row in self.rows.values():
+            table.add_row(
+                row.loop_id,
+                _head(row.task, 32),
+                f"{row.round}/{row.rounds}",
+                str(row.completed),
+                row.phase,
+                row.last,
+            )
+        return table
+
+
+def final_table(states: list[LoopState], extra: dict[str, dict[str, Any]] | None = None) -> Table:
+    """The closing table: one row per loop with its outcome."""
+    table = Table(title="result")
+    for column in ("loop", "task", "phase", "completed", "tokens", "reason"):
+        table.add_column(column)
+    for state in states:
+        table.add_row(
+            state.loop_id,
+            _head(state.spec.task, 32),
+            state.phase,
+            f"{state.completed_rounds}/{state.spec.rounds}",
+            str(state.tokens_used),
+            _head(state.reason or state.trigger or "", 40),
+        )
+    return table
+
+
+def _head(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
