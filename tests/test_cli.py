@@ -1,0 +1,198 @@
+"""The command line, run as a user runs it: real processes, real state directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CLI = [sys.executable, "-m", "loopactors"]
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_run_json_prints_one_event_per_line_and_exits_0() -> None:
+    result = cli("run", "|loop:3,fresh| hello", "--store", "memory", "--json")
+    assert result.returncode == 0, result.stderr
+    events = json_lines(result.stdout)
+    assert [e["type"] for e in events] == [
+        "loop_started",
+        "round_started",
+        "round_finished",
+        "round_started",
+        "round_finished",
+        "round_started",
+        "round_finished",
+        "loop_finished",
+    ]
+    assert len({e["loop_id"] for e in events}) == 1
+    assert events[2]["round"] == 1
+    assert events[2]["rounds"] == 3
+    assert events[2]["status"] == "completed"
+    assert events[-1]["phase"] == "complete"
+
+
+@pytest.mark.parametrize(
+    ("worker", "code", "phase"),
+    [
+        ("scripted:output=the same every time", 2, "escalated"),
+        ("scripted:fail_every=1", 2, "escalated"),
+    ],
+)
+def test_exit_codes_follow_the_final_phase(worker: str, code: int, phase: str) -> None:
+    result = cli("run", "|loop:8| go", "--store", "memory", "--json", "--worker", worker)
+    assert result.returncode == code, result.stderr
+    assert json_lines(result.stdout)[-1]["phase"] == phase
+
+
+def test_bad_input_is_a_clear_error_with_exit_1() -> None:
+    result = cli("run", "|loop:abc| nope", "--store", "memory")
+    assert result.returncode == 1
+    assert "loopactors: error:" in result.stderr
+    assert "abc" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = cli("run", "|loop:2| nope", "--store", "memory", "--worker", "nonsense")
+    assert result.returncode == 1
+    assert "unknown worker kind" in result.stderr
+
+
+def test_bad_usage_exits_64() -> None:
+    assert cli("run").returncode == 64
+    assert cli("--no-such-flag").returncode == 64
+
+
+def start_run(state: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*CLI, "run", "|loop:4,fresh| slow work", "--state", str(state), "--json", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL: no clean-up at all in the process; then close our ends of its pipes."""
+    proc.kill()
+    proc.communicate()
+
+
+def read_until_round(proc: subprocess.Popen[str], round_number: int) -> str:
+    assert proc.stdout is not None
+    while True:
+        line = proc.stdout.readline()
+        assert line, "the run ended early"
+        event = json.loads(line)
+        if event["type"] == "round_started" and event["round"] == round_number:
+            return str(event["loop_id"])
+
+
+def test_ctrl_c_stops_the_loop_and_exits_3(tmp_path: Path) -> None:
+    proc = start_run(tmp_path, "--worker", "scripted:latency=5")
+    read_until_round(proc, 1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 3, err
+    assert json_lines(out)[-1]["phase"] == "cancelled"
+
+
+def test_killed_run_resumes_and_status_and_history_read_it(tmp_path: Path) -> None:
+    proc = start_run(tmp_path, "--worker", "scripted:latency=0.3")
+    loop_id = read_until_round(proc, 2)
+    kill(proc)
+    status = cli("status", loop_id, "--state", str(tmp_path), "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["phase"] == "awaiting_worker"
+
+    resumed = cli("resume", "--state", str(tmp_path), "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json_lines(resumed.stdout)[-1]["phase"] == "complete"
+
+    history = cli("history", loop_id, "--state", str(tmp_path), "--json")
+    rounds = json.loads(history.stdout)["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2, 3, 4]
+    assert all(r["status"] == "completed" for r in rounds)
+
+    listing = cli("status", "--state", str(tmp_path))
+    assert loop_id[:8] in listing.stdout
+    assert cli("resume", "--state", str(tmp_path)).returncode == 0  # nothing left to do
+
+
+def test_status_of_an_unknown_loop_is_an_error(tmp_path: Path) -> None:
+    result = cli("status", "nope", "--state", str(tmp_path))
+    assert result.returncode == 1
+    assert "no loop 'nope'" in result.stderr
+    empty = cli("status", "--state", str(tmp_path))
+    assert empty.returncode == 0
+    assert "no loops" in empty.stdout
+
+
+def test_interrupted_exit_code_4(tmp_path: Path) -> None:
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\ncat >/dev/null\nsleep 30\n")
+    script.chmod(0o755)
+    proc = subprocess.Popen(
+        [*CLI, "run", "|loop:2| needs the script", "--state", str(tmp_path / "s"), "--json",
+         "--worker", f"command:{script}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    read_until_round(proc, 1)
+    kill(proc)
+    script.unlink()
+    resumed = cli("resume", "--state", str(tmp_path / "s"), "--json")
+    assert resumed.returncode == 4, resumed.stderr
+
+
+def test_two_runtimes_cannot_share_a_state_directory(tmp_path: Path) -> None:
+    proc = start_run(tmp_path, "--worker", "scripted:latency=5")
+    read_until_round(proc, 1)
+    try:
+        second = cli("resume", "--state", str(tmp_path))
+        assert second.returncode == 1
+        assert "in use by another loopactors runtime" in second.stderr
+        assert f"pid {proc.pid}" in second.stderr
+    finally:
+        kill(proc)
+
+
+def test_demo_runs_and_exits_0() -> None:
+    started = time.monotonic()
+    result = cli("demo", "--fast")
+    assert result.returncode == 0, result.stderr
+    assert "every round recorded exactly once: yes" in result.stdout
+    assert "cancelled" in result.stdout
+    assert time.monotonic() - started < 30
+
+
+def test_config_file_is_used(tmp_path: Path) -> None:
+    (tmp_path / "loopactors.toml").write_text('store = "memory"\nworker = "scripted:tokens=7"\n')
+    result = subprocess.run(
+        [*CLI, "run", "|loop:1| configured", "--json"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json_lines(result.stdout)[2]["tokens"] == 7
+    assert not (tmp_path / ".loopactors").exists()  # memory store: nothing written
+    (tmp_path / "loopactors.toml").write_text("colour = 'blue'\n")
+    bad = subprocess.run(
+        [*CLI, "run", "|loop:1| x"], capture_output=True, text=True, timeout=60, check=False,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 1
+    assert "colour" in bad.stderr
+    assert "loopactors.toml" in bad.stderr
