@@ -152,13 +152,19 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _resume(args: argparse.Namespace) -> int:
-    async with open_runtime(_config(args)) as rt:
-        live = await rt.loops(live_only=True)
-        display: JsonLines | Progress = JsonLines() if args.json else Progress()
-        if not live:
-            display.note(f"nothing to resume in {rt.config.state_dir}")
-            return EXIT_OK
-        display.note(f"resuming {len(live)} loop(s) from {rt.config.state_dir}")
+    config = _config(args)
+    display: JsonLines | Progress = JsonLines() if args.json else Progress()
+    # Read before the runtime starts: it resumes these at once, and some may end (or be
+    # found impossible to resume) before a query made afterwards could see them live.
+    backend = _read_store(args)
+    live = backend.list_loops(live_only=True) if backend is not None else []
+    if backend is not None:
+        backend.close()
+    if not live:
+        display.note(f"nothing to resume in {config.state_dir}")
+        return EXIT_OK
+    display.note(f"resuming {len(live)} loop(s) from {config.state_dir}")
+    async with open_runtime(config) as rt:
         with rt.subscribe() as events:
             handles = [rt.handle(state.loop_id) for state in live]
             final = await _follow(rt, handles, events, display)

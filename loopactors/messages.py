@@ -11,10 +11,12 @@ from typing import Any, Literal
 import msgspec
 
 from .loops._model import LoopSpec, LoopState, StopMode
+from .loops._rules import Prompt, Verdict
 from .storage._base import Write
 from .workers._base import RoundRequest, RoundResult
 
 __all__ = [
+    "Admitted",
     "Advance",
     "BuildPrompt",
     "CancelRound",
@@ -22,12 +24,15 @@ __all__ = [
     "Commit",
     "ControlLoop",
     "Dispatch",
+    "Escalate",
+    "Forward",
     "GetEvents",
     "GetLoop",
     "GetRounds",
     "GetStoreStatistics",
     "ListLoops",
     "LoopEnded",
+    "PromptReady",
     "RoundDone",
     "Schedule",
     "StartLoop",
@@ -36,10 +41,24 @@ __all__ = [
 # -- Store -----------------------------------------------------------------------------------
 
 
+class Forward(msgspec.Struct, frozen=True):
+    """Cast ``message`` to the actor registered as ``name``."""
+
+    name: str
+    message: Any
+
+
 class Commit(msgspec.Struct, frozen=True):
-    """Make ``write`` durable; the reply (None) comes once its batch's transaction committed."""
+    """Make ``write`` durable, then act on it.
+
+    Once the batch holding it has committed, the Store publishes the write's events and
+    sends each ``then`` forward, and (if this came as a ``call``) replies. So a side effect
+    that rides on a commit can never happen before the commit is durable, and the sender
+    need not wait for it.
+    """
 
     write: Write
+    then: tuple[Forward, ...] = ()
 
 
 class GetLoop(msgspec.Struct, frozen=True):
@@ -67,16 +86,31 @@ class GetStoreStatistics(msgspec.Struct, frozen=True):
 
 
 class CheckRound(msgspec.Struct, frozen=True):
-    """Reply: a ``Verdict`` to escalate, or None to go on."""
+    """To the Breaker, before round ``state.round``. It answers the loop's runner with
+    :class:`Escalate`, or passes the loop on to the Compactor (:class:`BuildPrompt`)."""
 
     state: LoopState
     now: float
+    epoch: int
 
 
 class BuildPrompt(msgspec.Struct, frozen=True):
-    """Reply: a ``Prompt``."""
+    """To the Compactor; it answers the loop's runner with :class:`PromptReady`."""
 
     state: LoopState
+    epoch: int
+
+
+class Escalate(msgspec.Struct, frozen=True):
+    round: int
+    epoch: int
+    verdict: Verdict
+
+
+class PromptReady(msgspec.Struct, frozen=True):
+    round: int
+    epoch: int
+    prompt: Prompt
 
 
 # -- Dispatcher ------------------------------------------------------------------------------
@@ -130,6 +164,12 @@ class ControlLoop(msgspec.Struct, frozen=True, kw_only=True):
     loop_id: str
     command: Literal["stop", "pause", "resume", "status"]
     stop_mode: StopMode = "now"
+
+
+class Admitted(msgspec.Struct, frozen=True):
+    """The Store tells the Coordinator a new loop's first state is durable."""
+
+    loop_id: str
 
 
 class LoopEnded(msgspec.Struct, frozen=True):

@@ -450,6 +450,11 @@ class Actor(abc.ABC, Generic[M]):
             )
         return nursery
 
+    @property
+    def in_call(self) -> bool:
+        """True while handling a message that arrived by ``call`` (a reply is expected)."""
+        return self._cell.current is not None
+
     def stop(self) -> None:
         """Leave the message loop after the current message: a normal exit."""
         self._cell.request_stop()

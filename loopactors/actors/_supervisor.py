@@ -322,7 +322,7 @@ class Supervisor(Actor[Any]):
         child.dynamic = True
         self._children[spec.id] = child
         try:
-            await self._start(child)
+            ref = await self._start(child)
         except StartFailed as failure:
             del self._children[spec.id]
             if isinstance(failure.cause, ActorError):
@@ -332,11 +332,13 @@ class Supervisor(Actor[Any]):
             )
             error.__cause__ = failure.cause
             return ErrorReply(error)
-        assert child.cell is not None
-        return child.cell.ref
+        return ref
 
-    async def _start(self, child: _Child) -> None:
-        """Start one incarnation and return once its ``on_start`` returned."""
+    async def _start(self, child: _Child) -> ActorRef[Any]:
+        """Start one incarnation and return its ref once its ``on_start`` returned.
+
+        The child may already have exited by then (it may finish its work at once).
+        """
         spec = child.spec
         node = self._cell.node
         try:
@@ -360,6 +362,7 @@ class Supervisor(Actor[Any]):
         except StartFailed:
             child.cell = None
             raise
+        return cell.ref
 
     async def _stop_child(self, child: _Child) -> None:
         """Graceful stop within the child's grace, then hard cancel. Idempotent."""

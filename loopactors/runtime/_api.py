@@ -284,7 +284,7 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
     return [
         ChildSpec(
             "store",
-            functools.partial(Store, backend, shared=config.store == "memory"),
+            functools.partial(Store, backend, deps.bus, shared=config.store == "memory"),
             name="store",
             shutdown=30.0,
         ),

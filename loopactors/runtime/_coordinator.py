@@ -14,10 +14,19 @@ from typing import Any
 
 import attrs
 
-from ..actors import Actor, ChildSpec, ErrorReply, SupervisorRef
+from ..actors import Actor, ChildSpec, ErrorReply, PendingReply, SupervisorRef
 from ..errors import ActorError, AdmissionRefused, LoopNotFound, WorkerSpecError
 from ..loops._model import LoopState
-from ..messages import Commit, ControlLoop, GetLoop, ListLoops, LoopEnded, StartLoop
+from ..messages import (
+    Admitted,
+    Commit,
+    ControlLoop,
+    Forward,
+    GetLoop,
+    ListLoops,
+    LoopEnded,
+    StartLoop,
+)
 from ..storage import Write
 from ..workers import parse_worker
 from ._dispatcher import runner_name
@@ -54,6 +63,7 @@ class Coordinator(Actor[Any]):
         self.deps = deps
         self.limits = limits
         self._live: dict[str, _Live] = {}
+        self._admitting: dict[str, tuple[LoopState, PendingReply]] = {}
 
     async def on_start(self) -> None:
         self.svc = services_of(self.node)
@@ -74,6 +84,9 @@ class Coordinator(Actor[Any]):
             return await self._admit(message)
         if kind is ControlLoop:
             return await self._control(message)
+        if kind is Admitted:
+            await self._admitted(message.loop_id)
+            return None
         if kind is LoopEnded:
             await self._ended(message.state)
             return None
@@ -89,14 +102,26 @@ class Coordinator(Actor[Any]):
         now = time.time()
         loop_id = message.loop_id or new_loop_id()
         state = LoopState(loop_id=loop_id, spec=spec, created_at=now, updated_at=now)
-        await self.svc.store.call(Commit(Write(state=state)), self.deps.call_timeout)
+        # Counted at once (for the caps); started, and answered, once durable. Admissions
+        # from many callers thus share the Store's batches instead of waiting in line.
         self._index(state)
+        self._admitting[loop_id] = (state, self.defer_reply())
+        admitted = Forward("coordinator", Admitted(loop_id))
+        await self.svc.store.cast(Commit(Write(state=state), (admitted,)))
+        return None
+
+    async def _admitted(self, loop_id: str) -> None:
+        entry = self._admitting.pop(loop_id, None)
+        if entry is None:
+            return
+        state, pending = entry
         try:
             await self._start_runner(state, recovered=False)
         except ActorError as exc:
             self._forget(loop_id)
-            return ErrorReply(AdmissionRefused(f"the loop's runner failed to start: {exc}"))
-        return state
+            pending.fail(AdmissionRefused(f"the loop's runner failed to start: {exc}"))
+            return
+        pending.reply(state)
 
     def _refusal(self, message: StartLoop) -> Exception | None:
         spec = message.spec

@@ -7,6 +7,7 @@ ends, so a runner that restarted meanwhile still gets it.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,6 +22,8 @@ from ..workers import RoundContext, RoundResult, Worker, parse_worker
 __all__ = ["RUNNER_PREFIX", "Dispatcher", "runner_name"]
 
 RUNNER_PREFIX = "loop:"
+#: How many not-yet-dispatched cancelled round keys the Dispatcher remembers.
+CANCELLED_MEMORY = 100_000
 
 
 def runner_name(loop_id: str) -> str:
@@ -45,6 +48,9 @@ class Dispatcher(Actor[Any]):
         self._context_factory = context_factory
         self._workers: dict[str, Worker] = {}
         self._running: dict[str, trio.CancelScope] = {}
+        # Keys cancelled before their Dispatch arrived (a stop can overtake the Dispatch,
+        # which the Store forwards only once the round's intent is durable).
+        self._cancelled: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.rounds_started = 0
 
     async def handle(self, message: Any) -> Any:
@@ -53,6 +59,9 @@ class Dispatcher(Actor[Any]):
             key = message.request.key
             if key in self._running:
                 return None  # same idempotency key: the running round will report once
+            if key in self._cancelled:
+                del self._cancelled[key]
+                return None
             scope = trio.CancelScope()
             self._running[key] = scope
             self.rounds_started += 1
@@ -62,6 +71,10 @@ class Dispatcher(Actor[Any]):
             running = self._running.get(message.key)
             if running is not None:
                 running.cancel()
+            else:
+                self._cancelled[message.key] = None
+                if len(self._cancelled) > CANCELLED_MEMORY:
+                    self._cancelled.popitem(last=False)
             return None
         return ErrorReply(TypeError(f"the dispatcher does not accept {kind.__name__}"))
 

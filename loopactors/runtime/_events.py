@@ -33,11 +33,17 @@ class Subscription:
     def __init__(self, bus: EventBus, loop_id: str | None, queue_size: int) -> None:
         self._bus = bus
         self.loop_id = loop_id
-        self._send, self._recv = trio.open_memory_channel[AnyEvent | Gap](queue_size)
+        self.queue_size = queue_size
+        # One place more than the queue size, for a pending Gap: a gap and the event after it
+        # must go in together, or a subscriber of queue_size 1 would only ever get gaps.
+        self._send, self._recv = trio.open_memory_channel[AnyEvent | Gap](queue_size + 1)
         self.missed = 0
         self.delivered = 0
 
     def _offer(self, event: AnyEvent) -> None:
+        if self._send.statistics().current_buffer_used >= self.queue_size:
+            self.missed += 1
+            return
         try:
             if self.missed:
                 self._send.send_nowait(Gap(missed=self.missed, loop_id=self.loop_id))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import msgspec
@@ -33,18 +33,20 @@ from ..loops._events import (
     RoundSummary,
 )
 from ..loops._model import LoopState, Phase, RoundRecord
-from ..loops._rules import Prompt, Verdict, build_prompt, next_phase, same_output
+from ..loops._rules import Prompt, build_prompt, next_phase, same_output
 from ..messages import (
     Advance,
-    BuildPrompt,
     CancelRound,
     CheckRound,
     Commit,
     ControlLoop,
     Dispatch,
+    Escalate,
+    Forward,
     GetLoop,
     GetRounds,
     LoopEnded,
+    PromptReady,
     RoundDone,
     Schedule,
 )
@@ -132,6 +134,10 @@ class LoopRunner(Actor[Any]):
         self.recovered = recovered
         self.epoch = 0
         self.round_started = 0.0
+        self.seed_source: Literal["task", "previous_output"] = "task"
+        self._first_round = False
+        #: Round summaries for the final event (loaded from the store after a restart).
+        self.summary: dict[int, RoundSummary] = {}
         self._unsaved: list[AnyEvent] = []
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -148,21 +154,35 @@ class LoopRunner(Actor[Any]):
             self.svc.coordinator.cast_nowait(LoopEnded(self.state))
             self.stop()
             return
+        if self.recovered and self.state.phase != "activating":
+            # The rounds so far, for the summary the loop's final event carries.
+            rounds: list[RoundRecord] = await self.svc.store.call(
+                GetRounds(self.loop_id), self.deps.call_timeout
+            )
+            self.summary = {r.round: _summary(r) for r in rounds}
         self.ref.cast_nowait(Advance(self.epoch))
 
     async def handle(self, message: Any) -> Any:
         kind = type(message)
-        if kind is Advance:
-            if message.epoch == self.epoch and not self.state.terminal:
-                await self._step()
+        state = self.state
+        if kind is PromptReady:
+            if message.epoch == self.epoch and state.phase == "dispatching":
+                await self._dispatch_round(message.prompt)
         elif kind is RoundDone:
-            if self.state.phase == "awaiting_worker" and message.round == self.state.round:
+            if state.phase == "awaiting_worker" and message.round == state.round:
                 await self._round_done(message.result)
+        elif kind is Advance:
+            if message.epoch == self.epoch and not state.terminal:
+                await self._step()
+        elif kind is Escalate:
+            if message.epoch == self.epoch and state.phase == "dispatching":
+                verdict = message.verdict
+                await self._finish("escalated", reason=verdict.reason, trigger=verdict.trigger)
         elif kind is Watchdog:
             if (
                 message.epoch == self.epoch
-                and self.state.phase == "awaiting_worker"
-                and message.round == self.state.round
+                and state.phase == "awaiting_worker"
+                and message.round == state.round
             ):
                 await self.svc.dispatcher.cast(CancelRound(self._key))
                 await self._round_done(
@@ -184,6 +204,12 @@ class LoopRunner(Actor[Any]):
         return f"{self.loop_id}:{self.state.round}"
 
     # -- driving the loop ------------------------------------------------------------------
+    #
+    # One round is a pipeline of casts: runner -> Breaker -> Compactor -> runner (prompt) ->
+    # Store (intent, durable) -> Dispatcher -> worker -> runner (result) -> Store. The runner
+    # wakes twice per round and never waits on a reply; the Store performs the side effect
+    # that must follow a commit (dispatching the round, publishing its events) only once the
+    # commit is durable.
 
     async def _step(self) -> None:
         """Take the next step from the committed phase; also how a recovered loop resumes."""
@@ -200,34 +226,40 @@ class LoopRunner(Actor[Any]):
                 )
                 return
             if phase != "activating":
-                recovered_event = LoopRecovered(
-                    loop_id=self.loop_id, at=time.time(), phase=phase, round=self.state.round
+                self._unsaved.append(
+                    LoopRecovered(
+                        loop_id=self.loop_id, at=time.time(), phase=phase, round=self.state.round
+                    )
                 )
-                self._publish((recovered_event,))
-                self._unsaved.append(recovered_event)  # kept in the log with the next commit
         if phase in ("activating", "dispatching"):
-            await self._start_round()
+            await self._prepare_round()
         elif phase == "awaiting_worker":
             # Dispatched before the restart: dispatch again under the same key. The store
             # upserts the round by key, so it is recorded once whichever run reports.
-            self._dispatch(build_prompt(self.state))
+            self.round_started = time.time()
+            await self.svc.dispatcher.cast(self._dispatch_message(build_prompt(self.state)))
+            self._arm_watchdog()
+            if self._unsaved:
+                await self._commit(self.state)
         elif phase in ("summarizing", "finalizing"):
             await self._decide((), None)
-        # paused: nothing to do until resume
+        elif self._unsaved:  # paused: nothing to do until resume, but log the recovery
+            await self._commit(self.state)
 
-    async def _start_round(self) -> None:
+    async def _prepare_round(self) -> None:
+        """Ask the Breaker about the next round; it goes on to the Compactor if all is well."""
         state = self.state
         now = time.time()
         if state.phase == "activating":
+            self._first_round = True
             state = state.moved("dispatching", started_at=now)
-        verdict: Verdict | None = await self.svc.breaker.call(
-            CheckRound(state, now), self.deps.call_timeout
-        )
-        if verdict is not None:
-            self.state = state
-            await self._finish("escalated", reason=verdict.reason, trigger=verdict.trigger)
-            return
-        prompt: Prompt = await self.svc.compactor.call(BuildPrompt(state), self.deps.call_timeout)
+        self.state = state  # in memory only: committed with the round's intent
+        self.epoch += 1
+        await self.svc.breaker.cast(CheckRound(state, now, self.epoch))
+
+    async def _dispatch_round(self, prompt: Prompt) -> None:
+        state = self.state
+        now = time.time()
         record = RoundRecord(
             loop_id=self.loop_id,
             round=state.round,
@@ -236,7 +268,8 @@ class LoopRunner(Actor[Any]):
             started_at=now,
         )
         events: list[AnyEvent] = []
-        if self.state.phase == "activating":
+        if self._first_round:
+            self._first_round = False
             spec = state.spec
             events.append(
                 LoopStarted(
@@ -257,14 +290,16 @@ class LoopRunner(Actor[Any]):
                 seed_source=prompt.seed_source,
             )
         )
-        # The intent is durable before the Dispatcher hears of the round.
-        await self._commit(state.moved("awaiting_worker"), record, events)
-        self._dispatch(prompt)
+        self.round_started = now
+        self.seed_source = prompt.seed_source
+        # The Store dispatches the round once its intent is durable.
+        dispatch = Forward("dispatcher", self._dispatch_message(prompt))
+        await self._commit(state.moved("awaiting_worker"), record, events, then=(dispatch,))
+        self._arm_watchdog()
 
-    def _dispatch(self, prompt: Prompt) -> None:
+    def _dispatch_message(self, prompt: Prompt) -> Dispatch:
         state = self.state
         spec = state.spec
-        self.round_started = time.time()
         request = RoundRequest(
             loop_id=self.loop_id,
             round=state.round,
@@ -274,14 +309,13 @@ class LoopRunner(Actor[Any]):
             task=spec.task,
             worker=spec.worker,
         )
-        self.svc.dispatcher.cast_nowait(Dispatch(request, spec.round_timeout))
-        self.epoch += 1
+        return Dispatch(request, spec.round_timeout)
+
+    def _arm_watchdog(self) -> None:
+        state = self.state
+        deadline = trio.current_time() + state.spec.round_timeout + WATCHDOG_GRACE
         self.svc.timers.cast_nowait(
-            Schedule(
-                trio.current_time() + spec.round_timeout + WATCHDOG_GRACE,
-                runner_name(self.loop_id),
-                Watchdog(self.epoch, state.round),
-            )
+            Schedule(deadline, runner_name(self.loop_id), Watchdog(self.epoch, state.round))
         )
 
     async def _round_done(self, result: RoundResult) -> None:
@@ -294,15 +328,14 @@ class LoopRunner(Actor[Any]):
             loop_id=self.loop_id,
             round=state.round,
             status=status,
-            seed_source="task"
-            if state.spec.mode == "fresh" or not state.last_output
-            else "previous_output",
+            seed_source=self.seed_source,
             output=result.output,
             error=result.error if status != "completed" else None,
             tokens=result.tokens,
             started_at=self.round_started,
             duration=result.duration,
         )
+        self.summary[record.round] = _summary(record)
         if status == "completed":
             changes: dict[str, Any] = {
                 "completed_rounds": state.completed_rounds + 1,
@@ -336,29 +369,26 @@ class LoopRunner(Actor[Any]):
         if nxt in ("complete", "cancelled"):
             await self._finish(nxt, record=record, events=events)
             return
-        now = time.time()
         if nxt == "paused":
             paused = state.moved("paused", round=state.round + 1, pause_requested=False)
-            await self._commit(
-                paused,
-                record,
-                (*events, LoopPaused(loop_id=self.loop_id, at=now, round=paused.round)),
-            )
+            note = LoopPaused(loop_id=self.loop_id, at=time.time(), round=paused.round)
+            await self._commit(paused, record, (*events, note))
             return
+        # The next round's intent is committed after this write, so its dispatch (which
+        # waits for that commit) also waits for this one: no need to wait here.
         await self._commit(state.moved("dispatching", round=state.round + 1), record, events)
-        self._schedule_next()
+        await self._next_round()
 
-    def _schedule_next(self) -> None:
-        self.epoch += 1
+    async def _next_round(self) -> None:
         delay = self.state.spec.inter_round_delay
         if delay <= 0:
-            self.ref.cast_nowait(Advance(self.epoch))
-        else:
-            self.svc.timers.cast_nowait(
-                Schedule(
-                    trio.current_time() + delay, runner_name(self.loop_id), Advance(self.epoch)
-                )
-            )
+            await self._prepare_round()
+            return
+        self.epoch += 1
+        deadline = trio.current_time() + delay
+        self.svc.timers.cast_nowait(
+            Schedule(deadline, runner_name(self.loop_id), Advance(self.epoch))
+        )
 
     async def _finish(
         self,
@@ -368,39 +398,34 @@ class LoopRunner(Actor[Any]):
         events: tuple[AnyEvent, ...] = (),
         reason: str | None = None,
         trigger: str | None = None,
+        wait: bool = False,
     ) -> None:
         state = self.state
         if phase == "complete":
             state = state.moved("finalizing")
         final = state.moved(phase, reason=reason, trigger=trigger)
-        rounds: list[RoundRecord] = await self.svc.store.call(
-            GetRounds(self.loop_id), self.deps.call_timeout
-        )
-        by_number = {r.round: r for r in rounds}
+        summary = dict(self.summary)
         if record is not None:
-            by_number[record.round] = record
-        summary = tuple(
-            RoundSummary(round=r.round, status=r.status, duration=r.duration)
-            for _, r in sorted(by_number.items())
-        )
+            summary[record.round] = _summary(record)
         done = LoopFinished(
             loop_id=self.loop_id,
             at=time.time(),
             phase=phase,
             rounds=state.spec.rounds,
             completed_rounds=final.completed_rounds,
-            summary=summary,
+            summary=tuple(summary[n] for n in sorted(summary)),
             reason=reason,
             trigger=trigger,
         )
-        await self._commit(final, record, (*events, done))
         self.epoch += 1
-        self.svc.coordinator.cast_nowait(LoopEnded(final))
+        ended = Forward("coordinator", LoopEnded(final))
+        await self._commit(final, record, (*events, done), then=(ended,), wait=wait)
         self.stop()
 
     # -- commands --------------------------------------------------------------------------
 
     async def _control(self, message: ControlLoop) -> LoopState:
+        """Commands answer once their effect is durable."""
         state = self.state
         command = message.command
         if command == "status" or state.terminal:
@@ -408,42 +433,42 @@ class LoopRunner(Actor[Any]):
         now = time.time()
         if command == "stop":
             if message.stop_mode == "after_round" and state.phase == "awaiting_worker":
-                await self._commit(state.moved(state.phase, stop_requested="after_round"))
+                after = state.moved(state.phase, stop_requested="after_round")
+                await self._commit(after, wait=True)
                 return self.state
             record = None
             if state.phase == "awaiting_worker":
                 # Cancel the round's scope now; its result, if any, arrives to nobody.
-                self.svc.dispatcher.cast_nowait(CancelRound(self._key))
+                await self.svc.dispatcher.cast(CancelRound(self._key))
                 record = RoundRecord(
                     loop_id=self.loop_id,
                     round=state.round,
                     status="cancelled",
+                    seed_source=self.seed_source,
                     started_at=self.round_started,
                     duration=time.time() - self.round_started,
                     error="stopped",
                 )
                 self.state = state.moved(state.phase, stop_requested="now")
-            await self._finish("cancelled", record=record, reason="stopped by request")
+            await self._finish("cancelled", record=record, reason="stopped by request", wait=True)
             return self.state
         if command == "pause":
             if state.phase == "awaiting_worker":
-                await self._commit(state.moved(state.phase, pause_requested=True))
+                await self._commit(state.moved(state.phase, pause_requested=True), wait=True)
             elif state.phase in ("activating", "dispatching"):
-                self.epoch += 1  # a pending Advance is now stale
+                self.epoch += 1  # a round being prepared, or a pending Advance, is now stale
                 paused = state.moved("paused", pause_requested=False)
-                await self._commit(
-                    paused, None, (LoopPaused(loop_id=self.loop_id, at=now, round=paused.round),)
-                )
+                note = LoopPaused(loop_id=self.loop_id, at=now, round=paused.round)
+                await self._commit(paused, None, (note,), wait=True)
             return self.state
         # resume
         if state.phase == "paused":
             resumed = state.moved("dispatching")
-            await self._commit(
-                resumed, None, (LoopResumed(loop_id=self.loop_id, at=now, round=resumed.round),)
-            )
-            self._schedule_next()
+            back = LoopResumed(loop_id=self.loop_id, at=now, round=resumed.round)
+            await self._commit(resumed, None, (back,), wait=True)
+            await self._next_round()
         elif state.pause_requested:
-            await self._commit(state.moved(state.phase, pause_requested=False))
+            await self._commit(state.moved(state.phase, pause_requested=False), wait=True)
         return self.state
 
     # -- durability ------------------------------------------------------------------------
@@ -453,19 +478,26 @@ class LoopRunner(Actor[Any]):
         state: LoopState,
         record: RoundRecord | None = None,
         events: tuple[AnyEvent, ...] | list[AnyEvent] = (),
+        *,
+        then: tuple[Forward, ...] = (),
+        wait: bool = False,
     ) -> None:
-        events = tuple(events)
-        saved = (*self._unsaved, *events)
-        await self.svc.store.call(
-            Commit(Write(state=state, round=record, events=saved)), self.deps.call_timeout
-        )
-        self._unsaved.clear()
-        self.state = state
-        self._publish(events)
+        """Hand a step to the Store; with ``wait``, return only once it is durable.
 
-    def _publish(self, events: tuple[AnyEvent, ...]) -> None:
-        for event in events:
-            self.deps.bus.publish(event)
+        Events are published by the Store after the commit, never before.
+        """
+        saved = (*self._unsaved, *events) if self._unsaved else tuple(events)
+        self._unsaved.clear()
+        commit = Commit(Write(state=state, round=record, events=saved), then)
+        self.state = state
+        if wait:
+            await self.svc.store.call(commit, self.deps.call_timeout)
+        else:
+            await self.svc.store.cast(commit)
+
+
+def _summary(record: RoundRecord) -> RoundSummary:
+    return RoundSummary(round=record.round, status=record.status, duration=record.duration)
 
 
 def interrupted_event(state: LoopState, reason: str) -> LoopInterrupted:

@@ -6,6 +6,7 @@ pure rules in :mod:`loopactors.loops._rules`, Timers over a heap of deadlines.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 from collections.abc import Callable
@@ -13,45 +14,71 @@ from typing import Any
 
 import trio
 
-from ..actors import Actor, ErrorReply, PendingReply
-from ..errors import ActorError, StoreError
+from ..actors import Actor, ErrorReply, Node, PendingReply
+from ..errors import ActorError, MailboxFull, StoreError
 from ..loops._rules import build_prompt, check_before_round
 from ..messages import (
     BuildPrompt,
     CheckRound,
     Commit,
+    Escalate,
+    Forward,
     GetEvents,
     GetLoop,
     GetRounds,
     GetStoreStatistics,
     ListLoops,
+    PromptReady,
     Schedule,
 )
 from ..storage import StoreBackend, Write
+from ._dispatcher import runner_name
+from ._events import EventBus
 
 __all__ = ["Breaker", "Compactor", "Store", "Timers"]
 
 
-class Store(Actor[Any]):
-    """Durable state with group commit.
+async def deliver(node: Node, name: str, message: Any) -> None:
+    """Cast ``message`` to the actor registered as ``name``; nobody there means nobody needs
+    it (a loop that ended, an actor that is restarting and will recover from the store)."""
+    ref = node.whereis(name)
+    if ref is None:
+        return
+    try:
+        ref.cast_nowait(message)
+    except MailboxFull:
+        with contextlib.suppress(ActorError):
+            await ref.cast(message)
+    except ActorError:
+        return
 
-    ``Commit`` calls are not answered at once: their writes collect while the mailbox drains,
-    then go to the backend as one transaction, and every writer of the batch is answered
-    after it committed. Throughput comes from batching, and no writer is ever told "done"
-    before its write is durable (no debounce window to lose, rolebox's W13).
+
+class Store(Actor[Any]):
+    """Durable state with group commit, and the side effects that wait for it.
+
+    Commits are not done one by one: their writes collect while the mailbox drains, then go
+    to the backend as one transaction. Only then are the batch's events published, its
+    forwards sent and its callers answered. Throughput comes from batching, and nothing that
+    depends on a write happens before the write is durable (no debounce window to lose,
+    rolebox's W13). A transaction that fails crashes the Store: its supervisor restarts the
+    runtime behind it, which recovers from what is durable.
     """
 
     mailbox_size = 16_384
 
-    def __init__(self, open_backend: Callable[[], StoreBackend], *, shared: bool = False) -> None:
+    def __init__(
+        self, open_backend: Callable[[], StoreBackend], bus: EventBus, *, shared: bool = False
+    ) -> None:
         """``open_backend`` is called at each (re)start. A ``shared`` backend (the in-memory
         one, which must outlive a restart of this actor) is used in place, without threads,
         and is not closed when the actor stops."""
         self._open_backend = open_backend
+        self._bus = bus
         self._shared = shared
         self.backend: StoreBackend
         self._batch: list[Write] = []
         self._waiting: list[PendingReply] = []
+        self._forwards: list[Forward] = []
 
     async def on_start(self) -> None:
         if self._shared:
@@ -63,7 +90,10 @@ class Store(Actor[Any]):
         kind = type(message)
         if kind is Commit:
             self._batch.append(message.write)
-            self._waiting.append(self.defer_reply())
+            if message.then:
+                self._forwards.extend(message.then)
+            if self.in_call:
+                self._waiting.append(self.defer_reply())
             return None
         await self._flush()  # a read sees every write queued before it
         backend = self.backend
@@ -94,16 +124,23 @@ class Store(Actor[Any]):
     async def _flush(self) -> None:
         if not self._batch:
             return
-        writes, waiting = self._batch, self._waiting
-        self._batch, self._waiting = [], []
+        writes, waiting, forwards = self._batch, self._waiting, self._forwards
+        self._batch, self._waiting, self._forwards = [], [], []
         try:
             await self._run(self.backend.commit, writes)
         except StoreError as exc:
             for pending in waiting:
                 pending.fail(exc)
-            return
+            raise
+        publish = self._bus.publish
+        for write in writes:
+            for event in write.events:
+                publish(event)
         for pending in waiting:
             pending.reply(None)
+        node = self.node
+        for forward in forwards:
+            await deliver(node, forward.name, forward.message)
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self._shared:
@@ -112,21 +149,37 @@ class Store(Actor[Any]):
 
 
 class Breaker(Actor[Any]):
-    """Checks a loop before each round: go on, or escalate with a trigger and a reason."""
+    """Checks a loop before each round: escalate (told to the loop's runner), or go on (the
+    loop is passed to the Compactor). A pipeline of casts, so a busy runtime handles these in
+    batches and a runner is woken once, with the outcome."""
+
+    mailbox_size = 16_384
 
     async def handle(self, message: Any) -> Any:
-        if type(message) is CheckRound:
-            return check_before_round(message.state, message.now)
-        return ErrorReply(TypeError(f"the breaker does not accept {type(message).__name__}"))
+        if type(message) is not CheckRound:
+            return ErrorReply(TypeError(f"the breaker does not accept {type(message).__name__}"))
+        state = message.state
+        verdict = check_before_round(state, message.now)
+        if verdict is not None:
+            escalate = Escalate(state.round, message.epoch, verdict)
+            await deliver(self.node, runner_name(state.loop_id), escalate)
+        else:
+            await deliver(self.node, "compactor", BuildPrompt(state, message.epoch))
+        return None
 
 
 class Compactor(Actor[Any]):
-    """Builds each round's prompt (inherit seed or fresh)."""
+    """Builds each round's prompt (inherit seed or fresh) and hands it to the loop's runner."""
+
+    mailbox_size = 16_384
 
     async def handle(self, message: Any) -> Any:
-        if type(message) is BuildPrompt:
-            return build_prompt(message.state)
-        return ErrorReply(TypeError(f"the compactor does not accept {type(message).__name__}"))
+        if type(message) is not BuildPrompt:
+            return ErrorReply(TypeError(f"the compactor does not accept {type(message).__name__}"))
+        state = message.state
+        ready = PromptReady(state.round, message.epoch, build_prompt(state))
+        await deliver(self.node, runner_name(state.loop_id), ready)
+        return None
 
 
 class Timers(Actor[Any]):

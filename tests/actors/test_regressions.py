@@ -220,3 +220,17 @@ def test_run_node_raises_an_error_from_main_unwrapped() -> None:
 
     with pytest.raises(KeyError, match="from main"):
         run_node(main=main)
+
+
+async def test_a_child_that_is_done_at_once_still_starts_cleanly(actor_node: Node) -> None:
+    class Quick(Actor[Any]):
+        async def on_start(self) -> None:
+            self.ref.cast_nowait("go")
+
+        async def handle(self, message: Any) -> Any:
+            self.stop()  # finished before its supervisor even resumed
+
+    ref = await actor_node.start_child(ChildSpec("quick", Quick, restart="transient"))
+    await trio.testing.wait_all_tasks_blocked()
+    assert not ref.alive
+    assert await actor_node.supervisor.which_children() == []  # dynamic + normal exit: gone

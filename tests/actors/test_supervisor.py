@@ -435,7 +435,7 @@ async def test_restart_backoff_delays_restarts(autojump_clock: trio.testing.Mock
             inject_crash(node, "t")
             await settle()
             assert node.whereis("t") is None  # waiting out the backoff
-            while node.whereis("t") is None:  # noqa: ASYNC110 - polling virtual time on purpose
+            while node.whereis("t") is None:
                 await trio.sleep(0.125)
             gaps.append(started_at[-1] - crashed_at)
     assert gaps == [1.0, 2.0, 3.0]

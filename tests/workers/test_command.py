@@ -163,7 +163,7 @@ def _written_pids(path: Path) -> list[int] | None:
 async def _read_pids(path: Path) -> list[int]:
     """Wait until a script has written its pids (and so has set its traps)."""
     with trio.fail_after(10):
-        while (pids := _written_pids(path)) is None:  # noqa: ASYNC110 - a file, no event to wait on
+        while (pids := _written_pids(path)) is None:
             await trio.sleep(0.01)
     return pids
 
@@ -181,7 +181,7 @@ async def _assert_group_gone(pgid: int, pids: list[int]) -> None:
     # SIGKILL is delivered asynchronously (a killed process may still show as running for a
     # moment), and orphaned members are reaped by init, which is slow in some containers.
     with trio.move_on_after(5):
-        while [pid for pid in pids if _is_alive(pid)] or _group_exists(pgid):  # noqa: ASYNC110
+        while [pid for pid in pids if _is_alive(pid)] or _group_exists(pgid):
             await trio.sleep(0.01)
     assert not [pid for pid in pids if _is_alive(pid)]
     with pytest.raises(ProcessLookupError):

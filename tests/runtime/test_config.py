@@ -1,0 +1,344 @@
+"""Runtime configuration: defaults, finding and reading `loopactors.toml` or
+`[tool.loopactors]`, errors that name the key and the file, and flag overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loopactors.errors import ConfigError
+from loopactors.runtime._config import BreakerSettings, RuntimeConfig, find_config, load_config
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _config_error(path: Path) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    return str(info.value)
+
+
+# --- defaults ---------------------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    config = RuntimeConfig()
+    assert config.state_dir == Path(".loopactors")
+    assert config.store == "sqlite"
+    assert config.worker == "scripted"
+    assert config.max_live_loops == 10_000
+    assert config.max_tree_loops == 30
+    assert config.max_concurrent_rounds == 1_000
+    assert config.max_concurrent_per_kind == {}
+    assert config.round_timeout == 900.0
+    assert config.inter_round_delay == 0.0
+    assert config.seed_cap == 8000
+    assert config.kill_grace == 5.0
+    assert config.shutdown_grace == 10.0
+    assert config.event_queue_size == 1000
+    assert config.breaker == BreakerSettings()
+    assert config.breaker.max_consecutive_failures == 3
+    assert config.breaker.stale_rounds_limit == 2
+    assert config.breaker.max_tokens is None
+    assert config.breaker.max_seconds is None
+    assert config.max_restarts == 10
+    assert config.max_restart_seconds == 10.0
+    assert config.loop_max_restarts == 1_000
+
+
+def test_no_file_gives_the_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert load_config(search=False) == RuntimeConfig()
+    assert find_config() is None
+    assert load_config() == RuntimeConfig()
+
+
+def test_an_empty_file_gives_the_defaults_with_state_dir_next_to_it(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", "")
+    config = load_config(path)
+    assert config == RuntimeConfig(state_dir=tmp_path / ".loopactors")
+
+
+# --- finding the file -------------------------------------------------------------------------
+
+
+def test_loopactors_toml_is_found_from_a_nested_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path / "loopactors.toml", "max_live_loops = 7\n")
+    nested = tmp_path / "a" / "b" / "c"
+    nested.mkdir(parents=True)
+    monkeypatch.chdir(nested)
+
+    assert find_config() == path.resolve()
+    config = load_config()
+    assert config.max_live_loops == 7
+    assert config.state_dir == tmp_path.resolve() / ".loopactors"
+
+
+def test_find_config_accepts_an_explicit_start(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", "")
+    nested = tmp_path / "x" / "y"
+    nested.mkdir(parents=True)
+    assert find_config(nested) == path.resolve()
+
+
+def test_the_nearest_file_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path / "loopactors.toml", "worker = 'outer'\n")
+    inner = _write(tmp_path / "inner" / "loopactors.toml", "worker = 'inner'\n")
+    monkeypatch.chdir(inner.parent)
+    assert find_config() == inner.resolve()
+    assert load_config().worker == "inner"
+
+
+def test_tool_loopactors_in_pyproject(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(
+        tmp_path / "pyproject.toml",
+        "[project]\nname = 'x'\n\n"
+        "[tool.loopactors]\nworker = 'command:./agent.sh'\nstore = 'memory'\n\n"
+        "[tool.loopactors.breaker]\nmax_tokens = 100\n\n"
+        "[tool.other]\nanything = 1\n",
+    )
+    nested = tmp_path / "src"
+    nested.mkdir()
+    monkeypatch.chdir(nested)
+
+    assert find_config() == path.resolve()
+    config = load_config()
+    assert config.worker == "command:./agent.sh"
+    assert config.store == "memory"
+    assert config.breaker.max_tokens == 100
+    assert config.state_dir == tmp_path.resolve() / ".loopactors"
+
+
+def test_a_pyproject_without_tool_loopactors_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outer = _write(tmp_path / "loopactors.toml", "max_tree_loops = 4\n")
+    _write(tmp_path / "pkg" / "pyproject.toml", "[tool.ruff]\nline-length = 100\n")
+    monkeypatch.chdir(tmp_path / "pkg")
+    assert find_config() == outer.resolve()
+    assert load_config().max_tree_loops == 4
+
+
+def test_loopactors_toml_wins_over_pyproject_in_the_same_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    toml = _write(tmp_path / "loopactors.toml", "worker = 'from-loopactors-toml'\n")
+    _write(tmp_path / "pyproject.toml", "[tool.loopactors]\nworker = 'from-pyproject'\n")
+    monkeypatch.chdir(tmp_path)
+    assert find_config() == toml.resolve()
+    assert load_config().worker == "from-loopactors-toml"
+
+
+def test_an_explicit_pyproject_without_the_table_gives_the_defaults(tmp_path: Path) -> None:
+    path = _write(tmp_path / "pyproject.toml", "[project]\nname = 'x'\n")
+    assert load_config(path) == RuntimeConfig(state_dir=tmp_path / ".loopactors")
+
+
+# --- errors name the key and the file ---------------------------------------------------------
+
+
+def test_an_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", "max_live_loops = 3\nmax_liev_loops = 4\n")
+    message = _config_error(path)
+    assert "max_liev_loops" in message
+    assert str(path) in message
+
+
+def test_an_unknown_key_in_pyproject_names_the_key_and_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path / "pyproject.toml", "[tool.loopactors]\nbogus_option = true\n")
+    message = _config_error(path)
+    assert "bogus_option" in message
+    assert str(path) in message
+
+
+def test_a_wrong_type_names_the_key_and_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", 'max_live_loops = "many"\n')
+    message = _config_error(path)
+    assert "max_live_loops" in message
+    assert str(path) in message
+
+
+def test_a_store_that_does_not_exist_names_the_key(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", 'store = "postgres"\n')
+    message = _config_error(path)
+    assert "store" in message
+    assert str(path) in message
+
+
+def test_per_kind_concurrency_is_a_table_of_ints(tmp_path: Path) -> None:
+    good = _write(tmp_path / "a" / "loopactors.toml", "max_concurrent_per_kind = {command = 4}\n")
+    assert load_config(good).max_concurrent_per_kind == {"command": 4}
+    bad = _write(tmp_path / "b" / "loopactors.toml", "max_concurrent_per_kind = {command = 'x'}\n")
+    message = _config_error(bad)
+    assert "max_concurrent_per_kind" in message
+    assert str(bad) in message
+
+
+def test_a_nested_breaker_section(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "loopactors.toml",
+        "seed_cap = 100\n\n[breaker]\nmax_consecutive_failures = 5\nstale_rounds_limit = 4\n"
+        "max_tokens = 20000\nmax_seconds = 3600.0\n",
+    )
+    config = load_config(path)
+    assert config.seed_cap == 100
+    assert config.breaker == BreakerSettings(
+        max_consecutive_failures=5, stale_rounds_limit=4, max_tokens=20000, max_seconds=3600.0
+    )
+
+
+def test_an_unknown_key_in_the_breaker_section_is_named(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", "[breaker]\nmax_tokenz = 5\n")
+    message = _config_error(path)
+    assert "max_tokenz" in message
+    assert "breaker" in message
+    assert str(path) in message
+
+
+def test_a_wrong_type_in_the_breaker_section_is_named(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", "[breaker]\nstale_rounds_limit = 'two'\n")
+    message = _config_error(path)
+    assert "breaker.stale_rounds_limit" in message
+    assert str(path) in message
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("max_live_loops = -1", "max_live_loops"),
+        ("max_tree_loops = 0", "max_tree_loops"),
+        ("round_timeout = -5.0", "round_timeout"),
+        ("inter_round_delay = -0.5", "inter_round_delay"),
+        ("seed_cap = -1", "seed_cap"),
+        ("event_queue_size = 0", "event_queue_size"),
+        ("max_restarts = -1", "max_restarts"),
+        ("[breaker]\nmax_tokens = -5", "max_tokens"),
+        ("[breaker]\nmax_consecutive_failures = 0", "max_consecutive_failures"),
+    ],
+)
+def test_validators_reject_bad_values_naming_the_key_and_the_file(
+    tmp_path: Path, text: str, key: str
+) -> None:
+    path = _write(tmp_path / "loopactors.toml", text + "\n")
+    message = _config_error(path)
+    assert key in message
+    assert str(path) in message
+
+
+def test_zero_is_allowed_where_the_value_only_has_to_be_non_negative(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "loopactors.toml",
+        "inter_round_delay = 0\nseed_cap = 0\nkill_grace = 0\nmax_restarts = 0\n",
+    )
+    config = load_config(path)
+    assert config.inter_round_delay == 0
+    assert config.seed_cap == 0
+    assert config.kill_grace == 0
+    assert config.max_restarts == 0
+
+
+def test_validators_guard_direct_construction() -> None:
+    with pytest.raises(ValueError, match="max_live_loops must be > 0"):
+        RuntimeConfig(max_live_loops=0)
+    with pytest.raises(ValueError, match="seed_cap must be >= 0"):
+        RuntimeConfig(seed_cap=-1)
+    with pytest.raises(ValueError, match="max_seconds must be > 0"):
+        BreakerSettings(max_seconds=-1.0)
+
+
+def test_unreadable_toml_names_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", "max_live_loops = = 3\n")
+    message = _config_error(path)
+    assert "cannot read configuration file" in message
+    assert str(path) in message
+
+
+def test_a_missing_explicit_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "nowhere" / "loopactors.toml"
+    assert str(path) in _config_error(path)
+
+
+def test_a_broken_pyproject_met_while_searching_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path / "pyproject.toml", "[tool.loopactors\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="cannot read configuration file") as info:
+        find_config()
+    assert str(path.resolve()) in str(info.value)
+
+
+# --- state_dir --------------------------------------------------------------------------------
+
+
+def test_a_relative_state_dir_is_relative_to_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(tmp_path / "project" / "loopactors.toml", "state_dir = 'var/state'\n")
+    elsewhere = tmp_path / "project" / "deep" / "down"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    config = load_config()
+    assert config.state_dir == (tmp_path / "project").resolve() / "var" / "state"
+    assert config.state_dir.is_absolute()
+
+
+def test_a_relative_state_dir_in_pyproject_is_relative_to_pyproject(tmp_path: Path) -> None:
+    path = _write(tmp_path / "pyproject.toml", "[tool.loopactors]\nstate_dir = 'st'\n")
+    assert load_config(path).state_dir == tmp_path / "st"
+
+
+def test_an_absolute_state_dir_is_kept(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere" / "state"
+    path = _write(tmp_path / "cfg" / "loopactors.toml", f"state_dir = '{target.as_posix()}'\n")
+    assert load_config(path).state_dir == target
+
+
+# --- replace ----------------------------------------------------------------------------------
+
+
+def test_replace_applies_given_values_and_ignores_none() -> None:
+    base = RuntimeConfig(worker="scripted", max_live_loops=50)
+    changed = base.replace(worker=None, max_live_loops=5, store=None, seed_cap=0)
+    assert changed.worker == "scripted"
+    assert changed.max_live_loops == 5
+    assert changed.store == "sqlite"
+    assert changed.seed_cap == 0
+    assert base.max_live_loops == 50
+
+
+def test_replace_with_only_none_is_an_equal_copy() -> None:
+    base = RuntimeConfig(worker="w")
+    assert base.replace(worker=None, state_dir=None) == base
+
+
+def test_replace_turns_a_state_dir_string_into_a_path() -> None:
+    assert RuntimeConfig().replace(state_dir="/var/lib/loops").state_dir == Path("/var/lib/loops")
+
+
+def test_replace_rejects_unknown_options_naming_them() -> None:
+    with pytest.raises(ConfigError, match="unknown runtime option"):
+        RuntimeConfig().replace(max_live_loops=3, max_loops=4, colour="red")
+    with pytest.raises(ConfigError) as info:
+        RuntimeConfig().replace(colour="red", max_loops=4)
+    assert "colour" in str(info.value)
+    assert "max_loops" in str(info.value)
+
+
+def test_replace_ignores_an_unknown_option_given_as_none() -> None:
+    # A flag that was not given is None whatever its name: it is dropped before checking.
+    assert RuntimeConfig().replace(colour=None) == RuntimeConfig()
+
+
+def test_replace_validates_values() -> None:
+    with pytest.raises(ConfigError, match="round_timeout"):
+        RuntimeConfig().replace(round_timeout=-1.0)
+    with pytest.raises(ConfigError, match="max_live_loops"):
+        RuntimeConfig().replace(max_live_loops=0)
