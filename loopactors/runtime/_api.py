@@ -320,12 +320,21 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
 class RoundContextImpl:
     """What a round may do besides returning output: start child loops in its loop's scope."""
 
+    __slots__ = ("_bus", "_config", "_node", "loop_id", "round")
+
     def __init__(
         self, config: RuntimeConfig, bus: EventBus, node: Node, loop_id: str, round_number: int
     ) -> None:
-        self.runtime = Runtime(node, config, bus)
+        # Made for every round, so it only keeps references; the Runtime is built on use.
+        self._config = config
+        self._bus = bus
+        self._node = node
         self.loop_id = loop_id
         self.round = round_number
+
+    @property
+    def runtime(self) -> Runtime:
+        return Runtime(self._node, self._config, self._bus)
 
     async def start_child(self, text: str, **options: Any) -> LoopHandle:
         """Start a child loop: it is stopped with this loop, and may not repeat an ancestor's

@@ -48,6 +48,7 @@ class Dispatcher(Actor[Any]):
         self._context_factory = context_factory
         self._workers: dict[str, Worker] = {}
         self._running: dict[str, trio.CancelScope] = {}
+        self._stopping: set[str] = set()  # rounds cancelled on request (not by a timeout)
         # Keys cancelled before their Dispatch arrived (a stop can overtake the Dispatch,
         # which the Store forwards only once the round's intent is durable).
         self._cancelled: collections.OrderedDict[str, None] = collections.OrderedDict()
@@ -70,6 +71,7 @@ class Dispatcher(Actor[Any]):
         if kind is CancelRound:
             running = self._running.get(message.key)
             if running is not None:
+                self._stopping.add(message.key)
                 running.cancel()
             else:
                 self._cancelled[message.key] = None
@@ -81,7 +83,8 @@ class Dispatcher(Actor[Any]):
     async def on_stop(self, reason: BaseException | None) -> None:
         # Rounds in flight are cancelled (subprocesses get SIGTERM, then SIGKILL); their loops
         # stay in awaiting_worker in the store and are dispatched again on recovery.
-        for scope in self._running.values():
+        for key, scope in self._running.items():
+            self._stopping.add(key)
             scope.cancel()
 
     def worker(self, spec: str) -> Worker:
@@ -92,28 +95,51 @@ class Dispatcher(Actor[Any]):
 
     async def _run(self, dispatch: Dispatch, scope: trio.CancelScope) -> None:
         request = dispatch.request
+        key = request.key
         started = time.monotonic()
         result: RoundResult | None = None
+        timed_out = False
         try:
+            worker = self.worker(request.worker)
             with scope:
-                worker = self.worker(request.worker)
+                # One cancel scope per round: a stop cancels it, and its deadline is the round
+                # timeout, set once the round holds its slots (waiting for a slot is no part
+                # of a round's time). Slots are taken without a checkpoint when free.
+                await _acquire(self._limit)
                 kind_limit = self._kind_limits.get(worker.kind)
-                async with self._limit:
+                try:
                     if kind_limit is not None:
-                        await kind_limit.acquire()
+                        await _acquire(kind_limit)
                     try:
                         started = time.monotonic()
-                        result = await self._attempt(worker, dispatch)
+                        scope.deadline = trio.current_time() + dispatch.timeout
+                        context = None
+                        if self._context_factory is not None:
+                            context = self._context_factory(
+                                self.node, request.loop_id, request.round
+                            )
+                        result = await worker.run(request, context)
                     finally:
                         if kind_limit is not None:
                             kind_limit.release()
+                finally:
+                    self._limit.release()
             if result is None:
-                result = RoundResult(status="cancelled", error="round cancelled")
+                timed_out = not scope.cancel_called or key not in self._stopping
         except Exception as exc:  # a worker bug must not crash the Dispatcher
             result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
         finally:
-            del self._running[request.key]
-        duration = time.monotonic() - started
+            del self._running[key]
+            self._stopping.discard(key)
+        if result is None:
+            result = (
+                RoundResult(
+                    status="timed_out",
+                    error=f"round took longer than its timeout of {dispatch.timeout} s",
+                )
+                if timed_out
+                else RoundResult(status="cancelled", error="round cancelled")
+            )
         done = RoundDone(
             request.loop_id,
             request.round,
@@ -122,7 +148,7 @@ class Dispatcher(Actor[Any]):
                 output=result.output,
                 error=result.error,
                 tokens=result.tokens,
-                duration=duration,
+                duration=time.monotonic() - started,
             ),
         )
         ref = self.node.whereis(runner_name(request.loop_id))
@@ -136,14 +162,9 @@ class Dispatcher(Actor[Any]):
             except ActorError:
                 return
 
-    async def _attempt(self, worker: Worker, dispatch: Dispatch) -> RoundResult:
-        request = dispatch.request
-        context = None
-        if self._context_factory is not None:
-            context = self._context_factory(self.node, request.loop_id, request.round)
-        with trio.move_on_after(dispatch.timeout) as timeout:
-            return await worker.run(request, context)
-        assert timeout.cancelled_caught
-        return RoundResult(
-            status="timed_out", error=f"round took longer than its timeout of {dispatch.timeout} s"
-        )
+
+async def _acquire(limit: trio.CapacityLimiter) -> None:
+    try:
+        limit.acquire_nowait()
+    except trio.WouldBlock:
+        await limit.acquire()
