@@ -2,6 +2,10 @@
 
 General layout (each a public namespace; their implementation modules are private):
 
+- ``loopactors.runtime`` the loop runtime: open_runtime, Runtime, LoopHandle, RuntimeConfig
+- ``loopactors.loops``   the loop domain: |loop| syntax, LoopSpec, LoopState, events
+- ``loopactors.workers`` what runs one round: scripted, python, command
+- ``loopactors.storage`` durable state: SQLite and in-memory backends
 - ``loopactors.actors``  the actor kernel: Actor, ActorRef, Supervisor, Node
 - ``loopactors.errors``  the one exception hierarchy
 - ``loopactors.testing`` helpers and a pytest plugin for testing actor programs
@@ -19,6 +23,12 @@ from .actors import Supervisor as Supervisor
 from .actors import open_node as open_node
 from .actors import run_node as run_node
 from .errors import LoopactorsError as LoopactorsError
+from .loops import LoopSpec as LoopSpec
+from .loops import LoopState as LoopState
+from .loops import parse_loop as parse_loop
+from .runtime import LoopHandle as LoopHandle
+from .runtime import Runtime as Runtime
+from .runtime import open_runtime as open_runtime
 
 try:
     __version__ = version("loopactors")
@@ -29,10 +39,16 @@ __all__ = [
     "Actor",
     "ActorRef",
     "ChildSpec",
+    "LoopHandle",
+    "LoopSpec",
+    "LoopState",
     "LoopactorsError",
     "Node",
+    "Runtime",
     "Supervisor",
     "__version__",
     "open_node",
+    "open_runtime",
+    "parse_loop",
     "run_node",
 ]

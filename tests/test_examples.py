@@ -58,3 +58,18 @@ def test_readme_quick_start_runs() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "3\n"
+
+
+def test_embedded_loops() -> None:
+    lines = run_example("embedded_loops.py").splitlines()
+    assert lines[:5] == [
+        "writer: [loop-progress round 1/4 completed, duration=0.0s]",
+        "writer: [loop-progress round 2/4 completed, duration=0.0s]",
+        "writer: [loop-progress round 3/4 completed, duration=0.0s]",
+        "writer: [loop-progress round 4/4 completed, duration=0.0s]",
+        "writer finished: complete, last output '+1 +2 +3 +4'",
+    ]
+    assert lines[5].startswith("slow loop paused after ")
+    assert lines[6] == "slow loop stopped: cancelled"
+    assert lines[7].startswith("slow loop rounds: 1:completed")
+    assert lines[7].endswith(":cancelled")

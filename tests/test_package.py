@@ -8,13 +8,26 @@ import sys
 import loopactors
 import loopactors.actors
 import loopactors.errors
+import loopactors.loops
+import loopactors.runtime
+import loopactors.storage
 import loopactors.testing
+import loopactors.workers
 from loopactors.cli import main
 
 
-def test_public_names_are_exported_and_sorted() -> None:
-    for module in (loopactors, loopactors.actors, loopactors.errors, loopactors.testing):
-        assert sorted(module.__all__) == list(module.__all__), module.__name__
+def test_public_names_are_exported() -> None:
+    for module in (
+        loopactors,
+        loopactors.actors,
+        loopactors.errors,
+        loopactors.loops,
+        loopactors.runtime,
+        loopactors.storage,
+        loopactors.testing,
+        loopactors.workers,
+    ):
+        assert len(set(module.__all__)) == len(module.__all__), module.__name__
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"
 

@@ -24,7 +24,15 @@ import trio
 from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
 from ..errors import ActorNotRunning, CallFailed, LoopNotFound, LoopSyntaxError, StoreError
 from ..loops._events import AnyEvent, LoopFinished
-from ..loops._model import MAX_ROUNDS, LoopSpec, LoopState, RoundRecord, StopMode
+from ..loops._model import (
+    MAX_ROUNDS,
+    TERMINAL_PHASES,
+    LoopSpec,
+    LoopState,
+    Phase,
+    RoundRecord,
+    StopMode,
+)
 from ..loops._syntax import parse_loop
 from ..messages import (
     ControlLoop,
@@ -82,23 +90,51 @@ class LoopHandle:
         return await self.runtime.history(self.loop_id)
 
     def events(self, *, queue_size: int | None = None) -> Subscription:
-        """Live events of this loop from now on (iterate with ``async for``)."""
+        """Live events of this loop from now on (iterate with ``async for``).
+
+        For the events that happened before, see :meth:`Runtime.stored_events`, or use
+        :meth:`history_and_events`.
+        """
         return self.runtime.subscribe(self.loop_id, queue_size=queue_size)
+
+    async def history_and_events(self) -> AsyncIterator[AnyEvent | Gap]:
+        """Every event of this loop: those already in the store, then live ones, without a
+        gap or a repeat between the two; ends after the loop's final event."""
+        with self.events() as live:
+            stored = await self.runtime.stored_events(self.loop_id)
+            seen = set(stored)
+            for event in stored:
+                yield event
+                if isinstance(event, LoopFinished):
+                    return
+            async for item in live:
+                if item in seen:
+                    continue
+                yield item
+                if isinstance(item, LoopFinished):
+                    return
 
     async def wait(self) -> LoopState:
         """Wait until the loop reaches a terminal phase and return its final state."""
+        return await self.wait_phase()
+
+    async def wait_phase(self, *phases: Phase) -> LoopState:
+        """Wait until the loop is in one of ``phases`` (default: any terminal phase), or
+        terminal, and return its state then."""
+        wanted = set(phases) or set(TERMINAL_PHASES)
+
+        def reached(state: LoopState) -> bool:
+            return state.phase in wanted or state.terminal
+
         with self.events() as events:
             state = await self.status()
-            if state.terminal:
+            if reached(state):
                 return state
-            async for event in events:
-                if isinstance(event, LoopFinished):
-                    break
-                if isinstance(event, Gap):
-                    # Events were dropped: the finish may have been one of them.
-                    state = await self.status()
-                    if state.terminal:
-                        return state
+            async for _ in events:
+                # Any event (or gap) may mean a new phase: the store has the truth.
+                state = await self.status()
+                if reached(state):
+                    return state
         return await self.status()
 
 

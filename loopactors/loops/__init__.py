@@ -1,0 +1,64 @@
+"""The loop domain, pure and without trio: the ``|loop|`` syntax, specs, states, rounds,
+phases, events and the per-round rules.
+
+General layout: ``_syntax`` (parser), ``_model`` (structs and the transition function),
+``_events`` (typed progress events), ``_rules`` (prompt, breaker checks, next phase).
+"""
+
+from ._events import AnyEvent as AnyEvent
+from ._events import LoopEvent as LoopEvent
+from ._events import LoopFinished as LoopFinished
+from ._events import LoopInterrupted as LoopInterrupted
+from ._events import LoopPaused as LoopPaused
+from ._events import LoopRecovered as LoopRecovered
+from ._events import LoopResumed as LoopResumed
+from ._events import LoopStarted as LoopStarted
+from ._events import RoundFinished as RoundFinished
+from ._events import RoundStarted as RoundStarted
+from ._events import RoundSummary as RoundSummary
+from ._model import LIVE_PHASES as LIVE_PHASES
+from ._model import MAX_ROUNDS as MAX_ROUNDS
+from ._model import TERMINAL_PHASES as TERMINAL_PHASES
+from ._model import LoopSpec as LoopSpec
+from ._model import LoopState as LoopState
+from ._model import Mode as Mode
+from ._model import Phase as Phase
+from ._model import RoundRecord as RoundRecord
+from ._model import check_transition as check_transition
+from ._rules import Prompt as Prompt
+from ._rules import Verdict as Verdict
+from ._rules import build_prompt as build_prompt
+from ._rules import check_before_round as check_before_round
+from ._rules import normalize_output as normalize_output
+from ._syntax import ParsedLoop as ParsedLoop
+from ._syntax import parse_loop as parse_loop
+
+__all__ = [
+    "LIVE_PHASES",
+    "MAX_ROUNDS",
+    "TERMINAL_PHASES",
+    "AnyEvent",
+    "LoopEvent",
+    "LoopFinished",
+    "LoopInterrupted",
+    "LoopPaused",
+    "LoopRecovered",
+    "LoopResumed",
+    "LoopSpec",
+    "LoopStarted",
+    "LoopState",
+    "Mode",
+    "ParsedLoop",
+    "Phase",
+    "Prompt",
+    "RoundFinished",
+    "RoundRecord",
+    "RoundStarted",
+    "RoundSummary",
+    "Verdict",
+    "build_prompt",
+    "check_before_round",
+    "check_transition",
+    "normalize_output",
+    "parse_loop",
+]
