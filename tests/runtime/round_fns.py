@@ -64,3 +64,10 @@ async def spawn_other(request: RoundRequest, context: RoundContext | None) -> st
     except Exception as exc:
         return f"refused: {exc}"
     return "started"
+
+
+async def deaf(request: RoundRequest, context: RoundContext | None) -> str:
+    """A round that will not be cancelled: the Dispatcher's timeout cannot end it."""
+    with trio.CancelScope(shield=True):
+        await trio.sleep(10_000)
+    return "too late"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import trio
 import trio.testing
@@ -148,3 +150,34 @@ async def test_the_tree_cap() -> None:
         await parent.wait()
         [record] = await parent.history()
     assert "loop tree budget exhausted" in record.output
+
+
+async def test_the_watchdog_ends_a_round_that_never_reports(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The worker ignores cancellation, so neither the timeout nor a cancel ends it: only the
+    # loop's own watchdog does (rolebox's W18: a lost completion must not hang the loop).
+    async with open_runtime(memory_config(shutdown_grace=1.0)) as rt:
+        handle = await rt.start(
+            "|loop:1| deaf", worker="python:tests.runtime.round_fns:deaf", round_timeout=10
+        )
+        final = await handle.wait()
+        [record] = await handle.history()
+        assert final.phase == "complete"
+        assert record.status == "timed_out"
+        assert record.error is not None
+        assert "no result reached the loop" in record.error
+        assert trio.current_time() == pytest.approx(40.0, abs=1.0)  # timeout 10 + grace 30
+
+
+async def test_one_runtime_per_state_directory(tmp_path: Path) -> None:
+    from loopactors.errors import StoreError
+
+    from .conftest import sqlite_config
+
+    async with open_runtime(sqlite_config(tmp_path)):
+        with pytest.raises(StoreError, match="in use by another loopactors runtime"):
+            async with open_runtime(sqlite_config(tmp_path)):
+                pytest.fail("a second runtime must not open")
+    async with open_runtime(sqlite_config(tmp_path)):
+        pass  # released when the first one closed
