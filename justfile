@@ -8,9 +8,10 @@ demo:
 test:
     pip install -e '.[dev]' && pytest
 
-# Kernel benchmark: loopactors next to plain trio, one table and one JSON line.
+# Benchmarks next to plain trio: the actor kernel, then 10,000 concurrent loops.
 bench:
     python bench/actors.py
+    python bench/loops.py
 
 # Lint, format check and strict type check, as CI runs them.
 lint:
