@@ -167,6 +167,9 @@ async def _resume(args: argparse.Namespace) -> int:
     async with open_runtime(config) as rt:
         with rt.subscribe() as events:
             handles = [rt.handle(state.loop_id) for state in live]
+            for state, handle in zip(live, handles, strict=True):
+                if state.phase == "paused":  # `resume` means all of them, paused ones too
+                    await handle.resume()
             final = await _follow(rt, handles, events, display)
         return max((PHASE_EXIT[s.phase] for s in final), key=_severity)
 

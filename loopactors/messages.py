@@ -34,8 +34,10 @@ __all__ = [
     "LoopEnded",
     "PromptReady",
     "RoundDone",
+    "RoundWhere",
     "Schedule",
     "StartLoop",
+    "WhereIsRound",
 ]
 
 # -- Store -----------------------------------------------------------------------------------
@@ -127,6 +129,19 @@ class Dispatch(msgspec.Struct, frozen=True):
     context: Any = None
 
 
+class WhereIsRound(msgspec.Struct, frozen=True):
+    """Asked by a runner whose watchdog fired. Reply: :class:`RoundWhere`."""
+
+    key: str
+
+
+class RoundWhere(msgspec.Struct, frozen=True):
+    """Neither queued nor running (``running_for`` None) means the Dispatcher lost it."""
+
+    queued: bool = False
+    running_for: float | None = None
+
+
 class CancelRound(msgspec.Struct, frozen=True):
     key: str
 
@@ -156,6 +171,10 @@ class StartLoop(msgspec.Struct, frozen=True, kw_only=True):
 
     spec: LoopSpec
     loop_id: str | None = None
+    #: Look the id up in the store first (an id chosen by the caller may be in use).
+    check_existing: bool = False
+    #: Sent again after a lost answer: a loop already admitted under this id is the answer.
+    retry: bool = False
 
 
 class ControlLoop(msgspec.Struct, frozen=True, kw_only=True):

@@ -50,18 +50,30 @@ def build_prompt(state: LoopState) -> Prompt:
 
 _TIMESTAMP = re.compile(
     r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?"
-    r"|\b\d{1,2}:\d{2}(:\d{2})?\b"
+    r"|\b\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?\b"
 )
-_NUMBER = re.compile(r"\d+")
+_DURATION = re.compile(
+    r"\b\d+(\.\d+)?\s?(ms|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\b", re.IGNORECASE
+)
+_COUNTER = re.compile(
+    r"\b(round|iteration|iter|step|attempt|run|loop|pass|cycle)(\s*#?\s*)\d+"
+    r"(\s*(/|of)\s*\d+)?",
+    re.IGNORECASE,
+)
 _SPACE = re.compile(r"\s+")
 
 
 def normalize_output(text: str) -> str:
-    """Output as the no-progress fuse compares it: timestamps and numbers masked, whitespace
-    collapsed, case folded. So ``round 3 at 10:02`` equals ``round 4 at 10:07`` (rolebox's W4:
-    a round number or a timestamp must not hide a loop that is going nowhere)."""
+    """Output as the no-progress fuse compares it: timestamps, durations and round counters
+    (``round 3``, ``iteration 2/5``) masked, whitespace collapsed, case folded.
+
+    So ``round 3 at 10:02 took 1.5s`` equals ``round 4 at 10:07 took 2s`` (rolebox's W4: a
+    round number or a timestamp must not hide a loop that is going nowhere), while other
+    numbers, like ``3/10 tests pass`` and ``4/10 tests pass``, still count as progress.
+    """
     text = _TIMESTAMP.sub("<time>", text)
-    text = _NUMBER.sub("#", text)
+    text = _DURATION.sub("<duration>", text)
+    text = _COUNTER.sub(lambda m: f"{m.group(1)} <n>", text)
     return _SPACE.sub(" ", text).strip().casefold()
 
 

@@ -45,7 +45,7 @@ from ..messages import (
 )
 from ..storage import StoreBackend, StoreStatistics, open_backend
 from ._config import RuntimeConfig, load_config
-from ._coordinator import Coordinator, CoordinatorLimits
+from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
 from ._dispatcher import Dispatcher
 from ._events import EventBus, Gap, Subscription
 from ._runner import RunnerDeps
@@ -163,10 +163,22 @@ class Runtime:
         unset ones come from the runtime's configuration.
         """
         spec = self.build_spec(loop, worker=worker, parent_id=parent_id, **options)
-        state: LoopState = await self._ask(
-            self._coordinator, StartLoop(spec=spec, loop_id=loop_id), idempotent=False
+        # The id is chosen here so that a start whose answer was lost (the Coordinator
+        # crashed) can be asked again safely: the retry finds the loop if it was admitted.
+        message = StartLoop(
+            spec=spec, loop_id=loop_id or new_loop_id(), check_existing=loop_id is not None
         )
-        return LoopHandle(self, state.loop_id)
+        deadline = trio.current_time() + RESTART_PATIENCE
+        while True:
+            try:
+                state: LoopState = await self._coordinator.call(message, timeout=60.0)
+            except (ActorNotRunning, CallFailed):
+                if trio.current_time() >= deadline:
+                    raise
+                message = msgspec.structs.replace(message, check_existing=True, retry=True)
+                await trio.sleep(0.05)
+                continue
+            return LoopHandle(self, state.loop_id)
 
     def build_spec(
         self, loop: str | LoopSpec, *, worker: str | None = None, **options: Any
@@ -242,10 +254,20 @@ class Runtime:
 def build_spec(
     config: RuntimeConfig, loop: str | LoopSpec, *, worker: str | None = None, **options: Any
 ) -> LoopSpec:
-    """A checked :class:`LoopSpec` from ``|loop...|`` text or a spec, with the runtime's
-    defaults for what neither the text nor ``options`` set."""
-    defaults: dict[str, Any] = {
-        "worker": worker or config.worker,
+    """A checked :class:`LoopSpec` from ``|loop...|`` text or a spec.
+
+    Precedence, lowest first: the runtime's defaults, what the text (or the fields set on
+    the given spec) says, then ``worker`` and ``options``. Every value is type-checked, so a
+    wrong type is refused here, never met later by an actor.
+    """
+    known = set(LoopSpec.__struct_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise LoopSyntaxError(
+            f"unknown loop option(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}"
+        )
+    fields: dict[str, Any] = {
+        "worker": config.worker,
         "round_timeout": config.round_timeout,
         "inter_round_delay": config.inter_round_delay,
         "seed_cap": config.seed_cap,
@@ -254,48 +276,58 @@ def build_spec(
         "max_tokens": config.breaker.max_tokens,
         "max_seconds": config.breaker.max_seconds,
     }
-    known = set(LoopSpec.__struct_fields__)
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise LoopSyntaxError(
-            f"unknown loop option(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}"
-        )
-    given = {k: v for k, v in options.items() if v is not None}
     if isinstance(loop, LoopSpec):
-        fields = {**defaults, **given}
-        if worker is None:
-            fields.pop("worker")
-        spec = _replace_spec(loop, fields)
+        blank = LoopSpec(task=loop.task)
+        fields.update(
+            {
+                name: getattr(loop, name)
+                for name in loop.__struct_fields__
+                if getattr(loop, name) != getattr(blank, name) or name == "task"
+            }
+        )
+    elif isinstance(loop, str):
+        parsed = parse_loop(loop)
+        fields.update(
+            task=parsed.task,
+            rounds=parsed.rounds,
+            mode=parsed.mode,
+            objective=parsed.objective,
+            clamped=parsed.clamped,
+        )
     else:
-        spec = parse_loop(loop).spec(**{**defaults, **given})
+        raise LoopSyntaxError(f"a loop is |loop...| text or a LoopSpec, not {type(loop).__name__}")
+    if worker is not None:
+        fields["worker"] = worker
+    fields.update({k: v for k, v in options.items() if v is not None})
+    try:
+        spec = msgspec.convert(fields, LoopSpec)
+    except msgspec.ValidationError as exc:
+        raise LoopSyntaxError(f"invalid loop option: {exc}") from None
     return validate_spec(spec)
 
 
-def _replace_spec(spec: LoopSpec, fields: dict[str, Any]) -> LoopSpec:
-    # Fields the caller set explicitly on the spec win over the runtime's defaults.
-    explicit = {
-        name: getattr(spec, name)
-        for name in spec.__struct_fields__
-        if getattr(spec, name) != getattr(LoopSpec(task=spec.task), name)
-    }
-    return msgspec.structs.replace(spec, **{**fields, **explicit})
-
-
 def validate_spec(spec: LoopSpec) -> LoopSpec:
-    """Check a spec built in code as strictly as the parser checks text."""
+    """Check a spec's values as strictly as the parser checks text; clamp rounds as it does."""
     problems = []
     if not spec.task.strip():
         problems.append("the task is empty: say what each round should do")
-    if not 1 <= spec.rounds <= MAX_ROUNDS:
-        problems.append(f"rounds must be from 1 to {MAX_ROUNDS}, got {spec.rounds}")
-    if spec.mode not in ("inherit", "fresh"):
-        problems.append(f"mode must be inherit or fresh, got {spec.mode!r}")
-    if not spec.round_timeout > 0:
-        problems.append(f"round_timeout must be > 0 seconds, got {spec.round_timeout}")
+    if spec.rounds < 1:
+        problems.append(f"rounds must be >= 1 (at most {MAX_ROUNDS}), got {spec.rounds}")
+    elif spec.rounds > MAX_ROUNDS:
+        # The same policy as `|loop:N|` text: one input, one behaviour (rolebox's W5).
+        spec = msgspec.structs.replace(spec, rounds=MAX_ROUNDS, clamped=True)
+    for name in ("round_timeout", "max_seconds"):
+        value = getattr(spec, name)
+        if value is not None and not value > 0:
+            problems.append(f"{name} must be > 0 seconds, got {value}")
     if not spec.inter_round_delay >= 0:
         problems.append(f"inter_round_delay must be >= 0 seconds, got {spec.inter_round_delay}")
-    if spec.max_consecutive_failures < 1 or spec.stale_rounds_limit < 1:
-        problems.append("max_consecutive_failures and stale_rounds_limit must be >= 1")
+    for name in ("max_consecutive_failures", "stale_rounds_limit", "max_tokens"):
+        value = getattr(spec, name)
+        if value is not None and value < 1:
+            problems.append(f"{name} must be >= 1, got {value}")
+    if spec.seed_cap < 0:
+        problems.append(f"seed_cap must be >= 0, got {spec.seed_cap}")
     if problems:
         raise LoopSyntaxError("; ".join(problems))
     return spec

@@ -13,9 +13,18 @@ import time
 from typing import Any
 
 import attrs
+import trio
 
 from ..actors import Actor, ChildSpec, ErrorReply, PendingReply, SupervisorRef
-from ..errors import ActorError, AdmissionRefused, LoopNotFound, WorkerSpecError
+from ..errors import (
+    ActorError,
+    ActorNotRunning,
+    AdmissionRefused,
+    CallFailed,
+    LoopNotFound,
+    WorkerSpecError,
+)
+from ..loops._events import LoopFinished
 from ..loops._model import LoopState
 from ..messages import (
     Admitted,
@@ -33,6 +42,9 @@ from ._dispatcher import runner_name
 from ._runner import RunnerDeps, RunnerFactory, services_of
 
 __all__ = ["Coordinator", "CoordinatorLimits"]
+
+#: How long a command waits for a loop's runner to come back from a restart.
+RUNNER_PATIENCE = 5.0
 
 _SPACE = re.compile(r"\s+")
 
@@ -63,7 +75,10 @@ class Coordinator(Actor[Any]):
         self.deps = deps
         self.limits = limits
         self._live: dict[str, _Live] = {}
+        # Admitted, not yet durable: commands for them wait here until the runner exists.
         self._admitting: dict[str, tuple[LoopState, PendingReply]] = {}
+        self._held: dict[str, list[tuple[ControlLoop, PendingReply]]] = {}
+        self._stop_on_admit: set[str] = set()
 
     async def on_start(self) -> None:
         self.svc = services_of(self.node)
@@ -74,8 +89,13 @@ class Coordinator(Actor[Any]):
         )
         for state in sorted(states, key=lambda s: s.created_at):
             self._index(state)
-        for state in states:
-            if self.node.whereis(runner_name(state.loop_id)) is None:
+        for state in sorted(states, key=lambda s: s.created_at):  # parents before children
+            parent_id = state.spec.parent_id
+            if parent_id is not None and parent_id not in self._live:
+                # Its parent ended while this node was down: it ends too (it lived in the
+                # parent's scope), rather than run on as an orphan.
+                await self._end_without_runner(state, "its parent loop ended")
+            elif self.node.whereis(runner_name(state.loop_id)) is None:
                 await self._start_runner(state, recovered=True)
 
     async def handle(self, message: Any) -> Any:
@@ -96,11 +116,15 @@ class Coordinator(Actor[Any]):
 
     async def _admit(self, message: StartLoop) -> Any:
         spec = message.spec
+        loop_id = message.loop_id or new_loop_id()
+        if message.loop_id is not None:
+            known = await self._known(message)
+            if known is not None:
+                return known
         refusal = self._refusal(message)
         if refusal is not None:
             return ErrorReply(refusal)
         now = time.time()
-        loop_id = message.loop_id or new_loop_id()
         state = LoopState(loop_id=loop_id, spec=spec, created_at=now, updated_at=now)
         # Counted at once (for the caps); started, and answered, once durable. Admissions
         # from many callers thus share the Store's batches instead of waiting in line.
@@ -110,25 +134,81 @@ class Coordinator(Actor[Any]):
         await self.svc.store.cast(Commit(Write(state=state), (admitted,)))
         return None
 
+    async def _known(self, message: StartLoop) -> Any:
+        """The answer for a loop id seen before, or None for a new one.
+
+        A retry (the first attempt's answer was lost to a crash) gets the loop as it is, so
+        a start is never done twice. Otherwise an id in use is refused: a finished loop's
+        history is never overwritten (rolebox's W10).
+        """
+        loop_id = message.loop_id
+        assert loop_id is not None
+        if not loop_id.strip() or loop_id in self._admitting:
+            return ErrorReply(AdmissionRefused(f"loop id {loop_id!r} is empty or being started"))
+        existing: LoopState | None = None
+        if loop_id in self._live or message.check_existing:
+            existing = await self.svc.store.call(GetLoop(loop_id), self.deps.call_timeout)
+        if existing is None:
+            return None
+        if message.retry and existing.spec == message.spec:
+            return existing
+        return ErrorReply(
+            AdmissionRefused(
+                f"loop id {loop_id!r} is already used by a loop that is {existing.phase}; "
+                "choose another id"
+            )
+        )
+
     async def _admitted(self, loop_id: str) -> None:
         entry = self._admitting.pop(loop_id, None)
         if entry is None:
             return
         state, pending = entry
+        held = self._held.pop(loop_id, [])
+        parent_id = state.spec.parent_id
+        stopped = loop_id in self._stop_on_admit
+        self._stop_on_admit.discard(loop_id)
+        if stopped or (parent_id is not None and parent_id not in self._live):
+            # Its parent ended (or stopped it) while it was being admitted: it ends unstarted.
+            final = await self._end_without_runner(state, "its parent loop ended")
+            pending.fail(AdmissionRefused(f"parent loop {parent_id!r} ended; child not started"))
+            for _, waiting in held:
+                waiting.reply(final)
+            return
         try:
             await self._start_runner(state, recovered=False)
         except ActorError as exc:
-            self._forget(loop_id)
+            final = await self._end_without_runner(state, f"its runner failed to start: {exc}")
             pending.fail(AdmissionRefused(f"the loop's runner failed to start: {exc}"))
+            for _, waiting in held:
+                waiting.reply(final)
             return
         pending.reply(state)
+        for command, waiting in held:  # commands sent while it was being admitted
+            try:
+                waiting.reply(await self._send_control(command))
+            except Exception as exc:  # a command's failure is its caller's, not ours
+                waiting.fail(exc)
+
+    async def _end_without_runner(self, state: LoopState, reason: str) -> LoopState:
+        """Cancel a live loop that has no runner (orphaned, or refused after admission)."""
+        final = state.moved("cancelled", reason=reason)
+        done = LoopFinished(
+            loop_id=state.loop_id,
+            at=time.time(),
+            phase="cancelled",
+            rounds=state.spec.rounds,
+            completed_rounds=state.completed_rounds,
+            reason=reason,
+        )
+        await self.svc.store.call(
+            Commit(Write(state=final, events=(done,))), self.deps.call_timeout
+        )
+        self._forget(state.loop_id)
+        return final
 
     def _refusal(self, message: StartLoop) -> Exception | None:
         spec = message.spec
-        if message.loop_id is not None and (
-            message.loop_id in self._live or not message.loop_id.strip()
-        ):
-            return AdmissionRefused(f"loop id {message.loop_id!r} is empty or already live")
         if len(self._live) >= self.limits.max_live_loops:
             return AdmissionRefused(
                 f"the runtime already runs {len(self._live)} live loops "
@@ -139,6 +219,8 @@ class Coordinator(Actor[Any]):
             parse_worker(spec.worker, kill_grace=self.deps.kill_grace)
         except WorkerSpecError as exc:
             return exc
+        except Exception as exc:  # anything else about a bad spec: refuse it, never crash
+            return WorkerSpecError(f"cannot use worker {spec.worker!r}: {exc}")
         if spec.parent_id is None:
             return None
         parent = self._live.get(spec.parent_id)
@@ -195,6 +277,12 @@ class Coordinator(Actor[Any]):
 
     async def _control(self, message: ControlLoop) -> Any:
         loop_id = message.loop_id
+        if loop_id in self._admitting:
+            if message.command == "status":
+                return self._admitting[loop_id][0]
+            # Runs once the loop's runner exists (its first state is not durable yet).
+            self._held.setdefault(loop_id, []).append((message, self.defer_reply()))
+            return None
         if loop_id not in self._live:
             state = await self.svc.store.call(GetLoop(loop_id), self.deps.call_timeout)
             if state is None:
@@ -207,15 +295,42 @@ class Coordinator(Actor[Any]):
         return await self._send_control(message)
 
     async def _send_control(self, message: ControlLoop) -> Any:
-        ref = self.node.whereis(runner_name(message.loop_id))
-        if ref is None:
-            state = await self.svc.store.call(GetLoop(message.loop_id), self.deps.call_timeout)
-            return (
-                state
-                if state is not None
-                else ErrorReply(LoopNotFound(f"no loop {message.loop_id!r}"))
+        """Deliver a command to the loop's runner, riding out a restart of the runner.
+
+        A loop still being admitted has no runner yet: the command waits for it (a caller's
+        command), or the loop is ended unstarted (a parent's stop reaching its child).
+
+        A runner that finished meanwhile (the command met its last round) is answered for by
+        the store, which by then holds the final state.
+        """
+        loop_id = message.loop_id
+        if loop_id in self._admitting:
+            if message.command == "stop":
+                self._stop_on_admit.add(loop_id)
+            return self._admitting[loop_id][0]
+        name = runner_name(loop_id)
+        deadline = trio.current_time() + RUNNER_PATIENCE
+        while True:
+            ref = self.node.whereis(name)
+            if ref is not None:
+                try:
+                    return await ref.call(message, self.deps.call_timeout)
+                except (CallFailed, ActorNotRunning):
+                    pass
+            state: LoopState | None = await self.svc.store.call(
+                GetLoop(loop_id), self.deps.call_timeout
             )
-        return await ref.call(message, self.deps.call_timeout)
+            if state is None:
+                return ErrorReply(LoopNotFound(f"no loop {loop_id!r}"))
+            if state.terminal or loop_id not in self._live:
+                return state
+            if trio.current_time() >= deadline:
+                return ErrorReply(
+                    ActorNotRunning(
+                        f"loop {loop_id!r} has no running runner (restarting?); try again"
+                    )
+                )
+            await trio.sleep(0.01)  # its runner is being restarted by the loop supervisor
 
     def _descendants(self, loop_id: str) -> list[str]:
         """Live descendants, deepest first."""

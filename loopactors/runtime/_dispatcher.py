@@ -8,6 +8,7 @@ ends, so a runner that restarted meanwhile still gets it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -16,7 +17,7 @@ import trio
 
 from ..actors import Actor, ErrorReply, Node
 from ..errors import ActorError
-from ..messages import CancelRound, Dispatch, RoundDone
+from ..messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
 from ..workers import RoundContext, RoundResult, Worker, parse_worker
 
 __all__ = ["RUNNER_PREFIX", "Dispatcher", "runner_name"]
@@ -49,6 +50,7 @@ class Dispatcher(Actor[Any]):
         self._workers: dict[str, Worker] = {}
         self._running: dict[str, trio.CancelScope] = {}
         self._stopping: set[str] = set()  # rounds cancelled on request (not by a timeout)
+        self._started: dict[str, float] = {}  # when each running round got its slots
         # Keys cancelled before their Dispatch arrived (a stop can overtake the Dispatch,
         # which the Store forwards only once the round's intent is durable).
         self._cancelled: collections.OrderedDict[str, None] = collections.OrderedDict()
@@ -68,6 +70,13 @@ class Dispatcher(Actor[Any]):
             self.rounds_started += 1
             self.nursery.start_soon(self._run, message, scope, name=f"round {key}")
             return None
+        if kind is WhereIsRound:
+            if message.key not in self._running:
+                return RoundWhere()
+            started = self._started.get(message.key)
+            if started is None:
+                return RoundWhere(queued=True)  # waiting for a concurrency slot
+            return RoundWhere(running_for=trio.current_time() - started)
         if kind is CancelRound:
             running = self._running.get(message.key)
             if running is not None:
@@ -112,6 +121,7 @@ class Dispatcher(Actor[Any]):
                         await _acquire(kind_limit)
                     try:
                         started = time.monotonic()
+                        self._started[key] = trio.current_time()
                         scope.deadline = trio.current_time() + dispatch.timeout
                         context = None
                         if self._context_factory is not None:
@@ -130,6 +140,7 @@ class Dispatcher(Actor[Any]):
             result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
         finally:
             del self._running[key]
+            self._started.pop(key, None)
             self._stopping.discard(key)
         if result is None:
             result = (
@@ -151,19 +162,22 @@ class Dispatcher(Actor[Any]):
                 duration=time.monotonic() - started,
             ),
         )
-        ref = self.node.whereis(runner_name(request.loop_id))
+        # Nobody there: the loop ended, or its runner is restarting and will dispatch again.
+        await self._tell_runner(request.loop_id, done)
+
+    async def _tell_runner(self, loop_id: str, message: Any) -> None:
+        ref = self.node.whereis(runner_name(loop_id))
         if ref is None:
-            return  # the loop ended or is restarting: recovery will dispatch again if needed
+            return
         try:
-            ref.cast_nowait(done)
+            ref.cast_nowait(message)
         except ActorError:
-            try:
-                await ref.cast(done)
-            except ActorError:
-                return
+            with contextlib.suppress(ActorError):
+                await ref.cast(message)
 
 
 async def _acquire(limit: trio.CapacityLimiter) -> None:
+    """Take a slot, without a checkpoint when one is free."""
     try:
         limit.acquire_nowait()
     except trio.WouldBlock:

@@ -48,7 +48,9 @@ from ..messages import (
     LoopEnded,
     PromptReady,
     RoundDone,
+    RoundWhere,
     Schedule,
+    WhereIsRound,
 )
 from ..storage import Write
 from ..workers import RoundRequest, RoundResult, parse_worker
@@ -184,20 +186,41 @@ class LoopRunner(Actor[Any]):
                 and state.phase == "awaiting_worker"
                 and message.round == state.round
             ):
-                await self.svc.dispatcher.cast(CancelRound(self._key))
-                await self._round_done(
-                    RoundResult(
-                        status="timed_out",
-                        error="no result reached the loop within the round timeout plus "
-                        f"{WATCHDOG_GRACE:.0f} s; the round was cancelled",
-                        duration=time.time() - self.round_started,
-                    )
-                )
+                await self._watchdog_fired()
         elif kind is ControlLoop:
             return await self._control(message)
         else:
             return ErrorReply(TypeError(f"a loop runner does not accept {kind.__name__}"))
         return None
+
+    async def _watchdog_fired(self) -> None:
+        """No result within the round timeout plus a grace: is the round still somewhere?
+
+        Queued for a slot, or running for less than its timeout, it gets more time; lost
+        (the Dispatcher does not know it) or overdue, it is cancelled and timed out (W18).
+        """
+        spec = self.state.spec
+        where: RoundWhere = await self.svc.dispatcher.call(
+            WhereIsRound(self._key), self.deps.call_timeout
+        )
+        if where.queued:
+            self._arm_watchdog()
+            return
+        if (
+            where.running_for is not None
+            and where.running_for < spec.round_timeout + WATCHDOG_GRACE
+        ):
+            self._arm_watchdog(budget - where.running_for)
+            return
+        await self.svc.dispatcher.cast(CancelRound(self._key))
+        await self._round_done(
+            RoundResult(
+                status="timed_out",
+                error="no result reached the loop within the round timeout plus "
+                f"{WATCHDOG_GRACE:.0f} s; the round was cancelled",
+                duration=time.time() - self.round_started,
+            )
+        )
 
     @property
     def _key(self) -> str:
@@ -237,7 +260,9 @@ class LoopRunner(Actor[Any]):
             # Dispatched before the restart: dispatch again under the same key. The store
             # upserts the round by key, so it is recorded once whichever run reports.
             self.round_started = time.time()
-            await self.svc.dispatcher.cast(self._dispatch_message(build_prompt(self.state)))
+            prompt = build_prompt(self.state)
+            self.seed_source = prompt.seed_source
+            await self.svc.dispatcher.cast(self._dispatch_message(prompt))
             self._arm_watchdog()
             if self._unsaved:
                 await self._commit(self.state)
@@ -251,8 +276,12 @@ class LoopRunner(Actor[Any]):
         state = self.state
         now = time.time()
         if state.phase == "activating":
-            self._first_round = True
-            state = state.moved("dispatching", started_at=now)
+            state = state.moved("dispatching")
+        # Round 1 is prepared until its intent commits, which announces the loop (also
+        # after a pause before round 1, or a restart).
+        self._first_round = state.round == 1
+        if not state.started_at:
+            state = msgspec.structs.replace(state, started_at=now)
         self.state = state  # in memory only: committed with the round's intent
         self.epoch += 1
         await self.svc.breaker.cast(CheckRound(state, now, self.epoch))
@@ -311,9 +340,13 @@ class LoopRunner(Actor[Any]):
         )
         return Dispatch(request, spec.round_timeout)
 
-    def _arm_watchdog(self) -> None:
+    def _arm_watchdog(self, after: float | None = None) -> None:
+        """(Re)arm the round's watchdog; an older one becomes stale."""
+        self.epoch += 1
         state = self.state
-        deadline = trio.current_time() + state.spec.round_timeout + WATCHDOG_GRACE
+        if after is None:
+            after = state.spec.round_timeout + WATCHDOG_GRACE
+        deadline = trio.current_time() + after
         self.svc.timers.cast_nowait(
             Schedule(deadline, runner_name(self.loop_id), Watchdog(self.epoch, state.round))
         )

@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from loopactors.errors import LoopNotFound, LoopSyntaxError, WorkerSpecError
+from loopactors.errors import AdmissionRefused, LoopNotFound, LoopSyntaxError, WorkerSpecError
 from loopactors.loops._events import LoopFinished, LoopStarted, RoundFinished, RoundStarted
 from loopactors.loops._model import LoopSpec
 from loopactors.loops._rules import SEPARATOR
@@ -119,13 +119,38 @@ async def test_bad_input_gets_clear_errors(rt: Runtime) -> None:
         await rt.start("|loop:2| nope", worker="command:/no/such/program")
     with pytest.raises(LoopSyntaxError, match="unknown loop option"):
         await rt.start("|loop:2| nope", colour="blue")
-    with pytest.raises(LoopSyntaxError, match="rounds must be from 1 to 50"):
-        await rt.start(LoopSpec(task="x", rounds=99))
+    with pytest.raises(LoopSyntaxError, match="rounds must be >= 1"):
+        await rt.start(LoopSpec(task="x", rounds=0))
+    with pytest.raises(
+        LoopSyntaxError, match=r"Expected `int \| null`, got `str` - at `\$.max_tokens`"
+    ):
+        await rt.start("|loop:2| typed", max_tokens="100")
+    with pytest.raises(LoopSyntaxError, match=r"at `\$.worker`"):
+        await rt.start("|loop:2| typed", worker=7)  # type: ignore[arg-type]
+    with pytest.raises(LoopSyntaxError, match="not int"):
+        await rt.start(42)  # type: ignore[arg-type]
     with pytest.raises(LoopNotFound, match="no loop 'nope'"):
         await rt.get("nope")
     with pytest.raises(LoopNotFound):
         await rt.handle("nope").stop()
     assert await rt.loops() == []  # nothing was admitted
+
+
+async def test_every_entry_path_clamps_rounds_the_same_way(rt: Runtime) -> None:
+    from_text = rt.build_spec("|loop:99| many")
+    from_spec = rt.build_spec(LoopSpec(task="many", rounds=99))
+    assert (from_text.rounds, from_text.clamped) == (50, True)
+    assert (from_spec.rounds, from_spec.clamped) == (50, True)
+    # Options given to start() win over the text.
+    assert rt.build_spec("|loop:3| x", rounds=7).rounds == 7
+
+
+async def test_a_finished_loops_id_cannot_be_reused(rt: Runtime) -> None:
+    first = await rt.start("|loop:1| original", loop_id="my-loop")
+    await first.wait()
+    with pytest.raises(AdmissionRefused, match="already used by a loop that is complete"):
+        await rt.start("|loop:2| impostor", loop_id="my-loop")
+    assert [r.round for r in await first.history()] == [1]
 
 
 async def test_commands_on_a_finished_loop_report_its_final_state(rt: Runtime) -> None:
