@@ -206,10 +206,8 @@ class LoopRunner(Actor[Any]):
         if where.queued:
             self._arm_watchdog()
             return
-        if (
-            where.running_for is not None
-            and where.running_for < spec.round_timeout + WATCHDOG_GRACE
-        ):
+        budget = spec.round_timeout + WATCHDOG_GRACE
+        if where.running_for is not None and where.running_for < budget:
             self._arm_watchdog(budget - where.running_for)
             return
         await self.svc.dispatcher.cast(CancelRound(self._key))
