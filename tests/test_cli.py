@@ -196,3 +196,21 @@ def test_config_file_is_used(tmp_path: Path) -> None:
     assert bad.returncode == 1
     assert "colour" in bad.stderr
     assert "loopactors.toml" in bad.stderr
+
+
+def test_resume_runs_a_paused_loop_to_its_end(tmp_path: Path) -> None:
+    from loopactors.loops import LoopSpec, LoopState, RoundRecord
+    from loopactors.storage import Write, open_backend
+
+    now = time.time()
+    state = LoopState(
+        loop_id="paused-one", spec=LoopSpec(task="wait", rounds=2), phase="paused", round=2,
+        completed_rounds=1, last_output="o", created_at=now, updated_at=now, started_at=now,
+    )  # fmt: skip
+    backend = open_backend("sqlite", tmp_path)
+    record = RoundRecord(loop_id="paused-one", round=1, status="completed", output="o")
+    backend.commit([Write(state=state, round=record)])
+    backend.close()
+    result = cli("resume", "--state", str(tmp_path), "--json", timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert json_lines(result.stdout)[-1]["phase"] == "complete"
