@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgspec
 import trio
 
 from ..actors import Actor, ErrorReply, Node
@@ -151,16 +152,9 @@ class Dispatcher(Actor[Any]):
                 if timed_out
                 else RoundResult(status="cancelled", error="round cancelled")
             )
+        duration = time.monotonic() - started
         done = RoundDone(
-            request.loop_id,
-            request.round,
-            RoundResult(
-                status=result.status,
-                output=result.output,
-                error=result.error,
-                tokens=result.tokens,
-                duration=time.monotonic() - started,
-            ),
+            request.loop_id, request.round, msgspec.structs.replace(result, duration=duration)
         )
         # Nobody there: the loop ended, or its runner is restarting and will dispatch again.
         await self._tell_runner(request.loop_id, done)

@@ -335,6 +335,7 @@ class LoopRunner(Actor[Any]):
             prompt=prompt.text,
             task=spec.task,
             worker=spec.worker,
+            objective=spec.objective,
         )
         return Dispatch(request, spec.round_timeout)
 
@@ -391,6 +392,11 @@ class LoopRunner(Actor[Any]):
             tokens=result.tokens,
             error=record.error,
         )
+        if status == "completed" and result.done:
+            # The worker found the objective met: the loop is complete now (rolebox's W3).
+            reason = f"objective met in round {record.round}"
+            await self._finish("complete", record=record, events=(finished,), reason=reason)
+            return
         await self._decide((finished,), record)
 
     async def _decide(self, events: tuple[AnyEvent, ...], record: RoundRecord | None) -> None:

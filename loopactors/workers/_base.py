@@ -31,6 +31,9 @@ class RoundRequest(msgspec.Struct, frozen=True, kw_only=True):
     task: str
     #: The worker spec string the loop was started with.
     worker: str
+    #: What the loop is for, if the user said (``objective="..."``): a worker that finds it
+    #: met reports ``done`` and the loop completes early.
+    objective: str | None = None
 
     #: Idempotency key ``loop_id:round``: the same round dispatched again has the same key.
     @property
@@ -44,6 +47,8 @@ class RoundResult(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     tokens: int = 0
     duration: float = 0.0
+    #: The worker says the loop's objective is met: the loop completes after this round.
+    done: bool = False
 
 
 class RoundContext(Protocol):

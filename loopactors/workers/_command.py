@@ -33,7 +33,8 @@ _POLL = 0.05  # how often a stop looks whether the group is gone during the grac
 
 
 class _Tokens(msgspec.Struct, forbid_unknown_fields=True):
-    tokens: Annotated[int, msgspec.Meta(ge=0)]
+    tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
+    done: bool = False
 
 
 class _Report(msgspec.Struct, forbid_unknown_fields=True):
@@ -43,20 +44,21 @@ class _Report(msgspec.Struct, forbid_unknown_fields=True):
 _report_decoder = msgspec.json.Decoder(_Report)
 
 
-def split_tokens_line(stdout: str) -> tuple[str, int]:
-    """Remove a last line ``{"loopactors": {"tokens": N}}`` from ``stdout``; return the rest
-    and N. Anything else, even nearly that shape, stays in the output."""
+def split_tokens_line(stdout: str) -> tuple[str, int, bool]:
+    """Remove a last line ``{"loopactors": {"tokens": N, "done": true}}`` (either key may be
+    left out) from ``stdout``; return the rest, N and done. Anything else, even nearly that
+    shape, stays in the output."""
     body = stdout.removesuffix("\n")
     head, newline, last = body.rpartition("\n")
     if '"loopactors"' not in last:  # cheap test before decoding
-        return stdout, 0
+        return stdout, 0, False
     try:
         report = _report_decoder.decode(last)
     except msgspec.ValidationError:
-        return stdout, 0
+        return stdout, 0, False
     except msgspec.DecodeError:
-        return stdout, 0
-    return head + newline, report.loopactors.tokens
+        return stdout, 0, False
+    return head + newline, report.loopactors.tokens, report.loopactors.done
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -157,6 +159,7 @@ class CommandWorker(Worker):
             "LOOPACTORS_ROUND": str(request.round),
             "LOOPACTORS_ROUNDS": str(request.rounds),
             "LOOPACTORS_MODE": request.mode,
+            **({"LOOPACTORS_OBJECTIVE": request.objective} if request.objective else {}),
         }
         stopper = _GroupStopper(self.kill_grace)
         try:
@@ -179,9 +182,9 @@ class CommandWorker(Worker):
             with trio.CancelScope(shield=True):
                 await stopper.stop()
             raise
-        output, tokens = split_tokens_line(done.stdout.decode("utf-8", errors="replace"))
+        output, tokens, met = split_tokens_line(done.stdout.decode("utf-8", errors="replace"))
         if done.returncode == 0:
-            return RoundResult(status="completed", output=output, tokens=tokens)
+            return RoundResult(status="completed", output=output, tokens=tokens, done=met)
         stderr = done.stderr.decode("utf-8", errors="replace").rstrip()[-_STDERR_TAIL:]
         error = f"exit code {done.returncode}" + (f": {stderr}" if stderr else "")
         return RoundResult(status="failed", output=output, error=error, tokens=tokens)

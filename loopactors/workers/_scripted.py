@@ -1,7 +1,7 @@
 """The scripted worker: deterministic rounds for tests, demos and stress runs.
 
-Spec: ``scripted[:latency=SECONDS,fail_every=K,output=TEXT,tokens=N]``. ``output=`` may contain
-commas when it is the last option: everything after it is taken verbatim.
+Spec: ``scripted[:latency=S,fail_every=K,done_at=K,output=TEXT,tokens=N]``. ``output=`` may
+contain commas when it is the last option: everything after it is taken verbatim.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ __all__ = ["DEFAULT_OUTPUT", "ScriptedWorker"]
 TEMPLATE_FIELDS = ("loop_id", "prompt_tail", "round", "rounds", "word")
 #: The word keeps consecutive outputs different even when a fuse strips digits.
 DEFAULT_OUTPUT = "round {round} of {rounds}: {word}"
-_OPTIONS = ("fail_every", "latency", "output", "tokens")
-_FORM = "scripted[:latency=SECONDS,fail_every=K,output=TEXT,tokens=N]"
+_OPTIONS = ("done_at", "fail_every", "latency", "output", "tokens")
+_FORM = "scripted[:latency=SECONDS,fail_every=K,done_at=K,output=TEXT,tokens=N]"
 _PROMPT_TAIL = 80
 _WORDS = (
     "amber", "birch", "cedar", "delta", "ember", "fjord", "glade", "harbor", "island", "juniper",
@@ -75,6 +75,8 @@ class ScriptedWorker(Worker):
 
     latency: float = 0.0
     fail_every: int | None = None
+    #: Round at which the worker reports the loop's objective met (``done``).
+    done_at: int | None = None
     output: str = DEFAULT_OUTPUT
     tokens: int = 0
 
@@ -123,6 +125,9 @@ class ScriptedWorker(Worker):
             fail_every=_parse_int("fail_every", values["fail_every"], minimum=1)
             if "fail_every" in values
             else None,
+            done_at=_parse_int("done_at", values["done_at"], minimum=1)
+            if "done_at" in values
+            else None,
             output=values.get("output", DEFAULT_OUTPUT),
             tokens=_parse_int("tokens", values["tokens"], minimum=0) if "tokens" in values else 0,
         )
@@ -146,7 +151,8 @@ class ScriptedWorker(Worker):
             prompt_tail=request.prompt[-_PROMPT_TAIL:],
             word=_WORDS[request.round % len(_WORDS)],
         )
-        return RoundResult(status="completed", output=output, tokens=self.tokens)
+        done = self.done_at is not None and request.round >= self.done_at
+        return RoundResult(status="completed", output=output, tokens=self.tokens, done=done)
 
 
 def _parse_latency(value: str) -> float:

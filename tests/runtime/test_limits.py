@@ -181,3 +181,37 @@ async def test_one_runtime_per_state_directory(tmp_path: Path) -> None:
                 pytest.fail("a second runtime must not open")
     async with open_runtime(sqlite_config(tmp_path)):
         pass  # released when the first one closed
+
+
+async def test_a_worker_can_end_the_loop_when_its_objective_is_met() -> None:
+    async with open_runtime(memory_config()) as rt:
+        handle = await rt.start(
+            '|loop iterations=10 objective="all tests pass"| fix the tests',
+            worker="scripted:done_at=3",
+        )
+        final = await handle.wait()
+        assert final.phase == "complete"
+        assert final.completed_rounds == 3
+        assert final.reason == "objective met in round 3"
+        assert final.spec.objective == "all tests pass"
+
+
+async def test_a_command_worker_sees_the_objective_and_can_report_it_met(tmp_path: Path) -> None:
+    script = tmp_path / "agent.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        "cat >/dev/null\n"
+        'echo "working on: $LOOPACTORS_OBJECTIVE"\n'
+        """echo '{"loopactors": {"tokens": 3, "done": true}}'\n"""
+    )
+    script.chmod(0o755)
+    async with open_runtime(memory_config()) as rt:
+        handle = await rt.start(
+            '|loop iterations=5 objective="ship it"| go', worker=f"command:{script}"
+        )
+        final = await handle.wait()
+        [record] = await handle.history()
+    assert final.phase == "complete"
+    assert final.reason == "objective met in round 1"
+    assert record.output == "working on: ship it\n"
+    assert record.tokens == 3

@@ -81,13 +81,16 @@ async def test_tokens_reported_on_failure() -> None:
 @pytest.mark.parametrize(
     ("stdout", "expected"),
     [
-        ('{"loopactors": {"tokens": 5}}', ("", 5)),
-        ('out\n{"loopactors": {"tokens": 5}}', ("out\n", 5)),
-        ('out\n{"loopactors": {"tokens": 5}}\r\n', ("out\n", 5)),
+        ('{"loopactors": {"tokens": 5}}', ("", 5, False)),
+        ('out\n{"loopactors": {"tokens": 5}}', ("out\n", 5, False)),
+        ('out\n{"loopactors": {"tokens": 5}}\r\n', ("out\n", 5, False)),
+        ('out\n{"loopactors": {"tokens": 5, "done": true}}', ("out\n", 5, True)),
+        ('out\n{"loopactors": {"done": true}}', ("out\n", 0, True)),
         ('{"loopactors": {"tokens": 5}}\nafter\n', None),  # not the last line
         ('out\n{"loopactors": {"tokens": -1}}\n', None),
         ('out\n{"loopactors": {"tokens": 1.5}}\n', None),
         ('out\n{"loopactors": {"tokens": "5"}}\n', None),
+        ('out\n{"loopactors": {"done": "yes"}}\n', None),
         ('out\n{"loopactors": {"tokens": 5, "cost": 1}}\n', None),
         ('out\n{"loopactors": {"tokens": 5}, "x": 1}\n', None),
         ('out\n{"loopactors": {"tokens": 5}\n', None),
@@ -95,8 +98,8 @@ async def test_tokens_reported_on_failure() -> None:
         ("", None),
     ],
 )
-def test_split_tokens_line(stdout: str, expected: tuple[str, int] | None) -> None:
-    assert split_tokens_line(stdout) == (expected or (stdout, 0))
+def test_split_tokens_line(stdout: str, expected: tuple[str, int, bool] | None) -> None:
+    assert split_tokens_line(stdout) == (expected or (stdout, 0, False))
 
 
 async def test_undecodable_output_is_replaced() -> None:

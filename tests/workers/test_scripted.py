@@ -103,7 +103,7 @@ def test_all_options() -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("scripted:speed=1", r"'speed' is unknown; accepted options: fail_every, latency"),
+        ("scripted:speed=1", r"'speed' is unknown; accepted options: done_at, fail_every, latency"),
         ("scripted:latency", r"'latency' is not NAME=VALUE"),
         ("scripted:latency=1,,tokens=1", r"'' is not NAME=VALUE"),
         ("scripted:latency=1,", r"ends with a comma"),
