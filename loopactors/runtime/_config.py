@@ -83,7 +83,24 @@ class RuntimeConfig:
 
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
-_converter.register_structure_hook(Path, lambda value, _: Path(value))
+
+
+def _strict(kind: type, accepted: tuple[type, ...]) -> Any:
+    """A structure hook that refuses values of another type instead of coercing them: a
+    TOML ``"5"`` is a string, and ``2.5`` is not an integer (cattrs would convert both)."""
+
+    def structure(value: Any, _: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, accepted):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+        return kind(value)
+
+    return structure
+
+
+_converter.register_structure_hook(int, _strict(int, (int,)))
+_converter.register_structure_hook(float, _strict(float, (int, float)))
+_converter.register_structure_hook(str, _strict(str, (str,)))
+_converter.register_structure_hook(Path, lambda value, _: Path(_strict(str, (str,))(value, _)))
 
 
 def _describe(exc: BaseException, type_: type | None) -> str:

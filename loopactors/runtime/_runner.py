@@ -32,7 +32,7 @@ from ..loops._events import (
     RoundStarted,
     RoundSummary,
 )
-from ..loops._model import LoopState, Phase, RoundRecord
+from ..loops._model import LoopState, Phase, RoundRecord, RoundStatus
 from ..loops._rules import Prompt, build_prompt, next_phase, same_output
 from ..messages import (
     Advance,
@@ -104,11 +104,17 @@ class RunnerDeps:
     call_timeout: float = 60.0
 
 
+#: A loop whose runner crashes this many times ends in ``error`` instead of taking its
+#: supervisor (and every other loop) down with it.
+MAX_RUNNER_RESTARTS = 5
+
+
 class RunnerFactory:
     """Makes the runner of one loop: with its initial state the first time, and then (after
-    a crash) with none, so the new incarnation reloads the last committed state."""
+    a crash) with none, so the new incarnation reloads the last committed state. Past
+    :data:`MAX_RUNNER_RESTARTS` the new incarnation only ends the loop in ``error``."""
 
-    __slots__ = ("deps", "initial", "loop_id", "recovered")
+    __slots__ = ("deps", "initial", "loop_id", "made", "recovered")
 
     def __init__(
         self, loop_id: str, deps: RunnerDeps, initial: LoopState | None, *, recovered: bool
@@ -117,11 +123,16 @@ class RunnerFactory:
         self.deps = deps
         self.initial = initial
         self.recovered = recovered
+        self.made = 0
 
     def __call__(self) -> LoopRunner:
         initial, self.initial = self.initial, None
         recovered, self.recovered = self.recovered, True
-        return LoopRunner(self.loop_id, self.deps, initial, recovered=recovered)
+        self.made += 1
+        runner = LoopRunner(self.loop_id, self.deps, initial, recovered=recovered)
+        if self.made > MAX_RUNNER_RESTARTS + 1:
+            runner.give_up = f"its runner crashed {self.made - 1} times in a row"
+        return runner
 
 
 class LoopRunner(Actor[Any]):
@@ -141,6 +152,8 @@ class LoopRunner(Actor[Any]):
         #: Round summaries for the final event (loaded from the store after a restart).
         self.summary: dict[int, RoundSummary] = {}
         self._unsaved: list[AnyEvent] = []
+        #: Set by the factory when this loop's runners keep crashing: end it in error.
+        self.give_up: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -155,6 +168,13 @@ class LoopRunner(Actor[Any]):
         if self.state.terminal:
             self.svc.coordinator.cast_nowait(LoopEnded(self.state))
             self.stop()
+            return
+        if self.give_up is not None:
+            if self.state.phase == "awaiting_worker":
+                await self.svc.dispatcher.cast(CancelRound(self._key))
+            await self._finish(
+                "error", record=self._unfinished_round("failed"), reason=self.give_up
+            )
             return
         if self.recovered and self.state.phase != "activating":
             # The rounds so far, for the summary the loop's final event carries.
@@ -192,6 +212,17 @@ class LoopRunner(Actor[Any]):
         else:
             return ErrorReply(TypeError(f"a loop runner does not accept {kind.__name__}"))
         return None
+
+    def _unfinished_round(self, status: RoundStatus) -> RoundRecord | None:
+        """The record that closes a round left in flight when the loop ends without it."""
+        if self.state.phase != "awaiting_worker":
+            return None
+        return RoundRecord(
+            loop_id=self.loop_id,
+            round=self.state.round,
+            status=status,
+            error="the loop ended while this round was in flight",
+        )
 
     async def _watchdog_fired(self) -> None:
         """No result within the round timeout plus a grace: is the round still somewhere?
@@ -242,6 +273,7 @@ class LoopRunner(Actor[Any]):
                 # The one case a loop cannot resume: say so at once (rolebox's W19).
                 await self._finish(
                     "interrupted",
+                    record=self._unfinished_round("cancelled"),
                     reason=problem,
                     events=(interrupted_event(self.state, problem),),
                 )

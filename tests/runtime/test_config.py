@@ -342,3 +342,22 @@ def test_replace_validates_values() -> None:
         RuntimeConfig().replace(round_timeout=-1.0)
     with pytest.raises(ConfigError, match="max_live_loops"):
         RuntimeConfig().replace(max_live_loops=0)
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ('round_timeout = "5"', "round_timeout"),
+        ("max_live_loops = 2.5", "max_live_loops"),
+        ("worker = 7", "worker"),
+        ("max_live_loops = true", "max_live_loops"),
+    ],
+)
+def test_values_of_the_wrong_type_are_refused_not_coerced(
+    tmp_path: Path, line: str, key: str
+) -> None:
+    path = tmp_path / "loopactors.toml"
+    path.write_text(line + "\n")
+    with pytest.raises(ConfigError, match=key) as info:
+        load_config(path)
+    assert str(path) in str(info.value)

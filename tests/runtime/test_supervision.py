@@ -58,3 +58,23 @@ async def test_the_coordinator_restarting_adopts_live_runners(
         again = await rt.start("|loop:2| after", worker="scripted:latency=1")
         await trio.sleep(0.5)
         assert (await again.stop()).phase == "cancelled"
+
+
+async def test_a_loop_whose_runner_keeps_crashing_ends_in_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from loopactors.runtime._runner import MAX_RUNNER_RESTARTS
+
+    async with open_runtime(memory_config()) as rt:
+        victim = await rt.start("|loop:5| poisoned", worker="scripted:latency=100")
+        bystander = await rt.start("|loop:2| healthy", worker="scripted:latency=1")
+        for _ in range(MAX_RUNNER_RESTARTS + 1):
+            await trio.sleep(0.5)
+            inject_crash(rt.node, runner_name(victim.loop_id))
+            await trio.testing.wait_all_tasks_blocked()
+        final = await victim.wait()
+        assert final.phase == "error"
+        assert final.reason == f"its runner crashed {MAX_RUNNER_RESTARTS + 1} times in a row"
+        [record] = await victim.history()
+        assert record.status == "failed"  # the round in flight is closed, not left running
+        assert (await bystander.wait()).phase == "complete"
