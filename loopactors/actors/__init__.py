@@ -5,6 +5,7 @@ General layout: ``_actor`` (actors, mailboxes, refs), ``_registry`` (node-scoped
 All of them are private; this module is the public surface. The kernel knows nothing of loops.
 """
 
+from .._util import fix_public_module
 from ._actor import Actor as Actor
 from ._actor import ActorRef as ActorRef
 from ._actor import ActorStatistics as ActorStatistics
@@ -44,12 +45,4 @@ __all__ = [
 ]
 
 
-def _fix_module() -> None:
-    # Tracebacks and reprs show the public path, as trio does for its re-exports.
-    for name in __all__:
-        obj = globals()[name]
-        if getattr(obj, "__module__", "").startswith(__name__ + "._"):
-            obj.__module__ = __name__
-
-
-_fix_module()
+fix_public_module(globals(), __all__)

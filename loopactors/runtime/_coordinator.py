@@ -38,7 +38,7 @@ from ..messages import (
 )
 from ..storage import Write
 from ..workers import parse_worker
-from ._dispatcher import runner_name
+from ._delivery import runner_name
 from ._runner import RunnerDeps, RunnerFactory, services_of
 
 __all__ = ["Coordinator", "CoordinatorLimits"]

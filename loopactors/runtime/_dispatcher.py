@@ -8,7 +8,6 @@ ends, so a runner that restarted meanwhile still gets it.
 from __future__ import annotations
 
 import collections
-import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,19 +16,14 @@ import msgspec
 import trio
 
 from ..actors import Actor, ErrorReply, Node
-from ..errors import ActorError
 from ..messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
 from ..workers import RoundContext, RoundResult, Worker, parse_worker
+from ._delivery import deliver, runner_name
 
-__all__ = ["RUNNER_PREFIX", "Dispatcher", "runner_name"]
+__all__ = ["Dispatcher"]
 
-RUNNER_PREFIX = "loop:"
 #: How many not-yet-dispatched cancelled round keys the Dispatcher remembers.
 CANCELLED_MEMORY = 100_000
-
-
-def runner_name(loop_id: str) -> str:
-    return RUNNER_PREFIX + loop_id
 
 
 class Dispatcher(Actor[Any]):
@@ -157,17 +151,7 @@ class Dispatcher(Actor[Any]):
             request.loop_id, request.round, msgspec.structs.replace(result, duration=duration)
         )
         # Nobody there: the loop ended, or its runner is restarting and will dispatch again.
-        await self._tell_runner(request.loop_id, done)
-
-    async def _tell_runner(self, loop_id: str, message: Any) -> None:
-        ref = self.node.whereis(runner_name(loop_id))
-        if ref is None:
-            return
-        try:
-            ref.cast_nowait(message)
-        except ActorError:
-            with contextlib.suppress(ActorError):
-                await ref.cast(message)
+        await deliver(self.node, runner_name(request.loop_id), done)
 
 
 async def _acquire(limit: trio.CapacityLimiter) -> None:

@@ -54,7 +54,7 @@ from ..messages import (
 )
 from ..storage import Write
 from ..workers import RoundRequest, RoundResult, parse_worker
-from ._dispatcher import runner_name
+from ._delivery import runner_name
 
 if TYPE_CHECKING:
     from ._events import EventBus

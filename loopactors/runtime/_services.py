@@ -14,8 +14,8 @@ from typing import Any
 
 import trio
 
-from ..actors import Actor, ErrorReply, Node, PendingReply
-from ..errors import ActorError, MailboxFull, StoreError
+from ..actors import Actor, ErrorReply, PendingReply
+from ..errors import ActorError, StoreError
 from ..loops._rules import build_prompt, check_before_round
 from ..messages import (
     BuildPrompt,
@@ -32,7 +32,7 @@ from ..messages import (
     Schedule,
 )
 from ..storage import StoreBackend, Write
-from ._dispatcher import runner_name
+from ._delivery import deliver, runner_name
 from ._events import EventBus
 
 __all__ = ["Breaker", "Compactor", "Store", "Timers"]
@@ -47,21 +47,6 @@ class _FlushNow:
     """The Store's commit-delay timer, sent to itself."""
 
     __slots__ = ()
-
-
-async def deliver(node: Node, name: str, message: Any) -> None:
-    """Cast ``message`` to the actor registered as ``name``; nobody there means nobody needs
-    it (a loop that ended, an actor that is restarting and will recover from the store)."""
-    ref = node.whereis(name)
-    if ref is None:
-        return
-    try:
-        ref.cast_nowait(message)
-    except MailboxFull:
-        with contextlib.suppress(ActorError):
-            await ref.cast(message)
-    except ActorError:
-        return
 
 
 class Store(Actor[Any]):

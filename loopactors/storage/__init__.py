@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._util import fix_public_module
 from ..errors import StoreError
 from ._base import StoreBackend as StoreBackend
 from ._base import StoreStatistics as StoreStatistics
@@ -47,12 +48,4 @@ def open_backend(kind: str, state_dir: Path | None) -> StoreBackend:
     raise StoreError(f"unknown store kind {kind!r}; accepted: {', '.join(_KINDS)}")
 
 
-def _fix_module() -> None:
-    # Tracebacks and reprs show the public path, as trio does for its re-exports.
-    for name in __all__:
-        obj = globals()[name]
-        if getattr(obj, "__module__", "").startswith(__name__ + "._"):
-            obj.__module__ = __name__
-
-
-_fix_module()
+fix_public_module(globals(), __all__)

@@ -8,6 +8,7 @@ subprocess per round). All of them are private; this module is the public surfac
 
 from collections.abc import Callable
 
+from .._util import fix_public_module
 from ..errors import WorkerSpecError
 from ._base import RoundContext as RoundContext
 from ._base import RoundRequest as RoundRequest
@@ -58,12 +59,4 @@ def parse_worker(spec: str, *, kill_grace: float = 5.0) -> Worker:
     return build(rest, kill_grace)
 
 
-def _fix_module() -> None:
-    # Tracebacks and reprs show the public path, as trio does for its re-exports.
-    for name in __all__:
-        obj = globals()[name]
-        if getattr(obj, "__module__", "").startswith(__name__ + "._"):
-            obj.__module__ = __name__
-
-
-_fix_module()
+fix_public_module(globals(), __all__)

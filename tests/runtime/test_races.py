@@ -14,7 +14,7 @@ from loopactors.errors import LoopactorsError
 from loopactors.loops._events import LoopStarted
 from loopactors.loops._model import LoopSpec, LoopState, RoundRecord
 from loopactors.runtime import open_runtime
-from loopactors.runtime._dispatcher import runner_name
+from loopactors.runtime._delivery import runner_name
 from loopactors.storage import Write, open_backend
 from loopactors.testing import inject_crash
 

@@ -9,7 +9,7 @@ import trio.testing
 
 from loopactors.actors import SupervisorRef
 from loopactors.runtime import open_runtime
-from loopactors.runtime._dispatcher import runner_name
+from loopactors.runtime._delivery import runner_name
 from loopactors.testing import inject_crash
 
 from .conftest import memory_config
