@@ -102,7 +102,7 @@ def check_before_round(state: LoopState, now: float) -> Verdict | None:
             trigger="no_progress",
             reason=(
                 f"the output did not change for {state.stale_rounds} consecutive rounds "
-                "(compared with numbers and timestamps masked)"
+                "(compared with timestamps, durations and round counters masked)"
             ),
         )
     if state.consecutive_failures >= spec.max_consecutive_failures:

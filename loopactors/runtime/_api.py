@@ -166,7 +166,9 @@ class Runtime:
         # The id is chosen here so that a start whose answer was lost (the Coordinator
         # crashed) can be asked again safely: the retry finds the loop if it was admitted.
         message = StartLoop(
-            spec=spec, loop_id=loop_id or new_loop_id(), check_existing=loop_id is not None
+            spec=spec,
+            loop_id=new_loop_id() if loop_id is None else loop_id,
+            check_existing=loop_id is not None,
         )
         deadline = trio.current_time() + RESTART_PATIENCE
         while True:

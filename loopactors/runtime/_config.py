@@ -74,12 +74,12 @@ class RuntimeConfig:
         unknown = sorted(set(given) - {a.name for a in attrs.fields(RuntimeConfig)})
         if unknown:
             raise ConfigError(f"unknown runtime option(s): {', '.join(unknown)}")
-        if "state_dir" in given:
-            given["state_dir"] = Path(given["state_dir"])
-        try:
-            return attrs.evolve(self, **given)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(str(exc)) from exc
+        if isinstance(given.get("state_dir"), Path):
+            given["state_dir"] = str(given["state_dir"])
+        # Through the same strict converter as a file, so an option of the wrong type is
+        # refused here too, naming the option.
+        data = {**_converter.unstructure(self), **given}
+        return structure_config(data, "the given options")
 
 
 _converter = cattrs.Converter(forbid_extra_keys=True)

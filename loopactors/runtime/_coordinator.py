@@ -25,7 +25,7 @@ from ..errors import (
     WorkerSpecError,
 )
 from ..loops._events import LoopFinished
-from ..loops._model import LoopState
+from ..loops._model import LoopState, RoundRecord
 from ..messages import (
     Admitted,
     Commit,
@@ -91,11 +91,15 @@ class Coordinator(Actor[Any]):
             self._index(state)
         for state in sorted(states, key=lambda s: s.created_at):  # parents before children
             parent_id = state.spec.parent_id
+            runner = self.node.whereis(runner_name(state.loop_id))
             if parent_id is not None and parent_id not in self._live:
-                # Its parent ended while this node was down: it ends too (it lived in the
+                # Its parent ended while this actor was down: it ends too (it lived in the
                 # parent's scope), rather than run on as an orphan.
-                await self._end_without_runner(state, "its parent loop ended")
-            elif self.node.whereis(runner_name(state.loop_id)) is None:
+                if runner is not None:
+                    await self._send_control(ControlLoop(loop_id=state.loop_id, command="stop"))
+                else:
+                    await self._end_without_runner(state, "its parent loop ended")
+            elif runner is None:
                 await self._start_runner(state, recovered=True)
 
     async def handle(self, message: Any) -> Any:
@@ -143,7 +147,7 @@ class Coordinator(Actor[Any]):
         """
         loop_id = message.loop_id
         assert loop_id is not None
-        if not loop_id.strip() or loop_id in self._admitting:
+        if not isinstance(loop_id, str) or not loop_id.strip() or loop_id in self._admitting:
             return ErrorReply(AdmissionRefused(f"loop id {loop_id!r} is empty or being started"))
         existing: LoopState | None = None
         if loop_id in self._live or message.check_existing:
@@ -193,6 +197,14 @@ class Coordinator(Actor[Any]):
     async def _end_without_runner(self, state: LoopState, reason: str) -> LoopState:
         """Cancel a live loop that has no runner (orphaned, or refused after admission)."""
         final = state.moved("cancelled", reason=reason)
+        record = None
+        if state.phase == "awaiting_worker":  # close the round it had in flight
+            record = RoundRecord(
+                loop_id=state.loop_id,
+                round=state.round,
+                status="cancelled",
+                error=f"the loop ended while this round was in flight: {reason}",
+            )
         done = LoopFinished(
             loop_id=state.loop_id,
             at=time.time(),
@@ -202,7 +214,7 @@ class Coordinator(Actor[Any]):
             reason=reason,
         )
         await self.svc.store.call(
-            Commit(Write(state=final, events=(done,))), self.deps.call_timeout
+            Commit(Write(state=final, round=record, events=(done,))), self.deps.call_timeout
         )
         self._forget(state.loop_id)
         return final

@@ -104,9 +104,10 @@ class RunnerDeps:
     call_timeout: float = 60.0
 
 
-#: A loop whose runner crashes this many times ends in ``error`` instead of taking its
-#: supervisor (and every other loop) down with it.
+#: A loop whose runner crashes this many times within RUNNER_CRASH_WINDOW seconds ends in
+#: ``error`` instead of taking its supervisor (and every other loop) down with it.
 MAX_RUNNER_RESTARTS = 5
+RUNNER_CRASH_WINDOW = 60.0
 
 
 class RunnerFactory:
@@ -114,7 +115,7 @@ class RunnerFactory:
     a crash) with none, so the new incarnation reloads the last committed state. Past
     :data:`MAX_RUNNER_RESTARTS` the new incarnation only ends the loop in ``error``."""
 
-    __slots__ = ("deps", "initial", "loop_id", "made", "recovered")
+    __slots__ = ("deps", "initial", "loop_id", "made", "recovered", "restarts")
 
     def __init__(
         self, loop_id: str, deps: RunnerDeps, initial: LoopState | None, *, recovered: bool
@@ -123,15 +124,23 @@ class RunnerFactory:
         self.deps = deps
         self.initial = initial
         self.recovered = recovered
-        self.made = 0
+        self.restarts: list[float] = []  # when this loop's runner was restarted
+        self.made = False
 
     def __call__(self) -> LoopRunner:
+        first, self.made = not self.made, True
         initial, self.initial = self.initial, None
         recovered, self.recovered = self.recovered, True
-        self.made += 1
         runner = LoopRunner(self.loop_id, self.deps, initial, recovered=recovered)
-        if self.made > MAX_RUNNER_RESTARTS + 1:
-            runner.give_up = f"its runner crashed {self.made - 1} times in a row"
+        if not first:  # every later call is a restart after a crash
+            now = trio.current_time()
+            self.restarts = [t for t in self.restarts if t > now - RUNNER_CRASH_WINDOW]
+            self.restarts.append(now)
+            if len(self.restarts) > MAX_RUNNER_RESTARTS:
+                runner.give_up = (
+                    f"its runner crashed {len(self.restarts)} times within "
+                    f"{RUNNER_CRASH_WINDOW:.0f} s"
+                )
         return runner
 
 

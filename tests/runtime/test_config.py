@@ -361,3 +361,11 @@ def test_values_of_the_wrong_type_are_refused_not_coerced(
     with pytest.raises(ConfigError, match=key) as info:
         load_config(path)
     assert str(path) in str(info.value)
+
+
+def test_options_given_in_code_are_type_checked_too() -> None:
+    with pytest.raises(ConfigError, match="round_timeout"):
+        RuntimeConfig().replace(round_timeout=True)
+    with pytest.raises(ConfigError, match="max_live_loops"):
+        RuntimeConfig().replace(max_live_loops="5")
+    assert RuntimeConfig().replace(state_dir=Path("x")).state_dir == Path("x")

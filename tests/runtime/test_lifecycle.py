@@ -159,3 +159,8 @@ async def test_commands_on_a_finished_loop_report_its_final_state(rt: Runtime) -
     for command in (handle.stop, handle.pause, handle.resume):
         state = await command()
         assert state.phase == "complete"
+
+
+async def test_an_empty_loop_id_is_refused(rt: Runtime) -> None:
+    with pytest.raises(AdmissionRefused, match="empty"):
+        await rt.start("|loop:1| x", loop_id="")
