@@ -2,7 +2,7 @@
 
 async with open_runtime(state_dir=".loopactors") as rt:
     handle = await rt.start("|loop:3,fresh| review this module", worker="scripted")
-    async for event in handle.events():
+    async for event in handle.history_and_events():  # ends with the loop's last event
         print(event.note())
     final = await handle.wait()
 """
@@ -16,7 +16,7 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import trio
@@ -52,6 +52,8 @@ from ._runner import RunnerDeps
 from ._services import Breaker, Compactor, Store, Timers
 
 __all__ = ["LoopHandle", "Runtime", "open_runtime"]
+
+Command = Literal["stop", "pause", "resume", "status"]
 
 LOCK_FILE = "runtime.lock"
 
@@ -230,24 +232,24 @@ class Runtime:
         live = await self.loops(live_only=True)
         return [await self.handle(state.loop_id).wait() for state in live]
 
-    async def _control(self, loop_id: str, command: str, stop_mode: StopMode = "now") -> LoopState:
-        message = ControlLoop(loop_id=loop_id, command=command, stop_mode=stop_mode)  # type: ignore[arg-type]
+    async def _control(
+        self, loop_id: str, command: Command, stop_mode: StopMode = "now"
+    ) -> LoopState:
+        message = ControlLoop(loop_id=loop_id, command=command, stop_mode=stop_mode)
         state: LoopState = await self._ask(self._coordinator, message)
         return state
 
-    async def _ask(self, ref: NamedRef[Any], message: Any, *, idempotent: bool = True) -> Any:
+    async def _ask(self, ref: NamedRef[Any], message: Any) -> Any:
         """Call a runtime actor, riding out a restart of it (up to ``RESTART_PATIENCE`` s).
 
-        A message that never arrived (no actor holds the name yet) is always sent again;
-        one whose actor crashed while handling it only if asking twice does no harm.
+        Only for requests that may safely be asked twice (reads, stop, pause, resume): one
+        that never arrived, or whose actor crashed while handling it, is sent again.
         """
         deadline = trio.current_time() + RESTART_PATIENCE
         while True:
             try:
                 return await ref.call(message, timeout=60.0)
-            except (ActorNotRunning, CallFailed) as exc:
-                if isinstance(exc, CallFailed) and not idempotent:
-                    raise
+            except (ActorNotRunning, CallFailed):
                 if trio.current_time() >= deadline:
                     raise
             await trio.sleep(0.05)
