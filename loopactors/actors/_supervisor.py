@@ -26,6 +26,7 @@ __all__ = [
     "ChildSpec",
     "Restart",
     "StartChild",
+    "StartChildren",
     "Strategy",
     "Supervisor",
     "SupervisorRef",
@@ -120,6 +121,13 @@ class StartChild(msgspec.Struct, frozen=True):
     spec: ChildSpec
 
 
+class StartChildren(msgspec.Struct, frozen=True):
+    """Start several children at run time, in order, with one request. Replies with a list
+    holding, for each spec, its :class:`ActorRef` or the error that refused it."""
+
+    specs: tuple[ChildSpec, ...]
+
+
 class TerminateChild(msgspec.Struct, frozen=True):
     """Stop a child (within its shutdown grace) and forget its spec."""
 
@@ -144,7 +152,7 @@ class _RestartDue(msgspec.Struct, frozen=True):
     child_ids: tuple[str, ...]
 
 
-SupervisorMessage = StartChild | TerminateChild | WhichChildren | GetStatistics
+SupervisorMessage = StartChild | StartChildren | TerminateChild | WhichChildren | GetStatistics
 
 
 def _check_mailbox(spec: ChildSpec, actor: Actor[Any]) -> None:
@@ -279,6 +287,12 @@ class Supervisor(Actor[Any]):
             )
         elif kind is StartChild:
             return await self._start_dynamic(message.spec)
+        elif kind is StartChildren:
+            started: list[ActorRef[Any] | BaseException] = []
+            for spec in message.specs:
+                result = await self._start_dynamic(spec)
+                started.append(result.error if isinstance(result, ErrorReply) else result)
+            return started
         elif kind is TerminateChild:
             child = self._children.get(message.child_id)
             if child is None:
@@ -472,6 +486,16 @@ class SupervisorRef:
         """
         ref: ActorRef[Any] = await self.ref.call(StartChild(spec), timeout)
         return ref
+
+    async def start_children(
+        self, specs: Sequence[ChildSpec], timeout: float | None = None
+    ) -> list[ActorRef[Any] | BaseException]:
+        """Start several children in order with one request (cheaper than one call each);
+        for each spec, its ref or the error that refused it (nothing is raised for those)."""
+        started: list[ActorRef[Any] | BaseException] = await self.ref.call(
+            StartChildren(tuple(specs)), timeout
+        )
+        return started
 
     async def terminate_child(self, child_id: str, timeout: float | None = None) -> None:
         """Stop a child within its shutdown grace and forget it."""
