@@ -1,0 +1,233 @@
+"""The circuit breaker (spec §3.4-3.6, §5) and the pure half of the daily budget (§10.2)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from ._js import as_double, encode_json, format_number, js_number, js_string
+from ._model import (
+    Attempt,
+    BreakerConfig,
+    BreakerDecision,
+    Ledger,
+    Trigger,
+    validate_breaker_config,
+)
+from ._text import calculate_similarity, error_signature
+
+__all__ = [
+    "DailySpend",
+    "apply_daily_budget",
+    "check_circuit_breaker",
+    "decode_daily_spend",
+    "encode_daily_spend",
+    "newest_attempt_tokens",
+    "record_daily_spend",
+    "total_tokens",
+    "trailing_failure_run",
+    "utc_day",
+]
+
+_DEFAULT_BREAKER = BreakerConfig()
+
+
+def total_tokens(ledger: Ledger) -> int | float:
+    """Sum of ``tokensUsed``; missing or null count as 0. Summed as doubles, like JS."""
+    total = 0.0
+    for attempt in ledger.attempts:
+        tokens = attempt.tokens_used
+        if tokens is not None and tokens is not UNSET:
+            total += as_double(tokens)
+    return js_number(total)
+
+
+def trailing_failure_run(attempts: Sequence[Attempt]) -> list[Attempt]:
+    """The newest attempts whose outcome is exactly ``failure``, oldest first (spec §3.6)."""
+    start = len(attempts)
+    while start > 0 and attempts[start - 1].outcome == "failure":
+        start -= 1
+    return list(attempts[start:])
+
+
+_Missing = None | UnsetType
+
+
+def _matching_tail(values: Sequence[str | _Missing], threshold: float) -> int:
+    """How many values, from the last backwards, are similar enough to the last one.
+
+    Every value is compared with the last, not with its neighbour. Results are memoised per
+    distinct value: a long run usually repeats one text, and that keeps 100,000 attempts fast.
+    """
+    last = values[-1]
+    seen: dict[str, bool] = {}
+    count = 0
+    for value in reversed(values):
+        if isinstance(value, str) and isinstance(last, str):
+            similar = seen.get(value)
+            if similar is None:
+                similar = seen[value] = calculate_similarity(value, last) >= threshold
+        else:
+            # Two missing values are identical; the reference crashes comparing a missing value
+            # with a string (a plain bug), here that simply ends the walk.
+            similar = value is last
+        if not similar:
+            break
+        count += 1
+    return count
+
+
+def _decision(
+    iterations: int, tokens: int | float, trigger: Trigger, reason: str
+) -> BreakerDecision:
+    ok = trigger == "ok"
+    return BreakerDecision(
+        iterations=iterations,
+        tokens_used=tokens,
+        should_continue=ok,
+        escalate=not ok,
+        trigger=trigger,
+        reason=reason,
+    )
+
+
+def check_circuit_breaker(
+    ledger: Ledger, config: BreakerConfig = _DEFAULT_BREAKER
+) -> BreakerDecision:
+    """Continue or escalate; the first trigger that fires wins (spec §5)."""
+    validate_breaker_config(config)
+    iterations = len(ledger.attempts)
+    tokens = total_tokens(ledger)
+    run = trailing_failure_run(ledger.attempts)
+    threshold = config.similarity_threshold
+
+    if run and len(run) >= config.stagnation_threshold:
+        signatures: dict[str, str] = {}
+        sigs = []
+        for attempt in run:
+            error = attempt.error if isinstance(attempt.error, str) else ""
+            sig = signatures.get(error)
+            if sig is None:
+                sig = signatures[error] = error_signature(error)
+            sigs.append(sig)
+        count = _matching_tail(sigs, threshold)
+        if count >= config.stagnation_threshold:
+            return _decision(
+                iterations,
+                tokens,
+                "stagnation",
+                f"Same error repeated {count}\u00d7 in a row (threshold "
+                f'{format_number(config.stagnation_threshold)}): "{sigs[-1]}". '
+                "Escalating instead of retrying.",
+            )
+
+    if run and len(run) >= config.frustration_threshold:
+        actions = [attempt.action for attempt in run]
+        count = _matching_tail(actions, threshold)
+        if count >= config.frustration_threshold:
+            return _decision(
+                iterations,
+                tokens,
+                "frustration",
+                "Semantic looping detected: agent repeated highly similar action "
+                f"{count}\u00d7 in a row (threshold {format_number(config.frustration_threshold)})"
+                f': "{js_string(actions[-1])}". Escalating.',
+            )
+
+    if len(run) >= config.no_progress_threshold:
+        return _decision(
+            iterations,
+            tokens,
+            "no-progress",
+            f"{len(run)} consecutive failures with no progress (threshold "
+            f"{format_number(config.no_progress_threshold)}). Escalating.",
+        )
+
+    budget = config.token_budget
+    if budget is not None and tokens >= budget:
+        return _decision(
+            iterations,
+            tokens,
+            "token-budget",
+            f"Token budget reached ({format_number(tokens)} \u2265 {format_number(budget)}). "
+            "Escalating to avoid cost blowup.",
+        )
+
+    if iterations >= config.max_iterations:
+        return _decision(
+            iterations,
+            tokens,
+            "max-iterations",
+            f"Iteration cap reached ({iterations} \u2265 {format_number(config.max_iterations)}"
+            "). Escalating.",
+        )
+
+    return _decision(iterations, tokens, "ok", "Within limits \u2014 cleared to continue.")
+
+
+class DailySpend(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The per-pattern daily state file's content."""
+
+    date: str
+    tokens_used_today: int | float
+
+
+def utc_day(now: float) -> str:
+    """The UTC calendar day of a POSIX timestamp as ``YYYY-MM-DD``."""
+    return dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y-%m-%d")
+
+
+def newest_attempt_tokens(ledger: Ledger) -> int | float:
+    """The daily delta: the newest attempt's ``tokensUsed``, 0 when absent (spec §10.2)."""
+    if not ledger.attempts:
+        return 0
+    tokens = ledger.attempts[-1].tokens_used
+    return 0 if tokens is None or tokens is UNSET else tokens
+
+
+def record_daily_spend(previous: DailySpend | None, today: str, delta: int | float) -> DailySpend:
+    """The new state: carry today's total (or start at 0 on a new day) and add ``delta``.
+
+    Only the pure part of the reference's ``recordDailySpend``: the caller reads the state
+    file under the lock, calls this and writes the result with :func:`encode_daily_spend`.
+    """
+    carry: int | float = 0
+    if previous is not None and previous.date == today:
+        carry = previous.tokens_used_today
+    return DailySpend(date=today, tokens_used_today=js_number(as_double(carry) + as_double(delta)))
+
+
+def decode_daily_spend(data: bytes | str) -> DailySpend | None:
+    """Read a state file; anything unreadable is no state, as in the reference."""
+    try:
+        return msgspec.json.decode(data, type=DailySpend)
+    except msgspec.MsgspecError:
+        return None
+
+
+def encode_daily_spend(state: DailySpend) -> str:
+    """Pretty JSON with a two-space indent and no trailing newline, as the reference writes."""
+    return encode_json(state, indent=2)
+
+
+def apply_daily_budget(
+    decision: BreakerDecision, pattern: str, tokens_used_today: int | float, cap: int | float
+) -> BreakerDecision:
+    """Escalate with ``daily-budget`` when today's spend reached the cap (spec §10.2).
+
+    An escalating decision is returned unchanged: the per-run trigger wins.
+    """
+    if decision.escalate or not tokens_used_today >= cap:
+        return decision
+    return msgspec.structs.replace(
+        decision,
+        should_continue=False,
+        escalate=True,
+        trigger="daily-budget",
+        reason=f'Daily token spend for pattern "{pattern}" reached '
+        f"{format_number(tokens_used_today)} (cap {format_number(cap)}). "
+        "Escalating to avoid cost blowup.",
+    )

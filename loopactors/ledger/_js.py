@@ -1,0 +1,166 @@
+"""ECMAScript semantics the reference relies on: whitespace, number-to-text and JSON output.
+
+The reference is TypeScript, so its observable text follows JavaScript rules that Python's
+defaults do not (``str.strip``, ``repr(1500.0)``, ``json.dumps``). Everything here is pure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "WHITESPACE",
+    "WS_CLASS",
+    "as_double",
+    "encode_json",
+    "format_number",
+    "is_integer",
+    "is_number",
+    "js_number",
+    "js_string",
+    "trim",
+    "trim_end",
+    "truthy_number",
+]
+
+#: The ECMAScript WhiteSpace + LineTerminator set (J1). Python's own set adds U+001C-U+001F
+#: and U+0085 and lacks U+FEFF, so it cannot be used.
+WHITESPACE = (
+    "\t\n\x0b\x0c\r \xa0\u1680"
+    + "".join(chr(c) for c in range(0x2000, 0x200B))
+    + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+#: The same set as the body of a regex character class.
+WS_CLASS = r"\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+
+_MAX_SAFE = 2**53
+
+
+def trim(text: str) -> str:
+    return text.strip(WHITESPACE)
+
+
+def trim_end(text: str) -> str:
+    return text.rstrip(WHITESPACE)
+
+
+def is_number(value: object) -> bool:
+    """``typeof value === "number"``: bool is an int subclass in Python but not a number."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def as_double(value: int | float) -> float:
+    """The double JavaScript would hold (an int past the double range becomes Infinity)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def is_integer(value: object) -> bool:
+    """``Number.isInteger``: a finite number with no fraction."""
+    if not is_number(value):
+        return False
+    x = as_double(value)  # type: ignore[arg-type]
+    return math.isfinite(x) and x.is_integer()
+
+
+def truthy_number(value: int | float) -> bool:
+    """JavaScript truthiness of a number (J7): 0 and NaN are false (Python finds NaN true)."""
+    return not math.isnan(value) and value != 0
+
+
+def js_number(value: int | float) -> int | float:
+    """A double as the most natural Python number: exact integers become ``int``.
+
+    Keeps ``msgspec.json.encode`` output equal to ``JSON.stringify`` for the usual values
+    (``1500`` not ``1500.0``); beyond 2**53 the float is kept and ``encode_json`` is needed.
+    """
+    x = as_double(value)
+    if math.isfinite(x) and x.is_integer() and abs(x) < _MAX_SAFE:
+        return int(x)
+    return x
+
+
+def format_number(value: int | float) -> str:
+    """``Number.prototype.toString()`` (J5)."""
+    x = as_double(value)
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "0"  # also -0
+    sign = "-" if x < 0 else ""
+    # repr() gives the shortest round-tripping digits, the same digits JavaScript picks.
+    _, digit_tuple, exponent = Decimal(repr(abs(x))).as_tuple()
+    digits = "".join(map(str, digit_tuple)).rstrip("0")
+    assert isinstance(exponent, int)
+    k = len(digits)
+    # Decimal's exponent counts from the last digit (trailing zeros included).
+    n = len(digit_tuple) + exponent
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * -n + digits
+    e = n - 1
+    mantissa = digits if k == 1 else digits[0] + "." + digits[1:]
+    return f"{sign}{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
+
+
+def js_string(value: object) -> str:
+    """``String(value)`` for the values a config or template can hold."""
+    if value is None:
+        return "null"
+    if value is msgspec.UNSET:
+        return "undefined"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return format_number(value)
+    return str(value)
+
+
+def encode_json(value: Any, indent: int | None = 2) -> str:
+    """``JSON.stringify(value, null, indent)`` (J6) for Structs and builtins.
+
+    Numbers follow J5 (non-finite ones print ``null``), non-ASCII text is written raw and
+    unset Struct fields are omitted, as JavaScript omits ``undefined`` keys.
+    """
+    return _encode(msgspec.to_builtins(value), indent, 0)
+
+
+def _encode(value: Any, indent: int | None, level: int) -> str:
+    if value is None or value is True or value is False:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        x = as_double(value)
+        return format_number(x) if math.isfinite(x) else "null"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict):
+        items = [f"{json.dumps(k, ensure_ascii=False)}:" for k in value]
+        parts = [
+            f"{key}{'' if indent is None else ' '}{_encode(v, indent, level + 1)}"
+            for key, v in zip(items, value.values(), strict=True)
+        ]
+        return _join(parts, "{", "}", indent, level)
+    if isinstance(value, list | tuple):
+        return _join([_encode(v, indent, level + 1) for v in value], "[", "]", indent, level)
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def _join(parts: list[str], open_: str, close: str, indent: int | None, level: int) -> str:
+    if not parts:
+        return open_ + close
+    if indent is None:
+        return open_ + ",".join(parts) + close
+    inner = "\n" + " " * (indent * (level + 1))
+    return open_ + inner + ("," + inner).join(parts) + "\n" + " " * (indent * level) + close

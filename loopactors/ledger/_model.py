@@ -1,0 +1,190 @@
+"""The ledger's data: frozen msgspec Structs with the reference's JSON names, and the config
+checks (spec §1, §4).
+
+Python attributes are snake_case; ``rename="camel"`` gives the reference's keys on the wire
+(``tokensUsed``, ``shouldContinue``). Optional attempt keys default to ``UNSET`` so a key that
+was absent stays absent on output, as JavaScript omits ``undefined``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from ..errors import ConfigError, LoopactorsError
+from ._js import WHITESPACE, format_number, is_integer, is_number, js_string
+
+__all__ = [
+    "Attempt",
+    "AttemptSummary",
+    "BreakerConfig",
+    "BreakerDecision",
+    "ErrorGroup",
+    "Ledger",
+    "LedgerError",
+    "PruneConfig",
+    "Trigger",
+    "assert_positive_integer",
+    "assert_similarity_threshold",
+    "parse_ledger",
+    "validate_breaker_config",
+    "validate_prune_config",
+]
+
+Trigger = Literal[
+    "ok",
+    "stagnation",
+    "frustration",
+    "no-progress",
+    "token-budget",
+    "max-iterations",
+    "daily-budget",
+]
+
+_NO_LEDGER = "No ledger provided. Pass --ledger <file.json> or pipe JSON on stdin."
+_INVALID_LEDGER = "Invalid ledger: expected { goal: string, attempts: Attempt[] }."
+
+
+class LedgerError(LoopactorsError, ValueError):
+    """Ledger text that cannot be used (empty, not JSON, or not a ledger)."""
+
+
+class Attempt(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One attempt; every key is optional because the reference never validates attempts.
+
+    Field order is the reference's usual key order, and ``repeated`` comes last as the pruner
+    appends it.
+    """
+
+    iteration: int | float | UnsetType = UNSET
+    timestamp: str | UnsetType = UNSET
+    action: str | UnsetType | None = UNSET
+    #: ``success``, ``failure`` or ``noop``; other values are kept (each function reads them
+    #: its own way, spec §1.2).
+    outcome: str | UnsetType | None = UNSET
+    error: str | UnsetType | None = UNSET
+    tokens_used: int | float | UnsetType | None = UNSET
+    repeated: int | float | UnsetType | None = UNSET
+
+
+class Ledger(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A loop's goal and its attempts, oldest first; unknown top-level keys are ignored."""
+
+    goal: str
+    #: Carried through by the pruner, otherwise unused.
+    started_at: str | UnsetType | None = UNSET
+    attempts: tuple[Attempt, ...]
+
+
+class BreakerConfig(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    max_iterations: int = 10
+    stagnation_threshold: int = 3
+    frustration_threshold: int = 3
+    no_progress_threshold: int = 5
+    similarity_threshold: float = 0.85
+    #: ``None``: no cap.
+    token_budget: int | None = None
+
+
+class PruneConfig(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    max_trace_lines: int = 8
+    window: int = 5
+    similarity_threshold: float = 0.85
+
+
+class BreakerDecision(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The breaker's answer; the field order is the reference's JSON key order."""
+
+    iterations: int
+    tokens_used: int | float
+    should_continue: bool
+    escalate: bool
+    trigger: Trigger
+    reason: str
+
+
+class ErrorGroup(msgspec.Struct, frozen=True, kw_only=True):
+    #: The signature of the group's first member: later members are compared with it.
+    signature: str
+    count: int
+    #: The first line of the first member's raw error, trimmed.
+    sample: str
+
+
+class AttemptSummary(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    total_attempts: int
+    successes: int
+    failures: int
+    noops: int
+    tokens_used: int | float
+    #: Most frequent first; ties keep creation order.
+    distinct_errors: tuple[ErrorGroup, ...]
+    #: Unique actions in first-seen order; ``None`` is a missing action.
+    actions_tried: tuple[str | None, ...]
+
+
+def parse_ledger(text: str | bytes) -> Ledger:
+    """Read ledger JSON as the reference does (spec §9.4): strict JSON, so no ``NaN``."""
+    raw = text.encode() if isinstance(text, str) else text
+    if not raw.decode(errors="replace").strip(WHITESPACE):
+        raise LedgerError(_NO_LEDGER)
+    try:
+        return msgspec.json.decode(raw, type=Ledger)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        # Problems with the top level get the reference's message; problems inside an
+        # attempt (which the reference would crash on) keep msgspec's, which names the path.
+        if "at `$.attempts[" in message:
+            raise LedgerError(f"Invalid attempt: {message}") from None
+        raise LedgerError(_INVALID_LEDGER) from None
+    except msgspec.DecodeError as exc:
+        raise LedgerError(str(exc)) from None
+
+
+def assert_similarity_threshold(value: object, label: str = "similarityThreshold") -> None:
+    """Rule 4.1: a number with ``0 < value <= 1``; the message hints at percentages."""
+    if is_number(value) and 0 < value <= 1:  # type: ignore[operator]
+        return
+    why = ""
+    if is_number(value) and value > 1:  # type: ignore[operator]
+        why = (
+            " Similarity is at most 1.0, so no two errors would ever match and the "
+            "stagnation rule would never fire."
+        )
+        if is_integer(value) and value <= 100:  # type: ignore[operator]
+            percent = format_number(value)  # type: ignore[arg-type]
+            why += f" If you meant {percent}%, use {format_number(value / 100)}."  # type: ignore[operator]
+    raise ConfigError(
+        f"{label} must be a fraction greater than 0 and at most 1 (default 0.85); "
+        f"got {js_string(value)}.{why}"
+    )
+
+
+def assert_positive_integer(value: object, label: str) -> None:
+    """Rule 4.2: an integral number of at least 1 (so not NaN, Infinity or 2.5)."""
+    if is_integer(value) and value >= 1:  # type: ignore[operator]
+        return
+    raise ConfigError(
+        f"{label} must be a positive integer; got {js_string(value)}. "
+        "An invalid value would switch this rule off."
+    )
+
+
+def validate_breaker_config(config: BreakerConfig) -> None:
+    """Spec §4.3: the first failing check raises :class:`ConfigError`."""
+    assert_positive_integer(config.max_iterations, "maxIterations")
+    assert_positive_integer(config.stagnation_threshold, "stagnationThreshold")
+    assert_positive_integer(config.frustration_threshold, "frustrationThreshold")
+    assert_positive_integer(config.no_progress_threshold, "noProgressThreshold")
+    if config.token_budget is not None:
+        assert_positive_integer(config.token_budget, "tokenBudget")
+    assert_similarity_threshold(config.similarity_threshold)
+
+
+def validate_prune_config(config: PruneConfig) -> None:
+    """Spec §4.4."""
+    assert_positive_integer(config.max_trace_lines, "maxTraceLines")
+    assert_positive_integer(config.window, "window")
+    assert_similarity_threshold(config.similarity_threshold)

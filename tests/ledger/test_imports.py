@@ -1,0 +1,17 @@
+"""The ledger is pure: importing it loads neither trio nor the runtime."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_importing_the_ledger_loads_no_trio() -> None:
+    code = (
+        "import sys, loopactors.ledger; "
+        "print('trio' in sys.modules, 'loopactors.runtime' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.split() == ["False", "False"]
