@@ -79,7 +79,6 @@ class Coordinator(Actor[Any]):
         self._admitting: dict[str, tuple[LoopState, PendingReply]] = {}
         self._held: dict[str, list[tuple[ControlLoop, PendingReply]]] = {}
         self._stop_on_admit: set[str] = set()
-        self._ready: list[str] = []
 
     async def on_start(self) -> None:
         self.svc = services_of(self.node)
@@ -110,7 +109,7 @@ class Coordinator(Actor[Any]):
         if kind is ControlLoop:
             return await self._control(message)
         if kind is Admitted:
-            self._ready.append(message.loop_id)  # started in a batch when drained
+            await self._admitted(message.loop_id)
             return None
         if kind is LoopEnded:
             await self._ended(message.state)
@@ -164,59 +163,36 @@ class Coordinator(Actor[Any]):
             )
         )
 
-    async def on_drained(self) -> None:
-        if self._ready:
-            await self._start_ready()
-
-    async def _start_ready(self) -> None:
-        """Start the runners of the loops whose admission became durable, all with one
-        request to the loop supervisor (admissions arrive in the Store's batches)."""
-        ready, self._ready = self._ready, []
-        starting: list[tuple[LoopState, PendingReply]] = []
-        for loop_id in ready:
-            entry = self._admitting.get(loop_id)
-            if entry is None:
-                continue
-            state, pending = entry
-            parent_id = state.spec.parent_id
-            if loop_id in self._stop_on_admit or (
-                parent_id is not None and parent_id not in self._live
-            ):
-                # Its parent ended (or stopped it) while it was being admitted.
-                self._stop_on_admit.discard(loop_id)
-                del self._admitting[loop_id]
-                final = await self._end_without_runner(state, "its parent loop ended")
-                pending.fail(AdmissionRefused(f"parent loop {parent_id!r} ended; not started"))
-                self._answer_held(loop_id, final)
-                continue
-            starting.append(entry)
-        if not starting:
+    async def _admitted(self, loop_id: str) -> None:
+        entry = self._admitting.pop(loop_id, None)
+        if entry is None:
             return
-        specs = [self._runner_spec(state, recovered=False) for state, _ in starting]
-        loops = self.node.whereis("loops")
-        results: list[Any]
-        if loops is None:
-            results = [ActorError("the loop supervisor is not running")] * len(specs)
-        else:
-            results = await SupervisorRef(loops).start_children(specs, self.deps.call_timeout)
-        for (state, pending), result in zip(starting, results, strict=True):
-            del self._admitting[state.loop_id]
-            if isinstance(result, BaseException):
-                reason = f"its runner failed to start: {result}"
-                final = await self._end_without_runner(state, reason)
-                pending.fail(AdmissionRefused(f"the loop's runner failed to start: {result}"))
-                self._answer_held(state.loop_id, final)
-                continue
-            pending.reply(state)
-            for command, waiting in self._held.pop(state.loop_id, []):
-                try:  # commands sent while it was being admitted
-                    waiting.reply(await self._send_control(command))
-                except Exception as exc:  # a command's failure is its caller's, not ours
-                    waiting.fail(exc)
-
-    def _answer_held(self, loop_id: str, final: LoopState) -> None:
-        for _, waiting in self._held.pop(loop_id, []):
-            waiting.reply(final)
+        state, pending = entry
+        held = self._held.pop(loop_id, [])
+        parent_id = state.spec.parent_id
+        stopped = loop_id in self._stop_on_admit
+        self._stop_on_admit.discard(loop_id)
+        if stopped or (parent_id is not None and parent_id not in self._live):
+            # Its parent ended (or stopped it) while it was being admitted: it ends unstarted.
+            final = await self._end_without_runner(state, "its parent loop ended")
+            pending.fail(AdmissionRefused(f"parent loop {parent_id!r} ended; child not started"))
+            for _, waiting in held:
+                waiting.reply(final)
+            return
+        try:
+            await self._start_runner(state, recovered=False)
+        except ActorError as exc:
+            final = await self._end_without_runner(state, f"its runner failed to start: {exc}")
+            pending.fail(AdmissionRefused(f"the loop's runner failed to start: {exc}"))
+            for _, waiting in held:
+                waiting.reply(final)
+            return
+        pending.reply(state)
+        for command, waiting in held:  # commands sent while it was being admitted
+            try:
+                waiting.reply(await self._send_control(command))
+            except Exception as exc:  # a command's failure is its caller's, not ours
+                waiting.fail(exc)
 
     async def _end_without_runner(self, state: LoopState, reason: str) -> LoopState:
         """Cancel a live loop that has no runner (orphaned, or refused after admission)."""
@@ -295,20 +271,18 @@ class Coordinator(Actor[Any]):
                 todo.extend(loop.children)
         return size
 
-    def _runner_spec(self, state: LoopState, *, recovered: bool) -> ChildSpec:
-        return ChildSpec(
+    async def _start_runner(self, state: LoopState, *, recovered: bool) -> None:
+        factory = RunnerFactory(state.loop_id, self.deps, state, recovered=recovered)
+        loops = self.node.whereis("loops")
+        if loops is None:
+            raise ActorError("the loop supervisor is not running")
+        spec = ChildSpec(
             state.loop_id,
-            RunnerFactory(state.loop_id, self.deps, state, recovered=recovered),
+            factory,
             restart="transient",
             name=runner_name(state.loop_id),
             shutdown=self.limits.runner_shutdown,
         )
-
-    async def _start_runner(self, state: LoopState, *, recovered: bool) -> None:
-        loops = self.node.whereis("loops")
-        if loops is None:
-            raise ActorError("the loop supervisor is not running")
-        spec = self._runner_spec(state, recovered=recovered)
         await SupervisorRef(loops).start_child(spec, timeout=self.deps.call_timeout)
 
     # -- commands --------------------------------------------------------------------------
