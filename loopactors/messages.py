@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from .ledger import Attempt, Ledger
 from .loops._model import LoopSpec, LoopState, StopMode
 from .loops._rules import Prompt, Verdict
 from .storage._base import Write
@@ -25,6 +26,7 @@ __all__ = [
     "ControlLoop",
     "Dispatch",
     "Escalate",
+    "ForgetLedger",
     "Forward",
     "GetEvents",
     "GetLoop",
@@ -33,6 +35,7 @@ __all__ = [
     "ListLoops",
     "LoopEnded",
     "PromptReady",
+    "RecordAttempt",
     "RoundDone",
     "RoundWhere",
     "Schedule",
@@ -97,10 +100,25 @@ class CheckRound(msgspec.Struct, frozen=True):
 
 
 class BuildPrompt(msgspec.Struct, frozen=True):
-    """To the Compactor; it answers the loop's runner with :class:`PromptReady`."""
+    """To the Compactor; it answers the loop's runner with :class:`PromptReady`. ``ledger``
+    is set when the loop asked for the ledger's context block in its prompts."""
 
     state: LoopState
     epoch: int
+    ledger: Ledger | None = None
+
+
+class RecordAttempt(msgspec.Struct, frozen=True):
+    """A runner tells the Breaker how a round went (one attempt of the loop's ledger)."""
+
+    loop_id: str
+    attempt: Attempt
+
+
+class ForgetLedger(msgspec.Struct, frozen=True):
+    """The loop ended: the Breaker drops its ledger (the store keeps the rounds)."""
+
+    loop_id: str
 
 
 class Escalate(msgspec.Struct, frozen=True):

@@ -214,3 +214,27 @@ def test_resume_runs_a_paused_loop_to_its_end(tmp_path: Path) -> None:
     result = cli("resume", "--state", str(tmp_path), "--json", timeout=30)
     assert result.returncode == 0, result.stderr
     assert json_lines(result.stdout)[-1]["phase"] == "complete"
+
+
+def test_breaker_flags_and_ledger_export(tmp_path: Path) -> None:
+    result = cli(
+        "run", "|loop:8| fix it", "--state", str(tmp_path), "--json",
+        "--worker", "scripted:fail_every=1", "--no-progress", "2",
+    )  # fmt: skip
+    assert result.returncode == 2
+    last = json_lines(result.stdout)[-1]
+    assert last["phase"] == "escalated"
+    assert last["trigger"] == "consecutive_failures"
+    exported = cli("ledger", "export", last["loop_id"], "--state", str(tmp_path))
+    assert exported.returncode == 0, exported.stderr
+    ledger = json.loads(exported.stdout)
+    assert ledger["goal"] == "fix it"
+    assert [a["outcome"] for a in ledger["attempts"]] == ["failure", "failure"]
+    assert [a["iteration"] for a in ledger["attempts"]] == [1, 2]
+    assert ledger["attempts"][0]["error"].startswith("scripted failure: round 1")
+    assert set(ledger["attempts"][0]) == {
+        "iteration", "timestamp", "action", "outcome", "error", "tokensUsed",
+    }  # fmt: skip
+    missing = cli("ledger", "export", "nope", "--state", str(tmp_path))
+    assert missing.returncode == 1
+    assert "no loop 'nope'" in missing.stderr

@@ -1,6 +1,6 @@
 """The run ledger and circuit breaker: loop-context's behaviour, pure and without trio.
 
-Mirrors ``loop-context`` (``/work/shared/reference/loop-context.md``) name for name in
+Mirrors ``loop-context`` (its behaviour as specified for this project) name for name in
 snake_case. Layout: ``_js`` (JavaScript whitespace, numbers and JSON), ``_text`` (signatures,
 similarity, trace pruning), ``_model`` (Structs, ledger parsing, config checks), ``_breaker``
 (the breaker and the pure daily-budget step), ``_grouping`` (exact fast error grouping),

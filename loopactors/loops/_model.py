@@ -113,6 +113,14 @@ class LoopSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_consecutive_failures: int = 3
     #: Identical outputs (after normalisation) in a row that trip the no-progress fuse.
     stale_rounds_limit: int = 2
+    #: The run ledger's breaker (loop-context's rules): the same error this many times in a
+    #: row (stagnation), the same action this many times in a row (frustration), compared
+    #: with this similarity.
+    stagnation_threshold: int = 3
+    frustration_threshold: int = 3
+    similarity_threshold: float = 0.85
+    #: Append the ledger's "Loop Context (managed)" block to each round's prompt.
+    inject_ledger: bool = False
     owner: str | None = None
     parent_id: str | None = None
     #: True when the requested rounds were above MAX_ROUNDS and were clamped.

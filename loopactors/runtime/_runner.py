@@ -42,11 +42,13 @@ from ..messages import (
     ControlLoop,
     Dispatch,
     Escalate,
+    ForgetLedger,
     Forward,
     GetLoop,
     GetRounds,
     LoopEnded,
     PromptReady,
+    RecordAttempt,
     RoundDone,
     RoundWhere,
     Schedule,
@@ -55,6 +57,7 @@ from ..messages import (
 from ..storage import Write
 from ..workers import RoundRequest, RoundResult, parse_worker
 from ._delivery import runner_name
+from ._ledger import attempt_of
 
 if TYPE_CHECKING:
     from ._events import EventBus
@@ -409,6 +412,10 @@ class LoopRunner(Actor[Any]):
             duration=result.duration,
         )
         self.summary[record.round] = _summary(record)
+        # The Breaker's ledger; sent before the next CheckRound, so it is there in time.
+        await self.svc.breaker.cast(
+            RecordAttempt(self.loop_id, attempt_of(record, state.spec.task))
+        )
         if status == "completed":
             changes: dict[str, Any] = {
                 "completed_rounds": state.completed_rounds + 1,
@@ -497,7 +504,8 @@ class LoopRunner(Actor[Any]):
         )
         self.epoch += 1
         ended = Forward("coordinator", LoopEnded(final))
-        await self._commit(final, record, (*events, done), then=(ended,), wait=wait)
+        forget = Forward("breaker", ForgetLedger(self.loop_id))
+        await self._commit(final, record, (*events, done), then=(ended, forget), wait=wait)
         self.stop()
 
     # -- commands --------------------------------------------------------------------------

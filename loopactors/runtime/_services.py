@@ -12,16 +12,20 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import trio
 
 from ..actors import Actor, ErrorReply, PendingReply
 from ..errors import ActorError, StoreError
-from ..loops._rules import build_prompt, check_before_round
+from ..ledger import Attempt, Ledger, build_context_injection, check_circuit_breaker
+from ..loops._model import LoopState, RoundRecord
+from ..loops._rules import Verdict, build_prompt, check_before_round
 from ..messages import (
     BuildPrompt,
     CheckRound,
     Commit,
     Escalate,
+    ForgetLedger,
     Forward,
     GetEvents,
     GetLoop,
@@ -29,11 +33,13 @@ from ..messages import (
     GetStoreStatistics,
     ListLoops,
     PromptReady,
+    RecordAttempt,
     Schedule,
 )
 from ..storage import StoreBackend, Write
 from ._delivery import deliver, runner_name
 from ._events import EventBus
+from ._ledger import attempt_of, breaker_config
 
 __all__ = ["Breaker", "Compactor", "Store", "Timers"]
 
@@ -167,21 +173,54 @@ class Store(Actor[Any]):
 class Breaker(Actor[Any]):
     """Checks a loop before each round: escalate (told to the loop's runner), or go on (the
     loop is passed to the Compactor). A pipeline of casts, so a busy runtime handles these in
-    batches and a runner is woken once, with the outcome."""
+    batches and a runner is woken once, with the outcome.
+
+    It keeps each live loop's run ledger (one attempt per finished round, sent by the
+    runner) and applies loop-context's breaker to it after the runtime's own checks. After a
+    restart of this actor a ledger is rebuilt from the store when it is next needed.
+    """
 
     mailbox_size = 16_384
 
+    def __init__(self) -> None:
+        self._attempts: dict[str, list[Attempt]] = {}
+
     async def handle(self, message: Any) -> Any:
-        if type(message) is not CheckRound:
-            return ErrorReply(TypeError(f"the breaker does not accept {type(message).__name__}"))
+        kind = type(message)
+        if kind is RecordAttempt:
+            attempts = self._attempts.get(message.loop_id)
+            if attempts is not None:  # not cached: it is rebuilt from the store when needed
+                attempts.append(message.attempt)
+            return None
+        if kind is ForgetLedger:
+            self._attempts.pop(message.loop_id, None)
+            return None
+        if kind is not CheckRound:
+            return ErrorReply(TypeError(f"the breaker does not accept {kind.__name__}"))
         state = message.state
+        ledger = await self._ledger(state)
         verdict = check_before_round(state, message.now)
+        if verdict is None:
+            decision = check_circuit_breaker(ledger, breaker_config(state.spec))
+            if decision.escalate:
+                verdict = Verdict(trigger=decision.trigger, reason=decision.reason)
         if verdict is not None:
             escalate = Escalate(state.round, message.epoch, verdict)
             await deliver(self.node, runner_name(state.loop_id), escalate)
         else:
-            await deliver(self.node, "compactor", BuildPrompt(state, message.epoch))
+            injected = ledger if state.spec.inject_ledger else None
+            await deliver(self.node, "compactor", BuildPrompt(state, message.epoch, injected))
         return None
+
+    async def _ledger(self, state: LoopState) -> Ledger:
+        attempts = self._attempts.get(state.loop_id)
+        if attempts is None:
+            records: list[RoundRecord] = []
+            if state.round > 1:  # a loop this actor has not seen: its rounds are stored
+                records = await self.node.ref("store").call(GetRounds(state.loop_id))
+            attempts = [attempt_of(r, state.spec.task) for r in records if r.status != "running"]
+            self._attempts[state.loop_id] = attempts
+        return Ledger(goal=state.spec.task, attempts=tuple(attempts))
 
 
 class Compactor(Actor[Any]):
@@ -193,7 +232,12 @@ class Compactor(Actor[Any]):
         if type(message) is not BuildPrompt:
             return ErrorReply(TypeError(f"the compactor does not accept {type(message).__name__}"))
         state = message.state
-        ready = PromptReady(state.round, message.epoch, build_prompt(state))
+        prompt = build_prompt(state)
+        if message.ledger is not None and message.ledger.attempts:
+            # loop-context's block goes first: the model reads what was tried before the task.
+            block = build_context_injection(message.ledger, breaker_config(state.spec))
+            prompt = msgspec.structs.replace(prompt, text=f"{block}\n\n{prompt.text}")
+        ready = PromptReady(state.round, message.epoch, prompt)
         await deliver(self.node, runner_name(state.loop_id), ready)
         return None
 

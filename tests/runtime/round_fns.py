@@ -71,3 +71,23 @@ async def deaf(request: RoundRequest, context: RoundContext | None) -> str:
     with trio.CancelScope(shield=True):
         await trio.sleep(10_000)
     return "too late"
+
+
+async def same_error(request: RoundRequest, context: RoundContext | None) -> RoundResult:
+    return RoundResult(
+        status="failed",
+        output=f"attempt {'a' * request.round}",
+        error=f"ValueError: bad value at /srv/app/module_{request.round}.py line {request.round}",
+    )
+
+
+_WORDS = ["amber", "birch", "cedar", "delta", "ember", "fjord", "glade", "harbor", "island"]
+
+
+async def same_action(request: RoundRequest, context: RoundContext | None) -> RoundResult:
+    word = _WORDS[request.round % len(_WORDS)]
+    return RoundResult(
+        status="failed",
+        output="apply the usual fix to the parser",
+        error=f"{word} {word.upper()} {word[::-1]} quite different failure {word * 3}",
+    )

@@ -1,0 +1,90 @@
+"""The run ledger in the runtime: loop-context's breaker on every loop, and its context
+block in prompts."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from loopactors.runtime import open_runtime
+from loopactors.testing import inject_crash
+
+from . import round_fns
+from .conftest import memory_config
+
+
+async def test_the_same_error_again_and_again_escalates_as_stagnation() -> None:
+    async with open_runtime(memory_config()) as rt:
+        handle = await rt.start(
+            "|loop:10| fix the bug",
+            worker="python:tests.runtime.round_fns:same_error",
+            max_consecutive_failures=10,
+        )
+        final = await handle.wait()
+    assert final.phase == "escalated"
+    assert final.trigger == "stagnation"
+    assert final.reason is not None
+    assert "Same error repeated 3\u00d7 in a row (threshold 3)" in final.reason
+    assert final.completed_rounds == 0
+
+
+async def test_the_same_action_again_and_again_escalates_as_frustration() -> None:
+    async with open_runtime(memory_config()) as rt:
+        handle = await rt.start(
+            "|loop:10| fix the parser",
+            worker="python:tests.runtime.round_fns:same_action",
+            max_consecutive_failures=10,
+            frustration_threshold=4,
+        )
+        final = await handle.wait()
+        rounds = await handle.history()
+    assert final.trigger == "frustration"
+    assert len(rounds) == 4
+    assert final.reason is not None
+    assert "apply the usual fix to the parser" in final.reason
+
+
+async def test_thresholds_come_from_the_loop() -> None:
+    async with open_runtime(memory_config()) as rt:
+        handle = await rt.start(
+            "|loop:10| fix the bug",
+            worker="python:tests.runtime.round_fns:same_error",
+            max_consecutive_failures=10,
+            stagnation_threshold=5,
+            frustration_threshold=10,
+        )
+        final = await handle.wait()
+        assert final.trigger == "stagnation"
+        assert len(await handle.history()) == 5
+
+
+async def test_the_ledger_block_is_injected_into_prompts_when_asked() -> None:
+    async with open_runtime(memory_config()) as rt:
+        handle = await rt.start(
+            "|loop:3| improve it",
+            worker="python:tests.runtime.round_fns:record",
+            inject_ledger=True,
+        )
+        await handle.wait()
+    first, second, _ = round_fns.PROMPTS[handle.loop_id]
+    assert first == "improve it"  # nothing tried yet: no block
+    assert second.startswith("## Loop Context (managed)\n\n**Goal:** improve it\n")
+    assert "**Progress:** iteration 1 \u00b7 1 ok \u00b7 0 failed" in second
+    assert second.endswith("\n\n---\n\nimprove it")
+
+
+async def test_the_breaker_rebuilds_a_ledger_after_a_restart(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_runtime(memory_config(inter_round_delay=1.0)) as rt:
+        handle = await rt.start(
+            "|loop:10| fix the bug",
+            worker="python:tests.runtime.round_fns:same_error",
+            max_consecutive_failures=10,
+        )
+        await trio.sleep(1.5)  # two rounds recorded, the third not yet started
+        inject_crash(rt.node, "breaker")
+        final = await handle.wait()
+        # The first two failures were rebuilt from the store: stagnation at the third.
+        assert final.trigger == "stagnation"
+        assert len(await handle.history()) == 3
