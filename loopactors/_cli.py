@@ -92,7 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("loop_id")
     _state_options(export, allow_memory=False)
 
-
     resume = commands.add_parser("resume", help="resume every unfinished loop and run them")
     _state_options(resume, allow_memory=False)
 
