@@ -86,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="prepend the ledger's Loop Context block to each round's prompt",
     )
 
+    commands.add_parser(
+        "context",
+        help="loop-context's command line (--check, --prune, --inject, --summary, --status)",
+        add_help=False,
+    )
     ledger = commands.add_parser("ledger", help="a loop's run ledger in loop-context's JSON")
     ledger_commands = ledger.add_subparsers(dest="ledger_command", metavar="ACTION")
     export = ledger_commands.add_parser("export", help="print a loop's ledger as JSON")

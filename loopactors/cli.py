@@ -13,6 +13,10 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "context":
+        from .ledger._cli import main as context_main  # noqa: PLC0415 - only what is needed
+
+        return context_main(args[1:])
     from ._cli import main as runtime_main  # noqa: PLC0415 - trio loads only from here
 
     return runtime_main(args)

@@ -1,0 +1,205 @@
+"""``loopactors context``: loop-context's command line on the pure ledger module (spec §9-11).
+
+Only the standard library, msgspec and the ledger are imported, so the command starts fast
+(no trio, rich or runtime). Messages, output and exit codes are the reference's; the prefix
+stays ``loop-context`` so scripts that grep for it keep working.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from collections.abc import Sequence
+
+from ._breaker import apply_daily_budget, check_circuit_breaker, newest_attempt_tokens
+from ._cli_args import Options, parse_args
+from ._cli_budget import resolve_daily_cap, resolve_run_budget
+from ._cli_daily import HOOK_TIMEOUT, add_daily_spend, run_hook
+from ._js import encode_json, is_integer
+from ._model import BreakerConfig, BreakerDecision, Ledger, PruneConfig, parse_ledger
+from ._summary import build_context_injection, format_summary, prune_ledger, summarize_attempts
+
+__all__ = ["HELP", "main"]
+
+EXIT_CONTINUE, EXIT_ERROR, EXIT_ESCALATE = 0, 1, 2
+
+_DAILY_EXAMPLE = (
+    "loopactors context --check --ledger run.json --daily-budget-from-pattern ci-sweeper "
+    "--on-exceed ./on-exceed.sh"
+)
+
+HELP = f"""loop-context — stateful memory manager for agent loops
+
+Keeps a loop's context window clean and stops runaway loops. Reads a run ledger
+(JSON) and summarizes, prunes, injects, or applies the circuit breaker.
+
+Usage:
+  loopactors context [operation] [--ledger <file.json>] [options]
+  cat ledger.json | loopactors context --check
+  loopactors context --check --ledger run.json --budget-from-pattern ci-sweeper --budget-level L2
+  {_DAILY_EXAMPLE}
+
+Operations (default: --status):
+  --check      Run the circuit breaker. Exit 0 = continue, 2 = escalate.
+  --prune      Emit a pruned ledger (recent window, trimmed traces, collapsed).
+  --inject     Emit the compact context block for the next prompt.
+  --summary    Emit a factual rollup of the run.
+  --status     Human-readable overview (summary + breaker decision).
+
+Options:
+  -f, --ledger <file>       Ledger JSON file (default: stdin)
+  --json                    Machine-readable output where applicable
+  --max-iterations <n>      Iteration cap (default: 10)
+  --stagnation <n>          Same-error repeat limit (default: 3)
+  --no-progress <n>         Consecutive-failure limit (default: 5)
+  --token-budget <n>        Total token cap (default: none)
+  --budget-from-pattern <id>
+                            Resolve the token cap from loop-cost's registry
+                            estimate instead of typing a number. Ignored if
+                            --token-budget is also given (explicit wins).
+  --budget-level <L1|L2|L3> Readiness level for --budget-from-pattern (default: L1)
+  --budget-scenario <realistic|action|report|caching>
+                            Which loop-cost scenario to use (default: realistic).
+                            caching requires stable_fraction set on the pattern
+                            in registry.yaml (see loop-cost --with-caching).
+  --budget-cadence <spec>   Cadence override passed through to loop-cost
+  --budget-conservative     Use the slower cadence in a range (loop-cost flag)
+  --daily-budget-from-pattern <id>
+                            Track cumulative daily spend for this pattern
+                            across separate --check calls/runs and escalate
+                            (trigger: daily-budget) once it reaches loop-cost's
+                            suggested daily cap. Ignored if a per-run trigger
+                            already escalated. Uses --budget-level/-cadence/
+                            -conservative for the lookup.
+  --daily-state-dir <dir>  Where daily-spend.<pattern>.json is kept (default: .loop-context)
+  --on-exceed <script>      On escalate, pipe the decision as JSON to this
+                            script's stdin (its exit code is not checked and
+                            does not change --check's own). --check waits for
+                            it at most {HOOK_TIMEOUT:g} s, then kills it.
+  --similarity-threshold <f> Fraction in (0, 1] to cluster similar errors (default: 0.85)
+  --window <n>              Attempts kept when pruning (default: 5)
+  --max-trace-lines <n>     Stack-trace lines kept (default: 8)
+  -h, --help                This help
+
+Ledger shape:
+  {{ "goal": "...", "attempts": [ {{ "iteration": 1, "action": "...",
+    "outcome": "failure", "error": "...", "tokensUsed": 1200 }} ] }}
+
+Exit codes: 0 continue · 2 escalate · 1 error
+"""
+
+
+def _node_message(exc: OSError, syscall: str) -> str:
+    """An OSError worded as Node words it (``ENOENT: no such file or directory, open 'x'``)."""
+    if exc.errno == errno.EISDIR:
+        return "EISDIR: illegal operation on a directory, read"
+    code = errno.errorcode.get(exc.errno or 0, "EIO")
+    reason = (exc.strerror or "").lower()
+    return f"{code}: {reason}, {syscall} '{exc.filename if exc.filename is not None else ''}'"
+
+
+def _read_ledger(path: str | None) -> Ledger:
+    if path:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise RuntimeError(_node_message(exc, "open")) from None
+    else:
+        data = b"" if sys.stdin is None else sys.stdin.buffer.read()
+    # Node's utf8 decoding replaces bad bytes instead of failing.
+    return parse_ledger(data.decode("utf-8", errors="replace"))
+
+
+def _write(text: str) -> None:
+    out = sys.stdout
+    out.write(text + "\n")
+    out.flush()
+
+
+def _configs(opts: Options, token_budget: int | float | None) -> tuple[BreakerConfig, PruneConfig]:
+    if token_budget is not None and is_integer(token_budget):
+        token_budget = int(token_budget)
+    breaker = BreakerConfig(
+        max_iterations=opts.max_iterations,
+        stagnation_threshold=opts.stagnation,
+        no_progress_threshold=opts.no_progress,
+        similarity_threshold=opts.similarity_threshold,
+        # A non-integral loop-cost value is kept so the breaker's own check refuses it.
+        token_budget=token_budget,  # type: ignore[arg-type]
+    )
+    prune = PruneConfig(
+        max_trace_lines=opts.max_trace_lines,
+        window=opts.window,
+        similarity_threshold=opts.similarity_threshold,
+    )
+    return breaker, prune
+
+
+def _check(ledger: Ledger, breaker: BreakerConfig, opts: Options) -> BreakerDecision:
+    decision = check_circuit_breaker(ledger, breaker)
+    if opts.daily_pattern:
+        # Recorded even when a per-run trigger already escalated (spec §10.2).
+        state = add_daily_spend(
+            opts.daily_state_dir, opts.daily_pattern, newest_attempt_tokens(ledger)
+        )
+        if not decision.escalate:
+            cap = resolve_daily_cap(opts.daily_pattern, opts)
+            decision = apply_daily_budget(
+                decision, opts.daily_pattern, state.tokens_used_today, cap
+            )
+    if decision.escalate and opts.on_exceed:
+        run_hook(opts.on_exceed, decision)
+    return decision
+
+
+def _run(opts: Options) -> int:
+    token_budget: int | float | None = opts.token_budget
+    if opts.budget_pattern and token_budget is None:
+        token_budget = resolve_run_budget(opts)
+    ledger = _read_ledger(opts.ledger)
+    breaker, prune = _configs(opts, token_budget)
+    if opts.operation == "check":
+        decision = _check(ledger, breaker, opts)
+        if opts.json:
+            _write(encode_json(decision))
+        else:
+            verdict = "ESCALATE" if decision.escalate else "CONTINUE"
+            _write(f"{verdict} [{decision.trigger}] \u2014 {decision.reason}")
+        return EXIT_ESCALATE if decision.escalate else EXIT_CONTINUE
+    if opts.operation == "prune":
+        _write(encode_json(prune_ledger(ledger, prune)))
+        return EXIT_CONTINUE
+    if opts.operation == "summary":
+        # The summary always groups at the default 0.85 (the reference ignores the flag here).
+        summary = summarize_attempts(ledger)
+        _write(encode_json(summary) if opts.json else format_summary(summary))
+        return EXIT_CONTINUE
+    if opts.operation == "inject":
+        _write(build_context_injection(ledger, breaker, prune))
+        return EXIT_CONTINUE
+    # status: no daily tracking, no hook, --json ignored.
+    text = format_summary(summarize_attempts(ledger))
+    decision = check_circuit_breaker(ledger, breaker)
+    verdict = "ESCALATE" if decision.escalate else "CONTINUE"
+    _write(f"{text}\n\nCircuit breaker: {verdict} [{decision.trigger}]\n  {decision.reason}")
+    return EXIT_ESCALATE if decision.escalate else EXIT_CONTINUE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``loopactors context``; returns the exit code (0 continue, 2 escalate, 1 error)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        opts = parse_args(args)
+        if opts.help:
+            _write(HELP)
+            return EXIT_CONTINUE
+        return _run(opts)
+    except Exception as exc:  # every failure is "loop-context failed", exit 1
+        if isinstance(exc, OSError) and exc.errno is not None:
+            message = _node_message(exc, "mkdir" if exc.filename == "" else "open")
+        else:
+            message = str(exc)
+        sys.stderr.write(f"loop-context failed: {message}\n")
+        sys.stderr.flush()
+        return EXIT_ERROR
