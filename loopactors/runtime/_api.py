@@ -279,6 +279,9 @@ def build_spec(
         "stale_rounds_limit": config.breaker.stale_rounds_limit,
         "max_tokens": config.breaker.max_tokens,
         "max_seconds": config.breaker.max_seconds,
+        "stagnation_threshold": config.breaker.stagnation_threshold,
+        "frustration_threshold": config.breaker.frustration_threshold,
+        "similarity_threshold": config.breaker.similarity_threshold,
     }
     if isinstance(loop, LoopSpec):
         blank = LoopSpec(task=loop.task)
@@ -326,10 +329,20 @@ def validate_spec(spec: LoopSpec) -> LoopSpec:
             problems.append(f"{name} must be > 0 seconds, got {value}")
     if not spec.inter_round_delay >= 0:
         problems.append(f"inter_round_delay must be >= 0 seconds, got {spec.inter_round_delay}")
-    for name in ("max_consecutive_failures", "stale_rounds_limit", "max_tokens"):
+    for name in (
+        "max_consecutive_failures",
+        "stale_rounds_limit",
+        "max_tokens",
+        "stagnation_threshold",
+        "frustration_threshold",
+    ):
         value = getattr(spec, name)
         if value is not None and value < 1:
             problems.append(f"{name} must be >= 1, got {value}")
+    if not 0 < spec.similarity_threshold <= 1:
+        problems.append(
+            f"similarity_threshold must be > 0 and <= 1, got {spec.similarity_threshold}"
+        )
     if spec.seed_cap < 0:
         problems.append(f"seed_cap must be >= 0, got {spec.seed_cap}")
     if problems:

@@ -27,6 +27,11 @@ def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> N
         raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
 
 
+def _fraction(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not 0 < value <= 1:
+        raise ValueError(f"{attribute.name} must be > 0 and <= 1, got {value!r}")
+
+
 def _not_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
     if not value >= 0:
         raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
@@ -40,6 +45,10 @@ class BreakerSettings:
     stale_rounds_limit: int = attrs.field(default=2, validator=_positive)
     max_tokens: int | None = attrs.field(default=None, validator=_positive)
     max_seconds: float | None = attrs.field(default=None, validator=_positive)
+    #: The run ledger's breaker (loop-context's rules), see docs/ledger.md.
+    stagnation_threshold: int = attrs.field(default=3, validator=_positive)
+    frustration_threshold: int = attrs.field(default=3, validator=_positive)
+    similarity_threshold: float = attrs.field(default=0.85, validator=_fraction)
 
 
 @attrs.frozen

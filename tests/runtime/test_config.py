@@ -369,3 +369,14 @@ def test_options_given_in_code_are_type_checked_too() -> None:
     with pytest.raises(ConfigError, match="max_live_loops"):
         RuntimeConfig().replace(max_live_loops="5")
     assert RuntimeConfig().replace(state_dir=Path("x")).state_dir == Path("x")
+
+
+def test_the_ledger_breaker_settings_are_configurable(tmp_path: Path) -> None:
+    path = tmp_path / "loopactors.toml"
+    path.write_text("[breaker]\nstagnation_threshold = 5\nsimilarity_threshold = 0.9\n")
+    config = load_config(path)
+    assert config.breaker.stagnation_threshold == 5
+    assert config.breaker.similarity_threshold == 0.9
+    path.write_text("[breaker]\nsimilarity_threshold = 85\n")
+    with pytest.raises(ConfigError, match="similarity_threshold must be > 0 and <= 1"):
+        load_config(path)

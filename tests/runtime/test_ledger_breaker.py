@@ -88,3 +88,16 @@ async def test_the_breaker_rebuilds_a_ledger_after_a_restart(
         # The first two failures were rebuilt from the store: stagnation at the third.
         assert final.trigger == "stagnation"
         assert len(await handle.history()) == 3
+
+
+async def test_ledger_thresholds_are_checked_when_a_loop_starts() -> None:
+    import pytest
+
+    from loopactors.errors import LoopSyntaxError
+
+    async with open_runtime(memory_config(breaker={"stagnation_threshold": 4})) as rt:
+        assert rt.build_spec("|loop:2| x").stagnation_threshold == 4
+        with pytest.raises(LoopSyntaxError, match="similarity_threshold must be > 0"):
+            await rt.start("|loop:2| x", similarity_threshold=85.0)
+        with pytest.raises(LoopSyntaxError, match="frustration_threshold must be >= 1"):
+            await rt.start("|loop:2| x", frustration_threshold=0)
