@@ -85,6 +85,20 @@ def add_daily_spend(state_dir: str | None, pattern: str, delta: int | float) -> 
         lock.unlink(missing_ok=True)
 
 
+def _wait_for_group(pgid: int, deadline: float) -> bool:
+    """True once no process of the group is left; False if the deadline came first."""
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # a member changed identity: not ours to wait for
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
 def run_hook(command: str, decision: BreakerDecision, timeout: float = HOOK_TIMEOUT) -> None:
     """Pipe the decision (compact JSON) to ``sh -c command``; never fails the check.
 
@@ -100,10 +114,16 @@ def run_hook(command: str, decision: BreakerDecision, timeout: float = HOOK_TIME
     except OSError as exc:
         print(f"loop-context: --on-exceed hook failed to start: {exc}", file=sys.stderr)
         return
+    deadline = time.monotonic() + timeout
     try:
         # communicate() ignores EPIPE, so a hook that never reads stdin is fine.
         proc.communicate(payload, timeout=timeout)
+        # Like the reference, wait for what the hook left running (it may hold our stdout
+        # open), but only within the same bound.
+        finished = _wait_for_group(proc.pid, deadline)
     except subprocess.TimeoutExpired:
+        finished = False
+    if not finished:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

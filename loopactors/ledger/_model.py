@@ -8,7 +8,7 @@ was absent stays absent on output, as JavaScript omits ``undefined``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -58,8 +58,10 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     appends it.
     """
 
-    iteration: int | float | UnsetType = UNSET
-    timestamp: str | UnsetType = UNSET
+    #: Informational only: kept as written, whatever its type (a script may write an epoch
+    #: number as the timestamp, or a string iteration).
+    iteration: Any = UNSET
+    timestamp: Any = UNSET
     action: str | UnsetType | None = UNSET
     #: ``success``, ``failure`` or ``noop``; other values are kept (each function reads them
     #: its own way, spec §1.2).
@@ -73,8 +75,8 @@ class Ledger(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """A loop's goal and its attempts, oldest first; unknown top-level keys are ignored."""
 
     goal: str
-    #: Carried through by the pruner, otherwise unused.
-    started_at: str | UnsetType | None = UNSET
+    #: Carried through by the pruner as it is, whatever its type; otherwise unused.
+    started_at: Any = UNSET
     attempts: tuple[Attempt, ...]
 
 

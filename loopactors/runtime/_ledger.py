@@ -52,7 +52,7 @@ def ledger_of(state: LoopState, records: Iterable[RoundRecord]) -> Ledger:
         if state.started_at
         else None
     )
-    return Ledger(goal=state.spec.task, attempts=attempts, started_at=started)
+    return Ledger(goal=state.spec.task, attempts=attempts, started_at=started or UNSET)
 
 
 def breaker_config(spec: LoopSpec) -> BreakerConfig:

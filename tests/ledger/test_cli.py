@@ -311,3 +311,16 @@ def test_crash_cases_exit_one(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, ["--check"], stdin=ledger_json({"outcome": "failure", "error": 5}))
     assert (code, out) == (1, "")
     assert err.startswith(f"{FAILED}Invalid attempt: ")
+
+
+def test_informational_keys_of_any_type_pass_through(capsys: Any, tmp_path: Path) -> None:
+    path = tmp_path / "l.json"
+    path.write_text(
+        '{"goal": "g", "startedAt": 123, "attempts": [{"iteration": "1", '
+        '"timestamp": 1700000000, "action": "a", "outcome": "failure", "error": "boom"}]}'
+    )
+    assert main(["--prune", "-f", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert '"startedAt": 123' in out
+    assert '"iteration": "1"' in out
+    assert '"timestamp": 1700000000' in out

@@ -249,3 +249,31 @@ def test_hook_that_cannot_start(
     assert capsys.readouterr().err == (
         "loop-context: --on-exceed hook failed to start: spawn /bin/sh ENOENT\n"
     )
+
+
+def test_a_hook_that_leaves_a_background_process_is_still_bounded(tmp_path: Path) -> None:
+    import time as _time
+
+    from loopactors.ledger._cli_daily import run_hook
+    from loopactors.ledger._model import BreakerDecision
+
+    marker = tmp_path / "pid"
+    decision = BreakerDecision(
+        iterations=3, tokens_used=0, should_continue=False, escalate=True,
+        trigger="stagnation", reason="r",
+    )  # fmt: skip
+    started = _time.monotonic()
+    run_hook(f"sleep 30 & echo $! > {marker}", decision, timeout=0.5)
+    assert _time.monotonic() - started < 5
+    pid = int(marker.read_text())
+    deadline = _time.monotonic() + 5
+    while _time.monotonic() < deadline:  # killed with its group (PID 1 reaps it soon after)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            break
+        _time.sleep(0.05)
+    else:
+        raise AssertionError("the hook's background process survived")

@@ -101,3 +101,16 @@ async def test_ledger_thresholds_are_checked_when_a_loop_starts() -> None:
             await rt.start("|loop:2| x", similarity_threshold=85.0)
         with pytest.raises(LoopSyntaxError, match="frustration_threshold must be >= 1"):
             await rt.start("|loop:2| x", frustration_threshold=0)
+
+
+def test_a_ledger_of_a_loop_that_never_started_has_no_started_at() -> None:
+    import msgspec
+
+    from loopactors.ledger import encode_json
+    from loopactors.loops import LoopSpec, LoopState
+    from loopactors.runtime._ledger import ledger_of
+
+    state = LoopState(loop_id="x", spec=LoopSpec(task="t"))
+    assert encode_json(msgspec.to_builtins(ledger_of(state, []))) == (
+        '{\n  "goal": "t",\n  "attempts": []\n}'
+    )
