@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import random
 import signal
@@ -71,18 +72,27 @@ def add_daily_spend(state_dir: str | None, pattern: str, delta: int | float) -> 
     os.makedirs(state_dir, exist_ok=True)
     lock = directory / f".daily-spend.{pattern}.lock"
     state_file = directory / f"daily-spend.{pattern}.json"
-    _acquire(lock, pattern)
-    try:
+    # The lock file is the reference's protocol (so both tools can share a state directory).
+    # Its stale-lock reclaim can race when two waiters reclaim at once, so loopactors
+    # processes also take a kernel lock around the whole step: it dies with its holder, so
+    # it can never be stale, and only one of them is ever in here.
+    with (directory / f".daily-spend.{pattern}.flock").open("a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        _acquire(lock, pattern)
         try:
-            previous = decode_daily_spend(state_file.read_bytes())
-        except OSError:
-            previous = None  # missing or unreadable: the day starts at 0
-        state = record_daily_spend(previous, utc_day(time.time()), delta)
-        os.makedirs(state_dir, exist_ok=True)
-        state_file.write_text(encode_daily_spend(state), encoding="utf-8")
-        return state
-    finally:
-        lock.unlink(missing_ok=True)
+            try:
+                previous = decode_daily_spend(state_file.read_bytes())
+            except OSError:
+                previous = None  # missing or unreadable: the day starts at 0
+            state = record_daily_spend(previous, utc_day(time.time()), delta)
+            os.makedirs(state_dir, exist_ok=True)
+            # Written aside and renamed: a crash mid-write never leaves half a state file.
+            partial = state_file.with_name(f".{state_file.name}.{os.getpid()}.tmp")
+            partial.write_text(encode_daily_spend(state), encoding="utf-8")
+            os.replace(partial, state_file)
+            return state
+        finally:
+            lock.unlink(missing_ok=True)
 
 
 def _wait_for_group(pgid: int, deadline: float) -> bool:

@@ -277,3 +277,26 @@ def test_a_hook_that_leaves_a_background_process_is_still_bounded(tmp_path: Path
         _time.sleep(0.05)
     else:
         raise AssertionError("the hook's background process survived")
+
+
+def test_concurrent_waiters_reclaiming_a_stale_lock_lose_no_increment(tmp_path: Path) -> None:
+    # A holder that crashed left its lock file behind: every waiter sees it stale at once.
+    lock = tmp_path / ".daily-spend.p.lock"
+    lock.write_text("")
+    old = time.time() - 120
+    os.utime(lock, (old, old))
+    workers = 6
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, "5", str(tmp_path)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=ENV, text=True,
+        )
+        for _ in range(workers)
+    ]  # fmt: skip
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(ledger(1000))
+        proc.stdin.close()
+    assert [proc.wait(timeout=120) for proc in procs] == [0] * workers
+    state = json.loads((tmp_path / "daily-spend.p.json").read_text())
+    assert state["tokensUsedToday"] == 5 * workers * 1000
