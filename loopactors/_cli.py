@@ -24,7 +24,7 @@ from ._progress import JsonLines, Progress, final_table
 from .errors import LoopactorsError, LoopNotFound
 from .ledger import encode_json
 from .loops._events import LoopFinished
-from .loops._model import LoopState, Phase
+from .loops._model import LoopState, Phase, RoundRecord
 from .runtime import Gap, LoopHandle, Runtime, RuntimeConfig, load_config, open_runtime
 from .runtime._coordinator import new_loop_id
 from .runtime._ledger import ledger_of
@@ -297,16 +297,22 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _history(args: argparse.Namespace) -> int:
+def _stored_loop(args: argparse.Namespace) -> tuple[LoopState, list[RoundRecord]]:
+    """A loop and its rounds, read straight from the store (no runtime, nothing resumed)."""
     backend = _read_store(args)
     try:
         state = backend.get_loop(args.loop_id) if backend is not None else None
         if state is None:
             raise LoopNotFound(f"no loop {args.loop_id!r} in {_config(args).state_dir}")
-        rounds = backend.rounds(args.loop_id)
+        rounds: list[RoundRecord] = backend.rounds(args.loop_id)
     finally:
         if backend is not None:
             backend.close()
+    return state, rounds
+
+
+def _history(args: argparse.Namespace) -> int:
+    state, rounds = _stored_loop(args)
     if args.json:
         print(_json.encode({"loop": state, "rounds": rounds}).decode())
         return EXIT_OK
@@ -323,14 +329,6 @@ def _history(args: argparse.Namespace) -> int:
 
 def _export_ledger(args: argparse.Namespace) -> int:
     """Write a loop's ledger in loop-context's JSON, so either tool can read it."""
-    backend = _read_store(args)
-    try:
-        state = backend.get_loop(args.loop_id) if backend is not None else None
-        if state is None:
-            raise LoopNotFound(f"no loop {args.loop_id!r} in {_config(args).state_dir}")
-        rounds = backend.rounds(args.loop_id)
-    finally:
-        if backend is not None:
-            backend.close()
+    state, rounds = _stored_loop(args)
     print(encode_json(msgspec.to_builtins(ledger_of(state, rounds))))
     return EXIT_OK
