@@ -18,3 +18,7 @@ lint:
     ruff check .
     ruff format --check .
     mypy
+
+# Fuzz `loopactors context` long (CI runs a short version of the same suite).
+fuzz:
+    LOOPACTORS_FUZZ_EXAMPLES=20000 pytest tests/fuzz -q
