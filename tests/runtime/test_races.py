@@ -10,6 +10,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
+from loopactors.actors import SupervisorRef
 from loopactors.errors import LoopactorsError
 from loopactors.loops._events import LoopStarted
 from loopactors.loops._model import LoopSpec, LoopState, RoundRecord
@@ -19,6 +20,7 @@ from loopactors.storage import Write, open_backend
 from loopactors.testing import inject_crash
 
 from . import race_fns as rv_fns
+from . import round_fns
 from .conftest import memory_config, sqlite_config
 
 
@@ -225,3 +227,28 @@ async def test_a_failed_start_leaves_no_loop_behind(autojump_clock: trio.testing
         tasks = {s.spec.task: s.phase for s in await rt.loops()}
         ghosts = {t: tasks[t] for t in failed if t in tasks}
     assert ghosts == {}, f"start() raised, yet these loops ran: {ghosts}"
+
+
+async def test_a_child_whose_parent_ended_while_the_coordinator_was_down_is_stopped(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from loopactors.messages import Commit
+
+    async with open_runtime(memory_config()) as rt:
+        parent = await rt.start(
+            "|loop:3| parent task", worker="python:tests.runtime.round_fns:spawn_child"
+        )
+        while parent.loop_id not in round_fns.CHILDREN:
+            await trio.sleep(0.1)
+        [child] = round_fns.CHILDREN[parent.loop_id]
+        # The parent ends without the Coordinator hearing of it (as if it was down then):
+        # its runner goes away and its final state is written straight to the store.
+        loops = rt.node.whereis("loops")
+        assert loops is not None
+        await SupervisorRef(loops).terminate_child(parent.loop_id)
+        final = (await parent.status()).moved("cancelled", reason="test")
+        await rt.node.ref("store").call(Commit(Write(state=final)))
+        inject_crash(rt.node, "coordinator")  # it comes back and recovers from the store
+        assert (await child.wait()).phase == "cancelled"
+        await trio.sleep(30)  # its runner is gone: nothing rewrites the final state
+        assert (await child.status()).phase == "cancelled"
