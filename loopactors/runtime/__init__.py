@@ -7,7 +7,6 @@ Timers), ``_events`` (subscriber fan-out), ``_config`` (configuration files).
 
 from ._api import LoopHandle as LoopHandle
 from ._api import Runtime as Runtime
-from ._api import build_spec as build_spec
 from ._api import open_runtime as open_runtime
 from ._config import BreakerSettings as BreakerSettings
 from ._config import RuntimeConfig as RuntimeConfig
@@ -15,6 +14,7 @@ from ._config import find_config as find_config
 from ._config import load_config as load_config
 from ._events import Gap as Gap
 from ._events import Subscription as Subscription
+from ._spec import build_spec as build_spec
 
 __all__ = [
     "BreakerSettings",

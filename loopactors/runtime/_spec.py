@@ -1,0 +1,109 @@
+"""Building and checking a LoopSpec from |loop| text or a spec. Pure, no trio."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..errors import LoopSyntaxError
+from ..loops._model import MAX_ROUNDS, LoopSpec
+from ..loops._syntax import parse_loop
+from ._config import RuntimeConfig
+
+__all__ = ["build_spec", "validate_spec"]
+
+
+def build_spec(
+    config: RuntimeConfig, loop: str | LoopSpec, *, worker: str | None = None, **options: Any
+) -> LoopSpec:
+    """A checked :class:`LoopSpec` from ``|loop...|`` text or a spec.
+
+    Precedence, lowest first: the runtime's defaults, what the text (or the fields set on
+    the given spec) says, then ``worker`` and ``options``. Every value is type-checked, so a
+    wrong type is refused here, never met later by an actor.
+    """
+    known = set(LoopSpec.__struct_fields__)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise LoopSyntaxError(
+            f"unknown loop option(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}"
+        )
+    fields: dict[str, Any] = {
+        "worker": config.worker,
+        "round_timeout": config.round_timeout,
+        "inter_round_delay": config.inter_round_delay,
+        "seed_cap": config.seed_cap,
+        "max_consecutive_failures": config.breaker.max_consecutive_failures,
+        "stale_rounds_limit": config.breaker.stale_rounds_limit,
+        "max_tokens": config.breaker.max_tokens,
+        "max_seconds": config.breaker.max_seconds,
+        "stagnation_threshold": config.breaker.stagnation_threshold,
+        "frustration_threshold": config.breaker.frustration_threshold,
+        "similarity_threshold": config.breaker.similarity_threshold,
+    }
+    if isinstance(loop, LoopSpec):
+        blank = LoopSpec(task=loop.task)
+        fields.update(
+            {
+                name: getattr(loop, name)
+                for name in loop.__struct_fields__
+                if getattr(loop, name) != getattr(blank, name) or name == "task"
+            }
+        )
+    elif isinstance(loop, str):
+        parsed = parse_loop(loop)
+        fields.update(
+            task=parsed.task,
+            rounds=parsed.rounds,
+            mode=parsed.mode,
+            objective=parsed.objective,
+            clamped=parsed.clamped,
+        )
+    else:
+        raise LoopSyntaxError(f"a loop is |loop...| text or a LoopSpec, not {type(loop).__name__}")
+    if worker is not None:
+        fields["worker"] = worker
+    fields.update({k: v for k, v in options.items() if v is not None})
+    try:
+        spec = msgspec.convert(fields, LoopSpec)
+    except msgspec.ValidationError as exc:
+        raise LoopSyntaxError(f"invalid loop option: {exc}") from None
+    return validate_spec(spec)
+
+
+def validate_spec(spec: LoopSpec) -> LoopSpec:
+    """Check a spec's values as strictly as the parser checks text; clamp rounds as it does."""
+    problems = []
+    if not spec.task.strip():
+        problems.append("the task is empty: say what each round should do")
+    if spec.rounds < 1:
+        problems.append(f"rounds must be >= 1 (at most {MAX_ROUNDS}), got {spec.rounds}")
+    elif spec.rounds > MAX_ROUNDS:
+        # The same policy as `|loop:N|` text: one input, one behaviour (rolebox's W5).
+        spec = msgspec.structs.replace(spec, rounds=MAX_ROUNDS, clamped=True)
+    for name in ("round_timeout", "max_seconds"):
+        value = getattr(spec, name)
+        if value is not None and not value > 0:
+            problems.append(f"{name} must be > 0 seconds, got {value}")
+    if not spec.inter_round_delay >= 0:
+        problems.append(f"inter_round_delay must be >= 0 seconds, got {spec.inter_round_delay}")
+    for name in (
+        "max_consecutive_failures",
+        "stale_rounds_limit",
+        "max_tokens",
+        "stagnation_threshold",
+        "frustration_threshold",
+    ):
+        value = getattr(spec, name)
+        if value is not None and value < 1:
+            problems.append(f"{name} must be >= 1, got {value}")
+    if not 0 < spec.similarity_threshold <= 1:
+        problems.append(
+            f"similarity_threshold must be > 0 and <= 1, got {spec.similarity_threshold}"
+        )
+    if spec.seed_cap < 0:
+        problems.append(f"seed_cap must be >= 0, got {spec.seed_cap}")
+    if problems:
+        raise LoopSyntaxError("; ".join(problems))
+    return spec
