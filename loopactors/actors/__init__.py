@@ -7,13 +7,13 @@ All of them are private; this module is the public surface. The kernel knows not
 
 from .._util import fix_public_module
 from ._actor import Actor as Actor
-from ._actor import ActorRef as ActorRef
-from ._actor import ActorStatistics as ActorStatistics
-from ._actor import ErrorReply as ErrorReply
-from ._actor import PendingReply as PendingReply
 from ._node import Node as Node
 from ._node import open_node as open_node
 from ._node import run_node as run_node
+from ._ref import ActorRef as ActorRef
+from ._ref import ActorStatistics as ActorStatistics
+from ._ref import ErrorReply as ErrorReply
+from ._ref import PendingReply as PendingReply
 from ._registry import NamedRef as NamedRef
 from ._supervisor import Backoff as Backoff
 from ._supervisor import ChildInfo as ChildInfo

@@ -11,7 +11,8 @@ from typing import Any
 import trio
 
 from ..errors import ChildStartError
-from ._actor import Actor, ActorRef, StartFailed, new_cell, run_actor
+from ._actor import Actor, StartFailed, new_cell, run_actor
+from ._ref import ActorRef
 from ._registry import NamedRef, Registry
 from ._supervisor import Backoff, ChildSpec, Restart, Strategy, Supervisor, SupervisorRef
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Generic, TypeVar
 
 from ..errors import ActorNotRunning, NameTaken
-from ._actor import ActorRef, _Cell
+from ._actor import _Cell
+from ._ref import ActorRef
 
 __all__ = ["NamedRef", "Registry"]
 

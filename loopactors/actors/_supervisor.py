@@ -18,7 +18,8 @@ import msgspec
 import trio
 
 from ..errors import ActorError, ChildStartError, RestartIntensityExceeded, SupervisorError
-from ._actor import Actor, ActorRef, ErrorReply, StartFailed, _Cell, new_cell, run_actor
+from ._actor import Actor, StartFailed, _Cell, new_cell, run_actor
+from ._ref import ActorRef, ErrorReply
 
 __all__ = [
     "Backoff",
