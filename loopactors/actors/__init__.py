@@ -7,6 +7,13 @@ All of them are private; this module is the public surface. The kernel knows not
 
 from .._util import fix_public_module
 from ._actor import Actor as Actor
+from ._childspec import Backoff as Backoff
+from ._childspec import ChildInfo as ChildInfo
+from ._childspec import ChildSpec as ChildSpec
+from ._childspec import Restart as Restart
+from ._childspec import Strategy as Strategy
+from ._childspec import SupervisorRef as SupervisorRef
+from ._childspec import SupervisorStatistics as SupervisorStatistics
 from ._node import Node as Node
 from ._node import open_node as open_node
 from ._node import run_node as run_node
@@ -15,14 +22,7 @@ from ._ref import ActorStatistics as ActorStatistics
 from ._ref import ErrorReply as ErrorReply
 from ._ref import PendingReply as PendingReply
 from ._registry import NamedRef as NamedRef
-from ._supervisor import Backoff as Backoff
-from ._supervisor import ChildInfo as ChildInfo
-from ._supervisor import ChildSpec as ChildSpec
-from ._supervisor import Restart as Restart
-from ._supervisor import Strategy as Strategy
 from ._supervisor import Supervisor as Supervisor
-from ._supervisor import SupervisorRef as SupervisorRef
-from ._supervisor import SupervisorStatistics as SupervisorStatistics
 
 __all__ = [
     "Actor",

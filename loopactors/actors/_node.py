@@ -12,9 +12,10 @@ import trio
 
 from ..errors import ChildStartError
 from ._actor import Actor, StartFailed, new_cell, run_actor
+from ._childspec import Backoff, ChildSpec, Restart, Strategy, SupervisorRef
 from ._ref import ActorRef
 from ._registry import NamedRef, Registry
-from ._supervisor import Backoff, ChildSpec, Restart, Strategy, Supervisor, SupervisorRef
+from ._supervisor import Supervisor
 
 __all__ = ["Node", "open_node", "run_node"]
 
