@@ -42,10 +42,10 @@ from ..messages import (
 from ..storage import StoreBackend, StoreStatistics, open_backend
 from ._config import RuntimeConfig, load_config
 from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
+from ._delivery import RunnerDeps
 from ._dispatcher import Dispatcher
 from ._events import EventBus, Gap, Subscription
 from ._lock import lock_state_dir
-from ._runner import RunnerDeps
 from ._services import Breaker, Compactor, Store, Timers
 from ._spec import build_spec
 

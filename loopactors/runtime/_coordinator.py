@@ -38,8 +38,8 @@ from ..messages import (
 )
 from ..storage import Write
 from ..workers import parse_worker
-from ._delivery import runner_name
-from ._runner import RunnerDeps, RunnerFactory, services_of
+from ._delivery import RunnerDeps, runner_name, services_of
+from ._runner import RunnerFactory
 
 __all__ = ["Coordinator", "CoordinatorLimits"]
 

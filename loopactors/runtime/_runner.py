@@ -7,19 +7,20 @@ are ignored. Each step is committed before its side effect: the intent to run ro
 ``loop_id:k``) before the Dispatcher hears of it, the round's record together with the next
 phase, so a crash at any point resumes from the last commit without losing or repeating a
 recorded round.
+
+The module is longer than most on purpose: it is one state machine, and keeping every
+transition in one class, read top to bottom, is what makes it checkable.
 """
 
 from __future__ import annotations
 
 import time
-import weakref
 from typing import TYPE_CHECKING, Any, Literal
 
-import attrs
 import msgspec
 import trio
 
-from ..actors import Actor, ErrorReply, NamedRef, Node
+from ..actors import Actor, ErrorReply
 from ..loops._events import (
     AnyEvent,
     LoopFinished,
@@ -56,13 +57,13 @@ from ..messages import (
 )
 from ..storage import Write
 from ..workers import RoundRequest, RoundResult, parse_worker
-from ._delivery import runner_name
+from ._delivery import RunnerDeps, runner_name, services_of
 from ._ledger import attempt_of
 
 if TYPE_CHECKING:
-    from ._events import EventBus
+    pass
 
-__all__ = ["LoopRunner", "RunnerDeps", "RunnerFactory", "Services", "Watchdog", "services_of"]
+__all__ = ["LoopRunner", "RunnerFactory", "Watchdog"]
 
 #: Extra time past the round timeout before the runner gives up on hearing back (W18).
 WATCHDOG_GRACE = 30.0
@@ -71,40 +72,6 @@ WATCHDOG_GRACE = 30.0
 class Watchdog(msgspec.Struct, frozen=True):
     epoch: int
     round: int
-
-
-class Services:
-    """Refs to the runtime's named actors on one node (they follow restarts)."""
-
-    __slots__ = ("breaker", "compactor", "coordinator", "dispatcher", "store", "timers")
-
-    def __init__(self, node: Node) -> None:
-        self.store: NamedRef[Any] = node.ref("store")
-        self.breaker: NamedRef[Any] = node.ref("breaker")
-        self.compactor: NamedRef[Any] = node.ref("compactor")
-        self.dispatcher: NamedRef[Any] = node.ref("dispatcher")
-        self.timers: NamedRef[Any] = node.ref("timers")
-        self.coordinator: NamedRef[Any] = node.ref("coordinator")
-
-
-_services: weakref.WeakKeyDictionary[Node, Services] = weakref.WeakKeyDictionary()
-
-
-def services_of(node: Node) -> Services:
-    """One shared :class:`Services` per node (a memo, not a registry: names stay per node)."""
-    found = _services.get(node)
-    if found is None:
-        found = _services[node] = Services(node)
-    return found
-
-
-@attrs.frozen
-class RunnerDeps:
-    """What every runner needs besides the services: the event bus and a few settings."""
-
-    bus: EventBus
-    kill_grace: float
-    call_timeout: float = 60.0
 
 
 #: A loop whose runner crashes this many times within RUNNER_CRASH_WINDOW seconds ends in
