@@ -3,7 +3,7 @@ messages a supervisor accepts, and :class:`SupervisorRef` to send them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -21,7 +21,6 @@ __all__ = [
     "GetStatistics",
     "Restart",
     "StartChild",
-    "StartChildren",
     "Strategy",
     "SupervisorRef",
     "SupervisorStatistics",
@@ -115,13 +114,6 @@ class StartChild(msgspec.Struct, frozen=True):
     spec: ChildSpec
 
 
-class StartChildren(msgspec.Struct, frozen=True):
-    """Start several children at run time, in order, with one request. Replies with a list
-    holding, for each spec, its :class:`ActorRef` or the error that refused it."""
-
-    specs: tuple[ChildSpec, ...]
-
-
 class TerminateChild(msgspec.Struct, frozen=True):
     """Stop a child (within its shutdown grace) and forget its spec."""
 
@@ -136,7 +128,7 @@ class GetStatistics(msgspec.Struct, frozen=True):
     """Reply: :class:`SupervisorStatistics`."""
 
 
-SupervisorMessage = StartChild | StartChildren | TerminateChild | WhichChildren | GetStatistics
+SupervisorMessage = StartChild | TerminateChild | WhichChildren | GetStatistics
 
 
 class SupervisorRef:
@@ -154,16 +146,6 @@ class SupervisorRef:
         """
         ref: ActorRef[Any] = await self.ref.call(StartChild(spec), timeout)
         return ref
-
-    async def start_children(
-        self, specs: Sequence[ChildSpec], timeout: float | None = None
-    ) -> list[ActorRef[Any] | BaseException]:
-        """Start several children in order with one request (cheaper than one call each);
-        for each spec, its ref or the error that refused it (nothing is raised for those)."""
-        started: list[ActorRef[Any] | BaseException] = await self.ref.call(
-            StartChildren(tuple(specs)), timeout
-        )
-        return started
 
     async def terminate_child(self, child_id: str, timeout: float | None = None) -> None:
         """Stop a child within its shutdown grace and forget it."""

@@ -26,7 +26,6 @@ from ._childspec import (
     ChildSpec,
     GetStatistics,
     StartChild,
-    StartChildren,
     Strategy,
     SupervisorStatistics,
     TerminateChild,
@@ -179,12 +178,6 @@ class Supervisor(Actor[Any]):
             )
         elif kind is StartChild:
             return await self._start_dynamic(message.spec)
-        elif kind is StartChildren:
-            started: list[ActorRef[Any] | BaseException] = []
-            for spec in message.specs:
-                result = await self._start_dynamic(spec)
-                started.append(result.error if isinstance(result, ErrorReply) else result)
-            return started
         elif kind is TerminateChild:
             child = self._children.get(message.child_id)
             if child is None:
