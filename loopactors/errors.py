@@ -15,6 +15,7 @@ __all__ = [
     "CallToSelf",
     "ChildStartError",
     "ConfigError",
+    "ConnectionLost",
     "IllegalTransition",
     "LoopError",
     "LoopNotFound",
@@ -22,6 +23,7 @@ __all__ = [
     "LoopactorsError",
     "MailboxFull",
     "NameTaken",
+    "RemoteError",
     "RestartIntensityExceeded",
     "StoreError",
     "SupervisorError",
@@ -131,3 +133,16 @@ class ConfigError(LoopactorsError, ValueError):
 
 class StoreError(LoopactorsError):
     """The store could not read or write (corrupt file, newer schema, I/O error)."""
+
+
+class RemoteError(LoopactorsError):
+    """A node refused a request; ``code`` is the protocol's stable error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{message} ({code})")
+        self.code = code
+        self.message = message
+
+
+class ConnectionLost(LoopactorsError):
+    """The connection to a node closed (or could not be made) before the answer came."""

@@ -28,7 +28,9 @@ __all__ = [
     "Escalate",
     "ForgetLedger",
     "Forward",
+    "GatewayShutdown",
     "GetEvents",
+    "GetGatewayStatistics",
     "GetLoop",
     "GetRounds",
     "GetStoreStatistics",
@@ -219,3 +221,19 @@ class Advance(msgspec.Struct, frozen=True):
     """Wake a runner to take its next step; ``epoch`` makes stale wake-ups harmless."""
 
     epoch: int
+
+
+# -- Gateway (standalone node) ---------------------------------------------------------------
+
+
+class GetGatewayStatistics(msgspec.Struct, frozen=True):
+    """Reply: the gateway's ``GatewayStatistics``."""
+
+
+class GatewayShutdown(msgspec.Struct, frozen=True):
+    """Stop accepting connections, tell each client ``reason`` and close it (1001).
+
+    Reply: the number of connections closed.
+    """
+
+    reason: str = "the node is shutting down"

@@ -1,0 +1,35 @@
+"""The standalone node's websocket API: protocol, Gateway actor, node, and a Python client.
+
+General layout: ``_protocol`` (every frame as a msgspec Struct, the JSON Schema), ``_auth``
+(the token, where a node may listen), ``_limits``, ``_settings``, ``_connection`` (one client),
+``_gateway`` (the actor), ``_node`` (open_gateway, serve_node), ``_client`` (connect).
+"""
+
+from .._util import fix_public_module
+from ._client import NodeClient as NodeClient
+from ._client import RemoteSubscription as RemoteSubscription
+from ._client import connect as connect
+from ._gateway import Gateway as Gateway
+from ._gateway import GatewayStatistics as GatewayStatistics
+from ._node import GatewayHandle as GatewayHandle
+from ._node import open_gateway as open_gateway
+from ._node import serve_node as serve_node
+from ._protocol import PROTOCOL_VERSION as PROTOCOL_VERSION
+from ._protocol import json_schema as json_schema
+from ._settings import GatewaySettings as GatewaySettings
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Gateway",
+    "GatewayHandle",
+    "GatewaySettings",
+    "GatewayStatistics",
+    "NodeClient",
+    "RemoteSubscription",
+    "connect",
+    "json_schema",
+    "open_gateway",
+    "serve_node",
+]
+
+fix_public_module(globals(), __all__)

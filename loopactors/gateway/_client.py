@@ -1,0 +1,433 @@
+"""A Python client of a node: typed methods mirroring the protocol, events as async iterators.
+
+async with connect("ws://127.0.0.1:8765", token=token) as node:
+    state = await node.start("|loop:3| review this module")
+    async with await node.subscribe(state.loop_id) as events:
+        async for event in events:
+            print(event.note())
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any, TypeVar
+
+import msgspec
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    HandshakeError,
+    WebSocketConnection,
+    connect_websocket_url,
+)
+
+from ..errors import ConnectionLost, RemoteError
+from ..loops._events import AnyEvent, LoopFinished
+from ..loops._model import LoopSpec, LoopState, RoundRecord
+from ..runtime import Gap
+from ._protocol import (
+    PROTOCOL_VERSION,
+    Closing,
+    Error,
+    EventFrame,
+    GapFrame,
+    Hello,
+    History,
+    LoopStatus,
+    NodeInfo,
+    Output,
+    Pause,
+    Ping,
+    Pong,
+    Resume,
+    Rounds,
+    Start,
+    Status,
+    Stop,
+    Subscribe,
+    Subscribed,
+    Unsubscribe,
+    Unsubscribed,
+)
+
+__all__ = ["NodeClient", "RemoteSubscription", "connect"]
+
+T = TypeVar("T")
+
+#: Environment variable read for the token when ``connect`` is not given one.
+TOKEN_ENV = "LOOPACTORS_TOKEN"
+
+
+class _OkRaw(msgspec.Struct, frozen=True, kw_only=True, tag="ok", tag_field="type"):
+    id: int | str
+    data: msgspec.Raw
+
+
+_decode_frame = msgspec.json.Decoder(_OkRaw | Error | EventFrame | GapFrame | Closing).decode
+_encode = msgspec.json.Encoder().encode
+
+
+class _Pending:
+    __slots__ = ("done", "error", "raw")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.raw: msgspec.Raw | None = None
+        self.error: Exception | None = None
+
+
+class RemoteSubscription:
+    """Events of one loop (or all) from a node: ``async for``; ``async with`` unsubscribes.
+
+    Events queue here up to ``queue_size``; past it they are counted and handed over as one
+    :class:`~loopactors.runtime.Gap`, as the node does for a client that falls behind.
+    """
+
+    def __init__(self, client: NodeClient, loop_id: str | None, queue_size: int) -> None:
+        self.client = client
+        self.loop_id = loop_id
+        self.subscription = ""
+        self.queue_size = queue_size
+        self._send, self._recv = trio.open_memory_channel[AnyEvent | Gap](queue_size + 1)
+        self.missed = 0
+        self.closed = False
+
+    def _offer(self, item: AnyEvent | Gap) -> None:
+        if isinstance(item, Gap):
+            self.missed += item.missed
+            return
+        if self._send.statistics().current_buffer_used >= self.queue_size:
+            self.missed += 1
+            return
+        if self.missed:
+            self._send.send_nowait(Gap(missed=self.missed, loop_id=self.loop_id))
+            self.missed = 0
+        self._send.send_nowait(item)
+
+    def _end(self) -> None:
+        self._send.close()
+
+    def __aiter__(self) -> AsyncIterator[AnyEvent | Gap]:
+        return self
+
+    async def __anext__(self) -> AnyEvent | Gap:
+        try:
+            return await self._recv.receive()
+        except trio.EndOfChannel:
+            if self.closed:
+                raise StopAsyncIteration from None
+            raise ConnectionLost(f"the connection to {self.client.url} closed") from None
+
+    async def aclose(self) -> None:
+        """Unsubscribe (if still connected) and end the iteration."""
+        if self.closed:
+            return
+        self.closed = True
+        self.client._subscriptions.pop(self.subscription, None)
+        self._end()
+        if self.client.connected:
+            with contextlib.suppress(RemoteError, ConnectionLost):
+                await self.client._request(
+                    Unsubscribe(id=0, subscription=self.subscription), Unsubscribed
+                )
+
+    async def __aenter__(self) -> RemoteSubscription:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class NodeClient:
+    """One connection to a node (made by :func:`connect`)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        client_name: str,
+        timeout: float,
+        reconnect: bool,
+        max_backoff: float,
+    ) -> None:
+        self.url = url
+        self._token = token
+        self.client_name = client_name
+        self.timeout = timeout
+        self.reconnect = reconnect
+        self.max_backoff = max_backoff
+        self.info: NodeInfo
+        self.reconnects = 0
+        self.closing_reason: str | None = None
+        self._ws: WebSocketConnection | None = None
+        self._ids = itertools.count(1)
+        self._pending: dict[int | str, _Pending] = {}
+        self._subscriptions: dict[str, RemoteSubscription] = {}
+        self._closed = False
+        self._connected = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<NodeClient {self.url}>"  # never the token
+
+    @property
+    def connected(self) -> bool:
+        return self._ws is not None and self._ws.closed is None
+
+    # -- the protocol's requests ---------------------------------------------------------
+
+    async def ping(self) -> float:
+        """The node's wall clock (a round trip proves the node is serving)."""
+        pong = await self._request(Ping(id=0), Pong)
+        return pong.time
+
+    async def start(
+        self,
+        loop: str | LoopSpec,
+        *,
+        worker: str | None = None,
+        loop_id: str | None = None,
+        **options: Any,
+    ) -> LoopState:
+        """Start a loop from ``|loop...|`` text or a :class:`LoopSpec`; its first state."""
+        if isinstance(loop, LoopSpec):
+            request = Start(id=0, spec=loop, worker=worker, loop_id=loop_id, options=options)
+        else:
+            request = Start(id=0, text=loop, worker=worker, loop_id=loop_id, options=options)
+        return await self._request(request, LoopState)
+
+    async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
+        return await self._request(Stop(id=0, loop_id=loop_id, after_round=after_round), LoopState)
+
+    async def pause(self, loop_id: str) -> LoopState:
+        return await self._request(Pause(id=0, loop_id=loop_id), LoopState)
+
+    async def resume(self, loop_id: str) -> LoopState:
+        return await self._request(Resume(id=0, loop_id=loop_id), LoopState)
+
+    async def get(self, loop_id: str) -> LoopState:
+        status = await self._request(Status(id=0, loop_id=loop_id), LoopStatus)
+        return status.loops[0]
+
+    async def loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
+        """Loops in the node's store, newest first."""
+        request = Status(id=0, live_only=live_only, limit=limit)
+        return (await self._request(request, LoopStatus)).loops
+
+    async def history(self, loop_id: str, *, output_head: int = 200) -> Rounds:
+        return await self._request(History(id=0, loop_id=loop_id, output_head=output_head), Rounds)
+
+    async def output(self, loop_id: str, round: int) -> RoundRecord:
+        return await self._request(Output(id=0, loop_id=loop_id, round=round), RoundRecord)
+
+    async def subscribe(
+        self, loop_id: str | None = None, *, queue_size: int = 1000
+    ) -> RemoteSubscription:
+        """Events of one loop, or of every loop (``None``), from now on."""
+        sub = RemoteSubscription(self, loop_id, queue_size)
+        await self._open(sub)
+        return sub
+
+    async def wait(self, loop_id: str) -> LoopState:
+        """Wait until the loop is in a terminal phase; its final state."""
+        async with await self.subscribe(loop_id) as events:
+            state = await self.get(loop_id)
+            while not state.terminal:
+                event = await events.__anext__()
+                if isinstance(event, (LoopFinished, Gap)):
+                    state = await self.get(loop_id)
+            return state
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    async def _open(self, sub: RemoteSubscription) -> None:
+        # Registered under a temporary key first: events may follow the reply at once.
+        reply = await self._request(Subscribe(id=0, loop_id=sub.loop_id), Subscribed)
+        sub.subscription = reply.subscription
+        self._subscriptions[reply.subscription] = sub
+
+    async def _request(self, request: Any, data_type: type[T]) -> T:
+        ws = self._ws
+        if ws is None or ws.closed is not None:
+            if not self.reconnect or self._closed:
+                raise ConnectionLost(f"not connected to {self.url}")
+            with trio.move_on_after(self.timeout):
+                await self._connected.wait()
+            ws = self._ws
+            if ws is None or ws.closed is not None:
+                raise ConnectionLost(f"could not reconnect to {self.url} in {self.timeout:g} s")
+        request_id = next(self._ids)
+        request = msgspec.structs.replace(request, id=request_id)
+        pending = self._pending[request_id] = _Pending()
+        try:
+            try:
+                await ws.send_message(_encode(request).decode())
+            except ConnectionClosed:
+                raise ConnectionLost(f"the connection to {self.url} closed") from None
+            with trio.move_on_after(self.timeout) as scope:
+                await pending.done.wait()
+            if scope.cancelled_caught:
+                raise ConnectionLost(f"no answer from {self.url} within {self.timeout:g} s")
+        finally:
+            self._pending.pop(request_id, None)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.raw is not None
+        return msgspec.json.decode(pending.raw, type=data_type)
+
+    async def _handshake(self, nursery: trio.Nursery) -> None:
+        try:
+            ws = await connect_websocket_url(nursery, self.url, max_message_size=64 << 20)
+        except (OSError, HandshakeError, trio.TooSlowError) as exc:
+            raise ConnectionLost(f"cannot connect to {self.url}: {exc}") from None
+        hello = Hello(id=0, protocol=PROTOCOL_VERSION, token=self._token, client=self.client_name)
+        try:
+            await ws.send_message(_encode(hello).decode())
+            with trio.fail_after(self.timeout):
+                frame = _decode_frame(await ws.get_message())
+        except ConnectionClosed as exc:
+            raise ConnectionLost(f"{self.url} closed the connection: {exc.reason}") from None
+        except trio.TooSlowError:
+            await ws.aclose()
+            raise ConnectionLost(f"no hello answer from {self.url}") from None
+        if isinstance(frame, Error):
+            await ws.aclose()
+            raise RemoteError(frame.code, frame.message)
+        if not isinstance(frame, _OkRaw):
+            await ws.aclose()
+            raise ConnectionLost(f"{self.url} did not answer hello")
+        self.info = msgspec.json.decode(frame.data, type=NodeInfo)
+        self._ws = ws
+        self._connected.set()
+
+    async def _run(self, nursery: trio.Nursery) -> None:
+        """Read frames; on a drop, fail what waits and (if asked) reconnect with backoff."""
+        while True:
+            assert self._ws is not None
+            with contextlib.suppress(ConnectionClosed):
+                await self._read(self._ws)
+            self._connected = trio.Event()
+            for pending in self._pending.values():
+                pending.error = ConnectionLost(f"the connection to {self.url} closed")
+                pending.done.set()
+            if self._closed or not self.reconnect:
+                for sub in self._subscriptions.values():
+                    sub._end()
+                return
+            await self._reconnect(nursery)
+
+    async def _reconnect(self, nursery: trio.Nursery) -> None:
+        delay = 0.05
+        while True:
+            try:
+                await self._handshake(nursery)
+                break
+            except (ConnectionLost, RemoteError):
+                await trio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff)
+        self.reconnects += 1
+        subs = list(self._subscriptions.values())
+        self._subscriptions.clear()
+        # Events sent while disconnected are not replayed (history has the rounds).
+        nursery.start_soon(self._resubscribe, subs)
+
+    async def _resubscribe(self, subs: list[RemoteSubscription]) -> None:
+        for sub in subs:
+            try:
+                await self._open(sub)
+            except (RemoteError, ConnectionLost):
+                sub._end()
+
+    async def _read(self, ws: WebSocketConnection) -> None:
+        while True:
+            frame = _decode_frame(await ws.get_message())
+            if isinstance(frame, EventFrame):
+                sub = self._subscriptions.get(frame.subscription)
+                if sub is not None:
+                    sub._offer(frame.event)
+            elif isinstance(frame, GapFrame):
+                sub = self._subscriptions.get(frame.subscription)
+                if sub is not None:
+                    sub._offer(Gap(missed=frame.missed, loop_id=sub.loop_id))
+            elif isinstance(frame, Closing):
+                self.closing_reason = frame.reason
+            else:
+                pending = self._pending.get(frame.id) if frame.id is not None else None
+                if pending is None:
+                    continue  # an answer nobody waits for any more (timed out)
+                if isinstance(frame, Error):
+                    pending.error = RemoteError(frame.code, frame.message)
+                else:
+                    pending.raw = frame.data
+                pending.done.set()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._ws is not None:
+            await self._ws.aclose()
+
+
+@asynccontextmanager
+async def connect(
+    url: str,
+    *,
+    token: str | None = None,
+    client_name: str = "loopactors.client",
+    timeout: float = 30.0,
+    reconnect: bool = False,
+    max_backoff: float = 10.0,
+) -> AsyncIterator[NodeClient]:
+    """Connect to a node for the duration of the block.
+
+    ``token`` defaults to ``$LOOPACTORS_TOKEN``. With ``reconnect`` a dropped connection is
+    made again with exponential backoff (up to ``max_backoff`` s between tries) and the
+    subscriptions are renewed; requests in flight when it dropped fail with
+    :class:`~loopactors.errors.ConnectionLost`, and events sent while it was down are not
+    replayed. Without it, a drop ends every subscription with ``ConnectionLost``.
+
+    Raises:
+        ConnectionLost: the node cannot be reached.
+        RemoteError: the node refused the connection (``unauthorized``, ...).
+    """
+    if token is None:
+        token = os.environ.get(TOKEN_ENV)
+    if not token:
+        raise RemoteError("unauthorized", f"no token given (pass token= or set ${TOKEN_ENV})")
+    client = NodeClient(
+        url,
+        token,
+        client_name=client_name,
+        timeout=timeout,
+        reconnect=reconnect,
+        max_backoff=max_backoff,
+    )
+    # Errors of the block (and of the handshake) are raised outside the nursery, as they
+    # are: inside it trio would wrap them in an ExceptionGroup.
+    error: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        try:
+            await client._handshake(nursery)
+        except BaseException as exc:
+            error = exc
+        else:
+            nursery.start_soon(client._run, nursery)
+            try:
+                yield client
+            except BaseException as exc:
+                error = exc
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+                    await client.aclose()
+        nursery.cancel_scope.cancel()
+    if error is not None:
+        raise error

@@ -1,0 +1,485 @@
+"""One websocket client of the node: handshake, requests, subscriptions, backpressure.
+
+Each connection runs three kinds of task in its own nursery: the reader (frames in, one task
+per request being answered), the writer (frames out, in order, each within ``send_timeout``),
+and one pump per subscription (events from the runtime's bounded queue to the writer). A
+client that stops reading fills its subscriptions' queues, never the loops: the runtime counts
+what it could not queue and the pump sends that count as a ``gap`` frame.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import msgspec
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection
+
+from .. import __version__
+from ..errors import (
+    ActorNotRunning,
+    AdmissionRefused,
+    CallFailed,
+    CallTimeout,
+    ConfigError,
+    LoopNotFound,
+    LoopSyntaxError,
+    WorkerSpecError,
+)
+from ..loops._model import RoundRecord
+from ..runtime import Gap, Subscription
+from ._auth import token_matches
+from ._limits import TokenBucket
+from ._protocol import (
+    CAPABILITIES,
+    PROTOCOL_VERSION,
+    ClientFrame,
+    Closing,
+    Error,
+    ErrorCode,
+    EventFrame,
+    GapFrame,
+    Hello,
+    History,
+    Limits,
+    LoopStatus,
+    NodeInfo,
+    Ok,
+    Output,
+    Pause,
+    Ping,
+    Pong,
+    RequestId,
+    Resume,
+    Rounds,
+    Start,
+    Status,
+    Stop,
+    Subscribe,
+    Subscribed,
+    Unsubscribe,
+    Unsubscribed,
+)
+
+if TYPE_CHECKING:
+    from ._gateway import Gateway
+
+__all__ = ["Connection", "Refusal"]
+
+log = logging.getLogger("loopactors.gateway")
+
+#: Websocket close codes (RFC 6455).
+CLOSE_GOING_AWAY = 1001
+CLOSE_PROTOCOL_ERROR = 1002
+CLOSE_POLICY = 1008
+CLOSE_TRY_AGAIN_LATER = 1013
+
+_encode = msgspec.json.Encoder().encode
+_decode_request = msgspec.json.Decoder(ClientFrame).decode
+
+
+class _IdOnly(msgspec.Struct):
+    """Enough of a bad frame to answer it under its id."""
+
+    id: RequestId | None = None
+
+
+_decode_id = msgspec.json.Decoder(_IdOnly).decode
+
+
+class Refusal(Exception):
+    """A request answered with an error frame (the connection goes on unless ``close``)."""
+
+    def __init__(self, code: ErrorCode, message: str, *, close: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.close = close
+
+
+def frame_text(frame: msgspec.Struct) -> str:
+    return _encode(frame).decode()
+
+
+class Connection:
+    def __init__(self, gateway: Gateway, ws: WebSocketConnection, header_token: str | None):
+        self.gateway = gateway
+        self.ws = ws
+        self.remote = f"{ws.remote}"
+        self.settings = gateway.settings
+        self._header_token = header_token
+        self._send, self._recv = trio.open_memory_channel[str](64)
+        self._subs: dict[str, tuple[Subscription, trio.CancelScope]] = {}
+        self._sub_ids = itertools.count(1)
+        self._inflight = 0
+        self._bucket = TokenBucket(
+            self.settings.max_requests_per_second, self.settings.request_burst, trio.current_time()
+        )
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def subscriptions(self) -> int:
+        return len(self._subs)
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._write_loop)
+                try:
+                    if await self._handshake():
+                        nursery.start_soon(self._heartbeat)
+                        await self._read_loop()
+                except ConnectionClosed:
+                    pass
+                nursery.cancel_scope.cancel()
+        finally:
+            for sub, scope in self._subs.values():
+                scope.cancel()
+                sub.close()
+            self._subs.clear()
+
+    async def close(self, code: int, reason: str) -> None:
+        """Tell the client why, close the websocket, and end this connection's tasks."""
+        with trio.move_on_after(2.0) as scope:
+            scope.shield = True
+            try:
+                await self.ws.send_message(frame_text(Closing(reason=reason)))
+                await self.ws.aclose(code, reason[:120])
+            except ConnectionClosed:
+                pass
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    async def _handshake(self) -> bool:
+        """Read ``hello`` (within ``hello_timeout``), check the token and the version."""
+        settings = self.settings
+        if self._header_token is not None and not token_matches(
+            self.gateway.token, self._header_token
+        ):
+            return await self._refuse_auth()
+        with trio.move_on_after(settings.hello_timeout):
+            message = await self.ws.get_message()
+            try:
+                hello = self._decode(message)
+            except Refusal as exc:
+                await self.close(CLOSE_PROTOCOL_ERROR, f"{exc.code}: {exc.message}")
+                return False
+            if not isinstance(hello, Hello):
+                await self._reply(
+                    Error(
+                        id=hello.id,
+                        code="hello_required",
+                        message=f"the first request must be hello, not {_kind(hello)}",
+                    )
+                )
+                await self.close(CLOSE_POLICY, "hello required")
+                return False
+            offered = hello.token if hello.token is not None else self._header_token
+            checked = hello.token is not None or self._header_token is None
+            if checked and not token_matches(self.gateway.token, offered):
+                return await self._refuse_auth(hello.id)
+            if hello.protocol != PROTOCOL_VERSION:
+                await self._reply(
+                    Error(
+                        id=hello.id,
+                        code="unsupported_protocol",
+                        message=(
+                            f"protocol {hello.protocol} is not spoken here; "
+                            f"this node speaks protocol {PROTOCOL_VERSION}"
+                        ),
+                    )
+                )
+                await self.close(CLOSE_PROTOCOL_ERROR, "unsupported protocol")
+                return False
+            self.gateway.note_authenticated(self, hello.client)
+            await self._reply(Ok(id=hello.id, data=self._node_info()))
+            return True
+        await self.close(CLOSE_POLICY, f"no hello within {settings.hello_timeout:g} s")
+        return False
+
+    async def _refuse_auth(self, request_id: RequestId | None = None) -> bool:
+        # Logged without the token: a log is no place for a secret, even a wrong one.
+        log.warning("refused a connection from %s: wrong or missing token", self.remote)
+        self.gateway.auth_failures += 1
+        await self._reply(
+            Error(id=request_id, code="unauthorized", message="wrong or missing token")
+        )
+        await self.close(CLOSE_POLICY, "unauthorized")
+        return False
+
+    def _node_info(self) -> NodeInfo:
+        s = self.settings
+        return NodeInfo(
+            protocol=PROTOCOL_VERSION,
+            node_id=self.gateway.node_id,
+            version=__version__,
+            capabilities=list(CAPABILITIES),
+            default_worker=self.gateway.runtime.config.worker,
+            limits=Limits(
+                max_frame_bytes=s.max_frame_bytes,
+                max_subscriptions=s.max_subscriptions,
+                max_requests_per_second=s.max_requests_per_second,
+                max_inflight_requests=s.max_inflight_requests,
+                subscriber_queue=s.subscriber_queue,
+                slow_subscriber=s.slow_subscriber,
+            ),
+        )
+
+    # -- frames in ---------------------------------------------------------------------------
+
+    async def _read_loop(self) -> NoReturn:
+        assert self._nursery is not None
+        while True:
+            message = await self.ws.get_message()
+            self.gateway.requests += 1
+            try:
+                request = self._admit(message)
+            except Refusal as exc:
+                self.gateway.rejected_frames += 1
+                await self._reply(Error(id=_id_of(message), code=exc.code, message=exc.message))
+                continue
+            self._inflight += 1
+            self._nursery.start_soon(self._answer, request)
+
+    def _admit(self, message: str | bytes) -> Any:
+        """The request in ``message`` if this connection may have it answered now."""
+        if not self._bucket.take(trio.current_time()):
+            raise Refusal(
+                "rate_limited",
+                f"more than {self.settings.max_requests_per_second:g} requests per second "
+                f"(bursts of {self.settings.request_burst}); slow down",
+            )
+        request = self._decode(message)
+        if self._inflight >= self.settings.max_inflight_requests:
+            raise Refusal(
+                "too_many_requests",
+                f"{self._inflight} requests of this connection are still being answered "
+                f"(at most {self.settings.max_inflight_requests}); wait for replies",
+            )
+        return request
+
+    def _decode(self, message: str | bytes) -> Any:
+        if isinstance(message, bytes):
+            raise Refusal("bad_frame", "binary frames are not accepted; send JSON text frames")
+        if len(message) > self.settings.max_frame_bytes:
+            raise Refusal(
+                "frame_too_large",
+                f"a frame of {len(message)} characters is over the limit of "
+                f"{self.settings.max_frame_bytes}",
+            )
+        try:
+            return _decode_request(message)
+        except msgspec.ValidationError as exc:
+            text = str(exc)
+            if text.endswith("`$.type`") or "missing required field `type`" in text:
+                raise Refusal(
+                    "unknown_type",
+                    f"{text}; accepted types: {', '.join(_REQUEST_TYPES)}",
+                ) from None
+            raise Refusal("invalid_request", text) from None
+        except msgspec.DecodeError as exc:
+            raise Refusal("bad_json", f"not a JSON object: {exc}") from None
+
+    async def _answer(self, request: Any) -> None:
+        after = None
+        try:
+            data, after = await self._do(request)
+            frame: Ok | Error = Ok(id=request.id, data=data)
+        except Refusal as exc:
+            frame = Error(id=request.id, code=exc.code, message=exc.message)
+        except LoopNotFound as exc:
+            frame = Error(id=request.id, code="not_found", message=_text(exc))
+        except (LoopSyntaxError, WorkerSpecError, AdmissionRefused, ConfigError) as exc:
+            frame = Error(id=request.id, code="rejected", message=_text(exc))
+        except (ActorNotRunning, CallFailed, CallTimeout) as exc:
+            frame = Error(
+                id=request.id,
+                code="unavailable",
+                message=f"the runtime could not answer now, try again: {exc}",
+            )
+        except Exception as exc:  # a bug must cost one request, never the node
+            log.exception("internal error answering %s from %s", _kind(request), self.remote)
+            frame = Error(id=request.id, code="internal", message=f"internal error: {exc!r}")
+        finally:
+            self._inflight -= 1
+        await self._reply(frame)
+        if after is not None:
+            after()
+
+    async def _do(self, request: Any) -> tuple[Any, Any]:
+        rt = self.gateway.runtime
+        if isinstance(request, Status):
+            if request.loop_id is not None:
+                return LoopStatus(loops=[await rt.get(request.loop_id)]), None
+            limit = self.settings.default_status_loops if request.limit is None else request.limit
+            if not 1 <= limit <= self.settings.max_status_loops:
+                raise Refusal(
+                    "invalid_request",
+                    f"limit must be from 1 to {self.settings.max_status_loops}, got {limit}",
+                )
+            return LoopStatus(loops=await rt.loops(live_only=request.live_only, limit=limit)), None
+        if isinstance(request, Ping):
+            return Pong(time=time.time()), None
+        if isinstance(request, Start):
+            return await self._start(request), None
+        if isinstance(request, Stop):
+            return await rt.handle(request.loop_id).stop(after_round=request.after_round), None
+        if isinstance(request, Pause):
+            return await rt.handle(request.loop_id).pause(), None
+        if isinstance(request, Resume):
+            return await rt.handle(request.loop_id).resume(), None
+        if isinstance(request, History):
+            return await self._history(request), None
+        if isinstance(request, Output):
+            return await self._output(request), None
+        if isinstance(request, Subscribe):
+            return await self._subscribe(request)
+        if isinstance(request, Unsubscribe):
+            return self._unsubscribe(request), None
+        if isinstance(request, Hello):
+            raise Refusal("invalid_request", "hello was already sent on this connection")
+        raise Refusal("unknown_type", f"no handler for {_kind(request)}")  # pragma: no cover
+
+    async def _start(self, request: Start) -> Any:
+        if (request.text is None) == (request.spec is None):
+            raise Refusal(
+                "invalid_request", "start takes exactly one of text (|loop...| text) or spec"
+            )
+        loop = request.text if request.text is not None else request.spec
+        assert loop is not None
+        handle = await self.gateway.runtime.start(
+            loop, worker=request.worker, loop_id=request.loop_id, **request.options
+        )
+        return await handle.status()
+
+    async def _history(self, request: History) -> Rounds:
+        if request.output_head < 0:
+            raise Refusal("invalid_request", f"output_head must be >= 0, got {request.output_head}")
+        rt = self.gateway.runtime
+        state = await rt.get(request.loop_id)
+        head = request.output_head
+        rounds = [
+            msgspec.structs.replace(r, output=r.output[:head]) if len(r.output) > head else r
+            for r in await rt.history(request.loop_id)
+        ]
+        return Rounds(loop=state, rounds=rounds)
+
+    async def _output(self, request: Output) -> RoundRecord:
+        rounds = await self.gateway.runtime.history(request.loop_id)
+        for record in rounds:
+            if record.round == request.round:
+                return record
+        have = f"rounds 1..{len(rounds)}" if rounds else "no recorded rounds yet"
+        raise LoopNotFound(f"loop {request.loop_id!r} has no round {request.round} ({have})")
+
+    async def _subscribe(self, request: Subscribe) -> tuple[Subscribed, Any]:
+        if len(self._subs) >= self.settings.max_subscriptions:
+            raise Refusal(
+                "too_many_subscriptions",
+                f"this connection already has {len(self._subs)} subscriptions "
+                f"(at most {self.settings.max_subscriptions}); unsubscribe first",
+            )
+        if request.loop_id is not None:
+            await self.gateway.runtime.get(request.loop_id)  # not_found for an unknown loop
+        sub = self.gateway.runtime.subscribe(
+            request.loop_id, queue_size=self.settings.subscriber_queue
+        )
+        sid = f"s{next(self._sub_ids)}"
+        scope = trio.CancelScope()
+        self._subs[sid] = (sub, scope)
+
+        def start_pump() -> None:  # after the reply is queued: no event before "subscribed"
+            assert self._nursery is not None
+            self._nursery.start_soon(self._pump, sid, sub, scope)
+
+        return Subscribed(subscription=sid, loop_id=request.loop_id), start_pump
+
+    def _unsubscribe(self, request: Unsubscribe) -> Unsubscribed:
+        entry = self._subs.pop(request.subscription, None)
+        if entry is None:
+            raise Refusal(
+                "not_found",
+                f"no subscription {request.subscription!r} on this connection "
+                f"(open: {', '.join(self._subs) or 'none'})",
+            )
+        sub, scope = entry
+        scope.cancel()
+        sub.close()
+        return Unsubscribed(
+            subscription=request.subscription, delivered=sub.delivered, missed=sub.missed
+        )
+
+    # -- frames out --------------------------------------------------------------------------
+
+    async def _reply(self, frame: Ok | Error) -> None:
+        await self._send.send(frame_text(frame))
+
+    async def _pump(self, sid: str, sub: Subscription, scope: trio.CancelScope) -> None:
+        with scope:
+            async for item in sub:
+                if isinstance(item, Gap):
+                    self.gateway.gaps += 1
+                    if self.settings.slow_subscriber == "disconnect":
+                        log.warning("disconnecting %s: it fell behind its events", self.remote)
+                        await self.close(
+                            CLOSE_POLICY, f"too slow: missed {item.missed} events of {sid}"
+                        )
+                        return
+                    text = frame_text(GapFrame(subscription=sid, missed=item.missed))
+                else:
+                    text = frame_text(EventFrame(subscription=sid, event=item))
+                await self._send.send(text)
+
+    async def _write_loop(self) -> None:
+        async for text in self._recv:
+            with trio.move_on_after(self.settings.send_timeout) as scope:
+                try:
+                    await self.ws.send_message(text)
+                except ConnectionClosed:
+                    break
+            if scope.cancelled_caught:
+                log.warning("disconnecting %s: a frame waited %gs", self.remote, scope.deadline)
+                await self.close(CLOSE_POLICY, "too slow to read")
+                break
+            self.gateway.frames_out += 1
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await trio.sleep(self.settings.ping_interval)
+            with trio.move_on_after(self.settings.ping_timeout) as scope:
+                try:
+                    await self.ws.ping()
+                except ConnectionClosed:
+                    break
+            if scope.cancelled_caught:
+                log.warning("closing %s: no pong within %gs", self.remote, scope.deadline)
+                break
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+
+
+_REQUEST_TYPES = [t.__struct_config__.tag for t in ClientFrame.__args__]
+
+
+def _id_of(message: str | bytes) -> RequestId | None:
+    try:
+        return _decode_id(message).id
+    except (msgspec.DecodeError, TypeError):
+        return None
+
+
+def _kind(request: Any) -> str:
+    return str(type(request).__struct_config__.tag)
+
+
+def _text(exc: BaseException) -> str:
+    # KeyError (LoopNotFound's base) quotes its message in str(); the message is args[0].
+    return str(exc.args[0]) if exc.args else str(exc)

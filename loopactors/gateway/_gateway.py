@@ -1,0 +1,154 @@
+"""The Gateway actor: the standalone node's websocket API, a child of the node's supervisor.
+
+It owns the listening socket and, in its nursery, every connection. Connections talk to the
+runtime through :class:`~loopactors.runtime.Runtime` like an embedding program would. A
+restart of the gateway (or of an actor before it in the tree, which ``rest_for_one`` restarts
+it with) drops the connections; clients reconnect (``loopactors.client`` can do it for them).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+import trio
+from trio_websocket import WebSocketRequest, serve_websocket
+
+from ..actors import Actor
+from ..messages import GatewayShutdown, GetGatewayStatistics
+from ..runtime import Runtime
+from ._connection import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, Connection, frame_text
+from ._protocol import Error
+from ._settings import GatewaySettings
+
+__all__ = ["Gateway", "GatewayStatistics"]
+
+log = logging.getLogger("loopactors.gateway")
+
+
+class GatewayStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    host: str
+    port: int
+    accepting: bool
+    connections: int
+    subscriptions: int
+    #: Counted since this gateway incarnation started.
+    requests: int
+    frames_out: int
+    rejected_frames: int
+    auth_failures: int
+    refused_connections: int
+    gaps: int
+
+
+class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
+    uses_nursery = True
+
+    def __init__(
+        self, runtime: Runtime, settings: GatewaySettings, token: str, node_id: str
+    ) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.token = token
+        self.node_id = node_id
+        self.port = settings.port
+        self.accepting = False
+        self.connections: set[Connection] = set()
+        self.requests = 0
+        self.frames_out = 0
+        self.rejected_frames = 0
+        self.auth_failures = 0
+        self.refused_connections = 0
+        self.gaps = 0
+        self._listener = trio.CancelScope()
+
+    async def on_start(self) -> None:
+        server = await self.nursery.start(self._listen)
+        self.port = server.port
+        self.accepting = True
+        log.info("listening on ws://%s:%d", _host_text(self.settings.host), self.port)
+
+    async def _listen(self, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        with self._listener:
+            await serve_websocket(
+                self._serve,
+                self.settings.host,
+                self.settings.port,
+                ssl_context=None,
+                handler_nursery=self.nursery,  # connections outlive the listener at shutdown
+                # Frames over max_frame_bytes get an error and the connection goes on; only a
+                # far larger one is cut off by the websocket layer itself (close code 1009).
+                max_message_size=4 * self.settings.max_frame_bytes,
+                message_queue_size=16,
+                task_status=task_status,
+            )
+
+    async def handle(self, message: GetGatewayStatistics | GatewayShutdown) -> Any:
+        if isinstance(message, GetGatewayStatistics):
+            return self.statistics()
+        return await self._shutdown(message.reason)
+
+    def statistics(self) -> GatewayStatistics:
+        return GatewayStatistics(
+            host=self.settings.host,
+            port=self.port,
+            accepting=self.accepting,
+            connections=len(self.connections),
+            subscriptions=sum(c.subscriptions for c in self.connections),
+            requests=self.requests,
+            frames_out=self.frames_out,
+            rejected_frames=self.rejected_frames,
+            auth_failures=self.auth_failures,
+            refused_connections=self.refused_connections,
+            gaps=self.gaps,
+        )
+
+    async def _shutdown(self, reason: str) -> int:
+        self._listener.cancel()
+        self.accepting = False
+        connections = list(self.connections)
+        async with trio.open_nursery() as nursery:
+            for connection in connections:
+                nursery.start_soon(connection.close, CLOSE_GOING_AWAY, reason)
+        return len(connections)
+
+    async def _serve(self, request: WebSocketRequest) -> None:
+        header_token = _bearer(request)
+        if not self.accepting:
+            return
+        ws = await request.accept()
+        if len(self.connections) >= self.settings.max_connections:
+            self.refused_connections += 1
+            log.warning("refused %s: %d connections already", ws.remote, len(self.connections))
+            error = Error(
+                id=None,
+                code="too_many_connections",
+                message=f"the node serves at most {self.settings.max_connections} connections",
+            )
+            with trio.move_on_after(2.0):
+                await ws.send_message(frame_text(error))
+                await ws.aclose(CLOSE_TRY_AGAIN_LATER, "too many connections")
+            return
+        connection = Connection(self, ws, header_token)
+        self.connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self.connections.discard(connection)
+            log.debug("connection from %s closed", connection.remote)
+
+    def note_authenticated(self, connection: Connection, client: str | None) -> None:
+        log.info("client %s connected from %s", client or "?", connection.remote)
+
+
+def _bearer(request: WebSocketRequest) -> str | None:
+    for name, value in request.headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else ""
+    return None
+
+
+def _host_text(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

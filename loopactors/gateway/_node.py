@@ -1,0 +1,144 @@
+"""The standalone node: the runtime plus a Gateway, run until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import secrets
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from ..actors import ChildSpec, NamedRef
+from ..loops._events import LoopFinished, LoopRecovered, LoopStarted
+from ..messages import GatewayShutdown, GetGatewayStatistics
+from ..runtime import Gap, Runtime, RuntimeConfig, open_runtime
+from ._auth import check_listen, load_token
+from ._gateway import Gateway, GatewayStatistics
+from ._settings import GatewaySettings
+
+__all__ = ["GatewayHandle", "open_gateway", "serve_node"]
+
+log = logging.getLogger("loopactors.node")
+
+
+@attrs.frozen
+class GatewayHandle:
+    """A gateway running on a runtime: where it listens and how to steer it."""
+
+    ref: NamedRef[Any]
+    host: str
+    port: int
+    node_id: str
+    token_path: Path
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"ws://{host}:{self.port}"
+
+    async def statistics(self) -> GatewayStatistics:
+        stats: GatewayStatistics = await self.ref.call(GetGatewayStatistics(), timeout=10.0)
+        return stats
+
+    async def shutdown(self, reason: str = "the node is shutting down") -> int:
+        """Stop accepting, tell every client ``reason`` and close it; how many were closed."""
+        closed: int = await self.ref.call(GatewayShutdown(reason), timeout=30.0)
+        return closed
+
+
+@asynccontextmanager
+async def open_gateway(
+    runtime: Runtime, settings: GatewaySettings | None = None
+) -> AsyncIterator[GatewayHandle]:
+    """Serve ``runtime`` over websockets for the duration of the block.
+
+    The token is the one in ``settings.token_file``, else ``<state_dir>/node.token``
+    (created with mode 0600 at first start). A non-loopback ``host`` needs an explicit
+    ``token_file``.
+    """
+    settings = settings or GatewaySettings()
+    check_listen(settings.host, explicit_token_file=settings.token_file is not None)
+    token, token_path = load_token(Path(runtime.config.state_dir), settings.token_file)
+    node_id = secrets.token_hex(6)  # new at each start: a client can tell a restart
+    factory = functools.partial(Gateway, runtime, settings, token, node_id)
+    await runtime.node.start_child(ChildSpec("gateway", factory, name="gateway"))
+    ref = runtime.node.ref("gateway")
+    stats: GatewayStatistics = await ref.call(GetGatewayStatistics(), timeout=10.0)
+    handle = GatewayHandle(ref, settings.host, stats.port, node_id, token_path)
+    try:
+        yield handle
+    finally:
+        with trio.CancelScope(shield=True):
+            try:
+                await handle.shutdown()
+            except Exception:  # already gone: nothing left to tell
+                log.debug("gateway was not running at shutdown")
+            await runtime.node.terminate_child("gateway")
+
+
+async def serve_node(
+    config: RuntimeConfig,
+    settings: GatewaySettings,
+    *,
+    task_status: trio.TaskStatus[GatewayHandle] = trio.TASK_STATUS_IGNORED,
+) -> int:
+    """Run a node until SIGTERM or SIGINT, then shut down gracefully (loops persist)."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with open_runtime(config) as runtime, open_gateway(runtime, settings) as gateway:
+            log.info(
+                "node %s serving %s (state %s, token in %s, worker %s)",
+                gateway.node_id,
+                gateway.url,
+                config.state_dir,
+                gateway.token_path,
+                config.worker,
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_log_loops, runtime)
+                task_status.started(gateway)
+                async for signum in signals:
+                    log.info(
+                        "%s: shutting down (loops stay resumable)", signal.Signals(signum).name
+                    )
+                    break
+                closed = await gateway.shutdown()
+                log.info("told %d client(s) the node is going away", closed)
+                nursery.cancel_scope.cancel()
+    log.info("node stopped")
+    return 0
+
+
+async def _log_loops(runtime: Runtime) -> None:
+    """One log line per start and end of a loop."""
+    with runtime.subscribe() as events:
+        async for event in events:
+            if isinstance(event, LoopStarted):
+                log.info(
+                    "loop %s started: %d rounds, %s mode, worker %s",
+                    event.loop_id,
+                    event.rounds,
+                    event.mode,
+                    event.worker,
+                )
+            elif isinstance(event, LoopRecovered):
+                log.info(
+                    "loop %s recovered in %s at round %d", event.loop_id, event.phase, event.round
+                )
+            elif isinstance(event, LoopFinished):
+                why = f" ({event.trigger or event.reason})" if event.reason else ""
+                log.info(
+                    "loop %s %s after %d/%d rounds%s",
+                    event.loop_id,
+                    event.phase,
+                    event.completed_rounds,
+                    event.rounds,
+                    why,
+                )
+            elif isinstance(event, Gap):
+                log.warning("the log missed %d loop events (too many at once)", event.missed)

@@ -1,0 +1,314 @@
+"""The node's websocket protocol: every frame as a tagged msgspec Struct. Pure, no trio.
+
+A client sends requests; each carries an ``id`` (an int or a string the client picks) and gets
+exactly one reply with the same id: :class:`Ok` with data, or :class:`Error` with a stable
+``code``. The first request on a connection must be :class:`Hello`. Events of subscribed
+loops are pushed as :class:`EventFrame` (and :class:`GapFrame` when the client fell behind).
+``docs/protocol.md`` describes a session; ``docs/protocol.schema.json`` is :func:`json_schema`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import msgspec
+
+from ..loops._events import AnyEvent
+from ..loops._model import LoopSpec, LoopState, RoundRecord
+
+__all__ = [
+    "CAPABILITIES",
+    "PROTOCOL_VERSION",
+    "REPLY_DATA",
+    "ClientFrame",
+    "Closing",
+    "Error",
+    "ErrorCode",
+    "EventFrame",
+    "GapFrame",
+    "Hello",
+    "History",
+    "Limits",
+    "LoopStatus",
+    "NodeInfo",
+    "Ok",
+    "Output",
+    "Pause",
+    "Ping",
+    "Pong",
+    "Resume",
+    "Rounds",
+    "ServerFrame",
+    "Start",
+    "Status",
+    "Stop",
+    "Subscribe",
+    "Subscribed",
+    "Unsubscribe",
+    "Unsubscribed",
+    "json_schema",
+]
+
+#: Bumped on any change a client written for the previous version could misread.
+PROTOCOL_VERSION: Final = 1
+
+#: What this node's protocol offers; a client may check before relying on one.
+CAPABILITIES: Final = (
+    "start",
+    "stop",
+    "pause",
+    "resume",
+    "status",
+    "history",
+    "output",
+    "subscribe",
+    "ping",
+)
+
+RequestId = int | str
+
+#: Stable error codes (``docs/protocol.md`` says when each is sent).
+ErrorCode = Literal[
+    "bad_json",
+    "bad_frame",
+    "unknown_type",
+    "invalid_request",
+    "frame_too_large",
+    "hello_required",
+    "unsupported_protocol",
+    "unauthorized",
+    "not_found",
+    "rejected",
+    "too_many_connections",
+    "too_many_subscriptions",
+    "too_many_requests",
+    "rate_limited",
+    "shutting_down",
+    "unavailable",
+    "internal",
+]
+
+
+class _Request(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True
+):
+    id: RequestId
+
+
+# -- requests (client -> node) ----------------------------------------------------------------
+
+
+class Hello(_Request, frozen=True, kw_only=True, tag="hello"):
+    """First frame: the protocol version the client speaks, and the token unless it was sent
+    as an ``Authorization: Bearer`` header."""
+
+    protocol: int
+    token: str | None = None
+    client: str | None = None
+
+
+class Ping(_Request, frozen=True, kw_only=True, tag="ping"):
+    pass
+
+
+class Start(_Request, frozen=True, kw_only=True, tag="start"):
+    """Start a loop from ``|loop...|`` text or a structured ``spec`` (exactly one).
+
+    ``worker`` overrides the node's default worker; ``options`` are further LoopSpec fields
+    (``round_timeout``, ``max_tokens``, ``stagnation_threshold``, ...). A ``loop_id`` chosen
+    by the client makes a retried start safe: the second one finds the first's loop.
+    """
+
+    text: str | None = None
+    spec: LoopSpec | None = None
+    worker: str | None = None
+    loop_id: str | None = None
+    options: dict[str, Any] = {}
+
+
+class Stop(_Request, frozen=True, kw_only=True, tag="stop"):
+    """Stop now (the round in flight is cancelled), or after the round in flight."""
+
+    loop_id: str
+    after_round: bool = False
+
+
+class Pause(_Request, frozen=True, kw_only=True, tag="pause"):
+    loop_id: str
+
+
+class Resume(_Request, frozen=True, kw_only=True, tag="resume"):
+    loop_id: str
+
+
+class Status(_Request, frozen=True, kw_only=True, tag="status"):
+    """One loop (``loop_id``), or the loops in the store, newest first."""
+
+    loop_id: str | None = None
+    live_only: bool = False
+    limit: int | None = None
+
+
+class History(_Request, frozen=True, kw_only=True, tag="history"):
+    """A loop's rounds; each output cut to its first ``output_head`` characters."""
+
+    loop_id: str
+    output_head: int = 200
+
+
+class Output(_Request, frozen=True, kw_only=True, tag="output"):
+    """One round's record with its whole output."""
+
+    loop_id: str
+    round: int
+
+
+class Subscribe(_Request, frozen=True, kw_only=True, tag="subscribe"):
+    """Events of one loop, or of every loop when ``loop_id`` is null."""
+
+    loop_id: str | None = None
+
+
+class Unsubscribe(_Request, frozen=True, kw_only=True, tag="unsubscribe"):
+    subscription: str
+
+
+ClientFrame = (
+    Hello
+    | Ping
+    | Start
+    | Stop
+    | Pause
+    | Resume
+    | Status
+    | History
+    | Output
+    | Subscribe
+    | Unsubscribe
+)
+
+
+# -- reply data -----------------------------------------------------------------------------
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    max_frame_bytes: int
+    max_subscriptions: int
+    max_requests_per_second: float
+    max_inflight_requests: int
+    subscriber_queue: int
+    slow_subscriber: Literal["gap", "disconnect"]
+
+
+class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The reply to :class:`Hello`."""
+
+    protocol: int
+    node_id: str
+    version: str
+    capabilities: list[str]
+    default_worker: str
+    limits: Limits
+
+
+class Pong(msgspec.Struct, frozen=True, kw_only=True):
+    #: The node's wall clock (seconds since the epoch).
+    time: float
+
+
+class LoopStatus(msgspec.Struct, frozen=True, kw_only=True):
+    loops: list[LoopState]
+
+
+class Rounds(msgspec.Struct, frozen=True, kw_only=True):
+    loop: LoopState
+    rounds: list[RoundRecord]
+
+
+class Subscribed(msgspec.Struct, frozen=True, kw_only=True):
+    subscription: str
+    loop_id: str | None
+
+
+class Unsubscribed(msgspec.Struct, frozen=True, kw_only=True):
+    subscription: str
+    #: Events sent on it, and events it missed because the client fell behind.
+    delivered: int
+    missed: int
+
+
+#: The data type of the :class:`Ok` reply to each request type.
+REPLY_DATA: Final[dict[str, type[msgspec.Struct]]] = {
+    "hello": NodeInfo,
+    "ping": Pong,
+    "start": LoopState,
+    "stop": LoopState,
+    "pause": LoopState,
+    "resume": LoopState,
+    "status": LoopStatus,
+    "history": Rounds,
+    "output": RoundRecord,
+    "subscribe": Subscribed,
+    "unsubscribe": Unsubscribed,
+}
+
+
+# -- frames (node -> client) ------------------------------------------------------------------
+
+
+class Ok(msgspec.Struct, frozen=True, kw_only=True, tag="ok", tag_field="type"):
+    id: RequestId
+    #: One of the types in :data:`REPLY_DATA`, by the request's type.
+    data: Any
+
+
+class Error(msgspec.Struct, frozen=True, kw_only=True, tag="error", tag_field="type"):
+    """A request that failed; ``id`` is null when the frame's id could not be read."""
+
+    id: RequestId | None
+    code: ErrorCode
+    message: str
+
+
+class EventFrame(msgspec.Struct, frozen=True, kw_only=True, tag="event", tag_field="type"):
+    subscription: str
+    event: AnyEvent
+
+
+class GapFrame(msgspec.Struct, frozen=True, kw_only=True, tag="gap", tag_field="type"):
+    """``missed`` events of this subscription were dropped because the client fell behind."""
+
+    subscription: str
+    missed: int
+
+
+class Closing(msgspec.Struct, frozen=True, kw_only=True, tag="closing", tag_field="type"):
+    """The node is about to close this connection (shutdown, too slow, ...)."""
+
+    reason: str
+
+
+ServerFrame = Ok | Error | EventFrame | GapFrame | Closing
+
+
+def json_schema() -> dict[str, Any]:
+    """The protocol as one JSON Schema document (what ``docs/protocol.schema.json`` holds)."""
+    data_types = sorted(set(REPLY_DATA.values()), key=lambda t: t.__name__)
+    (client, server, *_), components = msgspec.json.schema_components(
+        [ClientFrame, ServerFrame, *data_types], ref_template="#/$defs/{name}"
+    )
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"loopactors node protocol, version {PROTOCOL_VERSION}",
+        "description": (
+            "Frames are JSON text. A client sends client_frame; the node sends server_frame. "
+            "reply_data names the type of an ok frame's data for each request type."
+        ),
+        "protocol": PROTOCOL_VERSION,
+        "client_frame": client,
+        "server_frame": server,
+        "reply_data": {
+            kind: {"$ref": f"#/$defs/{t.__name__}"} for kind, t in sorted(REPLY_DATA.items())
+        },
+        "$defs": components,
+    }

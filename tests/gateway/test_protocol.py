@@ -1,0 +1,213 @@
+"""Round trips of every request over a real websocket, and the answers to bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from loopactors.client import RemoteError, connect
+from loopactors.gateway import GatewaySettings, json_schema
+from loopactors.loops import LoopFinished, LoopPaused, RoundFinished
+
+from .conftest import LiveNode, open_raw
+
+SCHEMA = Path(__file__).parents[2] / "docs" / "protocol.schema.json"
+
+
+def test_published_schema_is_current() -> None:
+    """docs/protocol.schema.json is generated from the code: regenerate it with
+    `python -m loopactors.gateway.schema > docs/protocol.schema.json` when this fails."""
+    assert json.loads(SCHEMA.read_text()) == json.loads(json.dumps(json_schema()))
+
+
+async def test_every_request_round_trips(live_node: LiveNode) -> None:
+    async with connect(live_node.url, token=live_node.token) as node:
+        assert node.info.capabilities
+        assert node.info.default_worker == "scripted"
+        assert await node.ping() > 0
+        state = await node.start(
+            "|loop:3,fresh| count", worker="scripted:latency=0.2", round_timeout=60
+        )
+        assert state.spec.round_timeout == 60
+        async with await node.subscribe(state.loop_id) as events:
+            paused = await node.pause(state.loop_id)
+            assert paused.pause_requested or paused.phase == "paused"
+            async for event in events:
+                if isinstance(event, LoopPaused):
+                    break
+            assert (await node.get(state.loop_id)).phase == "paused"
+            await node.resume(state.loop_id)
+            final = await node.stop(state.loop_id, after_round=True)
+            assert final.stop_requested == "after_round"
+            async for event in events:
+                if isinstance(event, LoopFinished):
+                    break
+        final = await node.get(state.loop_id)
+        assert final.phase == "cancelled"
+        history = await node.history(state.loop_id, output_head=3)
+        assert history.loop.loop_id == state.loop_id
+        assert all(len(r.output) <= 3 for r in history.rounds)
+        first = await node.output(state.loop_id, 1)
+        assert len(first.output) > 3
+        listed = await node.loops()
+        assert [s.loop_id for s in listed] == [state.loop_id]
+        assert await node.loops(live_only=True) == []
+
+
+async def test_structured_spec_and_breaker_options(live_node: LiveNode) -> None:
+    from loopactors.loops import LoopSpec
+
+    async with connect(live_node.url, token=live_node.token) as node:
+        spec = LoopSpec(task="structured", rounds=2, mode="fresh")
+        state = await node.start(spec, stagnation_threshold=5, max_tokens=1000)
+        assert state.spec.rounds == 2
+        assert state.spec.stagnation_threshold == 5
+        assert state.spec.max_tokens == 1000
+        assert (await node.wait(state.loop_id)).phase == "complete"
+
+
+async def test_stop_now_cancels_the_round_in_flight(live_node: LiveNode) -> None:
+    async with connect(live_node.url, token=live_node.token) as node:
+        state = await node.start("|loop:3| slow", worker="scripted:latency=30")
+        async with await node.subscribe(state.loop_id) as events:
+            with trio.fail_after(10):
+                while (await node.get(state.loop_id)).phase != "awaiting_worker":
+                    await trio.sleep(0.01)
+            stopped = await node.stop(state.loop_id)
+            assert stopped.phase == "cancelled"
+            seen = [e async for e in _until_finished(events)]
+        assert isinstance(seen[-1], LoopFinished)
+        assert seen[-1].phase == "cancelled"
+
+
+async def _until_finished(events):  # type: ignore[no-untyped-def]
+    async for event in events:
+        yield event
+        if isinstance(event, LoopFinished):
+            return
+
+
+async def test_errors_have_stable_codes(live_node: LiveNode) -> None:
+    async with connect(live_node.url, token=live_node.token) as node:
+        with pytest.raises(RemoteError) as info:
+            await node.get("nope")
+        assert info.value.code == "not_found"
+        with pytest.raises(RemoteError) as info:
+            await node.start("|loop:0| bad")
+        assert info.value.code == "rejected"
+        assert "below 1" in info.value.message
+        with pytest.raises(RemoteError) as info:
+            await node.start("|loop:2| x", worker="nosuch")
+        assert info.value.code == "rejected"
+        assert "accepted kinds" in info.value.message
+        with pytest.raises(RemoteError) as info:
+            await node.start("|loop:2| x", bogus=1)
+        assert info.value.code == "rejected"
+        with pytest.raises(RemoteError) as info:
+            await node.output("nope", 1)
+        assert info.value.code == "not_found"
+        state = await node.start("|loop:1| one")
+        await node.wait(state.loop_id)
+        with pytest.raises(RemoteError) as info:
+            await node.output(state.loop_id, 7)
+        assert info.value.code == "not_found"
+        assert "rounds 1..1" in info.value.message
+        with pytest.raises(RemoteError) as info:
+            await node.subscribe("nope")
+        assert info.value.code == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        ("{not json", "bad_json"),
+        ("[1, 2]", "invalid_request"),
+        ('{"type": "launch", "id": 5}', "unknown_type"),
+        ('{"id": 5}', "unknown_type"),
+        ('{"type": "stop", "id": 5}', "invalid_request"),
+        ('{"type": "stop", "id": 5, "loop_id": 42}', "invalid_request"),
+        ('{"type": "status", "id": 5, "extra": true}', "invalid_request"),
+        ('{"type": "status", "id": 5, "limit": 0}', "invalid_request"),
+        ('{"type": "history", "id": 5, "loop_id": "x", "output_head": -1}', "invalid_request"),
+        ('{"type": "start", "id": 5}', "invalid_request"),
+        ('{"type": "start", "id": 5, "text": "|loop| a", "spec": {"task": "b"}}', "invalid_request"),
+        ('{"type": "start", "id": 5, "spec": {"task": "b", "rounds": "3"}}', "invalid_request"),
+        ('{"type": "unsubscribe", "id": 5, "subscription": "s9"}', "not_found"),
+        ('{"type": "hello", "id": 5, "protocol": 1}', "invalid_request"),
+        (b"\x00binary", "bad_frame"),
+    ],
+)
+async def test_malformed_frames_get_an_error_and_the_connection_goes_on(
+    live_node: LiveNode, frame: str | bytes, code: str
+) -> None:
+    async with open_raw(live_node) as raw:
+        reply = await raw.ask(frame)
+        assert reply["type"] == "error"
+        assert reply["code"] == code, reply
+        assert reply["message"]
+        if code not in {"bad_json", "bad_frame"} and frame != "[1, 2]":
+            assert reply["id"] == 5
+        assert (await raw.ask({"type": "ping", "id": 6}))["type"] == "ok"
+
+
+@pytest.fixture
+def gateway_settings() -> GatewaySettings:
+    return GatewaySettings(
+        port=0,
+        max_frame_bytes=2_000,
+        max_subscriptions=2,
+        max_requests_per_second=50,
+        request_burst=20,
+    )
+
+
+async def test_oversized_frame_is_refused(live_node: LiveNode) -> None:
+    async with open_raw(live_node) as raw:
+        big = json.dumps({"type": "start", "id": 1, "text": "|loop| " + "x" * 3_000})
+        reply = await raw.ask(big)
+        assert reply["code"] == "frame_too_large"
+        assert "2000" in reply["message"]
+        assert (await raw.ask({"type": "ping", "id": 2}))["type"] == "ok"
+
+
+async def test_subscription_limit(live_node: LiveNode) -> None:
+    async with connect(live_node.url, token=live_node.token) as node:
+        await node.subscribe()
+        await node.subscribe()
+        with pytest.raises(RemoteError) as info:
+            await node.subscribe()
+        assert info.value.code == "too_many_subscriptions"
+
+
+async def test_request_rate_limit(live_node: LiveNode) -> None:
+    async with open_raw(live_node) as raw:
+        for i in range(60):
+            await raw.send({"type": "ping", "id": i})
+        replies = [await raw.receive() for _ in range(60)]
+    codes = [r.get("code") for r in replies if r["type"] == "error"]
+    assert codes and set(codes) == {"rate_limited"}
+    assert sum(r["type"] == "ok" for r in replies) >= 20  # the burst always passes
+    assert sorted(r["id"] for r in replies) == list(range(60))  # one reply per request
+
+
+async def test_wrong_types_in_reply_never_crash_the_node(live_node: LiveNode) -> None:
+    async with open_raw(live_node) as raw:
+        for frame in ['{"type": "ping", "id": [1]}', '{"type": "ping", "id": null}', "null", "1"]:
+            reply = await raw.ask(frame)
+            assert reply["type"] == "error"
+        assert (await raw.ask({"type": "ping", "id": 1}))["type"] == "ok"
+    stats = await live_node.gateway.statistics()
+    assert stats.rejected_frames >= 4
+
+
+async def test_events_arrive_in_order(live_node: LiveNode) -> None:
+    async with connect(live_node.url, token=live_node.token) as node:
+        async with await node.subscribe() as events:
+            state = await node.start("|loop:4,fresh| go")
+            seen = [e async for e in _until_finished(events)]
+    rounds = [e.round for e in seen if isinstance(e, RoundFinished)]
+    assert rounds == [1, 2, 3, 4]
+    assert all(e.loop_id == state.loop_id for e in seen)
