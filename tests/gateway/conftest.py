@@ -29,11 +29,7 @@ class LiveNode:
 
 
 def node_config(state_dir: Path, **changes: Any) -> RuntimeConfig:
-    return RuntimeConfig(store="memory", state_dir=state_dir, shutdown_grace=5.0).replace(
-        **changes
-    )
-
-
+    return RuntimeConfig(store="memory", state_dir=state_dir, shutdown_grace=5.0).replace(**changes)
 
 
 @pytest.fixture

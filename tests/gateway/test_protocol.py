@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ import trio
 
 from loopactors.client import RemoteError, connect
 from loopactors.gateway import GatewaySettings, json_schema
-from loopactors.loops import LoopFinished, LoopPaused, RoundFinished
+from loopactors.loops import AnyEvent, LoopFinished, LoopPaused, RoundFinished
+from loopactors.runtime import Gap
 
 from .conftest import LiveNode, open_raw
 
@@ -83,7 +85,9 @@ async def test_stop_now_cancels_the_round_in_flight(live_node: LiveNode) -> None
         assert seen[-1].phase == "cancelled"
 
 
-async def _until_finished(events):  # type: ignore[no-untyped-def]
+async def _until_finished(
+    events: AsyncIterator[AnyEvent | Gap],
+) -> AsyncIterator[AnyEvent | Gap]:
     async for event in events:
         yield event
         if isinstance(event, LoopFinished):
@@ -133,7 +137,10 @@ async def test_errors_have_stable_codes(live_node: LiveNode) -> None:
         ('{"type": "status", "id": 5, "limit": 0}', "invalid_request"),
         ('{"type": "history", "id": 5, "loop_id": "x", "output_head": -1}', "invalid_request"),
         ('{"type": "start", "id": 5}', "invalid_request"),
-        ('{"type": "start", "id": 5, "text": "|loop| a", "spec": {"task": "b"}}', "invalid_request"),
+        (
+            '{"type": "start", "id": 5, "text": "|loop| a", "spec": {"task": "b"}}',
+            "invalid_request",
+        ),
         ('{"type": "start", "id": 5, "spec": {"task": "b", "rounds": "3"}}', "invalid_request"),
         ('{"type": "unsubscribe", "id": 5, "subscription": "s9"}', "not_found"),
         ('{"type": "hello", "id": 5, "protocol": 1}', "invalid_request"),
@@ -188,7 +195,8 @@ async def test_request_rate_limit(live_node: LiveNode) -> None:
             await raw.send({"type": "ping", "id": i})
         replies = [await raw.receive() for _ in range(60)]
     codes = [r.get("code") for r in replies if r["type"] == "error"]
-    assert codes and set(codes) == {"rate_limited"}
+    assert codes
+    assert set(codes) == {"rate_limited"}
     assert sum(r["type"] == "ok" for r in replies) >= 20  # the burst always passes
     assert sorted(r["id"] for r in replies) == list(range(60))  # one reply per request
 
@@ -204,10 +212,12 @@ async def test_wrong_types_in_reply_never_crash_the_node(live_node: LiveNode) ->
 
 
 async def test_events_arrive_in_order(live_node: LiveNode) -> None:
-    async with connect(live_node.url, token=live_node.token) as node:
-        async with await node.subscribe() as events:
-            state = await node.start("|loop:4,fresh| go")
-            seen = [e async for e in _until_finished(events)]
+    async with (
+        connect(live_node.url, token=live_node.token) as node,
+        await node.subscribe() as events,
+    ):
+        state = await node.start("|loop:4,fresh| go")
+        seen = [e async for e in _until_finished(events)]
     rounds = [e.round for e in seen if isinstance(e, RoundFinished)]
     assert rounds == [1, 2, 3, 4]
     assert all(e.loop_id == state.loop_id for e in seen)
