@@ -7,7 +7,6 @@ Exit codes (also in the README): 0 complete (or success), 1 error, 2 escalated, 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,16 +15,16 @@ from typing import Any
 import msgspec
 import trio
 from rich.console import Console
-from rich.table import Table
 
-from . import __version__
+from . import __version__, _cli_remote
 from ._demo import run_demo
+from ._follow import PHASE_EXIT, follow
 from ._progress import JsonLines, Progress, final_table
-from .errors import LoopactorsError, LoopNotFound
+from ._repl import run_repl
+from .errors import ConfigError, LoopactorsError, LoopNotFound
 from .ledger import encode_json
-from .loops._events import LoopFinished
-from .loops._model import LoopState, Phase, RoundRecord
-from .runtime import Gap, LoopHandle, Runtime, RuntimeConfig, load_config, open_runtime
+from .loops._model import LoopState, RoundRecord
+from .runtime import LoopHandle, Runtime, RuntimeConfig, load_config, open_runtime
 from .runtime._coordinator import new_loop_id
 from .runtime._ledger import ledger_of
 from .storage import DB_FILENAME, open_backend
@@ -35,14 +34,6 @@ EXIT_ERROR = 1
 EXIT_USAGE = 64
 EXIT_ABORTED = 130
 
-#: The exit code of a loop's final phase; `resume` returns the most severe of its loops'.
-PHASE_EXIT: dict[Phase, int] = {
-    "complete": 0,
-    "escalated": 2,
-    "cancelled": 3,
-    "interrupted": 4,
-    "error": 1,
-}
 _SEVERITY = ["complete", "escalated", "cancelled", "interrupted", "error"]
 
 _json = msgspec.json.Encoder()
@@ -70,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--round-timeout", type=float, metavar="S")
     run.add_argument("--inter-round-delay", type=float, metavar="S")
     run.add_argument("--max-concurrent", type=int, metavar="N", help="rounds in flight at once")
+    _connect_options(run)
     breaker = run.add_argument_group("run-ledger breaker (loop-context's rules)")
     breaker.add_argument("--stagnation", type=int, metavar="N", help="same error N times (3)")
     breaker.add_argument("--frustration", type=int, metavar="N", help="same action N times (3)")
@@ -103,24 +95,42 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="show loops (or one loop) in a state directory")
     status.add_argument("loop_id", nargs="?")
     _state_options(status, allow_memory=False)
+    _connect_options(status)
 
     history = commands.add_parser("history", help="show the rounds of one loop")
     history.add_argument("loop_id")
     _state_options(history, allow_memory=False)
+    _connect_options(history)
+
+    _cli_remote.add_parsers(commands, _state_options, _connect_options)
 
     commands.add_parser("version", help="print the installed version")
     return parser
 
 
-def _state_options(parser: argparse.ArgumentParser, *, allow_memory: bool) -> None:
-    group = parser.add_mutually_exclusive_group()
+def _state_options(
+    parser: argparse.ArgumentParser, *, allow_memory: bool, with_state: bool = False
+) -> None:
+    """``--state``/``--store`` (exclusive, unless ``with_state``: a node or REPL on the memory
+    store still keeps its token and line history in the state directory) and ``--json``."""
+    group: Any = parser if with_state else parser.add_mutually_exclusive_group()
     group.add_argument("--state", type=Path, metavar="DIR", help="state directory (.loopactors)")
     if allow_memory:
         group.add_argument(
             "--store", choices=["memory", "sqlite"], help="memory: nothing is kept after exit"
         )
     parser.add_argument("--config", type=Path, metavar="FILE", help="a loopactors.toml file")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    if not with_state:
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _connect_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--connect", metavar="URL", help="act on a running node (ws://HOST:PORT) instead"
+    )
+    parser.add_argument(
+        "--token-file", type=Path, metavar="F", help="the node's token (or $LOOPACTORS_TOKEN)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -145,6 +155,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command == "demo":
         return trio.run(run_demo, args.fast)
+    if getattr(args, "connect", None) and args.command != "repl":
+        return _remote(args)
     if args.command == "run":
         return trio.run(_run, args)
     if args.command == "resume":
@@ -153,10 +165,44 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _status(args)
     if args.command == "history":
         return _history(args)
+    if args.command == "stop":
+        return _cli_remote.stop(args, _config(args))
+    if args.command == "node":
+        return _cli_remote.run_node(args, _config(args, worker=args.worker))
+    if args.command == "repl":
+        return run_repl(args, _config(args, worker=args.worker))
     if args.command == "ledger" and args.ledger_command == "export":
         return _export_ledger(args)
     parser.print_help(sys.stdout)
     return EXIT_OK
+
+
+def _remote(args: argparse.Namespace) -> int:
+    token = _cli_remote.read_token(args, _config(args).state_dir)
+    if args.command == "status":
+        return trio.run(_cli_remote.remote_status, args, token)
+    if args.command == "history":
+        return trio.run(_cli_remote.remote_history, args, token)
+    if args.command == "stop":
+        return trio.run(_cli_remote.remote_stop, args, token)
+    if args.command == "run":
+        options = {k: v for k, v in _loop_options(args).items() if v is not None}
+        for flag in ("round_timeout", "inter_round_delay"):
+            if getattr(args, flag) is not None:
+                options[flag] = getattr(args, flag)
+        return trio.run(_cli_remote.remote_run, args, token, options)
+    raise ConfigError(f"`loopactors {args.command}` does not take --connect")
+
+
+def _loop_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "stagnation_threshold": args.stagnation,
+        "frustration_threshold": args.frustration,
+        "max_consecutive_failures": args.no_progress,
+        "max_tokens": args.token_budget,
+        "similarity_threshold": args.similarity,
+        "inject_ledger": args.inject_ledger or None,
+    }
 
 
 def _config(args: argparse.Namespace, **flags: Any) -> RuntimeConfig:
@@ -175,16 +221,10 @@ async def _run(args: argparse.Namespace) -> int:
     async with open_runtime(config) as rt:
         loop_id = new_loop_id()
         display: JsonLines | Progress = JsonLines() if args.json else Progress()
-        breaker = {
-            "stagnation_threshold": args.stagnation,
-            "frustration_threshold": args.frustration,
-            "max_consecutive_failures": args.no_progress,
-            "max_tokens": args.token_budget,
-            "similarity_threshold": args.similarity,
-            "inject_ledger": args.inject_ledger or None,
-        }
         with rt.subscribe(loop_id) as events:  # before start: no event can be missed
-            handle = await rt.start(args.text, worker=args.worker, loop_id=loop_id, **breaker)
+            handle = await rt.start(
+                args.text, worker=args.worker, loop_id=loop_id, **_loop_options(args)
+            )
             final = await _follow(rt, [handle], events, display)
         return PHASE_EXIT[final[0].phase]
 
@@ -220,47 +260,10 @@ def _severity(code: int) -> int:
 async def _follow(
     rt: Runtime, handles: list[LoopHandle], events: Any, display: JsonLines | Progress
 ) -> list[LoopState]:
-    """Show events until every loop in ``handles`` finished; Ctrl-C stops them, a second
-    Ctrl-C leaves at once (what was committed stays committed and resumable)."""
-    pending = {h.loop_id for h in handles}
-    for handle in handles:
-        state = await handle.status()
-        if isinstance(display, Progress):
-            display.track(state)
-        if state.terminal:
-            pending.discard(handle.loop_id)
-    with trio.open_signal_receiver(signal.SIGINT) as sigint:
-        async with trio.open_nursery() as nursery:
+    async def stop(loop_id: str) -> None:
+        await rt.handle(loop_id).stop()
 
-            async def on_ctrl_c() -> None:
-                presses = 0
-                async for _ in sigint:
-                    presses += 1
-                    if presses > 1:
-                        raise KeyboardInterrupt
-                    display.note("stopping (press Ctrl-C again to leave at once)")
-                    for handle in handles:
-                        await handle.stop()
-
-            nursery.start_soon(on_ctrl_c)
-            if isinstance(display, Progress):
-                display.__enter__()
-            try:
-                while pending:
-                    event = await events.receive()
-                    display.show(event)
-                    if isinstance(event, LoopFinished):
-                        pending.discard(event.loop_id)
-                    elif isinstance(event, Gap):  # the finish may be among the missed events
-                        pending = {h for h in pending if not (await rt.get(h)).terminal}
-            finally:
-                if isinstance(display, Progress):
-                    display.__exit__(None, None, None)
-            nursery.cancel_scope.cancel()
-    final = [await h.status() for h in handles]
-    if isinstance(display, Progress):
-        display.console.print(final_table(final))
-    return final
+    return await follow([h.loop_id for h in handles], events, display, get=rt.get, stop=stop)
 
 
 def _read_store(args: argparse.Namespace) -> Any:
@@ -313,18 +316,7 @@ def _stored_loop(args: argparse.Namespace) -> tuple[LoopState, list[RoundRecord]
 
 def _history(args: argparse.Namespace) -> int:
     state, rounds = _stored_loop(args)
-    if args.json:
-        print(_json.encode({"loop": state, "rounds": rounds}).decode())
-        return EXIT_OK
-    table = Table(title=f"{state.loop_id}: {state.phase}, {state.completed_rounds} completed")
-    for column in ("round", "status", "duration", "output"):
-        table.add_column(column)
-    for record in rounds:
-        duration = "?" if record.duration is None else f"{record.duration:.2f}s"
-        head = " ".join((record.output or record.error or "").split())[:60]
-        table.add_row(str(record.round), record.status, duration, head)
-    Console().print(table)
-    return EXIT_OK
+    return _cli_remote.print_history(args, state, rounds)
 
 
 def _export_ledger(args: argparse.Namespace) -> int:

@@ -1,0 +1,227 @@
+"""The command line's node side: `loopactors node`, `stop`, and `--connect` for the others."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+from rich.console import Console
+from rich.table import Table
+
+from ._follow import PHASE_EXIT, follow
+from ._progress import JsonLines, Progress, final_table
+from .client import NodeClient, connect
+from .errors import ConfigError, LoopNotFound, StoreError
+from .gateway import GatewaySettings, serve_node
+from .gateway._auth import TOKEN_FILENAME, parse_listen
+from .loops._events import LoopFinished, RoundSummary
+from .loops._model import LoopState, RoundRecord
+from .runtime import RuntimeConfig
+from .runtime._lock import lock_state_dir
+from .storage import DB_FILENAME, Write, open_backend
+
+__all__ = [
+    "print_history",
+    "read_token",
+    "remote_history",
+    "remote_run",
+    "remote_status",
+    "remote_stop",
+    "run_node",
+    "stop",
+]
+
+_json = msgspec.json.Encoder()
+
+
+def read_token(args: argparse.Namespace, state_dir: Path) -> str:
+    """``--token-file``, else ``$LOOPACTORS_TOKEN``, else the state directory's node token."""
+    token_file: Path | None = args.token_file
+    if token_file is not None:
+        try:
+            return token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read --token-file {args.token_file}: {exc.strerror}"
+            ) from None
+    token = os.environ.get("LOOPACTORS_TOKEN")
+    if token:
+        return token
+    local = state_dir / TOKEN_FILENAME
+    if local.exists():
+        return local.read_text(encoding="utf-8").strip()
+    raise ConfigError(
+        f"no token to connect with: pass --token-file FILE, set LOOPACTORS_TOKEN, or run where "
+        f"the node's state directory ({local}) is readable"
+    )
+
+
+def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None:
+    """The parsers of `stop`, `node` and `repl` (the commands that can reach a node)."""
+    stop = commands.add_parser("stop", help="stop a loop (on a node with --connect)")
+    stop.add_argument("loop_id")
+    stop.add_argument(
+        "--after-round", action="store_true", help="let the round in flight finish first"
+    )
+    state_options(stop, allow_memory=False)
+    connect_options(stop)
+
+    node = commands.add_parser("node", help="serve the runtime over a websocket API")
+    node.add_argument(
+        "--listen", default="127.0.0.1:8765", metavar="HOST:PORT", help="(127.0.0.1:8765)"
+    )
+    node.add_argument("--token-file", type=Path, metavar="F", help="the token clients must send")
+    node.add_argument("--worker", help="default worker of new loops (scripted)")
+    node.add_argument(
+        "--slow-subscriber",
+        choices=["gap", "disconnect"],
+        default="gap",
+        help="a client behind on its events is told what it missed (gap) or disconnected",
+    )
+    state_options(node, allow_memory=True, with_state=True)
+
+    repl = commands.add_parser("repl", help="steer loops interactively (embedded or --connect)")
+    repl.add_argument("--worker", help="default worker of new loops")
+    state_options(repl, allow_memory=True, with_state=True)
+    connect_options(repl)
+
+
+def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    host, port = parse_listen(args.listen)
+    settings = GatewaySettings(
+        host=host, port=port, token_file=args.token_file, slow_subscriber=args.slow_subscriber
+    )
+    return trio.run(serve_node, config, settings)
+
+
+async def remote_status(args: argparse.Namespace, token: str) -> int:
+    async with connect(args.connect, token=token, client_name="loopactors status") as node:
+        states = [await node.get(args.loop_id)] if args.loop_id else await node.loops()
+    return _print_states(args, states)
+
+
+async def remote_history(args: argparse.Namespace, token: str) -> int:
+    async with connect(args.connect, token=token, client_name="loopactors history") as node:
+        rounds = await node.history(args.loop_id, output_head=60)
+    return print_history(args, rounds.loop, rounds.rounds)
+
+
+async def remote_stop(args: argparse.Namespace, token: str) -> int:
+    async with connect(args.connect, token=token, client_name="loopactors stop") as node:
+        state = await node.stop(args.loop_id, after_round=args.after_round)
+    return _report_stop(args, state)
+
+
+async def remote_run(args: argparse.Namespace, token: str, options: dict[str, Any]) -> int:
+    """Start a loop on a node and follow it here; Ctrl-C stops it on the node."""
+    display: JsonLines | Progress = JsonLines() if args.json else Progress()
+    async with (
+        connect(args.connect, token=token, client_name="loopactors run") as node,
+        await node.subscribe() as events,
+    ):
+        state = await node.start(args.text, worker=args.worker, **options)
+        final = await follow([state.loop_id], events, display, get=node.get, stop=_stopper(node))
+    return PHASE_EXIT[final[0].phase]
+
+
+def _stopper(node: NodeClient) -> Any:
+    async def stop(loop_id: str) -> None:
+        await node.stop(loop_id)
+
+    return stop
+
+
+def stop(args: argparse.Namespace, config: RuntimeConfig) -> int:
+    """Stop a loop in a state directory no runtime is running (the loop ends cancelled)."""
+    state_dir = Path(config.state_dir)
+    if not (state_dir / DB_FILENAME).exists():
+        raise LoopNotFound(f"no loop {args.loop_id!r} in {state_dir} (no store there)")
+    try:
+        lock = lock_state_dir(state_dir)
+        lock.__enter__()
+    except StoreError as exc:
+        raise StoreError(f"{exc}; to stop a loop of a running node use --connect URL") from None
+    try:
+        backend = open_backend("sqlite", state_dir)
+        try:
+            state = backend.get_loop(args.loop_id)
+            if state is None:
+                raise LoopNotFound(f"no loop {args.loop_id!r} in {state_dir}")
+            if not state.terminal:
+                state = _cancel(backend, state)
+        finally:
+            backend.close()
+    finally:
+        lock.__exit__(None, None, None)
+    return _report_stop(args, state)
+
+
+def _cancel(backend: Any, state: LoopState) -> LoopState:
+    rounds: list[RoundRecord] = backend.rounds(state.loop_id)
+    reason = "stopped while no runtime was running it"
+    final = state.moved("cancelled", stop_requested="now", reason=reason)
+    event = LoopFinished(
+        loop_id=state.loop_id,
+        at=time.time(),
+        phase="cancelled",
+        rounds=state.spec.rounds,
+        completed_rounds=state.completed_rounds,
+        summary=tuple(
+            RoundSummary(round=r.round, status=r.status, duration=r.duration) for r in rounds
+        ),
+        reason=reason,
+    )
+    backend.commit([Write(state=final, events=(event,))])
+    return final
+
+
+def _report_stop(args: argparse.Namespace, state: LoopState) -> int:
+    if args.json:
+        print(_json.encode(state).decode())
+    elif state.phase == "cancelled":
+        print(f"{state.loop_id}: cancelled after {state.completed_rounds} completed round(s)")
+    elif state.stop_requested == "after_round":
+        print(f"{state.loop_id}: stops after the round in flight (round {state.round})")
+    else:
+        print(f"{state.loop_id}: already {state.phase}")
+    return 0
+
+
+def _print_states(args: argparse.Namespace, states: list[LoopState]) -> int:
+    if args.json:
+        payload: Any = states[0] if args.loop_id is not None else states
+        print(_json.encode(payload).decode())
+        return 0
+    console = Console()
+    if not states:
+        console.print("no loops")
+        return 0
+    console.print(final_table(states))
+    return 0
+
+
+def print_history(args: argparse.Namespace, state: LoopState, rounds: list[RoundRecord]) -> int:
+    if args.json:
+        print(_json.encode({"loop": state, "rounds": rounds}).decode())
+        return 0
+    table = Table(title=f"{state.loop_id}: {state.phase}, {state.completed_rounds} completed")
+    for column in ("round", "status", "duration", "output"):
+        table.add_column(column)
+    for record in rounds:
+        duration = "?" if record.duration is None else f"{record.duration:.2f}s"
+        head = " ".join((record.output or record.error or "").split())[:60]
+        table.add_row(str(record.round), record.status, duration, head)
+    Console().print(table)
+    return 0

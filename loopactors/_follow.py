@@ -1,0 +1,83 @@
+"""Following loops on a display until they end: shared by `run`, `resume` and `run --connect`."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from ._progress import JsonLines, Progress, final_table
+from .loops._events import LoopFinished
+from .loops._model import LoopState, Phase
+from .runtime import Gap
+
+__all__ = ["PHASE_EXIT", "follow"]
+
+#: The exit code of a loop's final phase; `resume` returns the most severe of its loops'.
+PHASE_EXIT: dict[Phase, int] = {
+    "complete": 0,
+    "escalated": 2,
+    "cancelled": 3,
+    "interrupted": 4,
+    "error": 1,
+}
+
+
+async def follow(
+    loop_ids: list[str],
+    events: Any,
+    display: JsonLines | Progress,
+    *,
+    get: Callable[[str], Awaitable[LoopState]],
+    stop: Callable[[str], Awaitable[None]],
+) -> list[LoopState]:
+    """Show events until every loop in ``loop_ids`` finished; Ctrl-C stops them, a second
+    Ctrl-C leaves at once (what was committed stays committed and resumable).
+
+    ``get`` and ``stop`` act on a loop: of an embedded runtime, or of a node over the wire.
+    """
+    pending = set(loop_ids)
+    for loop_id in loop_ids:
+        state = await get(loop_id)
+        if isinstance(display, Progress):
+            display.track(state)
+        if state.terminal:
+            pending.discard(loop_id)
+    with trio.open_signal_receiver(signal.SIGINT) as sigint:
+        async with trio.open_nursery() as nursery:
+
+            async def on_ctrl_c() -> None:
+                presses = 0
+                async for _ in sigint:
+                    presses += 1
+                    if presses > 1:
+                        raise KeyboardInterrupt
+                    display.note("stopping (press Ctrl-C again to leave at once)")
+                    for loop_id in loop_ids:
+                        await stop(loop_id)
+
+            nursery.start_soon(on_ctrl_c)
+            if isinstance(display, Progress):
+                display.__enter__()
+            try:
+                while pending:
+                    event = await events.__anext__()
+                    if getattr(event, "loop_id", None) not in loop_ids and not isinstance(
+                        event, Gap
+                    ):
+                        continue  # another loop's event (a subscription to all loops)
+                    display.show(event)
+                    if isinstance(event, LoopFinished):
+                        pending.discard(event.loop_id)
+                    elif isinstance(event, Gap):  # the finish may be among the missed events
+                        pending = {i for i in pending if not (await get(i)).terminal}
+            finally:
+                if isinstance(display, Progress):
+                    display.__exit__(None, None, None)
+            nursery.cancel_scope.cancel()
+    final = [await get(loop_id) for loop_id in loop_ids]
+    if isinstance(display, Progress):
+        display.console.print(final_table(final))
+    return final

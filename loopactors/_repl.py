@@ -1,0 +1,345 @@
+"""`loopactors repl`: steer loops by typing, on an embedded node or a remote one.
+
+The line editor (prompt_toolkit) runs in a worker thread, so trio keeps running loops and
+printing their progress while the user types; ``patch_stdout`` puts those lines above the
+prompt without garbling the line being edited. Everything that acts on loops runs in trio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Protocol
+
+import trio
+from prompt_toolkit import PromptSession
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+from prompt_toolkit.document import Document
+from prompt_toolkit.history import FileHistory
+from prompt_toolkit.patch_stdout import patch_stdout
+
+from ._cli_remote import read_token
+from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
+from .client import NodeClient, connect
+from .errors import LoopactorsError
+from .loops._events import AnyEvent, LoopFinished, LoopStarted
+from .loops._model import LoopState, RoundRecord
+from .runtime import Gap, Runtime, RuntimeConfig, open_runtime
+from .workers import parse_worker
+
+__all__ = ["run_repl"]
+
+HISTORY_FILE = "repl_history"
+
+
+class Target(Protocol):
+    """What the REPL needs of a node: an embedded runtime or a connection to one."""
+
+    where: str
+    keeps_running: bool
+
+    async def start(self, text: str, worker: str | None) -> LoopState: ...
+    async def stop(self, loop_id: str) -> LoopState: ...
+    async def pause(self, loop_id: str) -> LoopState: ...
+    async def resume(self, loop_id: str) -> LoopState: ...
+    async def get(self, loop_id: str) -> LoopState: ...
+    async def loops(self, *, live_only: bool = False) -> list[LoopState]: ...
+    async def history(self, loop_id: str) -> list[RoundRecord]: ...
+    def events(self) -> AsyncIterator[AnyEvent | Gap]: ...
+
+
+class _Embedded:
+    keeps_running = False
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.where = f"embedded node ({runtime.config.store} store in {runtime.config.state_dir})"
+
+    async def start(self, text: str, worker: str | None) -> LoopState:
+        return await (await self.rt.start(text, worker=worker)).status()
+
+    async def stop(self, loop_id: str) -> LoopState:
+        return await self.rt.handle(loop_id).stop()
+
+    async def pause(self, loop_id: str) -> LoopState:
+        return await self.rt.handle(loop_id).pause()
+
+    async def resume(self, loop_id: str) -> LoopState:
+        return await self.rt.handle(loop_id).resume()
+
+    async def get(self, loop_id: str) -> LoopState:
+        return await self.rt.get(loop_id)
+
+    async def loops(self, *, live_only: bool = False) -> list[LoopState]:
+        return await self.rt.loops(live_only=live_only, limit=100)
+
+    async def history(self, loop_id: str) -> list[RoundRecord]:
+        return await self.rt.history(loop_id)
+
+    async def events(self) -> AsyncIterator[AnyEvent | Gap]:
+        with self.rt.subscribe() as sub:
+            async for event in sub:
+                yield event
+
+
+class _Remote:
+    keeps_running = True
+
+    def __init__(self, node: NodeClient) -> None:
+        self.node = node
+        self.where = f"node {node.info.node_id} at {node.url}"
+
+    async def start(self, text: str, worker: str | None) -> LoopState:
+        return await self.node.start(text, worker=worker)
+
+    async def stop(self, loop_id: str) -> LoopState:
+        return await self.node.stop(loop_id)
+
+    async def pause(self, loop_id: str) -> LoopState:
+        return await self.node.pause(loop_id)
+
+    async def resume(self, loop_id: str) -> LoopState:
+        return await self.node.resume(loop_id)
+
+    async def get(self, loop_id: str) -> LoopState:
+        return await self.node.get(loop_id)
+
+    async def loops(self, *, live_only: bool = False) -> list[LoopState]:
+        return await self.node.loops(live_only=live_only)
+
+    async def history(self, loop_id: str) -> list[RoundRecord]:
+        return (await self.node.history(loop_id, output_head=60)).rounds
+
+    async def events(self) -> AsyncIterator[AnyEvent | Gap]:
+        async with await self.node.subscribe() as sub:
+            async for event in sub:
+                yield event
+
+
+class _LoopIds(Completer):
+    """Completes commands, and loop ids after the commands that take one."""
+
+    def __init__(self) -> None:
+        self.ids: tuple[str, ...] = ()  # replaced whole from trio, read from the editor thread
+
+    def get_completions(
+        self, document: Document, complete_event: CompleteEvent
+    ) -> Iterable[Completion]:
+        text = document.text_before_cursor
+        words = text.split(" ")
+        if len(words) == 1:
+            for name in [*COMMANDS, *WORDS]:
+                if name.startswith(words[0]):
+                    yield Completion(name, start_position=-len(words[0]))
+        elif len(words) == 2 and words[0] in COMMANDS and "ID" in COMMANDS[words[0]][0]:
+            for loop_id in self.ids:
+                if loop_id.startswith(words[1]):
+                    yield Completion(loop_id, start_position=-len(words[1]))
+
+
+class Repl:
+    def __init__(self, target: Target, worker: str | None, default_worker: str) -> None:
+        self.target = target
+        self.worker = worker  # None: the node's default
+        self.default_worker = default_worker
+        self.current: str | None = None
+        self.completer = _LoopIds()
+        self._said_scripted = False
+        self.quit = False
+
+    def say(self, text: str) -> None:
+        print(text, flush=True)
+
+    async def show_events(self) -> None:
+        async for event in self.target.events():
+            if isinstance(event, Gap):
+                self.say(f"[{event.missed} progress lines skipped: the display fell behind]")
+                continue
+            if isinstance(event, LoopStarted):
+                self._remember(event.loop_id)
+            self.say(f"{event.loop_id} {event.note()}")
+            if isinstance(event, LoopFinished) and event.loop_id == self.current:
+                self.say(f"(loop {event.loop_id} is {event.phase})")
+
+    def _remember(self, loop_id: str) -> None:
+        if loop_id not in self.completer.ids:
+            self.completer.ids = (*self.completer.ids[-199:], loop_id)
+
+    async def run_line(self, line: str) -> None:
+        try:
+            command = parse_line(line)
+            await self._run(command)
+        except LoopactorsError as exc:
+            self.say(f"error: {exc}")
+
+    async def _run(self, command: Command) -> None:
+        name, args = command.name, command.args
+        if name == "empty":
+            return
+        if name == "start":
+            await self._start(command.text)
+        elif name == "/help":
+            self.say(help_text())
+        elif name == "/quit":
+            self.quit = True
+        elif name == "/worker":
+            self._set_worker(args)
+        elif name == "/loops":
+            for state in await self.target.loops():
+                self._remember(state.loop_id)
+                self.say(_line(state))
+            self.say(f"({self.target.where})")
+        elif name == "/history":
+            for record in await self.target.history(args[0]):
+                head = " ".join((record.output or record.error or "").split())[:60]
+                self.say(f"  round {record.round}: {record.status} {head}")
+        elif name == "/output":
+            await self._output(args[0], int(args[1]))
+        elif name == "/status" and not args and self.current is None:
+            for state in await self.target.loops(live_only=True) or await self.target.loops():
+                self.say(_line(state))
+        else:
+            loop_id = args[0] if args else await self._which(name)
+            if loop_id is None:
+                return
+            action = {
+                "/stop-loop": self.target.stop,
+                "/pause": self.target.pause,
+                "/resume": self.target.resume,
+                "/status": self.target.get,
+            }[name]
+            self.say(_line(await action(loop_id)))
+
+    async def _start(self, text: str) -> None:
+        worker = self.worker
+        if worker is None and self.default_worker == "scripted" and not self._said_scripted:
+            self._said_scripted = True
+            self.say("(no worker configured: new loops use the scripted worker; /worker SPEC)")
+        state = await self.target.start(text, worker)
+        self.current = state.loop_id
+        self._remember(state.loop_id)
+        self.say(f"started {state.loop_id}: {state.spec.rounds} rounds, {state.spec.mode} mode")
+
+    def _set_worker(self, args: tuple[str, ...]) -> None:
+        if not args:
+            self.say(f"new loops use: {self.worker or self.default_worker}")
+            return
+        if not self.target.keeps_running:  # embedded: check now (remote: the node checks)
+            parse_worker(args[0])
+        self.worker = args[0]
+        self.say(f"new loops use: {self.worker}")
+
+    async def _output(self, loop_id: str, round_number: int) -> None:
+        for stored in await self.target.history(loop_id):
+            if stored.round == round_number:
+                record = stored
+                if isinstance(self.target, _Remote):  # its history holds output heads only
+                    record = await self.target.node.output(loop_id, round_number)
+                self.say(record.output or f"(no output; {record.status}: {record.error})")
+                return
+        self.say(f"error: loop {loop_id} has no round {round_number}")
+
+    async def _which(self, name: str) -> str | None:
+        """The loop a command without an id means: the current one, or the only live one."""
+        if self.current is not None and not (await self.target.get(self.current)).terminal:
+            return self.current
+        live = await self.target.loops(live_only=True)
+        if len(live) == 1:
+            return live[0].loop_id
+        if not live:
+            if self.current is not None and name == "/status":
+                return self.current
+            self.say("no loop is running")
+            return None
+        ids = ", ".join(s.loop_id for s in live)
+        self.say(f"several loops are running ({ids}); say which: {name} ID")
+        return None
+
+    async def live_count(self) -> int:
+        return len(await self.target.loops(live_only=True))
+
+
+def _line(state: LoopState) -> str:
+    text = (
+        f"{state.loop_id}  {state.phase:<15} round {state.completed_rounds}/{state.spec.rounds}"
+        f"  {state.spec.task[:40]}"
+    )
+    return text if state.reason is None else f"{text}  ({state.reason})"
+
+
+def run_repl(args: argparse.Namespace, config: RuntimeConfig) -> int:
+    return trio.run(_main, args, config)
+
+
+@asynccontextmanager
+async def _target(args: argparse.Namespace, config: RuntimeConfig) -> AsyncIterator[Target]:
+    if args.connect:
+        token = read_token(args, Path(config.state_dir))
+        async with connect(args.connect, token=token, client_name="loopactors repl") as node:
+            yield _Remote(node)
+    else:
+        async with open_runtime(config) as runtime:
+            yield _Embedded(runtime)
+
+
+async def _main(args: argparse.Namespace, config: RuntimeConfig) -> int:
+    state_dir = trio.Path(config.state_dir)
+    await state_dir.mkdir(parents=True, exist_ok=True)
+    session: PromptSession[str] = PromptSession(history=FileHistory(str(state_dir / HISTORY_FILE)))
+    # Between prompts Ctrl-C is a signal; the REPL keeps it from killing the session.
+    with trio.open_signal_receiver(signal.SIGINT) as _sigint:
+        async with _target(args, config) as target:
+            default = (
+                target.node.info.default_worker if isinstance(target, _Remote) else config.worker
+            )
+            repl = Repl(target, args.worker if args.connect else None, default)
+            repl.say(f"loopactors repl on {target.where}; /help for the commands")
+            with patch_stdout(raw=True):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(repl.show_events)
+                    await _read_lines(session, repl)
+                    nursery.cancel_scope.cancel()
+    return 0
+
+
+async def _read_lines(session: PromptSession[str], repl: Repl) -> None:
+    def prompt() -> str:
+        return session.prompt(
+            "loop> ", completer=repl.completer, complete_while_typing=False, handle_sigint=False
+        )
+
+    while not repl.quit:
+        try:
+            line = await trio.to_thread.run_sync(prompt, abandon_on_cancel=True)
+        except KeyboardInterrupt:  # Ctrl-C: drop the line being typed
+            continue
+        except EOFError:  # Ctrl-D
+            if await _confirm_quit(session, repl):
+                return
+            continue
+        await repl.run_line(line)
+
+
+async def _confirm_quit(session: PromptSession[str], repl: Repl) -> bool:
+    live = await repl.live_count()
+    if not live:
+        return True
+    if repl.target.keeps_running:
+        question = f"{live} loop(s) are live; they keep running in the node. Quit? [y/N] "
+    else:
+        question = (
+            f"{live} loop(s) are live; they stop with this embedded node (a SQLite state "
+            "directory keeps them for `loopactors resume`). Quit? [y/N] "
+        )
+
+    def ask() -> str:
+        return session.prompt(question, handle_sigint=False)
+
+    try:
+        answer = await trio.to_thread.run_sync(ask, abandon_on_cancel=True)
+    except (KeyboardInterrupt, EOFError):
+        return False
+    return answer.strip().lower() in {"y", "yes"}
