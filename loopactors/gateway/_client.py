@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -73,12 +73,14 @@ _encode = msgspec.json.Encoder().encode
 
 
 class _Pending:
-    __slots__ = ("done", "error", "raw")
+    __slots__ = ("done", "error", "on_ok", "raw")
 
-    def __init__(self) -> None:
+    def __init__(self, on_ok: Callable[[msgspec.Raw], None] | None) -> None:
         self.done = trio.Event()
         self.raw: msgspec.Raw | None = None
         self.error: Exception | None = None
+        #: Run by the reader as it reads the reply, before it reads the next frame.
+        self.on_ok = on_ok
 
 
 class RemoteSubscription:
@@ -88,19 +90,28 @@ class RemoteSubscription:
     :class:`~loopactors.runtime.Gap`, as the node does for a client that falls behind.
     """
 
-    def __init__(self, client: NodeClient, loop_id: str | None, queue_size: int) -> None:
+    def __init__(
+        self, client: NodeClient, loop_id: str | None, queue_size: int, *, replay: bool = False
+    ) -> None:
         self.client = client
         self.loop_id = loop_id
+        self.replay = replay
         self.subscription = ""
         self.queue_size = queue_size
         self._send, self._recv = trio.open_memory_channel[AnyEvent | Gap](queue_size + 1)
         self.missed = 0
         self.closed = False
+        # With replay, what was seen is skipped when a reconnect replays the loop again.
+        self._seen: set[AnyEvent] | None = set() if replay else None
 
     def _offer(self, item: AnyEvent | Gap) -> None:
         if isinstance(item, Gap):
             self.missed += item.missed
             return
+        if self._seen is not None:
+            if item in self._seen:
+                return
+            self._seen.add(item)
         if self._send.statistics().current_buffer_used >= self.queue_size:
             self.missed += 1
             return
@@ -231,16 +242,17 @@ class NodeClient:
         return await self._request(Output(id=0, loop_id=loop_id, round=round), RoundRecord)
 
     async def subscribe(
-        self, loop_id: str | None = None, *, queue_size: int = 1000
+        self, loop_id: str | None = None, *, replay: bool = False, queue_size: int = 1000
     ) -> RemoteSubscription:
-        """Events of one loop, or of every loop (``None``), from now on."""
-        sub = RemoteSubscription(self, loop_id, queue_size)
+        """Events of one loop, or of every loop (``None``), from now on; with ``replay`` (one
+        loop) its stored events first, so none is missed."""
+        sub = RemoteSubscription(self, loop_id, queue_size, replay=replay)
         await self._open(sub)
         return sub
 
     async def wait(self, loop_id: str) -> LoopState:
         """Wait until the loop is in a terminal phase; its final state."""
-        async with await self.subscribe(loop_id) as events:
+        async with await self.subscribe(loop_id, replay=True) as events:
             state = await self.get(loop_id)
             while not state.terminal:
                 event = await events.__anext__()
@@ -251,12 +263,22 @@ class NodeClient:
     # -- plumbing --------------------------------------------------------------------------
 
     async def _open(self, sub: RemoteSubscription) -> None:
-        # Registered under a temporary key first: events may follow the reply at once.
-        reply = await self._request(Subscribe(id=0, loop_id=sub.loop_id), Subscribed)
-        sub.subscription = reply.subscription
-        self._subscriptions[reply.subscription] = sub
+        def register(raw: msgspec.Raw) -> None:
+            # In the reader, before the frames after the reply: the first events follow it.
+            reply = msgspec.json.decode(raw, type=Subscribed)
+            sub.subscription = reply.subscription
+            self._subscriptions[reply.subscription] = sub
 
-    async def _request(self, request: Any, data_type: type[T]) -> T:
+        request = Subscribe(id=0, loop_id=sub.loop_id, replay=sub.replay)
+        await self._request(request, Subscribed, on_ok=register)
+
+    async def _request(
+        self,
+        request: Any,
+        data_type: type[T],
+        *,
+        on_ok: Callable[[msgspec.Raw], None] | None = None,
+    ) -> T:
         ws = self._ws
         if ws is None or ws.closed is not None:
             if not self.reconnect or self._closed:
@@ -268,7 +290,7 @@ class NodeClient:
                 raise ConnectionLost(f"could not reconnect to {self.url} in {self.timeout:g} s")
         request_id = next(self._ids)
         request = msgspec.structs.replace(request, id=request_id)
-        pending = self._pending[request_id] = _Pending()
+        pending = self._pending[request_id] = _Pending(on_ok)
         try:
             try:
                 await ws.send_message(_encode(request).decode())
@@ -369,6 +391,8 @@ class NodeClient:
                     pending.error = RemoteError(frame.code, frame.message)
                 else:
                     pending.raw = frame.data
+                    if pending.on_ok is not None:
+                        pending.on_ok(frame.data)
                 pending.done.set()
 
     async def aclose(self) -> None:
@@ -428,6 +452,9 @@ async def connect(
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(2.0):
                     await client.aclose()
-        nursery.cancel_scope.cancel()
+        # Not cancelled at once: the websocket's reader task closes the socket once the close
+        # handshake is over (cancelled earlier, it could leave the socket open).
+        client._closed = True
+        nursery.cancel_scope.deadline = min(nursery.cancel_scope.deadline, trio.current_time() + 2)
     if error is not None:
         raise error

@@ -9,6 +9,7 @@ what it could not queue and the pump sends that count as a ``gap`` frame.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import time
@@ -29,6 +30,7 @@ from ..errors import (
     LoopSyntaxError,
     WorkerSpecError,
 )
+from ..loops._events import AnyEvent
 from ..loops._model import RoundRecord
 from ..runtime import Gap, Subscription
 from ._auth import token_matches
@@ -108,7 +110,8 @@ class Connection:
     def __init__(self, gateway: Gateway, ws: WebSocketConnection, header_token: str | None):
         self.gateway = gateway
         self.ws = ws
-        self.remote = f"{ws.remote}"
+        remote = ws.remote
+        self.remote = str(remote) if isinstance(remote, str) else f"{remote.address}:{remote.port}"
         self.settings = gateway.settings
         self._header_token = header_token
         self._send, self._recv = trio.open_memory_channel[str](64)
@@ -171,7 +174,7 @@ class Connection:
                 await self.close(CLOSE_PROTOCOL_ERROR, f"{exc.code}: {exc.message}")
                 return False
             if not isinstance(hello, Hello):
-                await self._reply(
+                await self._reply_now(
                     Error(
                         id=hello.id,
                         code="hello_required",
@@ -185,7 +188,7 @@ class Connection:
             if checked and not token_matches(self.gateway.token, offered):
                 return await self._refuse_auth(hello.id)
             if hello.protocol != PROTOCOL_VERSION:
-                await self._reply(
+                await self._reply_now(
                     Error(
                         id=hello.id,
                         code="unsupported_protocol",
@@ -198,7 +201,7 @@ class Connection:
                 await self.close(CLOSE_PROTOCOL_ERROR, "unsupported protocol")
                 return False
             self.gateway.note_authenticated(self, hello.client)
-            await self._reply(Ok(id=hello.id, data=self._node_info()))
+            await self._reply_now(Ok(id=hello.id, data=self._node_info()))
             return True
         await self.close(CLOSE_POLICY, f"no hello within {settings.hello_timeout:g} s")
         return False
@@ -207,7 +210,7 @@ class Connection:
         # Logged without the token: a log is no place for a secret, even a wrong one.
         log.warning("refused a connection from %s: wrong or missing token", self.remote)
         self.gateway.auth_failures += 1
-        await self._reply(
+        await self._reply_now(
             Error(id=request_id, code="unauthorized", message="wrong or missing token")
         )
         await self.close(CLOSE_POLICY, "unauthorized")
@@ -385,18 +388,28 @@ class Connection:
                 f"this connection already has {len(self._subs)} subscriptions "
                 f"(at most {self.settings.max_subscriptions}); unsubscribe first",
             )
+        if request.replay and request.loop_id is None:
+            raise Refusal("invalid_request", "replay needs a loop_id (one loop's stored events)")
         if request.loop_id is not None:
             await self.gateway.runtime.get(request.loop_id)  # not_found for an unknown loop
         sub = self.gateway.runtime.subscribe(
             request.loop_id, queue_size=self.settings.subscriber_queue
         )
+        stored: list[AnyEvent] = []
+        if request.replay:
+            assert request.loop_id is not None
+            try:  # subscribed first, read second: an event is in one or both, never neither
+                stored = await self.gateway.runtime.stored_events(request.loop_id)
+            except BaseException:
+                sub.close()
+                raise
         sid = f"s{next(self._sub_ids)}"
         scope = trio.CancelScope()
         self._subs[sid] = (sub, scope)
 
         def start_pump() -> None:  # after the reply is queued: no event before "subscribed"
             assert self._nursery is not None
-            self._nursery.start_soon(self._pump, sid, sub, scope)
+            self._nursery.start_soon(self._pump, sid, sub, scope, stored)
 
         return Subscribed(subscription=sid, loop_id=request.loop_id), start_pump
 
@@ -417,12 +430,25 @@ class Connection:
 
     # -- frames out --------------------------------------------------------------------------
 
+    async def _reply_now(self, frame: Ok | Error) -> None:
+        """Answer at once, not through the writer: for the handshake, whose error replies
+        must reach the client before the ``closing`` frame that follows them."""
+        with contextlib.suppress(ConnectionClosed):
+            await self.ws.send_message(frame_text(frame))
+
     async def _reply(self, frame: Ok | Error) -> None:
         await self._send.send(frame_text(frame))
 
-    async def _pump(self, sid: str, sub: Subscription, scope: trio.CancelScope) -> None:
+    async def _pump(
+        self, sid: str, sub: Subscription, scope: trio.CancelScope, stored: list[AnyEvent]
+    ) -> None:
         with scope:
+            for event in stored:
+                await self._send.send(frame_text(EventFrame(subscription=sid, event=event)))
+            seen = set(stored)
             async for item in sub:
+                if item in seen:
+                    continue
                 if isinstance(item, Gap):
                     self.gateway.gaps += 1
                     if self.settings.slow_subscriber == "disconnect":

@@ -164,9 +164,15 @@ class Output(_Request, frozen=True, kw_only=True, tag="output"):
 
 
 class Subscribe(_Request, frozen=True, kw_only=True, tag="subscribe"):
-    """Events of one loop, or of every loop when ``loop_id`` is null."""
+    """Events of one loop, or of every loop when ``loop_id`` is null.
+
+    With ``replay`` (one loop only) the loop's stored events come first, then the live ones,
+    with no gap and no repeat between the two: a client that starts a loop and subscribes
+    after, or one that reconnects, sees every event of the loop.
+    """
 
     loop_id: str | None = None
+    replay: bool = False
 
 
 class Unsubscribe(_Request, frozen=True, kw_only=True, tag="unsubscribe"):
