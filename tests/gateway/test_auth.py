@@ -79,6 +79,7 @@ async def test_wrong_token_closes_with_policy_error_and_is_not_logged(
         assert (await raw.receive())["type"] == "closing"
         with pytest.raises(ConnectionClosed) as closed:
             await ws.get_message()
+        assert closed.value.reason is not None
         assert closed.value.reason.code == 1008
     assert "refused a connection" in caplog.text
     assert "nope-secret" not in caplog.text
@@ -123,10 +124,10 @@ async def test_connection_limit_and_hello_timeout(live_node: LiveNode) -> None:
     async with (
         connect(live_node.url, token=live_node.token),
         connect(live_node.url, token=live_node.token),
+        open_websocket_url(live_node.url) as ws,
     ):
-        async with open_websocket_url(live_node.url) as ws:
-            reply = await RawClient(ws).receive()
-            assert reply["code"] == "too_many_connections"
+        reply = await RawClient(ws).receive()
+        assert reply["code"] == "too_many_connections"
     assert (await live_node.gateway.statistics()).refused_connections == 1
     async with open_websocket_url(live_node.url) as ws:  # says nothing: closed after 0.5 s
         closing = await RawClient(ws).receive()
