@@ -1,0 +1,156 @@
+"""`loopactors node` as a real process: serve, be driven by the CLI, survive SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+LOOPACTORS = [sys.executable, "-m", "loopactors"]
+
+
+class NodeProcess:
+    def __init__(self, state: Path, *extra: str) -> None:
+        self.state = state
+        self.proc = subprocess.Popen(
+            [*LOOPACTORS, "node", "--listen", "127.0.0.1:0", "--state", str(state), *extra],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.log: list[str] = []
+        self.url = self._wait_for(r"serving (ws://\S+)").group(1)
+
+    def _wait_for(self, pattern: str) -> re.Match[str]:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.log.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+        raise AssertionError(f"node exited before {pattern!r}: {''.join(self.log)}")
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(  # noqa: PLW1510 - the exit code is asserted
+            [*LOOPACTORS, *args, "--connect", self.url, "--state", str(self.state)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.stderr is not None
+        self.log.extend(self.proc.stderr)
+        return self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[NodeProcess]:
+    process = NodeProcess(tmp_path, "--worker", "scripted:latency=0.05")
+    yield process
+    if process.proc.poll() is None:
+        process.proc.kill()
+        process.proc.wait()
+
+
+def test_cli_commands_act_on_a_remote_node(node: NodeProcess) -> None:
+    run = node.cli("run", "|loop:2,fresh| remote job", "--json")
+    assert run.returncode == 0, run.stderr
+    events = [json.loads(line) for line in run.stdout.splitlines()]
+    assert events[-1]["type"] == "loop_finished"
+    assert events[-1]["phase"] == "complete"
+    loop_id = events[-1]["loop_id"]
+    status = node.cli("status", loop_id, "--json")
+    assert json.loads(status.stdout)["phase"] == "complete"
+    history = node.cli("history", loop_id, "--json")
+    assert [r["round"] for r in json.loads(history.stdout)["rounds"]] == [1, 2]
+    missing = node.cli("status", "no-such-loop")
+    assert missing.returncode == 1
+    assert "no loop 'no-such-loop'" in missing.stderr
+    assert node.terminate() == 0
+    log = "".join(node.log)
+    assert f"loop {loop_id} started: 2 rounds" in log
+    assert f"loop {loop_id} complete after 2/2 rounds" in log
+
+
+def test_stop_over_the_wire_and_a_wrong_token(node: NodeProcess, tmp_path: Path) -> None:
+    started = subprocess.Popen(
+        [
+            *LOOPACTORS,
+            "run",
+            "|loop:5| long",
+            "--worker",
+            "scripted:latency=30",
+            "--json",
+            "--connect",
+            node.url,
+            "--state",
+            str(node.state),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert started.stdout is not None
+    first = json.loads(started.stdout.readline())
+    assert first["type"] == "loop_started"
+    stop = node.cli("stop", first["loop_id"])
+    assert stop.returncode == 0, stop.stderr
+    assert "cancelled" in stop.stdout
+    assert started.wait(timeout=30) == 3  # the follower sees the loop end cancelled
+    wrong = tmp_path / "wrong.token"
+    wrong.write_text("not-the-token\n")
+    refused = node.cli("status", "--token-file", str(wrong))
+    assert refused.returncode == 1
+    assert "unauthorized" in refused.stderr
+    assert "not-the-token" not in refused.stderr
+
+
+def test_sigterm_mid_run_then_restart_resumes_the_loops(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    first = NodeProcess(state, "--worker", "scripted:latency=0.3")
+    loop_ids = _start_loops(first.url, state, 3)  # 4 rounds of 0.3 s each
+    assert first.terminate() == 0  # graceful: clients told, loops left resumable
+    assert "shutting down" in "".join(first.log)
+    second = NodeProcess(state, "--worker", "scripted:latency=0.01")
+    try:
+        log = "".join(second.log)
+        for loop_id in loop_ids:
+            second._wait_for(rf"loop {loop_id} complete after 4/4 rounds")
+        log = "".join(second.log)
+        assert all(f"loop {loop_id} recovered" in log for loop_id in loop_ids)
+        history = second.cli("history", loop_ids[0], "--json")
+        rounds = [r["round"] for r in json.loads(history.stdout)["rounds"]]
+        assert rounds == [1, 2, 3, 4]  # each round recorded once across the restart
+    finally:
+        assert second.terminate() == 0
+
+
+def _start_loops(url: str, state: Path, count: int) -> list[str]:
+    script = f"""
+import trio
+from loopactors.client import connect
+async def main():
+    token = open({str(state / "node.token")!r}).read().strip()
+    async with connect({url!r}, token=token) as node:
+        for i in range(1, {count} + 1):
+            state = await node.start("|loop:4,fresh| survive " + str(i))
+            print(state.loop_id, flush=True)
+        await trio.sleep(0.5)
+trio.run(main)
+"""
+    out = subprocess.run(  # noqa: PLW1510 - the exit code is asserted
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
