@@ -109,12 +109,13 @@ class UsageTracker:
         self._covered = 0
         self._generation = 0
 
-    def report(self, usage: ModelUsage | None, transcript: Transcript) -> None:
-        """A model reply has just been appended: its usage covers the whole transcript."""
+    def report(self, usage: ModelUsage | None, *, covered: int) -> None:
+        """A model reply's usage, which covers the first ``covered`` transcript entries (the
+        view sent plus the reply itself)."""
         if usage is None or usage.prompt_tokens <= 0:
             return  # zero or missing usage is not evidence
         self._reported = usage.total
-        self._covered = len(transcript)
+        self._covered = covered
         self._generation += 1
 
     def reset(self) -> None:

@@ -197,14 +197,14 @@ def test_usage_reported_and_estimated_are_kept_apart() -> None:
     cold = tracker.reading(transcript, 1000)
     assert (cold.basis, cold.reported, cold.estimated) == ("estimate", 0, 104)
     transcript.append(Message(role="assistant", content="ok"))
-    tracker.report(ModelUsage(prompt_tokens=150, completion_tokens=10), transcript)
+    tracker.report(ModelUsage(prompt_tokens=150, completion_tokens=10), covered=2)
     warm = tracker.reading(transcript, 1000)
     assert (warm.basis, warm.reported, warm.estimated) == ("reported", 160, 0)
     transcript.append(Message(role="user", content="b" * 40))
     later = tracker.reading(transcript, 1000)
     assert (later.reported, later.estimated, later.used) == (160, 14, 174)
     assert later.generation != warm.generation
-    tracker.report(ModelUsage(prompt_tokens=0), transcript)  # zero usage is not evidence
+    tracker.report(ModelUsage(prompt_tokens=0), covered=3)  # zero usage is not evidence
     assert tracker.reading(transcript, 1000).reported == 160
     tracker.reset()
     assert tracker.reading(transcript, 1000).basis == "estimate"
