@@ -1,8 +1,9 @@
 """A real chat-completions HTTP server on loopback, answering from a script.
 
 It runs in a thread (``http.server``), so the client under test talks real HTTP over a real
-socket. Each request takes the next scripted reply: a JSON completion, an SSE stream (optionally
-cut before its end), or an error status. A reply may also be a function of the request body,
+socket. Each request takes the next scripted reply: a completion (sent as JSON, or as an SSE
+stream when the request asks for one), an explicit SSE stream (optionally cut before its end),
+or an error status. A reply may also be a function of the request body,
 for tests where the answer depends on what was asked. Every request body and its headers are
 kept for assertions.
 """
@@ -88,6 +89,23 @@ def stream(
     return Reply(chunks=chunks, cut=cut)
 
 
+def as_stream(reply: Reply) -> Reply:
+    """A JSON completion as the stream a server sends when the request asked for one."""
+    body = reply.body or {}
+    choice = body["choices"][0]
+    message = choice["message"]
+    chunks: list[dict[str, Any] | str] = []
+    if message.get("content"):
+        chunks.append({"choices": [{"index": 0, "delta": {"content": message["content"]}}]})
+    for index, tool_call in enumerate(message.get("tool_calls") or []):
+        delta = {"index": index, **tool_call}
+        chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [delta]}}]})
+    finish = {"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}
+    chunks.append({"choices": [finish]})
+    chunks.append({"choices": [], "usage": body["usage"]})
+    return Reply(chunks=chunks)
+
+
 class ChatServer:
     """``with ChatServer(script) as server:`` then point a client at ``server.base_url``."""
 
@@ -147,6 +165,8 @@ class ChatServer:
                     self._json(404, {"error": {"message": f"no route {self.path}"}}, {})
                     return
                 reply = server._next(body, dict(self.headers.items()))
+                if body.get("stream") and reply.status == 200 and reply.chunks is None:
+                    reply = as_stream(reply)
                 if reply.chunks is None:
                     self._json(reply.status, reply.body or {}, reply.headers)
                 else:
