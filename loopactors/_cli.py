@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = commands.add_parser("history", help="show the rounds of one loop")
     history.add_argument("loop_id")
+    history.add_argument(
+        "--transcript", action="store_true", help="also print each agent round's transcript"
+    )
     _state_options(history, allow_memory=False)
     _connect_options(history)
 

@@ -49,6 +49,7 @@ from ._transcript import StaleTranscript as StaleTranscript
 from ._transcript import ToolCall as ToolCall
 from ._transcript import Transcript as Transcript
 from ._transcript import TranscriptError as TranscriptError
+from ._transcript import format_transcript as format_transcript
 from ._usage import ContextReading as ContextReading
 from ._usage import ModelUsage as ModelUsage
 from ._usage import TokenTotals as TokenTotals
@@ -99,6 +100,7 @@ __all__ = [
     "core_tools",
     "decide",
     "deny",
+    "format_transcript",
     "plan_micro",
     "run_agent",
 ]

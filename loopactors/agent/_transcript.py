@@ -29,6 +29,7 @@ __all__ = [
     "ToolCall",
     "Transcript",
     "TranscriptError",
+    "format_transcript",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -206,3 +207,27 @@ class Transcript:
                 "tool calls and tool results enter the transcript only through "
                 "commit_tool_round (no orphan tool calls)"
             )
+
+
+def format_transcript(data: Iterable[Mapping[str, Any]], *, width: int = 400) -> str:
+    """A stored transcript (plain data, as in a round record) as readable text: one block per
+    message, flags shown, long texts cut to ``width`` chars."""
+    lines: list[str] = []
+    for entry in Transcript.from_builtins(data).entries:
+        message = entry.message
+        flags = [f for f in ("ancestor", "truncated", "excluded") if getattr(entry, f)]
+        head = message.role + (f" ({message.name}, {message.tool_call_id})" if message.name else "")
+        head += " [error]" if message.is_error else ""
+        head += f" [{', '.join(flags)}]" if flags else ""
+        body = (
+            message.content
+            if len(message.content) <= width
+            else (message.content[:width] + f" [... {len(message.content) - width} more chars]")
+        )
+        lines.append(f"--- {head}")
+        if body:
+            lines.append(body)
+        lines.extend(
+            f"  -> {call.name}({call.arguments[:width]}) [{call.id}]" for call in message.tool_calls
+        )
+    return "\n".join(lines)
