@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -109,8 +109,8 @@ def as_stream(reply: Reply) -> Reply:
 class ChatServer:
     """``with ChatServer(script) as server:`` then point a client at ``server.base_url``."""
 
-    def __init__(self, script: list[Script] | None = None) -> None:
-        self.script: list[Script] = list(script or [])
+    def __init__(self, script: Sequence[Script] = ()) -> None:
+        self.script: list[Script] = list(script)
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.unexpected = 0
