@@ -32,6 +32,9 @@ from ._loop import AgentEvent as AgentEvent
 from ._loop import AgentResult as AgentResult
 from ._loop import MaxIterationsExceeded as MaxIterationsExceeded
 from ._loop import run_agent as run_agent
+from ._loop_tools import LoopControl as LoopControl
+from ._loop_tools import loop_tools as loop_tools
+from ._loop_tools import subagent_tool as subagent_tool
 from ._queue import MessageKind as MessageKind
 from ._queue import MessageQueue as MessageQueue
 from ._queue import MessageSource as MessageSource
@@ -73,6 +76,7 @@ __all__ = [
     "Decision",
     "Entry",
     "HookError",
+    "LoopControl",
     "MaxIterationsExceeded",
     "Message",
     "MessageKind",
@@ -101,8 +105,10 @@ __all__ = [
     "decide",
     "deny",
     "format_transcript",
+    "loop_tools",
     "plan_micro",
     "run_agent",
+    "subagent_tool",
 ]
 
 fix_public_module(globals(), __all__)

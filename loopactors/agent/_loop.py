@@ -410,11 +410,13 @@ async def run_agent(
         transcript.append(Message(role="system", content=config.system_prompt))
     if prompt is not None:
         queue.push(QueuedMessage(kind="prompt", text=prompt))
+    totals = TokenTotals()
     run = _Run(
         model=model,
         summary_model=summary_model or model,
         tools=tools,
-        context=ToolContext(workspace=Path(workspace), tools=tools),
+        context=ToolContext(workspace=Path(workspace), tools=tools, tokens=totals),
+        totals=totals,
         config=config,
         transcript=transcript,
         queue=queue,

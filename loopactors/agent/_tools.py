@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from ..errors import AgentError
+from ._usage import TokenTotals
 
 __all__ = ["Tool", "ToolContext", "ToolError", "ToolSet", "inside_workspace"]
 
@@ -32,10 +33,12 @@ class ToolError(AgentError):
 
 @attrs.frozen
 class ToolContext:
-    """What a tool may use: the workspace it is confined to, and the set it belongs to."""
+    """What a tool may use: the workspace it is confined to, the set it belongs to, and the
+    run's token totals (a tool that calls a model, like the sub-agent, adds to them)."""
 
     workspace: Path
     tools: ToolSet
+    tokens: TokenTotals | None = None
 
 
 ToolFunction = Callable[[Mapping[str, Any], ToolContext], Awaitable[str]]

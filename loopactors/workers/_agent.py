@@ -7,15 +7,18 @@ stream=true|false,timeout=SECONDS]``. Missing ``base_url`` / ``model`` come from
 store: it is refused). Everything is checked when the spec is parsed, so a loop with a bad
 agent spec is refused at start, not in round 1.
 
-The round's tokens are the provider-reported totals of its model calls; its transcript goes
-with the result into the round record (``loopactors history --transcript``).
+Tools: the core set, the sub-agent tool ``agent``, and (deferred, behind ``search_tools`` /
+``execute_tool``) the loop tools for child loops of this round's loop. The round's tokens are
+the provider-reported totals of its model calls (sub-agents included); its transcript goes with
+the result into the round record (``loopactors history --transcript``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
@@ -26,9 +29,12 @@ from ..agent import (
     ModelSettings,
     ToolSet,
     core_tools,
+    loop_tools,
     run_agent,
+    subagent_tool,
 )
-from ..errors import AgentError, WorkerSpecError
+from ..errors import AgentError, LoopNotFound, WorkerSpecError
+from ..loops._model import LoopState, RoundRecord
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
 
 __all__ = ["AgentWorker"]
@@ -77,6 +83,39 @@ def _options(text: str) -> dict[str, str]:
             raise WorkerSpecError(f"agent worker option {name!r} is given twice")
         values[name] = value
     return values
+
+
+@attrs.frozen
+class _RoundLoops:
+    """The loop tools' view of the runtime: this round's loop and its direct children only."""
+
+    #: The runtime's round context (``start_child``, ``runtime``, ``loop_id``); typed loosely
+    #: because workers may not import the runtime.
+    context: Any
+
+    async def start_child(self, text: str, worker: str | None) -> LoopState:
+        options = {"worker": worker} if worker else {}
+        handle = await self.context.start_child(text, **options)
+        state: LoopState = await handle.status()
+        return state
+
+    async def children(self) -> Sequence[LoopState]:
+        loops: list[LoopState] = await self.context.runtime.loops()
+        return [state for state in loops if state.spec.parent_id == self.context.loop_id]
+
+    async def child(self, loop_id: str) -> LoopState:
+        state: LoopState = await self.context.runtime.get(loop_id)
+        if state.spec.parent_id != self.context.loop_id:
+            raise LoopNotFound(f"{loop_id!r} is not a child loop of {self.context.loop_id}")
+        return state
+
+    async def history(self, loop_id: str) -> Sequence[RoundRecord]:
+        rounds: list[RoundRecord] = await self.context.runtime.history(loop_id)
+        return rounds
+
+    async def stop(self, loop_id: str) -> LoopState:
+        state: LoopState = await self.context.runtime.handle(loop_id).stop()
+        return state
 
 
 @attrs.frozen(kw_only=True)
@@ -130,10 +169,15 @@ class AgentWorker(Worker):
 
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
         async with ChatClient(self.settings) as model:
+            tools = ToolSet([*core_tools(), subagent_tool(model)])
+            if context is not None and hasattr(context, "runtime"):
+                # Deferred: reached through search_tools/execute_tool, the offered list stays small.
+                for tool in loop_tools(_RoundLoops(context)):
+                    tools.add(attrs.evolve(tool, deferred=True))
             result = await run_agent(
                 request.prompt,
                 model=model,
-                tools=ToolSet(core_tools()),
+                tools=tools,
                 workspace=self.workspace,
                 config=self.config,
             )
