@@ -16,16 +16,17 @@ the result into the round record (``loopactors history --transcript``).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
+import trio
 
 from ..agent import (
     AgentConfig,
     ChatClient,
     CompactionConfig,
+    MessageQueue,
     ModelSettings,
     ToolSet,
     core_tools,
@@ -33,8 +34,8 @@ from ..agent import (
     run_agent,
     subagent_tool,
 )
-from ..errors import AgentError, LoopNotFound, WorkerSpecError
-from ..loops._model import LoopState, RoundRecord
+from ..errors import AgentError, WorkerSpecError
+from ._agent_loops import RoundLoops
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
 
 __all__ = ["AgentWorker"]
@@ -83,39 +84,6 @@ def _options(text: str) -> dict[str, str]:
             raise WorkerSpecError(f"agent worker option {name!r} is given twice")
         values[name] = value
     return values
-
-
-@attrs.frozen
-class _RoundLoops:
-    """The loop tools' view of the runtime: this round's loop and its direct children only."""
-
-    #: The runtime's round context (``start_child``, ``runtime``, ``loop_id``); typed loosely
-    #: because workers may not import the runtime.
-    context: Any
-
-    async def start_child(self, text: str, worker: str | None) -> LoopState:
-        options = {"worker": worker} if worker else {}
-        handle = await self.context.start_child(text, **options)
-        state: LoopState = await handle.status()
-        return state
-
-    async def children(self) -> Sequence[LoopState]:
-        loops: list[LoopState] = await self.context.runtime.loops()
-        return [state for state in loops if state.spec.parent_id == self.context.loop_id]
-
-    async def child(self, loop_id: str) -> LoopState:
-        state: LoopState = await self.context.runtime.get(loop_id)
-        if state.spec.parent_id != self.context.loop_id:
-            raise LoopNotFound(f"{loop_id!r} is not a child loop of {self.context.loop_id}")
-        return state
-
-    async def history(self, loop_id: str) -> Sequence[RoundRecord]:
-        rounds: list[RoundRecord] = await self.context.runtime.history(loop_id)
-        return rounds
-
-    async def stop(self, loop_id: str) -> LoopState:
-        state: LoopState = await self.context.runtime.handle(loop_id).stop()
-        return state
 
 
 @attrs.frozen(kw_only=True)
@@ -168,19 +136,25 @@ class AgentWorker(Worker):
         return cls(settings=settings, config=config, workspace=workspace)
 
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
-        async with ChatClient(self.settings) as model:
+        queue = MessageQueue()
+        async with ChatClient(self.settings) as model, trio.open_nursery() as nursery:
             tools = ToolSet([*core_tools(), subagent_tool(model)])
-            if context is not None and hasattr(context, "runtime"):
+            loops = RoundLoops(context) if hasattr(context, "runtime") else None
+            if loops is not None:
                 # Deferred: reached through search_tools/execute_tool, the offered list stays small.
-                for tool in loop_tools(_RoundLoops(context)):
+                for tool in loop_tools(loops):
                     tools.add(attrs.evolve(tool, deferred=True))
+                await nursery.start(loops.watch, queue)
             result = await run_agent(
                 request.prompt,
                 model=model,
                 tools=tools,
                 workspace=self.workspace,
                 config=self.config,
+                queue=queue,
+                background=loops.pending if loops is not None else None,
             )
+            nursery.cancel_scope.cancel()
         return RoundResult(
             status=result.status,
             output=result.output,

@@ -211,3 +211,38 @@ async def test_cancelling_the_parent_cancels_the_sub_agent(tmp_path: Path) -> No
     assert len(results) == 1
     assert results[0].is_error
     assert results[0].content.startswith("not run to the end")
+
+
+async def test_a_round_waits_for_its_child_loop_and_is_told_when_it_ends(tmp_path: Path) -> None:
+    def told(body: dict[str, Any]) -> Reply:
+        reminder = body["messages"][-1]["content"]
+        assert "finished: complete, 2/2 rounds completed" in reminder
+        child = reminder.split("Child loop ")[1].split(" ")[0]
+        return completion(calls=[execute("o", "loop_output", loop_id=child)])
+
+    replies: list[Script] = [
+        completion(
+            calls=[
+                execute("a", "loop_start", task="count", rounds=2, worker="scripted:latency=0.1")
+            ]
+        ),
+        completion("Started a child loop; waiting for it."),
+        told,
+        completion("The child said: round 2 of 2: cedar"),
+    ]
+    config = RuntimeConfig(store="memory", shutdown_grace=5.0)
+    with ChatServer(replies) as server:
+        spec = f"agent:model=m,base_url={server.base_url},workspace={tmp_path}"
+        async with open_runtime(config) as runtime:
+            parent = await runtime.start("|loop:1| delegate", worker=spec)
+            final = await parent.wait()
+            history = await parent.history()
+    assert final.phase == "complete"
+    assert history[0].output == "The child said: round 2 of 2: cedar"
+    results = [
+        e.message
+        for e in Transcript.from_builtins(history[0].transcript).entries
+        if e.message.role == "tool"
+    ]
+    assert results[-1].content == "round 2 of 2: cedar"
+    assert server.unexpected == 0
