@@ -35,6 +35,9 @@ from ._loop import run_agent as run_agent
 from ._loop_tools import LoopControl as LoopControl
 from ._loop_tools import loop_tools as loop_tools
 from ._loop_tools import subagent_tool as subagent_tool
+from ._mcp import McpServer as McpServer
+from ._mcp import load_mcp_config as load_mcp_config
+from ._mcp import open_mcp_tools as open_mcp_tools
 from ._queue import MessageKind as MessageKind
 from ._queue import MessageQueue as MessageQueue
 from ._queue import MessageSource as MessageSource
@@ -78,6 +81,7 @@ __all__ = [
     "HookError",
     "LoopControl",
     "MaxIterationsExceeded",
+    "McpServer",
     "Message",
     "MessageKind",
     "MessageQueue",
@@ -105,7 +109,9 @@ __all__ = [
     "decide",
     "deny",
     "format_transcript",
+    "load_mcp_config",
     "loop_tools",
+    "open_mcp_tools",
     "plan_micro",
     "run_agent",
     "subagent_tool",

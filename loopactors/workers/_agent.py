@@ -1,13 +1,14 @@
 """The agent worker: one round is one :func:`loopactors.agent.run_agent` on the round's prompt.
 
 Spec: ``agent[:model=NAME,base_url=URL,max_iterations=N,workspace=DIR,context_window=N,
-stream=true|false,timeout=SECONDS]``. Missing ``base_url`` / ``model`` come from
+stream=true|false,timeout=SECONDS,mcp=CONFIG.json]``. Missing ``base_url`` / ``model`` come from
 ``LOOPACTORS_LLM_BASE_URL`` / ``LOOPACTORS_LLM_MODEL``; the API key only ever comes from
 ``LOOPACTORS_LLM_API_KEY`` (a spec is stored with the loop, so a key in it would land in the
 store: it is refused). Everything is checked when the spec is parsed, so a loop with a bad
 agent spec is refused at start, not in round 1.
 
-Tools: the core set, the sub-agent tool ``agent``, and (deferred, behind ``search_tools`` /
+Tools: the core set, the sub-agent tool ``agent``, the tools of the MCP servers in the
+``mcp=`` config (deferred), and (deferred, behind ``search_tools`` /
 ``execute_tool``) the loop tools for child loops of this round's loop. The round's tokens are
 the provider-reported totals of its model calls (sub-agents included); its transcript goes with
 the result into the round record (``loopactors history --transcript``).
@@ -26,11 +27,14 @@ from ..agent import (
     AgentConfig,
     ChatClient,
     CompactionConfig,
+    McpServer,
     MessageQueue,
     ModelSettings,
     ToolSet,
     core_tools,
+    load_mcp_config,
     loop_tools,
+    open_mcp_tools,
     run_agent,
     subagent_tool,
 )
@@ -42,12 +46,13 @@ __all__ = ["AgentWorker"]
 
 _FORM = (
     "agent[:model=NAME,base_url=URL,max_iterations=N,workspace=DIR,context_window=N,"
-    "stream=true|false,timeout=SECONDS]"
+    "stream=true|false,timeout=SECONDS,mcp=CONFIG.json]"
 )
 _OPTIONS = (
     "base_url",
     "context_window",
     "max_iterations",
+    "mcp",
     "model",
     "stream",
     "timeout",
@@ -95,6 +100,8 @@ class AgentWorker(Worker):
     settings: ModelSettings
     config: AgentConfig = attrs.field(factory=AgentConfig)
     workspace: Path = attrs.field(factory=Path.cwd, converter=Path)
+    #: MCP servers started for each round; their tools are deferred.
+    mcp_servers: tuple[McpServer, ...] = ()
 
     @classmethod
     def from_spec(cls, text: str) -> AgentWorker:
@@ -133,12 +140,24 @@ class AgentWorker(Worker):
         workspace = Path(values.get("workspace", ".")).resolve()
         if not workspace.is_dir():
             raise WorkerSpecError(f"agent worker workspace {str(workspace)!r} is not a directory")
-        return cls(settings=settings, config=config, workspace=workspace)
+        servers: list[McpServer] = []
+        if "mcp" in values:
+            try:
+                servers = load_mcp_config(values["mcp"])
+            except AgentError as exc:
+                raise WorkerSpecError(f"agent worker: {exc}") from None
+        return cls(
+            settings=settings, config=config, workspace=workspace, mcp_servers=tuple(servers)
+        )
 
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
         queue = MessageQueue()
-        async with ChatClient(self.settings) as model, trio.open_nursery() as nursery:
-            tools = ToolSet([*core_tools(), subagent_tool(model)])
+        async with (
+            ChatClient(self.settings) as model,
+            open_mcp_tools(self.mcp_servers) as mcp_tools,
+            trio.open_nursery() as nursery,
+        ):
+            tools = ToolSet([*core_tools(), subagent_tool(model), *mcp_tools])
             loops = RoundLoops(context) if hasattr(context, "runtime") else None
             if loops is not None:
                 # Deferred: reached through search_tools/execute_tool, the offered list stays small.
@@ -155,9 +174,12 @@ class AgentWorker(Worker):
                 background=loops.pending if loops is not None else None,
             )
             nursery.cancel_scope.cancel()
+        output = result.output
+        if result.handoff:
+            output += f"\n\n[hand-off] {result.handoff}"
         return RoundResult(
             status=result.status,
-            output=result.output,
+            output=output,
             error=result.error,
             tokens=result.tokens.total,
             transcript=tuple(result.transcript.to_builtins()),
