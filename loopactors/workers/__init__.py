@@ -12,6 +12,7 @@ from collections.abc import Callable
 from .._util import fix_public_module
 from ..errors import WorkerSpecError
 from ._agent import AgentWorker as AgentWorker
+from ._agent import in_workspace as in_workspace
 from ._base import RoundContext as RoundContext
 from ._base import RoundRequest as RoundRequest
 from ._base import RoundResult as RoundResult
@@ -31,6 +32,7 @@ __all__ = [
     "ScriptedWorker",
     "Worker",
     "WorkerStatus",
+    "in_workspace",
     "parse_worker",
 ]
 

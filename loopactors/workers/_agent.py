@@ -42,7 +42,7 @@ from ..errors import AgentError, WorkerSpecError
 from ._agent_loops import RoundLoops
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
 
-__all__ = ["AgentWorker"]
+__all__ = ["AgentWorker", "in_workspace"]
 
 _FORM = (
     "agent[:model=NAME,base_url=URL,max_iterations=N,workspace=DIR,context_window=N,"
@@ -89,6 +89,24 @@ def _options(text: str) -> dict[str, str]:
             raise WorkerSpecError(f"agent worker option {name!r} is given twice")
         values[name] = value
     return values
+
+
+def in_workspace(spec: str, directory: str | Path) -> str:
+    """``spec`` (an agent worker spec) with ``workspace=`` set to ``directory``, unless the spec
+    names one already (the spec wins: it is what the loop was started with).
+
+    Raises:
+        WorkerSpecError: ``spec`` is not an agent worker spec.
+    """
+    kind, _, rest = spec.partition(":")
+    if kind != "agent":
+        raise WorkerSpecError(f"a workspace applies to the agent worker only, not to {spec!r}")
+    if "workspace" in _options(rest):
+        return spec
+    path = Path(directory).resolve()
+    if "," in str(path):
+        raise WorkerSpecError(f"workspace {str(path)!r} contains a comma, which a spec cannot hold")
+    return f"agent:{rest},workspace={path}" if rest else f"agent:workspace={path}"
 
 
 @attrs.frozen(kw_only=True)

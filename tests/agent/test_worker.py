@@ -170,3 +170,38 @@ def test_history_shows_the_transcript(tmp_path: Path, capsys: pytest.CaptureFixt
         "user",
         "assistant",
     ]
+
+
+def test_in_workspace() -> None:
+    from loopactors.workers import in_workspace
+
+    assert in_workspace("agent", "/tmp") == "agent:workspace=/tmp"
+    assert in_workspace("agent:model=m", "/tmp") == "agent:model=m,workspace=/tmp"
+    assert in_workspace("agent:workspace=/srv", "/tmp") == "agent:workspace=/srv"
+    with pytest.raises(WorkerSpecError, match="agent worker only"):
+        in_workspace("scripted", "/tmp")
+
+
+def test_cli_run_with_the_agent_worker_and_a_workspace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "notes.txt").write_text("remember the milk\n")
+    replies = [
+        completion(calls=[("r", "read", {"path": "notes.txt"})]),
+        completion("The note says: remember the milk."),
+    ]
+    with ChatServer(replies) as server:
+        monkeypatch.setenv("LOOPACTORS_LLM_BASE_URL", server.base_url)
+        monkeypatch.setenv("LOOPACTORS_LLM_MODEL", "m")
+        code = main(
+            [
+                "run", "|loop:1| what does the note say?", "--worker", "agent",
+                "--workspace", str(tmp_path), "--store", "memory", "--json",
+            ]
+        )  # fmt: skip
+    assert code == 0
+    started = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert started["worker"] == f"agent:workspace={tmp_path.resolve()}"
+    assert "remember the milk" in server.requests[1]["messages"][-1]["content"]
+    assert main(["run", "|loop:1| x", "--workspace", str(tmp_path), "--store", "memory"]) != 0
+    assert "agent worker only" in capsys.readouterr().err
