@@ -424,3 +424,37 @@ async def test_idle_wait_for_background_work_is_bounded(server: ChatServer) -> N
     assert result.status == "completed"
     assert result.handoff is not None
     assert "still pending after 0.1s" in result.handoff
+
+
+async def test_on_error_failures_are_recorded_and_the_original_error_reported(
+    server: ChatServer,
+) -> None:
+    hooks = Recorder(fail=["before_model", "on_error"])
+    async with client(server) as model:
+        result = await run_agent("q", model=model, tools=ToolSet(), hooks=[hooks])
+    assert result.error == "hook before_model failed: RuntimeError: before_model broke"
+    assert [e.detail for e in result.events if e.kind == "hook_failed"][-1] == (
+        "on_error: RuntimeError: on_error broke"
+    )
+    assert server.requests == []
+
+
+async def test_a_raising_before_tools_batch_fails_closed(
+    server: ChatServer, tmp_path: Path
+) -> None:
+    class Broken(AgentHooks):
+        async def before_tools_batch(self, calls: Sequence[ToolCall]) -> list[ToolDecision] | None:
+            raise PermissionError("policy store unreachable")
+
+    server.add(completion(calls=[call("a", "write", path="a.txt", content="a")]))
+    async with client(server) as model:
+        result = await run_agent(
+            "q", model=model, tools=ToolSet(core_tools()), hooks=[Broken()], workspace=tmp_path
+        )
+    assert result.status == "failed"
+    assert result.error == (
+        "hook before_tools_batch failed: PermissionError: policy store unreachable"
+    )
+    assert not (tmp_path / "a.txt").exists()
+    assert_consistent(result.transcript)
+    assert result.transcript.entries[-1].message.is_error
