@@ -3,12 +3,14 @@
 General layout: ``_loop`` (:func:`run_agent` and its stages), ``_dispatch`` (the atomic tool
 round), ``_queue`` (the inbox and its kinds), ``_transcript`` (append-only conversation with
 flags), ``_usage`` (reported vs estimated tokens), ``_compaction`` and ``_summary`` (the pure
-compaction planner and full-compaction text), ``_tools`` and ``_core_tools`` (tool sets, meta
-tools, the core tools), ``_hooks`` (middleware and its error policy), ``_llm`` and ``_wire``
-(the chat-completions client and its wire format).
+compaction planner and full-compaction text), ``_compact_stage`` (applying them), ``_tools``
+and ``_core_tools`` (tool sets, meta tools, the core tools), ``_loop_tools`` (child loops and
+the sub-agent), ``_mcp`` (MCP servers as deferred tools), ``_hooks`` (middleware and its error
+policy), ``_llm`` and ``_wire`` (the chat-completions client and its wire format).
 """
 
 from .._util import fix_public_module
+from ._compaction import CompactBudgetUnrecovered as CompactBudgetUnrecovered
 from ._compaction import CompactionAction as CompactionAction
 from ._compaction import CompactionConfig as CompactionConfig
 from ._compaction import CompactRetriesExhausted as CompactRetriesExhausted
@@ -72,6 +74,7 @@ __all__ = [
     "ChatClient",
     "ChatModel",
     "ChatReply",
+    "CompactBudgetUnrecovered",
     "CompactRetriesExhausted",
     "CompactionAction",
     "CompactionConfig",

@@ -38,6 +38,7 @@ from ._transcript import Entry, Projection, Transcript
 from ._usage import CHARS_PER_TOKEN, ContextReading
 
 __all__ = [
+    "CompactBudgetUnrecovered",
     "CompactRetriesExhausted",
     "CompactionAction",
     "CompactionConfig",
@@ -50,6 +51,11 @@ __all__ = [
 ]
 
 CompactionAction = Literal["skip", "micro", "full", "micro_then_full"]
+
+
+class CompactBudgetUnrecovered(AgentError):
+    """Full compactions without new work in between did not bring the provider-reported usage
+    under the full threshold: the context cannot be made to fit."""
 
 
 class CompactRetriesExhausted(AgentError):

@@ -24,20 +24,14 @@ import attrs
 import msgspec
 import trio
 
-from ..errors import AgentError, ModelError
-from ._compaction import CompactionConfig, CompactRetriesExhausted, decide
+from ..errors import AgentError
+from ._compact_stage import CompactStage
+from ._compaction import CompactionConfig
 from ._dispatch import run_tool_round
 from ._hooks import AgentHooks, HookError
 from ._llm import ChatModel
 from ._queue import MessageQueue, QueuedMessage
-from ._summary import (
-    SummaryFailed,
-    injected_messages,
-    parse_summary,
-    recently_read_paths,
-    summary_request,
-)
-from ._tools import ToolContext, ToolError, ToolSet, inside_workspace
+from ._tools import ToolContext, ToolSet
 from ._transcript import Message, Transcript
 from ._usage import TokenTotals, UsageTracker
 from ._wire import ChatReply
@@ -135,11 +129,21 @@ class _Run:
     iterations: int = 0
     output: str = ""
     transient: list[Message] = attrs.field(factory=list)
-    full_failures: int = 0
-    compacted_generation: tuple[int, int] | None = None
+    compaction: CompactStage = attrs.field(init=False)
     continuations: int = 0
     streaks: dict[str, int] = attrs.field(factory=dict)
     handoff: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        self.compaction = CompactStage(
+            config=self.config.compaction,
+            transcript=self.transcript,
+            usage=self.usage,
+            totals=self.totals,
+            summary_model=self.summary_model,
+            workspace=self.context.workspace,
+            emit=self.emit,
+        )
 
     def emit(self, kind: str, detail: str = "") -> None:
         event = AgentEvent(kind, detail)
@@ -191,6 +195,8 @@ class _Run:
                     self.transient.append(message)
         if drained:
             self.emit("received", f"{len(drained)} message(s)")
+        if any(item.kind == "prompt" and item.text for item in drained):
+            self.compaction.note_work()
         return any(item.wakes for item in drained)
 
     async def idle(self) -> bool:
@@ -215,75 +221,16 @@ class _Run:
     # -- Compact -----------------------------------------------------------------------------
 
     async def compact(self) -> None:
-        config = self.config.compaction
-        reading = self.usage.reading(self.transcript, config.context_window)
-        if reading.generation == self.compacted_generation:
-            return  # one reading triggers at most one attempt
-        self.compacted_generation = reading.generation
+        """The Compact stage: hooks around the compaction stage's one attempt."""
+        reading = self.compaction.reading()
+        if reading is None:
+            return  # this reading was already acted on
         await self.soft_hook("before_compact", reading)
         action = "failed"
         try:
-            decision = decide(self.transcript, reading, config, full_failures=self.full_failures)
-            action = decision.action
-            if decision.micro is not None and decision.action in ("micro", "micro_then_full"):
-                self.transcript.apply_projections(
-                    decision.micro.projections, revision=decision.micro.revision
-                )
-                self.emit(
-                    "compacted",
-                    f"micro: {len(decision.micro.projections)} message(s), "
-                    f"~{decision.micro.estimated_tokens_saved} tokens (estimated); "
-                    f"context at {reading.used}/{reading.window} ({reading.basis})",
-                )
-            if decision.action in ("full", "micro_then_full"):
-                await self.full(reading.used)
+            action = await self.compaction.run(reading)
         finally:
             await self.soft_hook("after_compact", action)
-
-    async def full(self, used: int) -> None:
-        config = self.config.compaction
-        while True:
-            try:
-                await self.try_full()
-            except (SummaryFailed, ModelError) as exc:
-                self.full_failures += 1
-                self.emit("compaction_failed", f"full #{self.full_failures}: {exc}")
-                if self.full_failures < config.max_full_failures:
-                    continue
-                if used >= config.full_threshold * config.context_window:
-                    raise CompactRetriesExhausted(
-                        f"full compaction failed {self.full_failures} times in a row "
-                        f"(last: {exc}); the context is at {used} of "
-                        f"{config.context_window} tokens"
-                    ) from exc
-                return
-            self.full_failures = 0
-            return
-
-    async def try_full(self) -> None:
-        config = self.config.compaction
-        revision = self.transcript.revision
-        request = summary_request(self.transcript.model_view(), config)
-        reply = await self.summary_model.complete(request, max_tokens=config.summary_max_tokens)
-        self.totals.add(reply.usage)
-        if reply.tool_calls or reply.interrupted:
-            raise SummaryFailed("the summary reply was cut or asked for tools")
-        summary = parse_summary(reply.content)
-        paths = recently_read_paths(self.transcript.entries)
-        injected = injected_messages(summary, paths, self.read_for_reinject, config)
-        excluded = self.transcript.commit_full(injected, revision=revision)
-        self.usage.reset()
-        self.emit(
-            "compacted",
-            f"full: {excluded} message(s) excluded, summary of {len(summary)} chars, "
-            f"{len(injected) - 1} file(s) re-injected",
-        )
-
-    def read_for_reinject(self, path: str) -> str | None:
-        try:
-            return inside_workspace(self.context.workspace, path).read_text(encoding="utf-8")
-        except (ToolError, OSError, UnicodeDecodeError):
-            return None
 
     # -- Reason and Act ----------------------------------------------------------------------
 
@@ -333,6 +280,7 @@ class _Run:
             on_event=self.emit,
         )
         self.count_failures(done.outcomes)
+        self.compaction.note_work()
         return True
 
     def count_failures(self, outcomes: list[tuple[str, bool]]) -> None:

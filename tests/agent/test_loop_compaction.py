@@ -155,3 +155,29 @@ async def test_full_compaction_failing_below_the_full_threshold_goes_on(tmp_path
     failures = [e.detail for e in result.events if e.kind == "compaction_failed"]
     assert len(failures) == 3
     assert "never closed" in failures[0]
+
+
+async def test_full_compactions_that_cannot_restore_the_budget_end_the_run(tmp_path: Path) -> None:
+    transcript = earlier_work(tmp_path)
+    summary = completion("<summary>all of it</summary>")
+    still_full = completion("a very long answer", finish="length", prompt_tokens=9700)
+    with ChatServer(
+        [
+            completion(calls=[("g", "glob", {"pattern": "*"})], prompt_tokens=9600),
+            summary,
+            still_full,
+            summary,
+            still_full,
+        ]
+    ) as server:
+        result = await run(server, tmp_path, transcript)
+    assert result.status == "failed"
+    assert result.error == (
+        "after 2 full compactions without new work the provider still reports 9750 of 10000 tokens"
+    )
+    assert len(server.requests) == 5
+    assert [e.detail.split(":")[0] for e in result.events if e.kind == "compacted"] == [
+        "micro",
+        "full",
+        "full",
+    ]
