@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,6 +30,8 @@ class Reply:
     #: chunked encoding (the client sees a protocol error).
     cut: str | None = None
     headers: dict[str, str] = attrs.field(factory=dict)
+    #: Seconds to wait before each streamed event (a slow model).
+    delay: float = 0.0
 
 
 Script = Reply | Callable[[dict[str, Any]], Reply]
@@ -196,8 +199,12 @@ class ChatServer:
                 self.send_header("Connection", "close")
                 self.end_headers()
                 for event in self._events(reply):
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-                    self.wfile.flush()
+                    time.sleep(reply.delay)
+                    try:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                        self.wfile.flush()
+                    except OSError:
+                        return  # the client went away (a cancelled call)
                 if reply.cut == "reset":
                     self.wfile.write(b"ff\r\npartial")  # a chunk that never completes
                     self.wfile.flush()

@@ -458,3 +458,25 @@ async def test_a_raising_before_tools_batch_fails_closed(
     assert not (tmp_path / "a.txt").exists()
     assert_consistent(result.transcript)
     assert result.transcript.entries[-1].message.is_error
+
+
+async def test_cancel_mid_stream_leaves_nothing_half_written(server: ChatServer) -> None:
+    from .chat_server import Reply
+
+    slow = stream(["one ", "two ", "three"])
+    server.add(Reply(chunks=slow.chunks, delay=0.2))
+    transcript = Transcript()
+    async with client(server) as model:
+        with trio.move_on_after(5) as scope:
+            async with trio.open_nursery() as nursery:
+
+                async def agent() -> None:
+                    await run_agent("q", model=model, tools=ToolSet(), transcript=transcript)
+
+                nursery.start_soon(agent)
+                while not server.requests:
+                    await trio.sleep(0.01)
+                await trio.sleep(0.3)  # inside the stream
+                nursery.cancel_scope.cancel()
+    assert not scope.cancelled_caught
+    assert roles(transcript) == ["system", "user"]
