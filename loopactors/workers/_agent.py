@@ -176,12 +176,12 @@ class AgentWorker(Worker):
             trio.open_nursery() as nursery,
         ):
             tools = ToolSet([*core_tools(), subagent_tool(model), *mcp_tools])
-            loops = RoundLoops(context) if hasattr(context, "runtime") else None
-            if loops is not None:
+            loops = None
+            if hasattr(context, "runtime"):
+                loops = RoundLoops(context, nursery=nursery, queue=queue)
                 # Deferred: reached through search_tools/execute_tool, the offered list stays small.
                 for tool in loop_tools(loops):
                     tools.add(attrs.evolve(tool, deferred=True))
-                await nursery.start(loops.watch, queue)
             result = await run_agent(
                 request.prompt,
                 model=model,

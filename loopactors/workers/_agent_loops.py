@@ -1,9 +1,10 @@
 """The agent worker's window on the runtime: child loops of the round's loop, and their ends.
 
 :class:`RoundLoops` implements the agent's ``LoopControl`` (loop tools) for one round, limited
-to the direct children of the round's loop. It also watches them: when a child started in this
-round finishes, a waking ``defer`` message tells the agent, and while any is still running the
-agent's idle wait holds the round open (bounded by the agent's ``idle_wait``, then a hand-off).
+to the direct children of the round's loop. From the first child on it also watches them: when
+a child started in this round finishes, a waking ``defer`` message tells the agent, and while
+any is still running the agent's idle wait holds the round open (bounded by the agent's
+``idle_wait``, then a hand-off).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ class RoundLoops:
     #: The runtime's round context (``start_child``, ``runtime``, ``loop_id``); typed loosely
     #: because workers may not import the runtime.
     context: Any
+    #: Where the watcher runs (the round's nursery), and the agent's inbox it reports to.
+    nursery: trio.Nursery
+    queue: MessageQueue
+    watching: bool = False
     #: Children started in this round and not finished yet.
     live: set[str] = attrs.field(factory=set)
     #: Children this round stopped itself: their end needs no message.
@@ -38,6 +43,9 @@ class RoundLoops:
         return bool(self.live)
 
     async def start_child(self, text: str, worker: str | None) -> LoopState:
+        if not self.watching:  # subscribed before the first child starts: no end is missed
+            self.watching = True
+            await self.nursery.start(self.watch)
         options = {"worker": worker} if worker else {}
         handle = await self.context.start_child(text, **options)
         state: LoopState = await handle.status()
@@ -65,14 +73,12 @@ class RoundLoops:
         self.live.discard(loop_id)
         return state
 
-    def _finished(self, queue: MessageQueue, loop_id: str, text: str) -> None:
+    def _finished(self, loop_id: str, text: str) -> None:
         self.live.discard(loop_id)
         if loop_id not in self.stopped:
-            queue.push(QueuedMessage(kind="defer", text=text, source="background"))
+            self.queue.push(QueuedMessage(kind="defer", text=text, source="background"))
 
-    async def watch(
-        self, queue: MessageQueue, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
+    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Tell the agent when a child it started finishes (runs until cancelled)."""
         with self.context.runtime.subscribe() as events:
             task_status.started()  # subscribed before any child can start
@@ -81,7 +87,6 @@ class RoundLoops:
                     self.ended.add(event.loop_id)
                     if event.loop_id in self.live:
                         self._finished(
-                            queue,
                             event.loop_id,
                             f"Child loop {event.loop_id} finished: {event.phase}, "
                             f"{event.completed_rounds}/{event.rounds} rounds completed"
@@ -93,7 +98,6 @@ class RoundLoops:
                         state = await self.child(loop_id)
                         if state.terminal:
                             self._finished(
-                                queue,
                                 loop_id,
                                 f"Child loop {loop_id} finished: {state.phase}. "
                                 "Read its result with loop_output.",
