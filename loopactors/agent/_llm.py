@@ -62,12 +62,17 @@ class ModelSettings:
     #: Seconds without a byte from the server (per read), and to connect.
     timeout: float = attrs.field(default=300.0, validator=_positive)
     connect_timeout: float = attrs.field(default=10.0, validator=_positive)
-    max_retries: int = 4
+    max_retries: int = attrs.field(default=4)
     #: First backoff in seconds; doubles per retry, capped at ``backoff_cap``.
     backoff: float = attrs.field(default=1.0, validator=_positive)
     backoff_cap: float = attrs.field(default=30.0, validator=_positive)
     stream: bool = True
     temperature: float | None = None
+
+    @max_retries.validator
+    def _check_retries(self, attribute: attrs.Attribute[int], value: int) -> None:
+        if value < 0:
+            raise AgentError(f"model setting max_retries must be >= 0, got {value!r}")
 
     @classmethod
     def from_env(

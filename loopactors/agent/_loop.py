@@ -151,6 +151,11 @@ class _Run:
         if self.on_event is not None:
             self.on_event(event)
 
+    def stream_text(self, delta: str) -> None:
+        """Streamed answer text goes to ``on_event`` live (not kept in the result's events)."""
+        if self.on_event is not None:
+            self.on_event(AgentEvent("text", delta))
+
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
         self.emit("stage_started", name)
@@ -238,7 +243,7 @@ class _Run:
         view = [*self.transcript.model_view(), *self.transient]
         self.transient.clear()
         await self.hard_hook("before_model", view)
-        reply = await self.model.complete(view, self.tools.schemas())
+        reply = await self.model.complete(view, self.tools.schemas(), on_text=self.stream_text)
         self.iterations += 1
         self.totals.add(reply.usage)
         await self.hard_hook("after_model", reply)

@@ -99,6 +99,7 @@ async def test_reads_edits_runs_a_command_and_answers(server: ChatServer, tmp_pa
     assert second[2]["tool_calls"][0]["function"]["name"] == "read"
     assert second[3]["role"] == "tool"
     assert second[3]["tool_call_id"] == "c1"
+    assert "text" not in {e.kind for e in result.events}  # streamed text is live only
     stages = [e.detail for e in result.events if e.kind.startswith("stage_")]
     assert stages[:2] == ["receive", "receive: done"]
     assert len(stages) % 2 == 0
@@ -188,9 +189,16 @@ async def test_tool_errors_continue_and_a_streak_raises_a_waking_warning(
 
 
 async def test_a_cut_stream_is_continued(server: ChatServer) -> None:
-    server.add(stream(["I will start by"], cut="reset"), stream([" checking the file."]))
+    server.add(stream(["I will start by"], cut="reset"), stream([" checking", " the file."]))
+    live: list[str] = []
     async with client(server) as model:
-        result = await run_agent("q", model=model, tools=ToolSet())
+        result = await run_agent(
+            "q",
+            model=model,
+            tools=ToolSet(),
+            on_event=lambda e: live.append(e.detail) if e.kind == "text" else None,
+        )
+    assert live == ["I will start by", " checking", " the file."]
     assert result.status == "completed"
     assert result.output == " checking the file."
     second = server.requests[1]["messages"]
