@@ -28,6 +28,7 @@ from .runtime import LoopHandle, Runtime, RuntimeConfig, load_config, open_runti
 from .runtime._coordinator import new_loop_id
 from .runtime._ledger import ledger_of
 from .storage import DB_FILENAME, open_backend
+from .workers import in_workspace
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -56,7 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run one loop in the foreground")
     run.add_argument("text", help='the loop, e.g. "|loop:3,fresh| review this module"')
-    run.add_argument("--worker", help="worker spec (scripted, command:ARGV, python:MOD:FN)")
+    run.add_argument(
+        "--worker", help="worker spec (scripted, command:ARGV, python:MOD:FN, agent[:...])"
+    )
+    run.add_argument(
+        "--workspace", type=Path, metavar="DIR", help="the agent worker's directory (default: .)"
+    )
     _state_options(run, allow_memory=True)
     run.add_argument("--round-timeout", type=float, metavar="S")
     run.add_argument("--inter-round-delay", type=float, metavar="S")
@@ -99,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = commands.add_parser("history", help="show the rounds of one loop")
     history.add_argument("loop_id")
+    history.add_argument(
+        "--transcript", action="store_true", help="also print each agent round's transcript"
+    )
     _state_options(history, allow_memory=False)
     _connect_options(history)
 
@@ -218,12 +227,15 @@ async def _run(args: argparse.Namespace) -> int:
         inter_round_delay=args.inter_round_delay,
         max_concurrent_rounds=args.max_concurrent,
     )
+    worker = args.worker
+    if args.workspace is not None:
+        worker = in_workspace(worker or config.worker, args.workspace)
     async with open_runtime(config) as rt:
         loop_id = new_loop_id()
         display: JsonLines | Progress = JsonLines() if args.json else Progress()
         with rt.subscribe(loop_id) as events:  # before start: no event can be missed
             handle = await rt.start(
-                args.text, worker=args.worker, loop_id=loop_id, **_loop_options(args)
+                args.text, worker=worker, loop_id=loop_id, **_loop_options(args)
             )
             final = await _follow(rt, [handle], events, display)
         return PHASE_EXIT[final[0].phase]

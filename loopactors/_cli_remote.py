@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ._follow import PHASE_EXIT, follow
 from ._progress import JsonLines, Progress, final_table
+from .agent import format_transcript
 from .client import NodeClient, connect
 from .errors import ConfigError, LoopNotFound, StoreError
 from .gateway import GatewaySettings, serve_node
@@ -224,4 +225,9 @@ def print_history(args: argparse.Namespace, state: LoopState, rounds: list[Round
         head = " ".join((record.output or record.error or "").split())[:60]
         table.add_row(str(record.round), record.status, duration, head)
     Console().print(table)
+    if getattr(args, "transcript", False):
+        for record in rounds:
+            if record.transcript:
+                print(f"\n=== round {record.round} transcript")
+                print(format_transcript(record.transcript))
     return 0

@@ -10,6 +10,7 @@ __all__ = [
     "ActorError",
     "ActorNotRunning",
     "AdmissionRefused",
+    "AgentError",
     "CallFailed",
     "CallTimeout",
     "CallToSelf",
@@ -22,6 +23,7 @@ __all__ = [
     "LoopSyntaxError",
     "LoopactorsError",
     "MailboxFull",
+    "ModelError",
     "NameTaken",
     "RemoteError",
     "RestartIntensityExceeded",
@@ -146,3 +148,15 @@ class RemoteError(LoopactorsError):
 
 class ConnectionLost(LoopactorsError):
     """The connection to a node closed (or could not be made) before the answer came."""
+
+
+class AgentError(LoopactorsError):
+    """The agent loop could not go on (a transcript rule, a compaction or budget limit)."""
+
+
+class ModelError(AgentError):
+    """The model endpoint failed after its retries; carries the provider's status and message."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status

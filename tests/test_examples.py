@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,42 @@ def test_embedded_loops() -> None:
     assert lines[6] == "slow loop stopped: cancelled"
     assert lines[7].startswith("slow loop rounds: 1:completed")
     assert lines[7].endswith(":cancelled")
+
+
+def test_agent_loop_explains_how_without_a_model_server() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPACTORS_LLM_")}
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "agent_loop.py")],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Set LOOPACTORS_LLM_BASE_URL and LOOPACTORS_LLM_MODEL")
+
+
+def test_agent_loop_against_a_scripted_model_server() -> None:
+    from tests.agent.chat_server import ChatServer, completion
+
+    fix = {"path": "calc.py", "old_string": "a - b", "new_string": "a + b"}
+    run_test = {"command": "python3 test_calc.py"}
+    replies = [
+        completion(calls=[("r", "read", {"path": "calc.py"})], prompt_tokens=200),
+        completion(calls=[("e", "edit", fix)], prompt_tokens=300),
+        completion(calls=[("b", "bash", run_test)], prompt_tokens=400),
+        completion("Fixed add: it subtracted.\nThe test passes now.", prompt_tokens=500),
+        completion(calls=[("b2", "bash", run_test)], prompt_tokens=200),
+        completion("Checked: the test still passes.", prompt_tokens=300),
+    ]
+    with ChatServer(replies) as server:
+        env = {**os.environ, "LOOPACTORS_LLM_BASE_URL": server.base_url}
+        env["LOOPACTORS_LLM_MODEL"] = "scripted"
+        result = subprocess.run(
+            [sys.executable, str(EXAMPLES / "agent_loop.py")],
+            capture_output=True, text=True, timeout=60, check=False, env=env,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "round 1: completed, 1420 tokens: Fixed add: it subtracted.",
+        "round 2: completed, 510 tokens: Checked: the test still passes.",
+        "loop complete; test passes: yes",
+    ]
+    assert server.requests[0]["model"] == "scripted"

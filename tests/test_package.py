@@ -7,6 +7,7 @@ import sys
 
 import loopactors
 import loopactors.actors
+import loopactors.agent
 import loopactors.errors
 import loopactors.loops
 import loopactors.runtime
@@ -20,6 +21,7 @@ def test_public_names_are_exported() -> None:
     for module in (
         loopactors,
         loopactors.actors,
+        loopactors.agent,
         loopactors.errors,
         loopactors.loops,
         loopactors.runtime,
@@ -35,6 +37,7 @@ def test_public_names_are_exported() -> None:
 def test_public_classes_show_their_public_module() -> None:
     assert loopactors.actors.Actor.__module__ == "loopactors.actors"
     assert loopactors.actors.Supervisor.__module__ == "loopactors.actors"
+    assert loopactors.agent.Transcript.__module__ == "loopactors.agent"
 
 
 def test_every_error_derives_from_the_base() -> None:

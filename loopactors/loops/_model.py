@@ -7,7 +7,7 @@ objects travel between actors, are committed by the store and cross the wire unc
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -140,6 +140,8 @@ class RoundRecord(msgspec.Struct, frozen=True, kw_only=True):
     tokens: int = 0
     started_at: float = 0.0
     duration: float | None = None
+    #: The worker's transcript of the round (agent worker), as plain data; empty otherwise.
+    transcript: tuple[dict[str, Any], ...] = ()
 
 
 class LoopState(msgspec.Struct, frozen=True, kw_only=True):

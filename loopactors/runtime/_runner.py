@@ -377,6 +377,7 @@ class LoopRunner(Actor[Any]):
             tokens=result.tokens,
             started_at=self.round_started,
             duration=result.duration,
+            transcript=result.transcript,
         )
         self.summary[record.round] = _summary(record)
         # The Breaker's ledger; sent before the next CheckRound, so it is there in time.

@@ -2,14 +2,17 @@
 
 General layout: ``_base`` (the interface and its messages), ``_scripted`` (deterministic rounds
 for tests and stress), ``_python`` (an async callable by import path), ``_command`` (a
-subprocess per round). All of them are private; this module is the public surface, and
-:func:`parse_worker` turns a spec string into a worker.
+subprocess per round), ``_agent`` (the agent loop of :mod:`loopactors.agent`). All of them are
+private; this module is the public surface, and :func:`parse_worker` turns a spec string into a
+worker.
 """
 
 from collections.abc import Callable
 
 from .._util import fix_public_module
 from ..errors import WorkerSpecError
+from ._agent import AgentWorker as AgentWorker
+from ._agent import in_workspace as in_workspace
 from ._base import RoundContext as RoundContext
 from ._base import RoundRequest as RoundRequest
 from ._base import RoundResult as RoundResult
@@ -20,6 +23,7 @@ from ._python import PythonWorker as PythonWorker
 from ._scripted import ScriptedWorker as ScriptedWorker
 
 __all__ = [
+    "AgentWorker",
     "CommandWorker",
     "PythonWorker",
     "RoundContext",
@@ -28,11 +32,13 @@ __all__ = [
     "ScriptedWorker",
     "Worker",
     "WorkerStatus",
+    "in_workspace",
     "parse_worker",
 ]
 
 # kind -> build(text after "kind:", kill_grace)
 _KINDS: dict[str, Callable[[str, float], Worker]] = {
+    "agent": lambda rest, grace: AgentWorker.from_spec(rest),
     "command": lambda rest, grace: CommandWorker.from_spec(rest, kill_grace=grace),
     "python": lambda rest, grace: PythonWorker.from_spec(rest),
     "scripted": lambda rest, grace: ScriptedWorker.from_spec(rest),
@@ -43,8 +49,10 @@ def parse_worker(spec: str, *, kill_grace: float = 5.0) -> Worker:
     """Build the worker a spec names, checking everything that can be checked now.
 
     Accepted: ``scripted[:latency=SECONDS,fail_every=K,output=TEXT,tokens=N]``,
-    ``python:module.path:function`` and ``command:ARGV``. ``kill_grace`` is how long a command
-    worker's process group gets between SIGTERM and SIGKILL when a round is stopped.
+    ``python:module.path:function``, ``command:ARGV`` and
+    ``agent[:model=NAME,base_url=URL,max_iterations=N,workspace=DIR,...]``. ``kill_grace`` is
+    how long a command worker's process group gets between SIGTERM and SIGKILL when a round is
+    stopped.
 
     Raises:
         WorkerSpecError: naming what was wrong and what is accepted (unknown kind, bad or

@@ -49,6 +49,9 @@ class RoundResult(msgspec.Struct, frozen=True, kw_only=True):
     duration: float = 0.0
     #: The worker says the loop's objective is met: the loop completes after this round.
     done: bool = False
+    #: What the round said and did, as plain data (the agent worker's conversation: one
+    #: entry per message with its flags); kept with the round record. Empty for other workers.
+    transcript: tuple[dict[str, Any], ...] = ()
 
 
 class RoundContext(Protocol):

@@ -1,0 +1,135 @@
+"""The Compact stage's work: apply the planner's decision to the transcript.
+
+Micro is applied at once (no await between plan and commit). Full asks the summary model,
+then commits with a compare-and-swap on the transcript's revision; a failed attempt (empty,
+unclosed, cut or tool-asking summary, model error) leaves history untouched and is retried up
+to ``max_full_failures`` times, then is terminal at high pressure
+(:class:`CompactRetriesExhausted`). The failure counter is this stage's own (never shared with
+tool failures). Two successful full compactions in a row without new work (a user prompt or a
+tool round) that leave the provider-reported usage at or above the full threshold end the run
+(:class:`CompactBudgetUnrecovered`): compacting again could not help.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from ..errors import ModelError
+from ._compaction import (
+    CompactBudgetUnrecovered,
+    CompactionConfig,
+    CompactRetriesExhausted,
+    decide,
+)
+from ._llm import ChatModel
+from ._summary import (
+    SummaryFailed,
+    injected_messages,
+    parse_summary,
+    recently_read_paths,
+    summary_request,
+)
+from ._tools import ToolError, inside_workspace
+from ._transcript import Transcript
+from ._usage import ContextReading, TokenTotals, UsageTracker
+
+__all__ = ["CompactStage"]
+
+
+@attrs.define(kw_only=True)
+class CompactStage:
+    config: CompactionConfig
+    transcript: Transcript
+    usage: UsageTracker
+    totals: TokenTotals
+    summary_model: ChatModel
+    workspace: Path
+    emit: Callable[[str, str], None]
+    full_failures: int = 0
+    #: Successful full compactions since the last new work.
+    fulls_without_work: int = 0
+    _acted_on: tuple[int, int] | None = None
+
+    def note_work(self) -> None:
+        """New input or a tool round: fresh material, so compaction may help again."""
+        self.fulls_without_work = 0
+
+    def reading(self) -> ContextReading | None:
+        """The current reading, or None when it was already acted on (one attempt each)."""
+        reading = self.usage.reading(self.transcript, self.config.context_window)
+        if reading.generation == self._acted_on:
+            return None
+        self._acted_on = reading.generation
+        return reading
+
+    async def run(self, reading: ContextReading) -> str:
+        """One compaction attempt on ``reading``; returns the action taken."""
+        config = self.config
+        over = reading.used >= config.full_threshold * config.context_window
+        if over and reading.basis == "reported" and self.fulls_without_work >= 2:
+            raise CompactBudgetUnrecovered(
+                f"after {self.fulls_without_work} full compactions without new work the "
+                f"provider still reports {reading.used} of {config.context_window} tokens"
+            )
+        decision = decide(self.transcript, reading, config, full_failures=self.full_failures)
+        if decision.micro is not None and decision.action in ("micro", "micro_then_full"):
+            self.transcript.apply_projections(
+                decision.micro.projections, revision=decision.micro.revision
+            )
+            self.emit(
+                "compacted",
+                f"micro: {len(decision.micro.projections)} message(s), "
+                f"~{decision.micro.estimated_tokens_saved} tokens (estimated); "
+                f"context at {reading.used}/{reading.window} ({reading.basis})",
+            )
+        if decision.action in ("full", "micro_then_full"):
+            await self._full(over)
+        return decision.action
+
+    async def _full(self, over: bool) -> None:
+        while True:
+            try:
+                await self._try_full()
+            except (SummaryFailed, ModelError) as exc:
+                self.full_failures += 1
+                self.emit("compaction_failed", f"full #{self.full_failures}: {exc}")
+                if self.full_failures < self.config.max_full_failures:
+                    continue
+                if over:
+                    raise CompactRetriesExhausted(
+                        f"full compaction failed {self.full_failures} times in a row "
+                        f"(last: {exc}); the context is at or above "
+                        f"{self.config.full_threshold:.0%} of {self.config.context_window} tokens"
+                    ) from exc
+                return
+            self.full_failures = 0
+            self.fulls_without_work += 1
+            return
+
+    async def _try_full(self) -> None:
+        config = self.config
+        revision = self.transcript.revision
+        request = summary_request(self.transcript.model_view(), config)
+        reply = await self.summary_model.complete(request, max_tokens=config.summary_max_tokens)
+        self.totals.add(reply.usage)
+        if reply.tool_calls or reply.interrupted:
+            raise SummaryFailed("the summary reply was cut or asked for tools")
+        summary = parse_summary(reply.content)
+        paths = recently_read_paths(self.transcript.entries)
+        injected = injected_messages(summary, paths, self._read, config)
+        excluded = self.transcript.commit_full(injected, revision=revision)
+        self.usage.reset()
+        self.emit(
+            "compacted",
+            f"full: {excluded} message(s) excluded, summary of {len(summary)} chars, "
+            f"{len(injected) - 1} file(s) re-injected",
+        )
+
+    def _read(self, path: str) -> str | None:
+        try:
+            return inside_workspace(self.workspace, path).read_text(encoding="utf-8")
+        except (ToolError, OSError, UnicodeDecodeError):
+            return None

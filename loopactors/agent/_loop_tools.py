@@ -1,0 +1,224 @@
+"""Tools that let an agent start and steer child loops, and run a sub-agent.
+
+Loop tools (``loop_start``, ``loop_status``, ``loop_list``, ``loop_history``, ``loop_output``,
+``loop_cancel``) work through a :class:`LoopControl`, which the agent worker builds from the
+round's context: a child loop lives in its parent loop's scope (stopping the parent stops it)
+and counts against the runtime's tree cap. An agent sees and steers only its own loop's
+children.
+
+The sub-agent tool (``agent``) runs a child :func:`run_agent` inside the tool call: it lives in
+the parent's cancel scope (cancelling the parent cancels it), works in the same workspace with
+the core tools, has its own transcript and a budget of ``SUBAGENT_MAX_ITERATIONS`` model calls,
+and its tokens are added to the parent's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from ..errors import LoopactorsError
+from ..loops._model import LoopState, RoundRecord
+from ._core_tools import core_tools
+from ._llm import ChatModel
+from ._loop import SUBAGENT_MAX_ITERATIONS, AgentConfig, run_agent
+from ._tools import Tool, ToolContext, ToolError, ToolSet
+
+__all__ = ["LoopControl", "loop_tools", "subagent_tool"]
+
+_HEAD = 200
+
+
+class LoopControl(Protocol):
+    """The child-loop operations an agent round may use (implemented by the agent worker)."""
+
+    async def start_child(self, text: str, worker: str | None) -> LoopState: ...
+
+    async def children(self) -> Sequence[LoopState]: ...
+
+    async def child(self, loop_id: str) -> LoopState:
+        """The child's state; raises for a loop that is not a child of this one."""
+        ...
+
+    async def history(self, loop_id: str) -> Sequence[RoundRecord]: ...
+
+    async def stop(self, loop_id: str) -> LoopState: ...
+
+
+def _describe(state: LoopState) -> str:
+    spec = state.spec
+    return (
+        f"{state.loop_id}: {state.phase}, round {state.completed_rounds}/{spec.rounds} "
+        f"completed, {state.tokens_used} tokens, worker {spec.worker}, task {spec.task[:_HEAD]!r}"
+    )
+
+
+def _head(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _HEAD else flat[:_HEAD] + " ..."
+
+
+@attrs.frozen
+class _LoopTools:
+    control: LoopControl
+
+    async def start(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        task = str(arguments.get("task", "")).strip()
+        if not task:
+            raise ToolError("loop_start needs a task")
+        rounds = arguments.get("rounds", 3)
+        mode = arguments.get("mode", "inherit")
+        if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+            raise ToolError(f"rounds must be an integer >= 1, got {rounds!r}")
+        if mode not in ("inherit", "fresh"):
+            raise ToolError(f"mode must be inherit or fresh, got {mode!r}")
+        worker = arguments.get("worker")
+        text = f"|loop:{rounds},{mode}| {task}"
+        try:
+            state = await self.control.start_child(text, str(worker) if worker else None)
+        except LoopactorsError as exc:
+            raise ToolError(f"loop not started: {exc}") from None
+        return "started " + _describe(state)
+
+    async def status(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        return _describe(await self._child(arguments))
+
+    async def list(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        children = await self.control.children()
+        return "\n".join(_describe(s) for s in children) if children else "no child loops"
+
+    async def history(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        state = await self._child(arguments)
+        rounds = await self.control.history(state.loop_id)
+        lines = [
+            f"round {r.round}: {r.status}, {r.tokens} tokens: {_head(r.output or r.error or '')}"
+            for r in rounds
+        ]
+        return "\n".join(lines) if lines else f"{state.loop_id} has no rounds yet"
+
+    async def output(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        state = await self._child(arguments)
+        rounds = await self.control.history(state.loop_id)
+        wanted = arguments.get("round")
+        chosen = [r for r in rounds if r.round == wanted] if wanted else rounds[-1:]
+        if not chosen:
+            raise ToolError(f"{state.loop_id} has no round {wanted or ''}".rstrip())
+        record = chosen[0]
+        return record.output or f"(round {record.round} {record.status}: {record.error or ''})"
+
+    async def cancel(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        state = await self._child(arguments)
+        try:
+            stopped = await self.control.stop(state.loop_id)
+        except LoopactorsError as exc:
+            raise ToolError(f"cannot stop {state.loop_id}: {exc}") from None
+        return "stopped " + _describe(stopped)
+
+    async def _child(self, arguments: Mapping[str, Any]) -> LoopState:
+        loop_id = str(arguments.get("loop_id", ""))
+        try:
+            return await self.control.child(loop_id)
+        except LoopactorsError as exc:
+            raise ToolError(str(exc)) from None
+
+
+def _params(required: list[str], **properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required}
+
+
+_ID = {"type": "string", "description": "a child loop's id"}
+
+
+def loop_tools(control: LoopControl) -> list[Tool]:
+    """The six loop tools, bound to one round's :class:`LoopControl`."""
+    tools = _LoopTools(control)
+    return [
+        Tool(
+            name="loop_start",
+            description=(
+                "Start a child loop: a task run for several rounds by a worker, in the "
+                "background. Returns its id; it is stopped when this loop stops."
+            ),
+            parameters=_params(
+                ["task"],
+                task={"type": "string"},
+                rounds={"type": "integer", "description": "1-50, default 3"},
+                mode={"type": "string", "enum": ["inherit", "fresh"]},
+                worker={"type": "string", "description": "worker spec; default: the runtime's"},
+            ),
+            run=tools.start,
+        ),
+        Tool(
+            name="loop_status",
+            description="Phase and progress of a child loop.",
+            parameters=_params(["loop_id"], loop_id=_ID),
+            run=tools.status,
+        ),
+        Tool(
+            name="loop_list",
+            description="The child loops this loop started.",
+            parameters=_params([]),
+            run=tools.list,
+        ),
+        Tool(
+            name="loop_history",
+            description="The rounds of a child loop, with the head of each output.",
+            parameters=_params(["loop_id"], loop_id=_ID),
+            run=tools.history,
+        ),
+        Tool(
+            name="loop_output",
+            description="The full output of one round of a child loop (default: its last).",
+            parameters=_params(["loop_id"], loop_id=_ID, round={"type": "integer"}),
+            run=tools.output,
+        ),
+        Tool(
+            name="loop_cancel",
+            description="Stop a child loop now (its running round is cancelled).",
+            parameters=_params(["loop_id"], loop_id=_ID),
+            run=tools.cancel,
+        ),
+    ]
+
+
+def subagent_tool(model: ChatModel, config: AgentConfig | None = None) -> Tool:
+    """The ``agent`` tool: a child agent for a self-contained sub-task (see module docstring).
+
+    ``config`` defaults to the parent's defaults with ``SUBAGENT_MAX_ITERATIONS``.
+    """
+    child_config = config or AgentConfig(max_iterations=SUBAGENT_MAX_ITERATIONS)
+
+    async def run(arguments: Mapping[str, Any], context: ToolContext) -> str:
+        task = str(arguments.get("task", "")).strip()
+        if not task:
+            raise ToolError("the agent tool needs a task")
+        result = await run_agent(
+            task,
+            model=model,
+            tools=ToolSet(core_tools()),
+            workspace=context.workspace,
+            config=child_config,
+        )
+        if context.tokens is not None:
+            context.tokens.prompt_tokens += result.tokens.prompt_tokens
+            context.tokens.completion_tokens += result.tokens.completion_tokens
+            context.tokens.calls += result.tokens.calls
+            context.tokens.calls_without_usage += result.tokens.calls_without_usage
+        if result.status == "failed":
+            raise ToolError(
+                f"the sub-agent failed: {result.error}; its last answer: {result.output}"
+            )
+        return result.output or "(the sub-agent finished without an answer)"
+
+    return Tool(
+        name="agent",
+        description=(
+            "Hand a self-contained sub-task to a sub-agent with the same tools and workspace "
+            "but a fresh context; it returns its final answer. Say everything it needs in task."
+        ),
+        parameters=_params(["task"], task={"type": "string"}),
+        run=run,
+        timeout=None,  # bounded by its own iteration budget, and by this run's cancel scope
+    )

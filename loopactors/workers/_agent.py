@@ -1,0 +1,204 @@
+"""The agent worker: one round is one :func:`loopactors.agent.run_agent` on the round's prompt.
+
+Spec: ``agent[:model=NAME,base_url=URL,max_iterations=N,workspace=DIR,context_window=N,
+stream=true|false,timeout=SECONDS,mcp=CONFIG.json]``. Missing ``base_url`` / ``model`` come from
+``LOOPACTORS_LLM_BASE_URL`` / ``LOOPACTORS_LLM_MODEL``; the API key only ever comes from
+``LOOPACTORS_LLM_API_KEY`` (a spec is stored with the loop, so a key in it would land in the
+store: it is refused). Everything is checked when the spec is parsed, so a loop with a bad
+agent spec is refused at start, not in round 1.
+
+Tools: the core set, the sub-agent tool ``agent``, the tools of the MCP servers in the
+``mcp=`` config (deferred), and (deferred, behind ``search_tools`` /
+``execute_tool``) the loop tools for child loops of this round's loop. The round's tokens are
+the provider-reported totals of its model calls (sub-agents included); its transcript goes with
+the result into the round record (``loopactors history --transcript``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import ClassVar
+
+import attrs
+import trio
+
+from ..agent import (
+    AgentConfig,
+    ChatClient,
+    CompactionConfig,
+    McpServer,
+    MessageQueue,
+    ModelSettings,
+    ToolSet,
+    core_tools,
+    load_mcp_config,
+    loop_tools,
+    open_mcp_tools,
+    run_agent,
+    subagent_tool,
+)
+from ..errors import AgentError, WorkerSpecError
+from ._agent_loops import RoundLoops
+from ._base import RoundContext, RoundRequest, RoundResult, Worker
+
+__all__ = ["AgentWorker", "in_workspace"]
+
+_FORM = (
+    "agent[:model=NAME,base_url=URL,max_iterations=N,workspace=DIR,context_window=N,"
+    "stream=true|false,timeout=SECONDS,mcp=CONFIG.json]"
+)
+_OPTIONS = (
+    "base_url",
+    "context_window",
+    "max_iterations",
+    "mcp",
+    "model",
+    "stream",
+    "timeout",
+    "workspace",
+)
+_UNSIGNED_INT = re.compile(r"[1-9][0-9]*")
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?")
+
+
+def _int(name: str, value: str) -> int:
+    if not _UNSIGNED_INT.fullmatch(value):
+        raise WorkerSpecError(f"agent worker {name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _options(text: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for item in text.split(",") if text else []:
+        name, equals, value = item.partition("=")
+        if name == "api_key":
+            raise WorkerSpecError(
+                "agent worker api_key cannot be given in the spec (specs are stored with the "
+                "loop); set LOOPACTORS_LLM_API_KEY instead"
+            )
+        if not equals or not value:
+            raise WorkerSpecError(
+                f"agent worker option {item!r} is not NAME=VALUE; expected {_FORM}"
+            )
+        if name not in _OPTIONS:
+            raise WorkerSpecError(
+                f"agent worker option {name!r} is unknown; accepted options: {', '.join(_OPTIONS)}"
+            )
+        if name in values:
+            raise WorkerSpecError(f"agent worker option {name!r} is given twice")
+        values[name] = value
+    return values
+
+
+def in_workspace(spec: str, directory: str | Path) -> str:
+    """``spec`` (an agent worker spec) with ``workspace=`` set to ``directory``, unless the spec
+    names one already (the spec wins: it is what the loop was started with).
+
+    Raises:
+        WorkerSpecError: ``spec`` is not an agent worker spec.
+    """
+    kind, _, rest = spec.partition(":")
+    if kind != "agent":
+        raise WorkerSpecError(f"a workspace applies to the agent worker only, not to {spec!r}")
+    if "workspace" in _options(rest):
+        return spec
+    path = Path(directory).resolve()
+    if "," in str(path):
+        raise WorkerSpecError(f"workspace {str(path)!r} contains a comma, which a spec cannot hold")
+    return f"agent:{rest},workspace={path}" if rest else f"agent:workspace={path}"
+
+
+@attrs.frozen(kw_only=True)
+class AgentWorker(Worker):
+    """Runs the agent loop once per round, in ``workspace`` with the core tools."""
+
+    kind: ClassVar[str] = "agent"
+
+    settings: ModelSettings
+    config: AgentConfig = attrs.field(factory=AgentConfig)
+    workspace: Path = attrs.field(factory=Path.cwd, converter=Path)
+    #: MCP servers started for each round; their tools are deferred.
+    mcp_servers: tuple[McpServer, ...] = ()
+
+    @classmethod
+    def from_spec(cls, text: str) -> AgentWorker:
+        """Build from the text after ``agent:`` (empty: everything from the environment)."""
+        values = _options(text)
+        model_options: dict[str, object] = {}
+        if "stream" in values:
+            if values["stream"] not in ("true", "false"):
+                raise WorkerSpecError(
+                    f"agent worker stream must be true or false, got {values['stream']!r}"
+                )
+            model_options["stream"] = values["stream"] == "true"
+        if "timeout" in values:
+            if not _DECIMAL.fullmatch(values["timeout"]) or float(values["timeout"]) <= 0:
+                raise WorkerSpecError(
+                    f"agent worker timeout must be seconds > 0, got {values['timeout']!r}"
+                )
+            model_options["timeout"] = float(values["timeout"])
+        try:
+            settings = ModelSettings.from_env(
+                base_url=values.get("base_url"), model=values.get("model"), **model_options
+            )
+        except AgentError as exc:
+            raise WorkerSpecError(f"agent worker: {exc}") from None
+        config = AgentConfig()
+        if "max_iterations" in values:
+            config = attrs.evolve(
+                config, max_iterations=_int("max_iterations", values["max_iterations"])
+            )
+        if "context_window" in values:
+            window = _int("context_window", values["context_window"])
+            compaction = CompactionConfig(
+                context_window=window, output_reserve=min(8192, window // 8)
+            )
+            config = attrs.evolve(config, compaction=compaction)
+        workspace = Path(values.get("workspace", ".")).resolve()
+        if not workspace.is_dir():
+            raise WorkerSpecError(f"agent worker workspace {str(workspace)!r} is not a directory")
+        servers: list[McpServer] = []
+        if "mcp" in values:
+            try:
+                servers = load_mcp_config(values["mcp"])
+            except AgentError as exc:
+                raise WorkerSpecError(f"agent worker: {exc}") from None
+        return cls(
+            settings=settings, config=config, workspace=workspace, mcp_servers=tuple(servers)
+        )
+
+    async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
+        queue = MessageQueue()
+        async with (
+            ChatClient(self.settings) as model,
+            open_mcp_tools(self.mcp_servers) as mcp_tools,
+            trio.open_nursery() as nursery,
+        ):
+            tools = ToolSet([*core_tools(), subagent_tool(model), *mcp_tools])
+            loops = None
+            if hasattr(context, "runtime"):
+                loops = RoundLoops(context, nursery=nursery, queue=queue)
+                # Deferred: reached through search_tools/execute_tool, the offered list stays small.
+                for tool in loop_tools(loops):
+                    tools.add(attrs.evolve(tool, deferred=True))
+            result = await run_agent(
+                request.prompt,
+                model=model,
+                tools=tools,
+                workspace=self.workspace,
+                config=self.config,
+                queue=queue,
+                background=loops.pending if loops is not None else None,
+            )
+            nursery.cancel_scope.cancel()
+        output = result.output
+        if result.handoff:
+            output += f"\n\n[hand-off] {result.handoff}"
+        return RoundResult(
+            status=result.status,
+            output=output,
+            error=result.error,
+            tokens=result.tokens.total,
+            transcript=tuple(result.transcript.to_builtins()),
+        )

@@ -1,0 +1,104 @@
+"""The agent worker's window on the runtime: child loops of the round's loop, and their ends.
+
+:class:`RoundLoops` implements the agent's ``LoopControl`` (loop tools) for one round, limited
+to the direct children of the round's loop. From the first child on it also watches them: when
+a child started in this round finishes, a waking ``defer`` message tells the agent, and while
+any is still running the agent's idle wait holds the round open (bounded by the agent's
+``idle_wait``, then a hand-off).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from ..agent import MessageQueue, QueuedMessage
+from ..errors import LoopNotFound
+from ..loops._events import LoopFinished
+from ..loops._model import LoopState, RoundRecord
+
+__all__ = ["RoundLoops"]
+
+
+@attrs.define
+class RoundLoops:
+    #: The runtime's round context (``start_child``, ``runtime``, ``loop_id``); typed loosely
+    #: because workers may not import the runtime.
+    context: Any
+    #: Where the watcher runs (the round's nursery), and the agent's inbox it reports to.
+    nursery: trio.Nursery
+    queue: MessageQueue
+    watching: bool = False
+    #: Children started in this round and not finished yet.
+    live: set[str] = attrs.field(factory=set)
+    #: Children this round stopped itself: their end needs no message.
+    stopped: set[str] = attrs.field(factory=set)
+    #: Every loop seen finishing during the round (a child may finish before its start returns).
+    ended: set[str] = attrs.field(factory=set)
+
+    def pending(self) -> bool:
+        return bool(self.live)
+
+    async def start_child(self, text: str, worker: str | None) -> LoopState:
+        if not self.watching:  # subscribed before the first child starts: no end is missed
+            self.watching = True
+            await self.nursery.start(self.watch)
+        options = {"worker": worker} if worker else {}
+        handle = await self.context.start_child(text, **options)
+        state: LoopState = await handle.status()
+        if not (state.terminal or state.loop_id in self.ended):
+            self.live.add(state.loop_id)
+        return state
+
+    async def children(self) -> Sequence[LoopState]:
+        loops: list[LoopState] = await self.context.runtime.loops()
+        return [state for state in loops if state.spec.parent_id == self.context.loop_id]
+
+    async def child(self, loop_id: str) -> LoopState:
+        state: LoopState = await self.context.runtime.get(loop_id)
+        if state.spec.parent_id != self.context.loop_id:
+            raise LoopNotFound(f"{loop_id!r} is not a child loop of {self.context.loop_id}")
+        return state
+
+    async def history(self, loop_id: str) -> Sequence[RoundRecord]:
+        rounds: list[RoundRecord] = await self.context.runtime.history(loop_id)
+        return rounds
+
+    async def stop(self, loop_id: str) -> LoopState:
+        self.stopped.add(loop_id)
+        state: LoopState = await self.context.runtime.handle(loop_id).stop()
+        self.live.discard(loop_id)
+        return state
+
+    def _finished(self, loop_id: str, text: str) -> None:
+        self.live.discard(loop_id)
+        if loop_id not in self.stopped:
+            self.queue.push(QueuedMessage(kind="defer", text=text, source="background"))
+
+    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Tell the agent when a child it started finishes (runs until cancelled)."""
+        with self.context.runtime.subscribe() as events:
+            task_status.started()  # subscribed before any child can start
+            async for event in events:
+                if isinstance(event, LoopFinished):
+                    self.ended.add(event.loop_id)
+                    if event.loop_id in self.live:
+                        self._finished(
+                            event.loop_id,
+                            f"Child loop {event.loop_id} finished: {event.phase}, "
+                            f"{event.completed_rounds}/{event.rounds} rounds completed"
+                            + (f" ({event.reason})" if event.reason else "")
+                            + ". Read its result with loop_output.",
+                        )
+                elif hasattr(event, "missed"):  # a Gap: events were dropped, ask directly
+                    for loop_id in list(self.live):
+                        state = await self.child(loop_id)
+                        if state.terminal:
+                            self._finished(
+                                loop_id,
+                                f"Child loop {loop_id} finished: {state.phase}. "
+                                "Read its result with loop_output.",
+                            )
