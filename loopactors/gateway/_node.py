@@ -15,9 +15,9 @@ import attrs
 import trio
 
 from ..actors import ChildSpec, NamedRef
-from ..loops._events import LoopFinished, LoopRecovered, LoopStarted
+from ..loops._events import AnyEvent, LoopFinished, LoopRecovered, LoopStarted
 from ..messages import GatewayShutdown, GetGatewayStatistics
-from ..runtime import Gap, Runtime, RuntimeConfig, open_runtime
+from ..runtime import Runtime, RuntimeConfig, open_runtime
 from ._auth import check_listen, load_token
 from ._gateway import Gateway, GatewayStatistics
 from ._settings import GatewaySettings
@@ -90,7 +90,10 @@ async def serve_node(
 ) -> int:
     """Run a node until SIGTERM or SIGINT, then shut down gracefully (loops persist)."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with open_runtime(config) as runtime, open_gateway(runtime, settings) as gateway:
+        async with (
+            open_runtime(config, observer=_log_loop) as runtime,
+            open_gateway(runtime, settings) as gateway,
+        ):
             log.info(
                 "node %s serving %s (state %s, token in %s, worker %s)",
                 gateway.node_id,
@@ -99,46 +102,36 @@ async def serve_node(
                 gateway.token_path,
                 config.worker,
             )
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_log_loops, runtime)
-                task_status.started(gateway)
-                async for signum in signals:
-                    log.info(
-                        "%s: shutting down (loops stay resumable)", signal.Signals(signum).name
-                    )
-                    break
-                closed = await gateway.shutdown()
-                log.info("told %d client(s) the node is going away", closed)
-                nursery.cancel_scope.cancel()
+            task_status.started(gateway)
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                log.info("%s: shutting down (loops stay resumable)", name)
+                break
+            closed = await gateway.shutdown()
+            log.info("told %d client(s) the node is going away", closed)
     log.info("node stopped")
     return 0
 
 
-async def _log_loops(runtime: Runtime) -> None:
-    """One log line per start and end of a loop."""
-    with runtime.subscribe() as events:
-        async for event in events:
-            if isinstance(event, LoopStarted):
-                log.info(
-                    "loop %s started: %d rounds, %s mode, worker %s",
-                    event.loop_id,
-                    event.rounds,
-                    event.mode,
-                    event.worker,
-                )
-            elif isinstance(event, LoopRecovered):
-                log.info(
-                    "loop %s recovered in %s at round %d", event.loop_id, event.phase, event.round
-                )
-            elif isinstance(event, LoopFinished):
-                why = f" ({event.trigger or event.reason})" if event.reason else ""
-                log.info(
-                    "loop %s %s after %d/%d rounds%s",
-                    event.loop_id,
-                    event.phase,
-                    event.completed_rounds,
-                    event.rounds,
-                    why,
-                )
-            elif isinstance(event, Gap):
-                log.warning("the log missed %d loop events (too many at once)", event.missed)
+def _log_loop(event: AnyEvent) -> None:
+    """One log line per start and end of a loop (and per loop picked up after a restart)."""
+    if isinstance(event, LoopStarted):
+        log.info(
+            "loop %s started: %d rounds, %s mode, worker %s",
+            event.loop_id,
+            event.rounds,
+            event.mode,
+            event.worker,
+        )
+    elif isinstance(event, LoopRecovered):
+        log.info("loop %s recovered in %s at round %d", event.loop_id, event.phase, event.round)
+    elif isinstance(event, LoopFinished):
+        why = f" ({event.trigger or event.reason})" if event.reason else ""
+        log.info(
+            "loop %s %s after %d/%d rounds%s",
+            event.loop_id,
+            event.phase,
+            event.completed_rounds,
+            event.rounds,
+            why,
+        )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -335,6 +335,7 @@ async def open_runtime(
     state_dir: str | Path | None = None,
     store: str | None = None,
     config_file: Path | None = None,
+    observer: Callable[[AnyEvent], None] | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Runtime]:
     """Run the loop runtime inside the calling trio program for the duration of the block.
@@ -342,6 +343,10 @@ async def open_runtime(
     Configuration: ``config`` if given, else ``loopactors.toml`` / ``[tool.loopactors]``
     found from the working directory (or ``config_file``), then the keyword overrides.
     Every non-terminal loop in the store is resumed from its last committed step at once.
+
+    ``observer`` is called with every event as it is published, from the very start (so it
+    sees the recoveries a subscription made after the block begins could miss). It runs in
+    the publishing actor: it must be quick and must not block; what it raises is logged.
     """
     if config is None:
         config = load_config(config_file)
@@ -349,13 +354,15 @@ async def open_runtime(
     with contextlib.ExitStack() as stack:
         if config.store == "sqlite":
             stack.enter_context(lock_state_dir(Path(config.state_dir)))
-        async with _open_runtime(config) as runtime:
+        async with _open_runtime(config, observer) as runtime:
             yield runtime
 
 
 @asynccontextmanager
-async def _open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
-    bus = EventBus(config.event_queue_size)
+async def _open_runtime(
+    config: RuntimeConfig, observer: Callable[[AnyEvent], None] | None = None
+) -> AsyncIterator[Runtime]:
+    bus = EventBus(config.event_queue_size, observer)
     deps = RunnerDeps(bus=bus, kill_grace=config.kill_grace)
     children = runtime_children(config, deps)
     async with open_node(

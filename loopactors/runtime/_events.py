@@ -7,7 +7,8 @@ and it receives one :class:`Gap` with the count as soon as it has room again.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 
 import msgspec
@@ -18,6 +19,8 @@ from ..loops._events import AnyEvent
 __all__ = ["EventBus", "Gap", "Subscription"]
 
 DEFAULT_QUEUE_SIZE = 1000
+
+log = logging.getLogger("loopactors.runtime")
 
 
 class Gap(msgspec.Struct, frozen=True, kw_only=True, tag="gap", tag_field="type"):
@@ -56,17 +59,35 @@ class Subscription:
             self._bus._remove(self)
 
     def __aiter__(self) -> AsyncIterator[AnyEvent | Gap]:
-        return self._recv.__aiter__()
+        return self
 
     async def __anext__(self) -> AnyEvent | Gap:
-        return await self._recv.__anext__()
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
 
     async def receive(self) -> AnyEvent | Gap:
+        if self._pending_gap():
+            await trio.lowlevel.checkpoint()
+            return self._take_gap()
         return await self._recv.receive()
 
     def receive_nowait(self) -> AnyEvent | Gap:
         """The next queued event; raises ``trio.WouldBlock`` when none is queued."""
+        if self._pending_gap():
+            return self._take_gap()
         return self._recv.receive_nowait()
+
+    def _pending_gap(self) -> bool:
+        # Events were dropped after everything queued has been read: say so now, rather
+        # than only when a later event comes (there may be none, e.g. after a loop's end).
+        return self.missed > 0 and self._recv.statistics().current_buffer_used == 0
+
+    def _take_gap(self) -> Gap:
+        gap = Gap(missed=self.missed, loop_id=self.loop_id)
+        self.missed = 0
+        return gap
 
     def close(self) -> None:
         self._bus._remove(self)
@@ -86,8 +107,13 @@ class Subscription:
 
 
 class EventBus:
-    def __init__(self, queue_size: int = DEFAULT_QUEUE_SIZE) -> None:
+    def __init__(
+        self,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+        observer: Callable[[AnyEvent], None] | None = None,
+    ) -> None:
         self.queue_size = queue_size
+        self.observer = observer
         self._by_loop: dict[str, list[Subscription]] = {}
         self._all: list[Subscription] = []
 
@@ -110,6 +136,11 @@ class EventBus:
             sub._offer(event)
         for sub in self._all:
             sub._offer(event)
+        if self.observer is not None:
+            try:
+                self.observer(event)
+            except Exception:  # an observer's bug must not crash the Store that publishes
+                log.exception("event observer failed on %s", type(event).__name__)
 
     def _remove(self, sub: Subscription) -> None:
         if sub.loop_id is None:

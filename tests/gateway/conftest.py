@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import gc
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,12 @@ async def open_raw(node: LiveNode, *, hello: bool = True) -> AsyncIterator[RawCl
             reply = await raw.ask({"type": "hello", "id": 0, "protocol": 1, "token": node.token})
             assert reply["type"] == "ok", reply
         yield raw
+
+
+@pytest.fixture(autouse=True)
+def _collect_test_client_sockets() -> Iterator[None]:
+    yield
+    gc.collect()  # so the warning below is raised here, under this directory's filter
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

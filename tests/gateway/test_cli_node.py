@@ -28,6 +28,10 @@ class NodeProcess:
         self.url = self._wait_for(r"serving (ws://\S+)").group(1)
 
     def _wait_for(self, pattern: str) -> re.Match[str]:
+        for line in self.log:  # already read (e.g. while waiting for an earlier line)
+            match = re.search(pattern, line)
+            if match:
+                return match
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.log.append(line)
@@ -120,7 +124,6 @@ def test_sigterm_mid_run_then_restart_resumes_the_loops(tmp_path: Path) -> None:
     assert "shutting down" in "".join(first.log)
     second = NodeProcess(state, "--worker", "scripted:latency=0.01")
     try:
-        log = "".join(second.log)
         for loop_id in loop_ids:
             second._wait_for(rf"loop {loop_id} complete after 4/4 rounds")
         log = "".join(second.log)
