@@ -52,6 +52,7 @@ class NodeProcess:
         self.proc.send_signal(signal.SIGTERM)
         assert self.proc.stderr is not None
         self.log.extend(self.proc.stderr)
+        self.proc.stderr.close()
         return self.proc.wait(timeout=30)
 
 

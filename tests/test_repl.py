@@ -1,0 +1,142 @@
+"""`loopactors repl` driven through a pseudo-terminal, as a person would type into it."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pexpect  # type: ignore[import-untyped]
+import pytest
+
+from loopactors._repl_commands import Command, parse_line
+from loopactors.errors import LoopSyntaxError
+
+from .gateway.test_cli_node import NodeProcess
+
+
+def test_lines_parse_into_commands() -> None:
+    assert parse_line("|loop:3,fresh| hi") == Command("start", text="|loop:3,fresh| hi")
+    assert parse_line("  stop ") == Command("/stop-loop")
+    assert parse_line("continue") == Command("/resume")
+    assert parse_line("/output ab 2") == Command("/output", ("ab", "2"))
+    assert parse_line("/worker command:echo hi") == Command("/worker", ("command:echo hi",))
+    assert parse_line("") == Command("empty")
+    for bad, message in [
+        ("|loop:0| x", "below 1"),
+        ("/nope", "unknown command /nope"),
+        ("hello there", "is not a command"),
+        ("/history", "usage: /history ID"),
+        ("/output a b", "ROUND must be a round number"),
+        ("/pause a b", "usage: /pause [ID]"),
+    ]:
+        with pytest.raises(LoopSyntaxError, match=re.escape(message)):
+            parse_line(bad)
+
+
+def _spawn(tmp_path: Path, *args: str) -> pexpect.spawn:
+    env = {**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "loopactors", "repl", "--state", str(tmp_path), *args],
+        env=env,
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(40, 160),
+    )
+    child.expect("loop>")
+    return child
+
+
+@pytest.fixture
+def repl(tmp_path: Path) -> Iterator[pexpect.spawn]:
+    child = _spawn(tmp_path, "--store", "memory")
+    yield child
+    child.close(force=True)
+
+
+def test_start_progress_history_completion_stop_quit(repl: pexpect.spawn, tmp_path: Path) -> None:
+    repl.sendline("|loop:3,fresh| say hi")
+    repl.expect("no worker configured")  # said once, with the way to choose one
+    repl.expect(r"started (\S+): 3 rounds")
+    loop_id = repl.match.group(1)
+    repl.expect(r"round 2/3 completed")
+    repl.expect("loop complete")
+    repl.sendline(f"/history {loop_id}")
+    repl.expect("round 3: completed")
+    repl.send("/hist")
+    repl.send("\t")  # completes the command (the screen shows the rest of the word)
+    repl.expect("ory")
+    repl.send(" " + loop_id[:4])
+    repl.send("\t")  # and the loop id
+    repl.expect(loop_id[4:])
+    repl.sendline("")
+    repl.expect("round 3: completed")
+    repl.sendline(f"/output {loop_id} 2")
+    repl.expect("round 2 of 3")
+    repl.sendline("/worker scripted:latency=30")
+    repl.expect("new loops use: scripted:latency=30")
+    repl.sendline("|loop:4| long one")
+    repl.expect(r"started (\S+)")
+    assert "no worker configured" not in repl.before
+    repl.sendline("status")
+    repl.expect(r"awaiting_worker|dispatching")
+    repl.sendline("stop")
+    repl.expect("loop cancelled")
+    repl.sendline("bogus words")
+    repl.expect("is not a command")
+    repl.expect("loop>")  # keys typed between two prompts would meet a cooked terminal
+    repl.send("half a line")
+    repl.sendcontrol("c")  # cancels the line being typed, the REPL stays
+    repl.sendline("/loops")
+    repl.expect("cancelled")
+    assert "half a line" not in repl.before.split("/loops")[-1]
+    repl.expect("loop>")
+    repl.sendeof()  # nothing live: quits without asking
+    repl.expect(pexpect.EOF)
+    repl.close()
+    assert repl.exitstatus == 0
+    assert "say hi" in (tmp_path / "repl_history").read_text()
+
+
+def test_ctrl_d_asks_when_loops_are_live(repl: pexpect.spawn) -> None:
+    repl.sendline("/worker scripted:latency=30")
+    repl.expect("new loops use")
+    repl.expect("loop>")
+    repl.sendline("|loop:2| busy")
+    repl.expect(r"started \S+: 2 rounds")
+    repl.expect("loop>")
+    repl.sendeof()
+    repl.expect(r"1 loop\(s\) are live")
+    repl.sendline("n")
+    repl.sendline("/status")
+    repl.expect("awaiting_worker")
+    repl.expect("loop>")
+    repl.sendeof()
+    repl.expect("Quit")
+    repl.sendline("y")
+    repl.expect(pexpect.EOF)
+
+
+def test_repl_drives_a_remote_node(tmp_path: Path) -> None:
+    node = NodeProcess(tmp_path / "node", "--worker", "scripted:latency=30")
+    try:
+        token = tmp_path / "token"
+        token.write_text((tmp_path / "node" / "node.token").read_text())
+        child = _spawn(tmp_path / "client", "--connect", node.url, "--token-file", str(token))
+        child.sendline("|loop:3| remote")
+        child.expect(r"started (\S+):")
+        loop_id = child.match.group(1)
+        child.expect(r"round 1/3 started")
+        child.expect("loop>")
+        child.sendeof()
+        child.expect(r"they keep running in the node")
+        child.sendline("y")
+        child.expect(pexpect.EOF)
+        child.close()
+        status = node.cli("status", loop_id, "--json")
+        assert '"awaiting_worker"' in status.stdout  # still running after the REPL left
+    finally:
+        assert node.terminate() == 0
