@@ -113,3 +113,11 @@ def test_agent_loop_against_a_scripted_model_server() -> None:
         "loop complete; test passes: yes",
     ]
     assert server.requests[0]["model"] == "scripted"
+
+
+def test_node_and_client() -> None:
+    lines = run_example("node_and_client.py").splitlines()
+    assert lines[0].startswith("connected to node ")
+    assert "[loop-progress round 3/3 completed" in "\n".join(lines)
+    assert lines[-2] == "[loop-progress loop complete]"
+    assert lines[-1].startswith("outputs: ['round 1 of 3")
