@@ -12,6 +12,7 @@ test:
 bench:
     python bench/actors.py
     python bench/loops.py
+    python bench/node.py
 
 # Lint, format check and strict type check, as CI runs them.
 lint:

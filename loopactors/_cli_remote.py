@@ -86,6 +86,12 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
         default="gap",
         help="a client behind on its events is told what it missed (gap) or disconnected",
     )
+    node.add_argument(
+        "--rate-limit",
+        type=float,
+        metavar="N",
+        help="requests per second per connection (5000)",
+    )
     state_options(node, allow_memory=True, with_state=True)
 
     repl = commands.add_parser("repl", help="steer loops interactively (embedded or --connect)")
@@ -101,8 +107,12 @@ def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
         stream=sys.stderr,
     )
     host, port = parse_listen(args.listen)
-    settings = GatewaySettings(
-        host=host, port=port, token_file=args.token_file, slow_subscriber=args.slow_subscriber
+    settings = GatewaySettings().replace(
+        host=host,
+        port=port,
+        token_file=args.token_file,
+        slow_subscriber=args.slow_subscriber,
+        max_requests_per_second=args.rate_limit,
     )
     return trio.run(serve_node, config, settings)
 

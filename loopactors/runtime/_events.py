@@ -29,6 +29,9 @@ class Gap(msgspec.Struct, frozen=True, kw_only=True, tag="gap", tag_field="type"
     missed: int
     loop_id: str | None = None
 
+    def note(self) -> str:
+        return f"[loop-progress {self.missed} events missed: the reader fell behind]"
+
 
 class Subscription:
     """An async iterator of events (and gaps); close it, or use it as a context manager."""
