@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import secrets
@@ -15,6 +16,7 @@ import attrs
 import trio
 
 from ..actors import ChildSpec, NamedRef
+from ..errors import SupervisorError
 from ..loops._events import AnyEvent, LoopFinished, LoopRecovered, LoopStarted
 from ..messages import GatewayShutdown, GetGatewayStatistics
 from ..runtime import Runtime, RuntimeConfig, open_runtime
@@ -79,7 +81,8 @@ async def open_gateway(
                 await handle.shutdown()
             except Exception:  # already gone: nothing left to tell
                 log.debug("gateway was not running at shutdown")
-            await runtime.node.terminate_child("gateway")
+            with contextlib.suppress(SupervisorError):  # already terminated by its owner
+                await runtime.node.terminate_child("gateway")
 
 
 async def serve_node(
