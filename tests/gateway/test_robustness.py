@@ -33,11 +33,11 @@ async def test_abrupt_disconnects_are_cleaned_up(live_node: LiveNode) -> None:
         await raw.ask({"type": "subscribe", "id": 1})
         await raw.send({"type": "ping", "id": 2})
         # The TCP connection is cut without a close handshake.
-        stream = ws._stream
-        assert isinstance(stream, trio.SocketStream)
+        tcp = ws._stream
+        assert isinstance(tcp, trio.SocketStream)
         linger_zero = b"\x01\x00\x00\x00\x00\x00\x00\x00"  # close() sends a reset
-        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger_zero)
-        await stream.aclose()
+        tcp.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger_zero)
+        await tcp.aclose()
     await _wait_connections(live_node, 0)
     stats = await live_node.gateway.statistics()
     assert stats.subscriptions == 0
