@@ -93,13 +93,12 @@ _decode_id = msgspec.json.Decoder(_IdOnly).decode
 
 
 class Refusal(Exception):
-    """A request answered with an error frame (the connection goes on unless ``close``)."""
+    """A request answered with an error frame; the connection goes on."""
 
-    def __init__(self, code: ErrorCode, message: str, *, close: int | None = None) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
-        self.close = close
 
 
 def frame_text(frame: msgspec.Struct) -> str:
@@ -171,7 +170,9 @@ class Connection:
             try:
                 hello = self._decode(message)
             except Refusal as exc:
-                await self.close(CLOSE_PROTOCOL_ERROR, f"{exc.code}: {exc.message}")
+                error = Error(id=_id_of(message), code=exc.code, message=exc.message)
+                await self._reply_now(error)
+                await self.close(CLOSE_PROTOCOL_ERROR, "the first frame must be hello")
                 return False
             if not isinstance(hello, Hello):
                 await self._reply_now(

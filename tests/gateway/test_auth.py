@@ -133,3 +133,12 @@ async def test_connection_limit_and_hello_timeout(live_node: LiveNode) -> None:
         closing = await RawClient(ws).receive()
         assert closing["type"] == "closing"
         assert "no hello" in closing["reason"]
+
+
+async def test_a_bad_first_frame_is_answered_then_closed(live_node: LiveNode) -> None:
+    async with open_websocket_url(live_node.url) as ws:
+        raw = RawClient(ws)
+        reply = await raw.ask('{"type": "hello", "id": 7, "protocol": "one"}')
+        assert reply["code"] == "invalid_request"
+        assert reply["id"] == 7
+        assert (await raw.receive())["type"] == "closing"
