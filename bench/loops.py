@@ -59,6 +59,7 @@ async def runtime_case(loops: int, store: str) -> dict[str, Any]:
             gaps: list[float] = []
             with rt.subscribe() as events:
                 start = time.perf_counter()
+                cpu_start = time.process_time()
                 async with trio.open_nursery() as nursery:
                     for i in range(loops):
                         nursery.start_soon(rt.start, f"|loop:{ROUNDS},fresh| task {i}")
@@ -76,6 +77,7 @@ async def runtime_case(loops: int, store: str) -> dict[str, Any]:
                         if previous is not None:
                             gaps.append(now - previous)
                 elapsed = time.perf_counter() - start
+                cpu = time.process_time() - cpu_start
             stats = await rt.store_statistics()
             assert stats.rounds == loops * ROUNDS, stats
             assert stats.live_loops == 0, stats
@@ -84,6 +86,7 @@ async def runtime_case(loops: int, store: str) -> dict[str, Any]:
         "p50_transition_ms": percentile(gaps, 0.50) * 1000,
         "p99_transition_ms": percentile(gaps, 0.99) * 1000,
         "seconds": elapsed,
+        "cpu_seconds": cpu,
     }
 
 
@@ -112,15 +115,18 @@ async def baseline_case(loops: int) -> dict[str, Any]:
             previous_end = time.perf_counter()
 
     start = time.perf_counter()
+    cpu_start = time.process_time()
     async with trio.open_nursery() as nursery:
         for i in range(loops):
             nursery.start_soon(one_loop, i)
     elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
     return {
         "rounds_per_s": loops * ROUNDS / elapsed,
         "p50_transition_ms": percentile(gaps, 0.50) * 1000,
         "p99_transition_ms": percentile(gaps, 0.99) * 1000,
         "seconds": elapsed,
+        "cpu_seconds": cpu,
     }
 
 

@@ -48,14 +48,14 @@ __all__ = [
 # -- Store -----------------------------------------------------------------------------------
 
 
-class Forward(msgspec.Struct, frozen=True):
+class Forward(msgspec.Struct, gc=False, frozen=True):
     """Cast ``message`` to the actor registered as ``name``."""
 
     name: str
     message: Any
 
 
-class Commit(msgspec.Struct, frozen=True):
+class Commit(msgspec.Struct, gc=False, frozen=True):
     """Make ``write`` durable, then act on it.
 
     Once the batch holding it has committed, the Store publishes the write's events and
@@ -92,7 +92,7 @@ class GetStoreStatistics(msgspec.Struct, frozen=True):
 # -- Breaker and Compactor -------------------------------------------------------------------
 
 
-class CheckRound(msgspec.Struct, frozen=True):
+class CheckRound(msgspec.Struct, gc=False, frozen=True):
     """To the Breaker, before round ``state.round``. It answers the loop's runner with
     :class:`Escalate`, or passes the loop on to the Compactor (:class:`BuildPrompt`)."""
 
@@ -101,7 +101,7 @@ class CheckRound(msgspec.Struct, frozen=True):
     epoch: int
 
 
-class BuildPrompt(msgspec.Struct, frozen=True):
+class BuildPrompt(msgspec.Struct, gc=False, frozen=True):
     """To the Compactor; it answers the loop's runner with :class:`PromptReady`. ``ledger``
     is set when the loop asked for the ledger's context block in its prompts."""
 
@@ -110,7 +110,7 @@ class BuildPrompt(msgspec.Struct, frozen=True):
     ledger: Ledger | None = None
 
 
-class RecordAttempt(msgspec.Struct, frozen=True):
+class RecordAttempt(msgspec.Struct, gc=False, frozen=True):
     """A runner tells the Breaker how a round went (one attempt of the loop's ledger)."""
 
     loop_id: str
@@ -123,13 +123,13 @@ class ForgetLedger(msgspec.Struct, frozen=True):
     loop_id: str
 
 
-class Escalate(msgspec.Struct, frozen=True):
+class Escalate(msgspec.Struct, gc=False, frozen=True):
     round: int
     epoch: int
     verdict: Verdict
 
 
-class PromptReady(msgspec.Struct, frozen=True):
+class PromptReady(msgspec.Struct, gc=False, frozen=True):
     round: int
     epoch: int
     prompt: Prompt
@@ -138,7 +138,7 @@ class PromptReady(msgspec.Struct, frozen=True):
 # -- Dispatcher ------------------------------------------------------------------------------
 
 
-class Dispatch(msgspec.Struct, frozen=True):
+class Dispatch(msgspec.Struct, gc=False, frozen=True):
     """Run one round; the result goes to the loop's runner as :class:`RoundDone`.
 
     Dispatching a key that is already running attaches to that run (idempotency key).
@@ -166,7 +166,7 @@ class CancelRound(msgspec.Struct, frozen=True):
     key: str
 
 
-class RoundDone(msgspec.Struct, frozen=True):
+class RoundDone(msgspec.Struct, gc=False, frozen=True):
     loop_id: str
     round: int
     result: RoundResult
@@ -175,7 +175,7 @@ class RoundDone(msgspec.Struct, frozen=True):
 # -- Timers ----------------------------------------------------------------------------------
 
 
-class Schedule(msgspec.Struct, frozen=True):
+class Schedule(msgspec.Struct, gc=False, frozen=True):
     """Cast ``message`` to the actor registered as ``name`` at trio time ``deadline``."""
 
     deadline: float
@@ -186,7 +186,7 @@ class Schedule(msgspec.Struct, frozen=True):
 # -- Coordinator and LoopRunners -------------------------------------------------------------
 
 
-class StartLoop(msgspec.Struct, frozen=True, kw_only=True):
+class StartLoop(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     """Reply: the committed initial ``LoopState``."""
 
     spec: LoopSpec
@@ -197,7 +197,7 @@ class StartLoop(msgspec.Struct, frozen=True, kw_only=True):
     retry: bool = False
 
 
-class ControlLoop(msgspec.Struct, frozen=True, kw_only=True):
+class ControlLoop(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     """Reply: the loop's ``LoopState`` after the command took effect."""
 
     loop_id: str
@@ -211,7 +211,7 @@ class Admitted(msgspec.Struct, frozen=True):
     loop_id: str
 
 
-class LoopEnded(msgspec.Struct, frozen=True):
+class LoopEnded(msgspec.Struct, gc=False, frozen=True):
     """A runner tells the Coordinator its loop reached a terminal phase."""
 
     state: LoopState

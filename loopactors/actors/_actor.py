@@ -1,12 +1,12 @@
 """Actors, their mailboxes, and the refs other tasks use to reach them.
 
-An actor is one trio task that owns a bounded mailbox (a trio memory channel) and handles one
+An actor is one trio task that owns a bounded mailbox (see :mod:`._mailbox`) and handles one
 message at a time. Each incarnation of an actor has its own :class:`_Cell`; a restart makes a
 new cell, so a ref made before the restart reports the old incarnation as exited, as an Erlang
 pid would. Names (see :mod:`._node`) resolve to the live incarnation instead.
 
 The hot path is the mailbox loop in :func:`_message_loop`: it awaits once, then drains what is
-already queued with ``receive_nowait``, because one await per message costs ~15x more than a
+already queued with ``take`` (no await), because one await per message costs ~15x more than a
 non-blocking receive.
 """
 
@@ -23,6 +23,7 @@ import outcome
 import trio
 
 from ..errors import ActorNotRunning, CallFailed
+from ._mailbox import EMPTY, Mailbox
 from ._ref import DEFAULT_MAILBOX_SIZE, ActorRef, ErrorReply, PendingReply
 
 if TYPE_CHECKING:
@@ -66,13 +67,12 @@ class _Cell:
         "deferred",
         "exit_reason",
         "killed",
+        "mailbox",
         "name",
         "node",
         "overflow",
-        "recv",
         "ref",
         "scope",
-        "send",
         "stop_requested",
         "task",
     )
@@ -81,9 +81,7 @@ class _Cell:
         self.name = name
         self.capacity = capacity
         self.node = node
-        send, recv = trio.open_memory_channel[object](capacity)
-        self.send = send
-        self.recv = recv
+        self.mailbox = Mailbox(capacity)
         self.alive = True
         self.stop_requested = False
         self.task: trio.lowlevel.Task | None = None
@@ -106,10 +104,8 @@ class _Cell:
             return
         self.stop_requested = True
         # With a full mailbox the actor is busy, and its loop checks the flag after each message.
-        with contextlib.suppress(
-            trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
-        ):
-            self.send.send_nowait(_STOP)
+        with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+            self.mailbox.put_nowait(_STOP)
 
     def kill(self) -> None:
         """Hard stop: cancel whatever the actor is doing, its hooks included."""
@@ -128,14 +124,12 @@ class _Cell:
         self.alive = False
         self.exit_reason = reason
         waiting: list[PendingReply] = []
-        while True:
-            try:
-                message = self.recv.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
-            if type(message) is PendingReply:
-                waiting.append(message)
-        self.recv.close()
+        mailbox = self.mailbox
+        if not mailbox.closed:
+            while (message := mailbox.take()) is not EMPTY:
+                if type(message) is PendingReply:
+                    waiting.append(message)
+            mailbox.close()
         if self.overflow:
             waiting.extend(m for m in self.overflow if type(m) is PendingReply)
             self.overflow = None
@@ -248,8 +242,8 @@ class Actor(abc.ABC, Generic[M]):
 
 
 async def _message_loop(cell: _Cell, actor: Actor[Any]) -> None:
-    receive = cell.recv.receive
-    receive_nowait = cell.recv.receive_nowait
+    receive = cell.mailbox.get
+    take = cell.mailbox.take
     handle = actor.handle
     drained_hook = type(actor).on_drained is not Actor.on_drained
     while not cell.stop_requested:
@@ -271,9 +265,8 @@ async def _message_loop(cell: _Cell, actor: Actor[Any]) -> None:
             if cell.overflow:
                 message = cell.overflow.popleft()  # self-casts first, in order
                 continue
-            try:
-                message = receive_nowait()
-            except trio.WouldBlock:
+            message = take()
+            if message is EMPTY:
                 break
         if drained_hook:
             await actor.on_drained()

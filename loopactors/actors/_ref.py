@@ -126,11 +126,11 @@ class ActorRef(Generic[M]):
     (:meth:`Node.ref`) to follow an actor across restarts.
     """
 
-    __slots__ = ("_cell", "_send")
+    __slots__ = ("_cell", "_mailbox")
 
     def __init__(self, cell: _Cell) -> None:
         self._cell = cell
-        self._send = cell.send
+        self._mailbox = cell.mailbox
 
     @property
     def name(self) -> str:
@@ -141,13 +141,13 @@ class ActorRef(Generic[M]):
         return self._cell.alive
 
     def statistics(self) -> ActorStatistics:
-        stats = self._send.statistics()
+        mailbox = self._mailbox
         return ActorStatistics(
             name=self._cell.name,
             alive=self._cell.alive,
-            mailbox_capacity=stats.max_buffer_size,
-            mailbox_used=stats.current_buffer_used if self._cell.alive else 0,
-            senders_waiting=stats.tasks_waiting_send,
+            mailbox_capacity=mailbox.capacity,
+            mailbox_used=mailbox.used if self._cell.alive else 0,
+            senders_waiting=mailbox.senders_waiting,
             deferred_replies=len(self._cell.deferred or ()),
         )
 
@@ -167,13 +167,13 @@ class ActorRef(Generic[M]):
             _cast_to_self(self._cell, message)
             return
         try:
-            self._send.send_nowait(message)
+            self._mailbox.put_nowait(message)
         except trio.WouldBlock:
             raise MailboxFull(
                 f"mailbox of actor {self._cell.name!r} is full "
                 f"({self._cell.capacity} messages); use `await cast(...)` to wait for room"
             ) from None
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except trio.BrokenResourceError:
             raise self._not_running() from None
 
     async def cast(self, message: M) -> None:
@@ -191,16 +191,16 @@ class ActorRef(Generic[M]):
             _cast_to_self(cell, message)
             return
         try:
-            self._send.send_nowait(message)
+            self._mailbox.put_nowait(message)
         except trio.WouldBlock:
             pass
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except trio.BrokenResourceError:
             raise self._not_running() from None
         else:
             return
         try:
-            await self._send.send(message)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._mailbox.put(message)
+        except trio.BrokenResourceError:
             raise self._not_running() from None
 
     async def call(self, message: M, timeout: float | None = 5.0) -> Any:
@@ -231,13 +231,13 @@ class ActorRef(Generic[M]):
     async def _call(self, message: M) -> Any:
         pending = PendingReply(message)
         try:
-            self._send.send_nowait(pending)
+            self._mailbox.put_nowait(pending)
         except trio.WouldBlock:
             try:
-                await self._send.send(pending)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await self._mailbox.put(pending)
+            except trio.BrokenResourceError:
                 raise self._not_running() from None
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except trio.BrokenResourceError:
             raise self._not_running() from None
         if pending._result is not None:
             return pending._result.unwrap()

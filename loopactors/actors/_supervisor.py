@@ -26,6 +26,7 @@ from ._childspec import (
     ChildSpec,
     GetStatistics,
     StartChild,
+    StartChildren,
     Strategy,
     SupervisorStatistics,
     TerminateChild,
@@ -106,6 +107,44 @@ class _Child:
             self.supervisor.cast_nowait(_ChildExited(self.spec.id, self.incarnation, reason))
 
 
+def _start_error(spec: ChildSpec, failure: StartFailed) -> BaseException:
+    if isinstance(failure.cause, ActorError):
+        return failure.cause  # e.g. NameTaken: clearest as it is
+    error = ChildStartError(f"child {spec.id!r} failed to start: {failure.cause!r}", spec.id)
+    error.__cause__ = failure.cause
+    return error
+
+
+class _BatchStart:
+    """The children of one :class:`StartChildren` request that have not reported yet."""
+
+    __slots__ = ("all_reported", "results", "waiting")
+
+    def __init__(self, results: list[Any]) -> None:
+        self.results = results
+        self.waiting = 0
+        self.all_reported = trio.Event()
+
+    def report(self, index: int, result: ActorRef[Any] | StartFailed) -> None:
+        self.results[index] = result
+        self.waiting -= 1
+        if not self.waiting:
+            self.all_reported.set()
+
+
+class _BatchStatus:
+    """The ``task_status`` of one child of a batch: its start is reported to the batch."""
+
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch: _BatchStart, index: int) -> None:
+        self.batch = batch
+        self.index = index
+
+    def started(self, value: Any = None) -> None:  # run_actor passes the child's ref
+        self.batch.report(self.index, value)
+
+
 class Supervisor(Actor[Any]):
     """Starts children in order, restarts them by strategy, stops them in reverse order.
 
@@ -178,6 +217,8 @@ class Supervisor(Actor[Any]):
             )
         elif kind is StartChild:
             return await self._start_dynamic(message.spec)
+        elif kind is StartChildren:
+            return await self._start_dynamic_batch(message.specs)
         elif kind is TerminateChild:
             child = self._children.get(message.child_id)
             if child is None:
@@ -224,20 +265,66 @@ class Supervisor(Actor[Any]):
             ref = await self._start(child)
         except StartFailed as failure:
             del self._children[spec.id]
-            if isinstance(failure.cause, ActorError):
-                return ErrorReply(failure.cause)  # e.g. NameTaken: clearest as it is
-            error = ChildStartError(
-                f"child {spec.id!r} failed to start: {failure.cause!r}", spec.id
-            )
-            error.__cause__ = failure.cause
-            return ErrorReply(error)
+            return ErrorReply(_start_error(spec, failure))
         return ref
+
+    async def _start_dynamic_batch(
+        self, specs: tuple[ChildSpec, ...]
+    ) -> list[ActorRef[Any] | BaseException]:
+        """Start several children side by side: every ``on_start`` runs in the same scheduler
+        pass, where one ``nursery.start`` after another would take a pass each."""
+        results: list[ActorRef[Any] | BaseException | None] = [None] * len(specs)
+        batch = _BatchStart(results)
+        for index, spec in enumerate(specs):
+            if spec.id in self._children:
+                results[index] = SupervisorError(
+                    f"supervisor {self.name!r} already has a child {spec.id!r}"
+                )
+                continue
+            child = _Child(spec, self.ref)
+            child.dynamic = True
+            try:
+                actor, cell = self._incarnate(child)
+            except StartFailed as failure:
+                results[index] = _start_error(spec, failure)
+                continue
+            self._children[spec.id] = child
+            batch.waiting += 1
+            self.nursery.start_soon(
+                self._run_batched, child, actor, cell, batch, index, name=cell.name
+            )
+        if batch.waiting:
+            await batch.all_reported.wait()
+        for index, result in enumerate(results):
+            if isinstance(result, StartFailed):
+                del self._children[specs[index].id]
+                results[index] = _start_error(specs[index], result)
+        return results  # type: ignore[return-value]  # every slot is filled by now
+
+    async def _run_batched(
+        self, child: _Child, actor: Actor[Any], cell: _Cell, batch: _BatchStart, index: int
+    ) -> None:
+        try:
+            await run_actor(actor, cell, child.on_exit, _BatchStatus(batch, index))
+        except StartFailed as failure:
+            child.cell = None
+            batch.report(index, failure)
 
     async def _start(self, child: _Child) -> ActorRef[Any]:
         """Start one incarnation and return its ref once its ``on_start`` returned.
 
         The child may already have exited by then (it may finish its work at once).
         """
+        actor, cell = self._incarnate(child)
+        try:
+            await self.nursery.start(run_actor, actor, cell, child.on_exit, name=cell.name)
+        except StartFailed:
+            child.cell = None
+            raise
+        return cell.ref
+
+    def _incarnate(self, child: _Child) -> tuple[Actor[Any], _Cell]:
+        """Make the child's next incarnation (actor, cell, registered name), not yet running."""
         spec = child.spec
         node = self._cell.node
         try:
@@ -256,12 +343,7 @@ class Supervisor(Actor[Any]):
         child.stopping = False
         child.exited = None
         child.cell = cell
-        try:
-            await self.nursery.start(run_actor, actor, cell, child.on_exit, name=cell.name)
-        except StartFailed:
-            child.cell = None
-            raise
-        return cell.ref
+        return actor, cell
 
     async def _stop_child(self, child: _Child) -> None:
         """Graceful stop within the child's grace, then hard cancel. Idempotent."""

@@ -51,7 +51,7 @@ class LedgerError(LoopactorsError, ValueError):
     """Ledger text that cannot be used (empty, not JSON, or not a ledger)."""
 
 
-class Attempt(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class Attempt(msgspec.Struct, gc=False, frozen=True, kw_only=True, rename="camel"):
     """One attempt; every key is optional because the reference never validates attempts.
 
     Field order is the reference's usual key order, and ``repeated`` comes last as the pruner
@@ -71,7 +71,7 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     repeated: int | float | UnsetType | None = UNSET
 
 
-class Ledger(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class Ledger(msgspec.Struct, gc=False, frozen=True, kw_only=True, rename="camel"):
     """A loop's goal and its attempts, oldest first; unknown top-level keys are ignored."""
 
     goal: str
@@ -80,7 +80,7 @@ class Ledger(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     attempts: tuple[Attempt, ...]
 
 
-class BreakerConfig(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class BreakerConfig(msgspec.Struct, gc=False, frozen=True, kw_only=True, rename="camel"):
     max_iterations: int = 10
     stagnation_threshold: int = 3
     frustration_threshold: int = 3
@@ -96,7 +96,7 @@ class PruneConfig(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     similarity_threshold: float = 0.85
 
 
-class BreakerDecision(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class BreakerDecision(msgspec.Struct, gc=False, frozen=True, kw_only=True, rename="camel"):
     """The breaker's answer; the field order is the reference's JSON key order."""
 
     iterations: int

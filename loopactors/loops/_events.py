@@ -26,13 +26,13 @@ __all__ = [
 ]
 
 
-class RoundSummary(msgspec.Struct, frozen=True, kw_only=True):
+class RoundSummary(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     round: int
     status: RoundStatus
     duration: float | None = None
 
 
-class LoopEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+class LoopEvent(msgspec.Struct, gc=False, frozen=True, kw_only=True, tag_field="type"):
     loop_id: str
     at: float
 

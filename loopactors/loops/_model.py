@@ -92,7 +92,7 @@ def check_transition(current: Phase, new: Phase) -> Phase:
     )
 
 
-class LoopSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class LoopSpec(msgspec.Struct, gc=False, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What the user asked for: fixed for the life of the loop."""
 
     task: str
@@ -127,7 +127,7 @@ class LoopSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     clamped: bool = False
 
 
-class RoundRecord(msgspec.Struct, frozen=True, kw_only=True):
+class RoundRecord(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     """One round as the store keeps it; (loop_id, round) is unique."""
 
     loop_id: str
@@ -144,7 +144,7 @@ class RoundRecord(msgspec.Struct, frozen=True, kw_only=True):
     transcript: tuple[dict[str, Any], ...] = ()
 
 
-class LoopState(msgspec.Struct, frozen=True, kw_only=True):
+class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     """Everything needed to resume a loop from its last committed step."""
 
     loop_id: str

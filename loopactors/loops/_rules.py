@@ -28,7 +28,7 @@ __all__ = [
 SEPARATOR = "\n\n---\n\n"
 
 
-class Prompt(msgspec.Struct, frozen=True, kw_only=True):
+class Prompt(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     text: str
     seed_source: Literal["task", "previous_output"]
 
@@ -83,7 +83,7 @@ def same_output(previous: str | None, current: str) -> bool:
     return normalize_output(previous) == normalize_output(current)
 
 
-class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+class Verdict(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     """The breaker's decision to escalate: which trigger fired, and why, in words."""
 
     trigger: str

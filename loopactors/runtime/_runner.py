@@ -34,7 +34,7 @@ from ..loops._events import (
     RoundSummary,
 )
 from ..loops._model import LoopState, Phase, RoundRecord, RoundStatus
-from ..loops._rules import Prompt, build_prompt, next_phase, same_output
+from ..loops._rules import Prompt, build_prompt, next_phase, normalize_output
 from ..messages import (
     Advance,
     CancelRound,
@@ -69,9 +69,10 @@ __all__ = ["LoopRunner", "RunnerFactory", "Watchdog"]
 WATCHDOG_GRACE = 30.0
 
 
-class Watchdog(msgspec.Struct, frozen=True):
-    epoch: int
-    round: int
+class Watchdog(msgspec.Struct, gc=False, frozen=True):
+    """A runner's watchdog timer went off; ``timer`` tells a superseded one apart."""
+
+    timer: int
 
 
 #: A loop whose runner crashes this many times within RUNNER_CRASH_WINDOW seconds ends in
@@ -133,6 +134,14 @@ class LoopRunner(Actor[Any]):
         self._unsaved: list[AnyEvent] = []
         #: Set by the factory when this loop's runners keep crashing: end it in error.
         self.give_up: str | None = None
+        #: When (trio time) the round in flight has waited too long, and the one watchdog
+        #: timer pending with Timers (its deadline and id). A round does not schedule a
+        #: timer of its own: the pending one, if it goes off early, is moved to the due time.
+        self._watchdog_due = 0.0
+        self._timer_at: float | None = None
+        self._timer_id = 0
+        #: ``state.last_output`` as the no-progress fuse compares it, once computed.
+        self._last_normalized: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -180,12 +189,13 @@ class LoopRunner(Actor[Any]):
                 verdict = message.verdict
                 await self._finish("escalated", reason=verdict.reason, trigger=verdict.trigger)
         elif kind is Watchdog:
-            if (
-                message.epoch == self.epoch
-                and state.phase == "awaiting_worker"
-                and message.round == state.round
-            ):
-                await self._watchdog_fired()
+            if message.timer == self._timer_id:
+                self._timer_at = None
+                if state.phase == "awaiting_worker":
+                    if trio.current_time() < self._watchdog_due:
+                        self._schedule_watchdog(self._watchdog_due)  # a later round's wait
+                    else:
+                        await self._watchdog_fired()
         elif kind is ControlLoop:
             return await self._control(message)
         else:
@@ -351,14 +361,24 @@ class LoopRunner(Actor[Any]):
         return Dispatch(request, spec.round_timeout)
 
     def _arm_watchdog(self, after: float | None = None) -> None:
-        """(Re)arm the round's watchdog; an older one becomes stale."""
+        """(Re)arm the watchdog of the round in flight: it goes off ``after`` seconds from now.
+
+        A timer already pending that goes off no later is kept (when it goes off before the
+        round is due, it is moved to the due time), so a loop whose rounds finish in time
+        has one timer pending, not one per round.
+        """
         self.epoch += 1
-        state = self.state
         if after is None:
-            after = state.spec.round_timeout + WATCHDOG_GRACE
-        deadline = trio.current_time() + after
+            after = self.state.spec.round_timeout + WATCHDOG_GRACE
+        due = self._watchdog_due = trio.current_time() + after
+        if self._timer_at is None or self._timer_at > due:
+            self._schedule_watchdog(due)
+
+    def _schedule_watchdog(self, deadline: float) -> None:
+        self._timer_id += 1  # the timer pending until now, if any, is superseded
+        self._timer_at = deadline
         self.svc.timers.cast_nowait(
-            Schedule(deadline, runner_name(self.loop_id), Watchdog(self.epoch, state.round))
+            Schedule(deadline, runner_name(self.loop_id), Watchdog(self._timer_id))
         )
 
     async def _round_done(self, result: RoundResult) -> None:
@@ -385,12 +405,16 @@ class LoopRunner(Actor[Any]):
             RecordAttempt(self.loop_id, attempt_of(record, state.spec.task))
         )
         if status == "completed":
+            normalized = normalize_output(result.output)
+            previous = self._last_normalized
+            if previous is None and state.last_output is not None:
+                previous = normalize_output(state.last_output)
+            self._last_normalized = normalized
             changes: dict[str, Any] = {
                 "completed_rounds": state.completed_rounds + 1,
                 "last_output": result.output,
-                "stale_rounds": state.stale_rounds + 1
-                if same_output(state.last_output, result.output)
-                else 0,
+                # Compared as same_output() does, normalizing each output only once.
+                "stale_rounds": state.stale_rounds + 1 if previous == normalized else 0,
                 "consecutive_failures": 0,
             }
         else:

@@ -17,7 +17,13 @@ import trio
 
 from ..actors import Actor, ErrorReply, PendingReply
 from ..errors import ActorError, StoreError
-from ..ledger import Attempt, Ledger, build_context_injection, check_circuit_breaker
+from ..ledger import (
+    Attempt,
+    BreakerConfig,
+    Ledger,
+    build_context_injection,
+    check_circuit_breaker,
+)
 from ..loops._model import LoopState, RoundRecord
 from ..loops._rules import Verdict, build_prompt, check_before_round
 from ..messages import (
@@ -184,6 +190,7 @@ class Breaker(Actor[Any]):
 
     def __init__(self) -> None:
         self._attempts: dict[str, list[Attempt]] = {}
+        self._configs: dict[str, BreakerConfig] = {}  # per live loop: its spec is fixed
 
     async def handle(self, message: Any) -> Any:
         kind = type(message)
@@ -194,6 +201,7 @@ class Breaker(Actor[Any]):
             return None
         if kind is ForgetLedger:
             self._attempts.pop(message.loop_id, None)
+            self._configs.pop(message.loop_id, None)
             return None
         if kind is not CheckRound:
             return ErrorReply(TypeError(f"the breaker does not accept {kind.__name__}"))
@@ -201,7 +209,10 @@ class Breaker(Actor[Any]):
         ledger = await self._ledger(state)
         verdict = check_before_round(state, message.now)
         if verdict is None:
-            decision = check_circuit_breaker(ledger, breaker_config(state.spec))
+            config = self._configs.get(state.loop_id)
+            if config is None:
+                config = self._configs[state.loop_id] = breaker_config(state.spec)
+            decision = check_circuit_breaker(ledger, config)
             if decision.escalate:
                 verdict = Verdict(trigger=decision.trigger, reason=decision.reason)
         if verdict is not None:

@@ -17,7 +17,7 @@ from ..loops._model import LoopState, RoundRecord
 __all__ = ["StoreBackend", "StoreStatistics", "Write"]
 
 
-class Write(msgspec.Struct, frozen=True, kw_only=True):
+class Write(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     """One loop's step: its new state, the round it recorded, the events it emitted.
 
     All three land in the same transaction, so a crash never separates a round record from

@@ -20,7 +20,7 @@ __all__ = ["RoundContext", "RoundRequest", "RoundResult", "Worker", "WorkerStatu
 WorkerStatus = Literal["completed", "failed", "timed_out", "cancelled"]
 
 
-class RoundRequest(msgspec.Struct, frozen=True, kw_only=True):
+class RoundRequest(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     loop_id: str
     round: int
     rounds: int
@@ -41,7 +41,7 @@ class RoundRequest(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.loop_id}:{self.round}"
 
 
-class RoundResult(msgspec.Struct, frozen=True, kw_only=True):
+class RoundResult(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     status: WorkerStatus
     output: str = ""
     error: str | None = None

@@ -442,3 +442,21 @@ async def test_abstract_handle_is_required() -> None:
 
     with pytest.raises(TypeError, match="abstract"):
         Incomplete()  # type: ignore[abstract]
+
+
+async def test_senders_waiting_for_room_go_in_the_order_they_came(
+    actor_node: Node, autojump_clock: trio.testing.MockClock
+) -> None:
+    worker = Worker("w")
+    ref = await actor_node.spawn(lambda: worker, mailbox_size=0)  # hand over, or wait
+    await ref.cast(Sleep(1.0))  # the actor was idle: it takes this one at once
+    await trio.testing.wait_all_tasks_blocked()
+    with pytest.raises(MailboxFull):
+        ref.cast_nowait(Ping(0))
+    async with trio.open_nursery() as nursery:
+        for i in range(1, 4):
+            nursery.start_soon(ref.cast, Ping(i))
+            await trio.testing.wait_all_tasks_blocked()
+        assert ref.statistics().senders_waiting == 3
+    assert await ref.call(Ping(4)) == Ping(4)
+    assert [m for m in worker.seen if isinstance(m, Ping)] == [Ping(i) for i in range(1, 5)]

@@ -469,3 +469,32 @@ async def test_supervisor_ref_wraps_a_child_supervisor(actor_node: Node) -> None
     info = await actor_node.supervisor.which_children()
     assert info[0].is_supervisor
     assert info[0].running
+
+
+async def test_start_children_starts_several_with_one_request(actor_node: Node) -> None:
+    log: list[tuple[str, str]] = []
+
+    class Broken(Actor[Any]):
+        async def on_start(self) -> None:
+            raise Boom("no")
+
+        async def handle(self, message: Any) -> Any:
+            return None
+
+    results = await actor_node.supervisor.start_children(
+        [
+            ChildSpec("a", functools.partial(Worker, "a", log)),
+            ChildSpec("bad", Broken),
+            ChildSpec("b", functools.partial(Worker, "b", log)),
+            ChildSpec("a", functools.partial(Worker, "again", log)),  # the id is taken
+        ]
+    )
+    assert sorted(label for label, _ in log) == ["a", "b"]  # the bad one and the repeat not
+    assert isinstance(results[1], ChildStartError)
+    assert isinstance(results[3], SupervisorError)
+    for ref in (results[0], results[2]):
+        assert not isinstance(ref, BaseException)
+        assert ref.alive
+        assert await ref.call(Ping(1)) == Ping(1)
+    assert [c.id for c in await actor_node.supervisor.which_children()] == ["a", "b"]
+    assert await actor_node.supervisor.start_children([]) == []

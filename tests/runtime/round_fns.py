@@ -73,6 +73,14 @@ async def deaf(request: RoundRequest, context: RoundContext | None) -> str:
     return "too late"
 
 
+async def deaf_from_round_3(request: RoundRequest, context: RoundContext | None) -> str:
+    """Rounds 1 and 2 take 5 s each; round 3 will not be cancelled."""
+    if request.round < 3:
+        await trio.sleep(5)
+        return f"round {request.round} done"
+    return await deaf(request, context)
+
+
 async def same_error(request: RoundRequest, context: RoundContext | None) -> RoundResult:
     return RoundResult(
         status="failed",

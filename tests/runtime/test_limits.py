@@ -170,6 +170,24 @@ async def test_the_watchdog_ends_a_round_that_never_reports(
         assert trio.current_time() == pytest.approx(40.0, abs=1.0)  # timeout 10 + grace 30
 
 
+async def test_the_watchdog_times_a_later_round_from_its_own_start(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A runner keeps one watchdog timer pending rather than one per round: the timer armed
+    # in round 1 goes off at 40 s, while round 3 (started at 10 s) is due only at 50 s.
+    async with open_runtime(memory_config(shutdown_grace=1.0)) as rt:
+        handle = await rt.start(
+            "|loop:3,fresh| deaf later",
+            worker="python:tests.runtime.round_fns:deaf_from_round_3",
+            round_timeout=10,
+        )
+        final = await handle.wait()
+        records = await handle.history()
+        assert final.phase == "complete"
+        assert [r.status for r in records] == ["completed", "completed", "timed_out"]
+        assert trio.current_time() == pytest.approx(50.0, abs=1.0)  # 2 x 5 s, then 10 + 30
+
+
 async def test_one_runtime_per_state_directory(tmp_path: Path) -> None:
     from loopactors.errors import StoreError
 
