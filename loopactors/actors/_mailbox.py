@@ -35,7 +35,7 @@ _current_task = trio.lowlevel.current_task
 class Mailbox:
     """Messages for one actor, in the order they were put."""
 
-    __slots__ = ("_abort_receive", "_queue", "_receiver", "_senders", "capacity", "closed")
+    __slots__ = ("_queue", "_receiver", "_senders", "capacity", "closed")
 
     def __init__(self, capacity: float) -> None:
         self.capacity = capacity
@@ -44,7 +44,6 @@ class Mailbox:
         # Senders waiting for room, oldest first, with the message each one brings.
         self._senders: dict[trio.lowlevel.Task, object] = {}
         self.closed = False
-        self._abort_receive = self._receiver_gone
 
     # -- senders -----------------------------------------------------------------------------
 
@@ -105,7 +104,7 @@ class Mailbox:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return message
         self._receiver = _current_task()
-        return await trio.lowlevel.wait_task_rescheduled(self._abort_receive)
+        return await trio.lowlevel.wait_task_rescheduled(self._receiver_gone)
 
     def _receiver_gone(self, _: Any) -> trio.lowlevel.Abort:
         self._receiver = None

@@ -89,6 +89,7 @@ class Coordinator(Actor[Any]):
         )
         for state in sorted(states, key=lambda s: s.created_at):
             self._index(state)
+        resume: list[LoopState] = []
         for state in sorted(states, key=lambda s: s.created_at):  # parents before children
             parent_id = state.spec.parent_id
             runner = self.node.whereis(runner_name(state.loop_id))
@@ -100,7 +101,17 @@ class Coordinator(Actor[Any]):
                 else:
                     await self._end_without_runner(state, "its parent loop ended")
             elif runner is None:
-                await self._start_runner(state, recovered=True)
+                resume.append(state)
+        if resume:
+            # Side by side: a recovered runner reads its rounds from the store as it starts,
+            # and those reads then share the Store's batches.
+            loops = self.node.whereis("loops")
+            if loops is None:
+                raise ActorError("the loop supervisor is not running")
+            specs = [self._runner_spec(state, recovered=True) for state in resume]
+            for result in await SupervisorRef(loops).start_children(specs, self.deps.call_timeout):
+                if isinstance(result, BaseException):
+                    raise result
 
     async def handle(self, message: Any) -> Any:
         kind = type(message)
@@ -272,18 +283,20 @@ class Coordinator(Actor[Any]):
         return size
 
     async def _start_runner(self, state: LoopState, *, recovered: bool) -> None:
-        factory = RunnerFactory(state.loop_id, self.deps, state, recovered=recovered)
         loops = self.node.whereis("loops")
         if loops is None:
             raise ActorError("the loop supervisor is not running")
-        spec = ChildSpec(
+        spec = self._runner_spec(state, recovered=recovered)
+        await SupervisorRef(loops).start_child(spec, timeout=self.deps.call_timeout)
+
+    def _runner_spec(self, state: LoopState, *, recovered: bool) -> ChildSpec:
+        return ChildSpec(
             state.loop_id,
-            factory,
+            RunnerFactory(state.loop_id, self.deps, state, recovered=recovered),
             restart="transient",
             name=runner_name(state.loop_id),
             shutdown=self.limits.runner_shutdown,
         )
-        await SupervisorRef(loops).start_child(spec, timeout=self.deps.call_timeout)
 
     # -- commands --------------------------------------------------------------------------
 
