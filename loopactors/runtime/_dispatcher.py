@@ -97,6 +97,15 @@ class Dispatcher(Actor[Any]):
             worker = self._workers[spec] = parse_worker(spec, kill_grace=self._kill_grace)
         return worker
 
+    def _take_slots_nowait(self, kind_limit: Slots | None) -> bool:
+        """Take the global slot and the worker kind's, both or neither."""
+        if not self._limit.take_nowait():
+            return False
+        if kind_limit is not None and not kind_limit.take_nowait():
+            self._limit.release()
+            return False
+        return True
+
     async def _run(self, dispatch: Dispatch, scope: trio.CancelScope) -> None:
         request = dispatch.request
         key = request.key
@@ -110,10 +119,7 @@ class Dispatcher(Actor[Any]):
             # timeout, set once the round holds its slots (waiting for a slot is no part of
             # a round's time). Free slots are taken at once, and the deadline is then set
             # before the scope is entered (cheaper than moving it once entered).
-            slots_held = self._limit.take_nowait()
-            if slots_held and kind_limit is not None and not kind_limit.take_nowait():
-                self._limit.release()
-                slots_held = False
+            slots_held = self._take_slots_nowait(kind_limit)
             if slots_held:
                 self._started[key] = now = trio.current_time()
                 scope.deadline = now + dispatch.timeout
