@@ -79,6 +79,10 @@ class Coordinator(Actor[Any]):
         self._admitting: dict[str, tuple[LoopState, PendingReply]] = {}
         self._held: dict[str, list[tuple[ControlLoop, PendingReply]]] = {}
         self._stop_on_admit: set[str] = set()
+        #: Worker specs that parsed at an admission and cannot stop parsing later (scripted
+        #: and python ones; a command's executable may go away): loops mostly share a few,
+        #: and parsing one again for every loop costs more than the other admission checks.
+        self._usable_workers: set[str] = set()
 
     async def on_start(self) -> None:
         self.svc = services_of(self.node)
@@ -238,12 +242,16 @@ class Coordinator(Actor[Any]):
                 f"(max_live_loops = {self.limits.max_live_loops}); wait for some to finish "
                 "or raise the cap"
             )
-        try:
-            parse_worker(spec.worker, kill_grace=self.deps.kill_grace)
-        except WorkerSpecError as exc:
-            return exc
-        except Exception as exc:  # anything else about a bad spec: refuse it, never crash
-            return WorkerSpecError(f"cannot use worker {spec.worker!r}: {exc}")
+        if spec.worker not in self._usable_workers:
+            try:
+                worker = parse_worker(spec.worker, kill_grace=self.deps.kill_grace)
+            except WorkerSpecError as exc:
+                return exc
+            except Exception as exc:  # anything else about a bad spec: refuse it, never crash
+                return WorkerSpecError(f"cannot use worker {spec.worker!r}: {exc}")
+            # Bounded: specs may differ for every loop.
+            if worker.kind in ("scripted", "python") and len(self._usable_workers) < 1024:
+                self._usable_workers.add(spec.worker)
         if spec.parent_id is None:
             return None
         parent = self._live.get(spec.parent_id)
