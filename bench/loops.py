@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio.testing
 
 from loopactors.loops._events import RoundFinished, RoundStarted
 from loopactors.loops._model import LoopSpec, LoopState
@@ -151,6 +152,76 @@ async def stop_case(loops: int) -> dict[str, Any]:
     }
 
 
+async def floor_case(loops: int) -> dict[str, Any]:
+    """What one round must cost in scheduling alone, in the runtime's design: each primitive
+    timed ``loops * ROUNDS`` times, 1,000 tasks or actors at a time, in CPU microseconds per
+    operation."""
+    from loopactors.actors import Actor, open_node
+
+    ops = loops * ROUNDS
+    wave = min(loops, 1000)
+
+    def per_op(cpu_start: float) -> float:
+        return (time.process_time() - cpu_start) / ops * 1e6
+
+    async def checkpoints() -> None:
+        for _ in range(ROUNDS):
+            await trio.lowlevel.checkpoint()
+
+    cpu = time.process_time()
+    for _ in range(loops // wave):
+        async with trio.open_nursery() as nursery:
+            for _ in range(wave):
+                nursery.start_soon(checkpoints)
+    checkpoint_us = per_op(cpu)
+
+    async def one_round() -> None:
+        with trio.CancelScope():
+            await trio.lowlevel.checkpoint()
+
+    cpu = time.process_time()
+    for _ in range(ops // wave):
+        async with trio.open_nursery() as nursery:
+            for _ in range(wave):
+                nursery.start_soon(one_round)
+    round_task_us = per_op(cpu)
+
+    class Idle(Actor[Any]):
+        async def handle(self, message: Any) -> None:
+            return None
+
+    async with open_node() as node:
+        refs = [await node.spawn(Idle) for _ in range(wave)]
+        await trio.testing.wait_all_tasks_blocked()
+        cpu = time.process_time()
+        for n in range(ops // wave):
+            for ref in refs:
+                ref.cast_nowait(n)
+            await trio.testing.wait_all_tasks_blocked()
+        wake_us = per_op(cpu)
+
+    send, receive = trio.open_memory_channel[int](loops * ROUNDS)
+
+    async def consume() -> None:
+        async for _ in receive:
+            pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume)
+        await trio.testing.wait_all_tasks_blocked()
+        cpu = time.process_time()
+        for n in range(ops):
+            send.send_nowait(n)
+        send.close()
+    event_us = per_op(cpu)
+    return {
+        "checkpoint_us": checkpoint_us,
+        "round_task_us": round_task_us,
+        "actor_wake_us": wake_us,
+        "event_receive_us": event_us,
+    }
+
+
 def run_case(case: str, loops: int) -> dict[str, Any]:
     if case == "memory":
         result = trio.run(runtime_case, loops, "memory")
@@ -158,6 +229,8 @@ def run_case(case: str, loops: int) -> dict[str, Any]:
         result = trio.run(runtime_case, loops, "sqlite")
     elif case == "baseline":
         result = trio.run(baseline_case, loops)
+    elif case == "floor":
+        result = trio.run(floor_case, loops)
     else:
         result = trio.run(stop_case, loops)
     result["peak_rss_mb"] = peak_rss_mb()
@@ -177,7 +250,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--loops", type=int, default=10_000)
     parser.add_argument("--stop-loops", type=int, default=1_000)
-    parser.add_argument("--case", choices=["memory", "sqlite", "baseline", "stop"])
+    parser.add_argument("--case", choices=["memory", "sqlite", "baseline", "stop", "floor"])
     args = parser.parse_args()
     if args.case:
         print(json.dumps(run_case(args.case, args.loops)))
@@ -187,6 +260,7 @@ def main() -> None:
         "memory": in_subprocess("memory", args.loops),
         "sqlite": in_subprocess("sqlite", args.loops),
         "stop": in_subprocess("stop", args.stop_loops),
+        "floor": in_subprocess("floor", args.loops),
     }
     base = results["baseline"]["rounds_per_s"]
     machine = f"{platform.machine()}, {os.cpu_count()} cores"
@@ -208,6 +282,13 @@ def main() -> None:
     print(
         f"stop-to-cancelled over {args.stop_loops:,} loops mid-round: "
         f"p50 {stop['p50_stop_ms']:.2f} ms, p99 {stop['p99_stop_ms']:.2f} ms"
+    )
+    floor = results["floor"]
+    print(
+        "scheduling floor, CPU us per operation: trio checkpoint "
+        f"{floor['checkpoint_us']:.1f}, round task (spawn, cancel scope, checkpoint, exit) "
+        f"{floor['round_task_us']:.1f}, idle actor woken by a cast {floor['actor_wake_us']:.1f}, "
+        f"event received by a subscriber {floor['event_receive_us']:.1f}"
     )
     print(json.dumps({"bench": "loops", "loops": args.loops, "rounds": ROUNDS, **results}))
 
