@@ -26,6 +26,7 @@ from typing import Any
 import trio
 import trio.testing
 
+from loopactors.actors import Actor, open_node
 from loopactors.loops._events import RoundFinished, RoundStarted
 from loopactors.loops._model import LoopSpec, LoopState
 from loopactors.loops._rules import build_prompt
@@ -156,8 +157,6 @@ async def floor_case(loops: int) -> dict[str, Any]:
     """What one round must cost in scheduling alone, in the runtime's design: each primitive
     timed ``loops * ROUNDS`` times, 1,000 tasks or actors at a time, in CPU microseconds per
     operation."""
-    from loopactors.actors import Actor, open_node
-
     ops = loops * ROUNDS
     wave = min(loops, 1000)
 
