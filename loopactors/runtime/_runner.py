@@ -14,6 +14,7 @@ transition in one class, read top to bottom, is what makes it checkable.
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -74,6 +75,10 @@ class Watchdog(msgspec.Struct, gc=False, frozen=True):
 
     timer: int
 
+
+#: Watchdog timer ids, unique in the process: a timer a crashed incarnation left pending
+#: never passes for one of its successor's.
+_TIMER_IDS = itertools.count(1)
 
 #: A loop whose runner crashes this many times within RUNNER_CRASH_WINDOW seconds ends in
 #: ``error`` instead of taking its supervisor (and every other loop) down with it.
@@ -139,7 +144,7 @@ class LoopRunner(Actor[Any]):
         #: timer of its own: the pending one, if it goes off early, is moved to the due time.
         self._watchdog_due = 0.0
         self._timer_at: float | None = None
-        self._timer_id = 0
+        self._timer_id = 0  # ids come from _TIMER_IDS: unique across incarnations too
         #: ``state.last_output`` as the no-progress fuse compares it, once computed.
         self._last_normalized: str | None = None
 
@@ -375,7 +380,7 @@ class LoopRunner(Actor[Any]):
             self._schedule_watchdog(due)
 
     def _schedule_watchdog(self, deadline: float) -> None:
-        self._timer_id += 1  # the timer pending until now, if any, is superseded
+        self._timer_id = next(_TIMER_IDS)  # the timer pending until now, if any, is superseded
         self._timer_at = deadline
         self.svc.timers.cast_nowait(
             Schedule(deadline, runner_name(self.loop_id), Watchdog(self._timer_id))
