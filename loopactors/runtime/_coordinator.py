@@ -62,10 +62,10 @@ class _StartMore:
 
 
 #: How many runners the Coordinator starts with one request to the loop supervisor. With
-#: 10,000 loops admitted at once (bench/loops.py), 8 gave ~10% more rounds/s than 1 (one
-#: request per runner); 32 and more gave less, because more loops in flight together make
-#: the garbage collector's full passes longer.
-START_BATCH = 8
+#: 10,000 loops admitted at once (bench/loops.py, memory store), 4 gave ~20% more rounds/s
+#: than 1 (one request per runner); 8 and more gave less, and longer steps between rounds,
+#: as more loops in flight together make the garbage collector's full passes longer.
+START_BATCH = 4
 
 
 @attrs.frozen
