@@ -2,6 +2,11 @@
 
 Frozen msgspec Structs. Inside a process they travel as objects; only the store and the
 websocket gateway encode anything.
+
+Those that hold only data (strings, numbers, other such Structs) are made with ``gc=False``:
+they cannot be part of a reference cycle, and the garbage collector need not track the
+several of them every round makes (fewer and shorter collections with 10,000 loops). Those
+with an ``Any`` field stay tracked.
 """
 
 from __future__ import annotations
@@ -48,14 +53,14 @@ __all__ = [
 # -- Store -----------------------------------------------------------------------------------
 
 
-class Forward(msgspec.Struct, gc=False, frozen=True):
+class Forward(msgspec.Struct, frozen=True):
     """Cast ``message`` to the actor registered as ``name``."""
 
     name: str
     message: Any
 
 
-class Commit(msgspec.Struct, gc=False, frozen=True):
+class Commit(msgspec.Struct, frozen=True):
     """Make ``write`` durable, then act on it.
 
     Once the batch holding it has committed, the Store publishes the write's events and
@@ -138,7 +143,7 @@ class PromptReady(msgspec.Struct, gc=False, frozen=True):
 # -- Dispatcher ------------------------------------------------------------------------------
 
 
-class Dispatch(msgspec.Struct, gc=False, frozen=True):
+class Dispatch(msgspec.Struct, frozen=True):
     """Run one round; the result goes to the loop's runner as :class:`RoundDone`.
 
     Dispatching a key that is already running attaches to that run (idempotency key).
@@ -175,7 +180,7 @@ class RoundDone(msgspec.Struct, gc=False, frozen=True):
 # -- Timers ----------------------------------------------------------------------------------
 
 
-class Schedule(msgspec.Struct, gc=False, frozen=True):
+class Schedule(msgspec.Struct, frozen=True):
     """Cast ``message`` to the actor registered as ``name`` at trio time ``deadline``."""
 
     deadline: float

@@ -1,7 +1,9 @@
 """The loop domain: specs, states, round records, phases and their legal transitions.
 
 Pure data and pure functions; no trio. Every type here is a frozen msgspec Struct, so the same
-objects travel between actors, are committed by the store and cross the wire unchanged.
+objects travel between actors, are committed by the store and cross the wire unchanged. They
+hold only data, so they are made with ``gc=False``: never part of a reference cycle, they need
+no tracking by the garbage collector (a busy runtime makes several every round).
 """
 
 from __future__ import annotations
