@@ -238,7 +238,10 @@ class Coordinator(Actor[Any]):
         if loops is None:
             results = [ActorError("the loop supervisor is not running")] * len(batch)
         else:
-            results = await SupervisorRef(loops).start_children(specs, self.deps.call_timeout)
+            try:
+                results = await SupervisorRef(loops).start_children(specs, self.deps.call_timeout)
+            except ActorError as exc:  # the loop supervisor went down meanwhile
+                results = [exc] * len(batch)
         for (state, pending), result in zip(batch, results, strict=True):
             loop_id = state.loop_id
             del self._admitting[loop_id]
