@@ -45,16 +45,19 @@ class Subscription:
         self._send, self._recv = trio.open_memory_channel[AnyEvent | Gap](queue_size + 1)
         self.missed = 0
         self.delivered = 0
+        self._queued = 0  # items in the channel (cheaper than its statistics() per event)
 
     def _offer(self, event: AnyEvent) -> None:
-        if self._send.statistics().current_buffer_used >= self.queue_size:
+        if self._queued >= self.queue_size:
             self.missed += 1
             return
         try:
             if self.missed:
                 self._send.send_nowait(Gap(missed=self.missed, loop_id=self.loop_id))
+                self._queued += 1
                 self.missed = 0
             self._send.send_nowait(event)
+            self._queued += 1
             self.delivered += 1
         except trio.WouldBlock:
             self.missed += 1
@@ -74,18 +77,22 @@ class Subscription:
         if self._pending_gap():
             await trio.lowlevel.checkpoint()
             return self._take_gap()
-        return await self._recv.receive()
+        item = await self._recv.receive()
+        self._queued -= 1
+        return item
 
     def receive_nowait(self) -> AnyEvent | Gap:
         """The next queued event; raises ``trio.WouldBlock`` when none is queued."""
         if self._pending_gap():
             return self._take_gap()
-        return self._recv.receive_nowait()
+        item = self._recv.receive_nowait()
+        self._queued -= 1
+        return item
 
     def _pending_gap(self) -> bool:
         # Events were dropped after everything queued has been read: say so now, rather
         # than only when a later event comes (there may be none, e.g. after a loop's end).
-        return self.missed > 0 and self._recv.statistics().current_buffer_used == 0
+        return self.missed > 0 and self._queued == 0
 
     def _take_gap(self) -> Gap:
         gap = Gap(missed=self.missed, loop_id=self.loop_id)

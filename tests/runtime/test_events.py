@@ -34,7 +34,7 @@ def _drain(sub: Subscription) -> list[AnyEvent | Gap]:
     got: list[AnyEvent | Gap] = []
     while True:
         try:
-            got.append(sub._recv.receive_nowait())
+            got.append(sub.receive_nowait())
         except trio.WouldBlock:
             return got
 
@@ -109,15 +109,16 @@ async def test_a_subscriber_that_falls_behind_gets_a_gap_then_later_events() -> 
 
     assert await sub.receive() == events[0]
     assert await sub.receive() == events[1]
-    assert _drain(sub) == []
     assert sub.delivered == 2
     assert sub.missed == 8
+    # Everything queued has been read: the count comes at once, not with the next event.
+    assert await sub.receive() == Gap(missed=8, loop_id="A")
+    assert sub.missed == 0
+    assert _drain(sub) == []
 
     later = [_event("A", n) for n in range(10, 13)]
     bus.publish(later[0])
-    assert await sub.receive() == Gap(missed=8, loop_id="A")
     assert await sub.receive() == later[0]
-    assert sub.missed == 0
 
     bus.publish(later[1])
     bus.publish(later[2])
@@ -129,9 +130,9 @@ async def test_an_all_loop_subscriber_gap_has_no_loop_id() -> None:
     sub = bus.subscribe(queue_size=1)
     for n in range(4):
         bus.publish(_event(f"L{n}", n))
-    assert _drain(sub) == [_event("L0", 0)]
+    assert _drain(sub) == [_event("L0", 0), Gap(missed=3, loop_id=None)]
     bus.publish(_event("L9", 9))
-    assert _drain(sub) == [Gap(missed=3, loop_id=None), _event("L9", 9)]
+    assert _drain(sub) == [_event("L9", 9)]
 
 
 async def test_a_slow_subscriber_does_not_affect_a_fast_one() -> None:
@@ -142,7 +143,7 @@ async def test_a_slow_subscriber_does_not_affect_a_fast_one() -> None:
     for event in events:
         bus.publish(event)
     assert _drain(fast) == events
-    assert _drain(slow) == [events[0]]
+    assert _drain(slow) == [events[0], Gap(missed=19, loop_id="A")]
 
 
 async def test_a_subscriber_that_frees_one_slot_gets_the_gap_and_the_next_event() -> None:
@@ -180,12 +181,19 @@ async def test_a_full_queue_counts_events_instead_of_queueing_them() -> None:
     sub = bus.subscribe("A", queue_size=3)
     for n in range(10):
         bus.publish(_event("A", n))
-    assert len(_drain(sub)) == 3
+    assert sub.missed == 7
+    assert await sub.receive() == _event("A", 0)  # one place free
     for n in range(10, 20):
         bus.publish(_event("A", n))
-    # The pending gap takes one of the three places: two more events fit, the rest are counted.
-    assert _drain(sub) == [Gap(missed=7, loop_id="A"), _event("A", 10), _event("A", 11)]
-    assert sub.missed == 8
+    # The pending gap takes the free place with the event after it; the rest are counted.
+    assert _drain(sub) == [
+        _event("A", 1),
+        _event("A", 2),
+        Gap(missed=7, loop_id="A"),
+        _event("A", 10),
+        Gap(missed=9, loop_id="A"),
+    ]
+    assert sub.missed == 0
 
 
 async def test_the_bus_queue_size_is_the_default_for_subscribers() -> None:
@@ -193,8 +201,8 @@ async def test_the_bus_queue_size_is_the_default_for_subscribers() -> None:
     sub = bus.subscribe("A")
     for n in range(5):
         bus.publish(_event("A", n))
-    assert len(_drain(sub)) == 3
     assert sub.missed == 2
+    assert _drain(sub) == [*(_event("A", n) for n in range(3)), Gap(missed=2, loop_id="A")]
 
 
 async def test_publish_never_blocks_even_when_every_queue_is_full() -> None:
