@@ -156,6 +156,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_ABORTED
+    except BaseExceptionGroup as group:  # raised through a nursery (a lost connection, ...)
+        errors = _leaves(group)
+        if all(isinstance(e, KeyboardInterrupt) for e in errors):
+            return EXIT_ABORTED
+        if not all(isinstance(e, LoopactorsError) for e in errors):
+            raise
+        for error in errors:
+            print(f"loopactors: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        leaves.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return leaves
 
 
 def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -8,8 +8,9 @@ prompt without garbling the line being edited. Everything that acts on loops run
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Protocol
@@ -24,7 +25,7 @@ from prompt_toolkit.patch_stdout import patch_stdout
 from ._cli_remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
 from .client import NodeClient, connect
-from .errors import LoopactorsError
+from .errors import ConnectionLost, LoopactorsError
 from .loops._events import AnyEvent, LoopFinished, LoopStarted
 from .loops._model import LoopState, RoundRecord
 from .runtime import Gap, Runtime, RuntimeConfig, open_runtime
@@ -92,6 +93,10 @@ class _Remote:
         self.node = node
         self.where = f"node {node.info.node_id} at {node.url}"
 
+    @property
+    def closing_reason(self) -> str | None:
+        return self.node.closing_reason
+
     async def start(self, text: str, worker: str | None) -> LoopState:
         return await self.node.start(text, worker=worker)
 
@@ -149,11 +154,26 @@ class Repl:
         self.completer = _LoopIds()
         self._said_scripted = False
         self.quit = False
+        #: Why the node went away, when it did (the session ends).
+        self.lost: str | None = None
+        #: The command being run, so that Ctrl-C can cancel it.
+        self.command_scope: trio.CancelScope | None = None
+        self.on_lost: Callable[[], None] = lambda: None
 
     def say(self, text: str) -> None:
         print(text, flush=True)
 
     async def show_events(self) -> None:
+        try:
+            await self._show_events()
+        except ConnectionLost as exc:
+            reason = getattr(self.target, "closing_reason", None) or str(exc)
+            self.lost = reason
+            self.quit = True
+            self.say(f"the connection to the node is lost ({reason}); leaving")
+            self.on_lost()
+
+    async def _show_events(self) -> None:
         async for event in self.target.events():
             if isinstance(event, Gap):
                 self.say(f"[{event.missed} progress lines skipped: the display fell behind]")
@@ -169,11 +189,19 @@ class Repl:
             self.completer.ids = (*self.completer.ids[-199:], loop_id)
 
     async def run_line(self, line: str) -> None:
-        try:
-            command = parse_line(line)
-            await self._run(command)
-        except LoopactorsError as exc:
-            self.say(f"error: {exc}")
+        with trio.CancelScope() as scope:
+            self.command_scope = scope
+            try:
+                command = parse_line(line)
+                await self._run(command)
+            except LoopactorsError as exc:
+                self.say(f"error: {exc}")
+            except Exception as exc:  # a bug in one command must not end the session
+                self.say(f"error: unexpected {exc!r}")
+            finally:
+                self.command_scope = None
+        if scope.cancelled_caught:
+            self.say("(cancelled)")
 
     async def _run(self, command: Command) -> None:
         name, args = command.name, command.args
@@ -289,20 +317,36 @@ async def _main(args: argparse.Namespace, config: RuntimeConfig) -> int:
     state_dir = trio.Path(config.state_dir)
     await state_dir.mkdir(parents=True, exist_ok=True)
     session: PromptSession[str] = PromptSession(history=FileHistory(str(state_dir / HISTORY_FILE)))
-    # Between prompts Ctrl-C is a signal; the REPL keeps it from killing the session.
-    with trio.open_signal_receiver(signal.SIGINT) as _sigint:
-        async with _target(args, config) as target:
-            default = (
-                target.node.info.default_worker if isinstance(target, _Remote) else config.worker
-            )
-            repl = Repl(target, args.worker if args.connect else None, default)
-            repl.say(f"loopactors repl on {target.where}; /help for the commands")
-            with patch_stdout(raw=True):
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(repl.show_events)
-                    await _read_lines(session, repl)
-                    nursery.cancel_scope.cancel()
-    return 0
+    async with _target(args, config) as target:
+        default = target.node.info.default_worker if isinstance(target, _Remote) else config.worker
+        repl = Repl(target, args.worker if args.connect else None, default)
+        repl.on_lost = functools.partial(_end_prompt, session)
+        repl.say(f"loopactors repl on {target.where}; /help for the commands")
+        # While the editor waits for a line, Ctrl-C is a key it handles; between lines it is
+        # a signal, and it cancels the command being run instead of ending the session.
+        with trio.open_signal_receiver(signal.SIGINT) as sigint, patch_stdout(raw=True):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(repl.show_events)
+                nursery.start_soon(_cancel_commands, sigint, repl)
+                await _read_lines(session, repl)
+                nursery.cancel_scope.cancel()
+    return 0 if repl.lost is None else 1
+
+
+async def _cancel_commands(sigint: AsyncIterator[int], repl: Repl) -> None:
+    async for _ in sigint:
+        if repl.command_scope is not None:
+            repl.command_scope.cancel()
+
+
+def _end_prompt(session: PromptSession[str]) -> None:
+    """Make a prompt waiting in the editor's thread return (as Ctrl-D would)."""
+    app = session.app
+    loop = app.loop
+    if app.is_running and loop is not None:
+        loop.call_soon_threadsafe(
+            lambda: app.exit(exception=EOFError()) if app.is_running else None
+        )
 
 
 async def _read_lines(session: PromptSession[str], repl: Repl) -> None:
@@ -316,15 +360,18 @@ async def _read_lines(session: PromptSession[str], repl: Repl) -> None:
             line = await trio.to_thread.run_sync(prompt, abandon_on_cancel=True)
         except KeyboardInterrupt:  # Ctrl-C: drop the line being typed
             continue
-        except EOFError:  # Ctrl-D
-            if await _confirm_quit(session, repl):
+        except EOFError:  # Ctrl-D, or the node went away
+            if repl.quit or await _confirm_quit(session, repl):
                 return
             continue
         await repl.run_line(line)
 
 
 async def _confirm_quit(session: PromptSession[str], repl: Repl) -> bool:
-    live = await repl.live_count()
+    try:
+        live = await repl.live_count()
+    except LoopactorsError:  # the node cannot tell: nothing to protect by asking
+        return True
     if not live:
         return True
     if repl.target.keeps_running:

@@ -79,7 +79,7 @@ def parse_line(line: str) -> Command:
         raise LoopSyntaxError(f"usage: {usage}")
     if want is None and len(args) > (1 if COMMANDS[name][0] else 0):
         raise LoopSyntaxError(f"usage: {usage}")
-    if name == "/output" and not args[1].isdigit():
+    if name == "/output" and not (args[1].isascii() and args[1].isdigit()):
         raise LoopSyntaxError(f"ROUND must be a round number, got {args[1]!r}; usage: {usage}")
     return Command(name, tuple(args))
 

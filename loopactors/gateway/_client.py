@@ -105,6 +105,8 @@ class RemoteSubscription:
         self._seen: set[AnyEvent] | None = set() if replay else None
 
     def _offer(self, item: AnyEvent | Gap) -> None:
+        if self.closed:
+            return
         if isinstance(item, Gap):
             self.missed += item.missed
             return
@@ -267,10 +269,14 @@ class NodeClient:
             # In the reader, before the frames after the reply: the first events follow it.
             reply = msgspec.json.decode(raw, type=Subscribed)
             sub.subscription = reply.subscription
-            self._subscriptions[reply.subscription] = sub
+            if not sub.closed:
+                self._subscriptions[reply.subscription] = sub
 
         request = Subscribe(id=0, loop_id=sub.loop_id, replay=sub.replay)
         await self._request(request, Subscribed, on_ok=register)
+        if sub.closed:  # closed while being renewed: the node's side goes too
+            with contextlib.suppress(RemoteError, ConnectionLost):
+                await self._request(Unsubscribe(id=0, subscription=sub.subscription), Unsubscribed)
 
     async def _request(
         self,
@@ -284,8 +290,11 @@ class NodeClient:
             if not self.reconnect or self._closed:
                 raise ConnectionLost(f"not connected to {self.url}")
             with trio.move_on_after(self.timeout):
-                await self._connected.wait()
-            ws = self._ws
+                while (ws := self._ws) is None or ws.closed is not None:
+                    if self._connected.is_set():  # the drop is not noticed yet
+                        await trio.sleep(0.01)
+                    else:
+                        await self._connected.wait()
             if ws is None or ws.closed is not None:
                 raise ConnectionLost(f"could not reconnect to {self.url} in {self.timeout:g} s")
         request_id = next(self._ids)
@@ -317,6 +326,9 @@ class NodeClient:
             await ws.send_message(_encode(hello).decode())
             with trio.fail_after(self.timeout):
                 frame = _decode_frame(await ws.get_message())
+        except (msgspec.DecodeError, RecursionError):
+            await ws.aclose()
+            raise ConnectionLost(f"{self.url} does not speak the loopactors protocol") from None
         except ConnectionClosed as exc:
             raise ConnectionLost(f"{self.url} closed the connection: {exc.reason}") from None
         except trio.TooSlowError:
@@ -336,8 +348,14 @@ class NodeClient:
         """Read frames; on a drop, fail what waits and (if asked) reconnect with backoff."""
         while True:
             assert self._ws is not None
-            with contextlib.suppress(ConnectionClosed):
+            try:
                 await self._read(self._ws)
+            except ConnectionClosed:
+                pass
+            except Exception as exc:  # a bug here must end this connection, not the program
+                self.closing_reason = f"client error: {exc!r}"
+                with trio.move_on_after(2.0):
+                    await self._ws.aclose()
             self._connected = trio.Event()
             for pending in self._pending.values():
                 pending.error = ConnectionLost(f"the connection to {self.url} closed")
@@ -351,6 +369,8 @@ class NodeClient:
     async def _reconnect(self, nursery: trio.Nursery) -> None:
         delay = 0.05
         while True:
+            if self._closed:
+                return
             try:
                 await self._handshake(nursery)
                 break
@@ -372,7 +392,10 @@ class NodeClient:
 
     async def _read(self, ws: WebSocketConnection) -> None:
         while True:
-            frame = _decode_frame(await ws.get_message())
+            try:
+                frame = _decode_frame(await ws.get_message())
+            except (msgspec.DecodeError, RecursionError):
+                continue  # a frame this client does not know (a newer node's event type, ...)
             if isinstance(frame, EventFrame):
                 sub = self._subscriptions.get(frame.subscription)
                 if sub is not None:

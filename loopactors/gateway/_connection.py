@@ -110,13 +110,15 @@ class Connection:
         self.gateway = gateway
         self.ws = ws
         remote = ws.remote
-        self.remote = str(remote) if isinstance(remote, str) else f"{remote.address}:{remote.port}"
+        self.remote = remote if isinstance(remote, str) else f"{remote.address}:{remote.port}"
+        self.authenticated = False
         self.settings = gateway.settings
         self._header_token = header_token
         self._send, self._recv = trio.open_memory_channel[str](64)
         self._subs: dict[str, tuple[Subscription, trio.CancelScope]] = {}
         self._sub_ids = itertools.count(1)
         self._inflight = 0
+        self._opening = 0  # subscriptions being opened (not in _subs yet)
         self._bucket = TokenBucket(
             self.settings.max_requests_per_second, self.settings.request_burst, trio.current_time()
         )
@@ -201,6 +203,7 @@ class Connection:
                 )
                 await self.close(CLOSE_PROTOCOL_ERROR, "unsupported protocol")
                 return False
+            self.authenticated = True
             self.gateway.note_authenticated(self, hello.client)
             await self._reply_now(Ok(id=hello.id, data=self._node_info()))
             return True
@@ -289,32 +292,37 @@ class Connection:
             raise Refusal("invalid_request", text) from None
         except msgspec.DecodeError as exc:
             raise Refusal("bad_json", f"not a JSON object: {exc}") from None
+        except RecursionError:
+            raise Refusal("bad_json", "the JSON is nested too deeply") from None
 
     async def _answer(self, request: Any) -> None:
-        after = None
+        # Counted until the reply is queued: a client that never reads must meet the cap,
+        # not pile up answered requests waiting for room in the writer's queue.
         try:
-            data, after = await self._do(request)
-            frame: Ok | Error = Ok(id=request.id, data=data)
-        except Refusal as exc:
-            frame = Error(id=request.id, code=exc.code, message=exc.message)
-        except LoopNotFound as exc:
-            frame = Error(id=request.id, code="not_found", message=_text(exc))
-        except (LoopSyntaxError, WorkerSpecError, AdmissionRefused, ConfigError) as exc:
-            frame = Error(id=request.id, code="rejected", message=_text(exc))
-        except (ActorNotRunning, CallFailed, CallTimeout) as exc:
-            frame = Error(
-                id=request.id,
-                code="unavailable",
-                message=f"the runtime could not answer now, try again: {exc}",
-            )
-        except Exception as exc:  # a bug must cost one request, never the node
-            log.exception("internal error answering %s from %s", _kind(request), self.remote)
-            frame = Error(id=request.id, code="internal", message=f"internal error: {exc!r}")
+            frame, after = await self._outcome(request)
+            await self._reply(frame)
         finally:
             self._inflight -= 1
-        await self._reply(frame)
         if after is not None:
             after()
+
+    async def _outcome(self, request: Any) -> tuple[Ok | Error, Any]:
+        try:
+            data, after = await self._do(request)
+            return Ok(id=request.id, data=data), after
+        except Refusal as exc:
+            return Error(id=request.id, code=exc.code, message=exc.message), None
+        except LoopNotFound as exc:
+            return Error(id=request.id, code="not_found", message=_text(exc)), None
+        except (LoopSyntaxError, WorkerSpecError, AdmissionRefused, ConfigError) as exc:
+            return Error(id=request.id, code="rejected", message=_text(exc)), None
+        except (ActorNotRunning, CallFailed, CallTimeout) as exc:
+            message = f"the runtime could not answer now, try again: {exc}"
+            return Error(id=request.id, code="unavailable", message=message), None
+        except Exception as exc:  # a bug must cost one request, never the node
+            log.exception("internal error answering %s from %s", _kind(request), self.remote)
+            message = f"internal error: {exc!r}"
+            return Error(id=request.id, code="internal", message=message), None
 
     async def _do(self, request: Any) -> tuple[Any, Any]:
         rt = self.gateway.runtime
@@ -355,6 +363,13 @@ class Connection:
             raise Refusal(
                 "invalid_request", "start takes exactly one of text (|loop...| text) or spec"
             )
+        reserved = sorted(set(request.options) & _RESERVED_OPTIONS)
+        if reserved:
+            raise Refusal(
+                "invalid_request",
+                f"options may not set {', '.join(reserved)}: worker and loop_id are fields of "
+                "start itself, and a loop started over the wire has no parent",
+            )
         loop = request.text if request.text is not None else request.spec
         assert loop is not None
         handle = await self.gateway.runtime.start(
@@ -383,12 +398,19 @@ class Connection:
         raise LoopNotFound(f"loop {request.loop_id!r} has no round {request.round} ({have})")
 
     async def _subscribe(self, request: Subscribe) -> tuple[Subscribed, Any]:
-        if len(self._subs) >= self.settings.max_subscriptions:
+        if len(self._subs) + self._opening >= self.settings.max_subscriptions:
             raise Refusal(
                 "too_many_subscriptions",
-                f"this connection already has {len(self._subs)} subscriptions "
+                f"this connection already has {len(self._subs) + self._opening} subscriptions "
                 f"(at most {self.settings.max_subscriptions}); unsubscribe first",
             )
+        self._opening += 1  # counted from here: the awaits below let other requests in
+        try:
+            return await self._open_subscription(request)
+        finally:
+            self._opening -= 1
+
+    async def _open_subscription(self, request: Subscribe) -> tuple[Subscribed, Any]:
         if request.replay and request.loop_id is None:
             raise Refusal("invalid_request", "replay needs a loop_id (one loop's stored events)")
         if request.loop_id is not None:
@@ -471,7 +493,9 @@ class Connection:
                 except ConnectionClosed:
                     break
             if scope.cancelled_caught:
-                log.warning("disconnecting %s: a frame waited %gs", self.remote, scope.deadline)
+                log.warning(
+                    "disconnecting %s: a frame waited %gs", self.remote, self.settings.send_timeout
+                )
                 await self.close(CLOSE_POLICY, "too slow to read")
                 break
             self.gateway.frames_out += 1
@@ -487,11 +511,15 @@ class Connection:
                 except ConnectionClosed:
                     break
             if scope.cancelled_caught:
-                log.warning("closing %s: no pong within %gs", self.remote, scope.deadline)
+                log.warning(
+                    "closing %s: no pong within %gs", self.remote, self.settings.ping_timeout
+                )
                 break
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
 
+
+_RESERVED_OPTIONS = frozenset({"loop", "worker", "loop_id", "parent_id"})
 
 _REQUEST_TYPES = [t.__struct_config__.tag for t in ClientFrame.__args__]
 
@@ -499,7 +527,7 @@ _REQUEST_TYPES = [t.__struct_config__.tag for t in ClientFrame.__args__]
 def _id_of(message: str | bytes) -> RequestId | None:
     try:
         return _decode_id(message).id
-    except (msgspec.DecodeError, TypeError):
+    except (msgspec.DecodeError, TypeError, RecursionError):
         return None
 
 

@@ -8,12 +8,13 @@ it with) drops the connections; clients reconnect (``loopactors.client`` can do 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
 import msgspec
 import trio
-from trio_websocket import WebSocketRequest, serve_websocket
+from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
 from ..actors import Actor
 from ..messages import GatewayShutdown, GetGatewayStatistics
@@ -60,6 +61,7 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         self.rejected_frames = 0
         self.auth_failures = 0
         self.refused_connections = 0
+        self.unauthenticated = 0
         self.gaps = 0
         self._listener = trio.CancelScope()
 
@@ -114,31 +116,54 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         return len(connections)
 
     async def _serve(self, request: WebSocketRequest) -> None:
+        # Runs in the gateway's nursery: nothing one client does may escape from here, or it
+        # would crash the gateway (and every other client's connection with it).
+        try:
+            await self._serve_one(request)
+        except ConnectionClosed:
+            pass  # the client went away (during the upgrade, or in a close we did not await)
+        except Exception:
+            log.exception("a connection ended with an unexpected error")
+
+    async def _serve_one(self, request: WebSocketRequest) -> None:
         header_token = _bearer(request)
         if not self.accepting:
             return
         ws = await request.accept()
-        if len(self.connections) >= self.settings.max_connections:
+        refusal = self._refusal()
+        if refusal is not None:
             self.refused_connections += 1
-            log.warning("refused %s: %d connections already", ws.remote, len(self.connections))
-            error = Error(
-                id=None,
-                code="too_many_connections",
-                message=f"the node serves at most {self.settings.max_connections} connections",
-            )
-            with trio.move_on_after(2.0):
+            log.warning("refused %s: %s", _endpoint(ws), refusal)
+            error = Error(id=None, code="too_many_connections", message=refusal)
+            with trio.move_on_after(2.0), contextlib.suppress(ConnectionClosed):
                 await ws.send_message(frame_text(error))
                 await ws.aclose(CLOSE_TRY_AGAIN_LATER, "too many connections")
             return
         connection = Connection(self, ws, header_token)
         self.connections.add(connection)
+        self.unauthenticated += 1
         try:
             await connection.run()
         finally:
             self.connections.discard(connection)
+            if not connection.authenticated:
+                self.unauthenticated -= 1
             log.debug("connection from %s closed", connection.remote)
 
+    def _refusal(self) -> str | None:
+        """Why a new connection cannot be served now, if it cannot."""
+        if len(self.connections) >= self.settings.max_connections:
+            return f"the node serves at most {self.settings.max_connections} connections"
+        if self.unauthenticated >= self.settings.max_unauthenticated:
+            # Connections that never say hello must not crowd out those that do.
+            return (
+                f"{self.unauthenticated} connections are still to say hello "
+                f"(at most {self.settings.max_unauthenticated}); try again later"
+            )
+        return None
+
     def note_authenticated(self, connection: Connection, client: str | None) -> None:
+        self.unauthenticated -= 1
         log.info("client %s connected from %s", client or "?", connection.remote)
 
 
@@ -148,6 +173,11 @@ def _bearer(request: WebSocketRequest) -> str | None:
             scheme, _, token = value.decode("latin-1").partition(" ")
             return token.strip() if scheme.lower() == "bearer" else ""
     return None
+
+
+def _endpoint(ws: WebSocketConnection) -> str:
+    remote = ws.remote
+    return remote if isinstance(remote, str) else f"{remote.address}:{remote.port}"
 
 
 def _host_text(host: str) -> str:

@@ -76,7 +76,8 @@ class Subscription:
     async def receive(self) -> AnyEvent | Gap:
         if self._pending_gap():
             await trio.lowlevel.checkpoint()
-            return self._take_gap()
+            if self._pending_gap():  # an event published meanwhile queues the gap itself
+                return self._take_gap()
         item = await self._recv.receive()
         self._queued -= 1
         return item

@@ -1,0 +1,160 @@
+"""Defects found in review, each pinned: hostile clients must never take the gateway down."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import pytest
+import trio
+from trio_websocket import open_websocket_url, serve_websocket
+
+from loopactors.client import ConnectionLost, connect
+from loopactors.gateway import GatewaySettings, open_gateway
+from loopactors.loops import LoopPaused
+from loopactors.runtime import Gap, open_runtime
+from loopactors.runtime._events import EventBus
+
+from .conftest import LiveNode, RawClient, node_config, open_raw
+
+UPGRADE = (
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+async def test_a_reset_during_the_upgrade_never_crashes_the_gateway(live_node: LiveNode) -> None:
+    async with connect(live_node.url, token=live_node.token) as good:
+        for _ in range(15):  # more than the node's restart intensity, had each been a crash
+            sock = trio.socket.socket()
+            await sock.connect(("127.0.0.1", live_node.gateway.port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await sock.send(UPGRADE)
+            sock.close()
+            await trio.sleep(0.01)
+        await trio.sleep(0.2)
+        assert await good.ping() > 0  # the same connection: the gateway never restarted
+    assert (await live_node.gateway.statistics()).port == live_node.gateway.port
+
+
+async def test_deeply_nested_json_is_bad_json(live_node: LiveNode) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    async with connect(live_node.url, token=live_node.token) as good:
+        async with open_raw_ws(live_node) as raw:
+            reply = await raw.ask('{"type": "ping", "id": 1, "x": ' + deep + "}")
+            assert reply["code"] == "invalid_request"  # the unknown field, found first
+            start = '{"type": "start", "id": 2, "text": "|loop| a", "options": {"a": '
+            reply = await raw.ask(start + deep + "}}")  # options take any JSON: decoded deep
+            assert reply["code"] == "bad_json"
+            assert "nested too deeply" in reply["message"]
+        async with open_websocket_url(live_node.url) as ws:  # before hello, too
+            reply = await RawClient(ws).ask('{"type": "hello", "id": 1, "client": ' + deep + "}")
+            assert reply["type"] == "error"  # and the id reader survives the nesting too
+        assert await good.ping() > 0
+
+
+def open_raw_ws(node: LiveNode) -> AbstractAsyncContextManager[RawClient]:
+    return open_raw(node)
+
+
+@pytest.fixture
+def gateway_settings() -> GatewaySettings:
+    return GatewaySettings(port=0, max_inflight_requests=8, max_subscriptions=4, send_timeout=1)
+
+
+async def test_a_client_that_never_reads_meets_the_inflight_cap(live_node: LiveNode) -> None:
+    async with open_websocket_url(live_node.url, message_queue_size=0) as ws:
+        raw = RawClient(ws)
+        await raw.send({"type": "hello", "id": 0, "protocol": 1, "token": live_node.token})
+        big = "x" * 50_000  # replies that fill the socket buffers quickly
+        for i in range(400):
+            await raw.send({"type": "start", "id": i + 1, "text": "|loop| " + big})
+        await trio.sleep(1)
+        stats = await live_node.gateway.statistics()
+        assert stats.rejected_frames > 0  # too_many_requests once 8 replies are waiting
+
+
+async def test_concurrent_subscribes_respect_the_limit(live_node: LiveNode) -> None:
+    handle = await live_node.runtime.start("|loop:1| one")
+    await handle.wait()
+    async with open_raw_ws(live_node) as raw:
+        for i in range(40):
+            request = {"type": "subscribe", "id": i, "loop_id": handle.loop_id, "replay": True}
+            await raw.send(request)
+        replies: list[dict[str, object]] = []
+        while len(replies) < 40:
+            frame = await raw.receive()
+            if frame["type"] in {"ok", "error"}:
+                replies.append(frame)
+    assert sum(r["type"] == "ok" for r in replies) == 4
+    assert {r["code"] for r in replies if r["type"] == "error"} == {"too_many_subscriptions"}
+    assert (await live_node.gateway.statistics()).subscriptions == 0  # closed with the socket
+
+
+async def test_start_options_may_not_set_reserved_fields(live_node: LiveNode) -> None:
+    async with open_raw_ws(live_node) as raw:
+        for key in ("worker", "loop_id", "loop", "parent_id"):
+            request = {"type": "start", "id": 1, "text": "|loop| x", "options": {key: "v"}}
+            reply = await raw.ask(request)
+            assert reply["code"] == "invalid_request", reply
+            assert key in reply["message"]
+
+
+async def test_the_client_skips_frames_it_does_not_know(tmp_path: Path) -> None:
+    """A newer node's event type must not blow up an older client."""
+
+    async def fake_node(request):  # type: ignore[no-untyped-def]
+        ws = await request.accept()
+        await ws.get_message()  # hello
+        await ws.send_message(
+            '{"type":"ok","id":0,"data":{"protocol":1,"node_id":"x","version":"9",'
+            '"capabilities":[],"default_worker":"scripted","limits":{"max_frame_bytes":1,'
+            '"max_subscriptions":1,"max_requests_per_second":1.0,"max_inflight_requests":1,'
+            '"subscriber_queue":1,"slow_subscriber":"gap"}}}'
+        )
+        message = await ws.get_message()  # ping
+        await ws.send_message('{"type":"event","subscription":"s1","event":{"type":"new"}}')
+        await ws.send_message('{"type":"brand_new_frame"}')
+        request_id = message.split('"id":')[1].split(",")[0].split("}")[0]
+        await ws.send_message('{"type":"ok","id":' + request_id + ',"data":{"time":1.0}}')
+        await ws.get_message()
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(serve_websocket, fake_node, "127.0.0.1", 0, None)
+        async with connect(f"ws://127.0.0.1:{server.port}", token="t") as node:
+            assert await node.ping() == 1.0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_gap_is_never_reported_twice_or_as_zero() -> None:
+    bus = EventBus()
+    sub = bus.subscribe("a", queue_size=1)
+    for i in range(3):
+        bus.publish(LoopPaused(loop_id="a", at=float(i), round=i))
+    assert await sub.receive() == LoopPaused(loop_id="a", at=0.0, round=0)
+    got: list[object] = []
+
+    async def reader() -> None:
+        for _ in range(2):
+            got.append(await sub.receive())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        await trio.lowlevel.checkpoint()  # the reader saw the pending gap, is at its checkpoint
+        bus.publish(LoopPaused(loop_id="a", at=3.0, round=3))
+    assert got == [Gap(missed=2, loop_id="a"), LoopPaused(loop_id="a", at=3.0, round=3)]
+
+
+async def test_a_lost_node_is_a_clear_error_not_an_exception_group(tmp_path: Path) -> None:
+    async with open_runtime(node_config(tmp_path)) as runtime:
+        gateway_cm = open_gateway(runtime, GatewaySettings(port=0))
+        gateway = await gateway_cm.__aenter__()
+        token = gateway.token_path.read_text().strip()
+        with pytest.raises(ConnectionLost):
+            async with connect(gateway.url, token=token) as node:
+                sub = await node.subscribe()
+                await gateway_cm.__aexit__(None, None, None)
+                async for _ in sub:
+                    pass
