@@ -4,8 +4,10 @@
     python bench/node.py --quick   # a smoke run (CI)
 
 The node runs as its own process (`loopactors node`, memory store, the per-connection rate
-limit raised so that it does not cap the measurement); the clients run in this process with
-`loopactors.client`. Both share the machine's cores. Prints a table, then one JSON line.
+limit raised so that it does not cap the measurement); the clients run in this process, with
+`loopactors.client` (typed replies, one task per request) and with a lean client (pre-encoded
+frames, replies counted only), which shows what the node itself can answer. Both processes
+share the machine's cores. Prints a table, then one JSON line.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from trio_websocket import open_websocket_url
 
 from loopactors.client import NodeClient, connect
 from loopactors.loops import LoopFinished
@@ -75,6 +78,38 @@ async def status_rate(
                     inner.start_soon(worker, node)
 
         start = time.perf_counter()
+        for _ in range(connections):
+            nursery.start_soon(client)
+    return done / (time.perf_counter() - start)
+
+
+async def raw_status_rate(
+    url: str, token: str, loop_id: str, *, connections: int, window: int, seconds: float
+) -> float:
+    """Like :func:`status_rate`, with a minimal client: pre-encoded requests, ``window`` in
+    flight per connection, replies counted but not decoded. What the node can answer when
+    the client costs little."""
+    done = 0
+    request = json.dumps({"type": "status", "id": 1, "loop_id": loop_id})
+    hello = json.dumps({"type": "hello", "id": 0, "protocol": 1, "token": token})
+    start = time.perf_counter()
+    deadline = trio.current_time() + seconds
+
+    async def client() -> None:
+        nonlocal done
+        async with open_websocket_url(url) as ws:
+            await ws.send_message(hello)
+            await ws.get_message()
+            for _ in range(window):
+                await ws.send_message(request)
+            while trio.current_time() < deadline:
+                await ws.get_message()
+                done += 1
+                await ws.send_message(request)
+            for _ in range(window):
+                await ws.get_message()
+
+    async with trio.open_nursery() as nursery:
         for _ in range(connections):
             nursery.start_soon(client)
     return done / (time.perf_counter() - start)
@@ -139,6 +174,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "status_50_conn": await status_rate(
                     url, token, loop_id, connections=50, inflight=1, seconds=seconds
                 ),
+                "raw_status_1_conn_16_inflight": await raw_status_rate(
+                    url, token, loop_id, connections=1, window=16, seconds=seconds
+                ),
+                "raw_status_50_conn_4_inflight": await raw_status_rate(
+                    url, token, loop_id, connections=50, window=4, seconds=seconds
+                ),
             }
             subs, loops = (20, 20) if args.quick else (200, 200)
             results["fanout"] = await fanout(url, token, subs, loops, 2)
@@ -166,6 +207,14 @@ def main() -> None:
             f"{results['status_1_conn_64_inflight']:,.0f} req/s",
         ),
         ("status, 50 connections, one at a time", f"{results['status_50_conn']:,.0f} req/s"),
+        (
+            "status, lean client, 1 conn, 16 in flight",
+            f"{results['raw_status_1_conn_16_inflight']:,.0f} req/s",
+        ),
+        (
+            "status, lean client, 50 conns, 4 in flight",
+            f"{results['raw_status_50_conn_4_inflight']:,.0f} req/s",
+        ),
         (
             f"events to {fan['subscribers']} subscribers ({fan['loops']} loops)",
             f"{fan['events_per_s']:,.0f} ev/s ({fan['events']:,}/{fan['expected']:,})",
