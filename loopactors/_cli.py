@@ -29,6 +29,7 @@ from .runtime._coordinator import new_loop_id
 from .runtime._ledger import ledger_of
 from .storage import DB_FILENAME, open_backend
 from .workers import in_workspace
+from .transport import _cli as _cli_transport
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -112,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     _connect_options(history)
 
     _cli_remote.add_parsers(commands, _state_options, _connect_options)
+    _cli_transport.add_parsers(commands)  # --transport on run/resume/node/status; `worker`
 
     commands.add_parser("version", help="print the installed version")
     return parser
@@ -180,6 +182,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command == "demo":
         return trio.run(run_demo, args.fast)
+    if args.command == "worker":
+        return _cli_transport.run_worker(args)
     if getattr(args, "connect", None) and args.command != "repl":
         return _remote(args)
     if args.command == "run":
@@ -233,7 +237,8 @@ def _loop_options(args: argparse.Namespace) -> dict[str, Any]:
 def _config(args: argparse.Namespace, **flags: Any) -> RuntimeConfig:
     config = load_config(args.config)
     store = getattr(args, "store", None)
-    return config.replace(state_dir=args.state, store=store, **flags)
+    transport = getattr(args, "transport", None)
+    return config.replace(state_dir=args.state, store=store, transport=transport, **flags)
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -323,8 +328,9 @@ def _status(args: argparse.Namespace) -> int:
     console = Console()
     if not states:
         console.print(f"no loops in {_config(args).state_dir}")
-        return EXIT_OK
-    console.print(final_table(states))
+    else:
+        console.print(final_table(states))
+    _cli_transport.print_status(_config(args).transport, console=console)
     return EXIT_OK
 
 

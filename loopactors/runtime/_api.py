@@ -40,6 +40,7 @@ from ..messages import (
     StartLoop,
 )
 from ..storage import StoreBackend, StoreStatistics, open_backend
+from ..transport import transport_for
 from ._config import RuntimeConfig, load_config
 from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
 from ._delivery import RunnerDeps
@@ -284,6 +285,7 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                 max_per_kind=config.max_concurrent_per_kind,
                 kill_grace=config.kill_grace,
                 context_factory=functools.partial(RoundContextImpl, config, deps.bus),
+                transport=functools.partial(transport_for, config.transport),
             ),
             name="dispatcher",
             shutdown=config.kill_grace + 5.0,

@@ -16,6 +16,7 @@ import cattrs
 from cattrs.v import format_exception
 
 from ..errors import ConfigError
+from ..transport import check_transport
 
 __all__ = ["BreakerSettings", "RuntimeConfig", "find_config", "load_config"]
 
@@ -35,6 +36,10 @@ def _fraction(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
 def _not_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
     if not value >= 0:
         raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+def _transport(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    check_transport(value)
 
 
 @attrs.frozen
@@ -76,6 +81,9 @@ class RuntimeConfig:
     max_restarts: int = attrs.field(default=10, validator=_not_negative)
     max_restart_seconds: float = attrs.field(default=10.0, validator=_positive)
     loop_max_restarts: int = attrs.field(default=1_000, validator=_not_negative)
+    #: Where rounds run: ``inprocess`` (default), or ``redis://[:PASSWORD@]HOST:PORT/DB``
+    #: (``rediss://`` for TLS) to hand them to `loopactors worker` processes (docs/scale-out.md).
+    transport: str = attrs.field(default="inprocess", validator=_transport)
 
     def replace(self, **changes: Any) -> RuntimeConfig:
         """A copy with ``changes``; ``None`` values are ignored (flags that were not given)."""

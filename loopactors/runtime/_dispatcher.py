@@ -3,6 +3,10 @@
 Rounds run as tasks in the Dispatcher's nursery, behind a global concurrency limit and one per
 worker kind. Each round's result goes to its loop's runner, looked up by name when the round
 ends, so a runner that restarted meanwhile still gets it.
+
+Where a round runs is the transport's business: in process (the default), or on worker
+processes behind Redis, which time the round themselves (a remote round counts as queued
+for the runner's watchdog until its result arrives).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import trio
 
 from ..actors import Actor, ErrorReply, Node
 from ..messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
-from ..workers import RoundContext, RoundResult, Worker, parse_worker
+from ..transport import InProcessTransport, RoundTransport
+from ..workers import RoundContext, RoundRequest, RoundResult, Worker
 from ._delivery import deliver, runner_name
 
 __all__ = ["Dispatcher"]
@@ -37,7 +42,10 @@ class Dispatcher(Actor[Any]):
         max_per_kind: Mapping[str, int],
         kill_grace: float,
         context_factory: Callable[[Node, str, int], RoundContext] | None = None,
+        transport: Callable[[], RoundTransport] = InProcessTransport,
     ) -> None:
+        self._transport = transport()
+        self._remote = self._transport.remote
         self._limit = Slots(max_concurrent)
         self._kind_limits = {kind: Slots(n) for kind, n in max_per_kind.items()}
         self._kill_grace = kill_grace
@@ -63,7 +71,8 @@ class Dispatcher(Actor[Any]):
             scope = trio.CancelScope()
             self._running[key] = scope
             self.rounds_started += 1
-            self.nursery.start_soon(self._run, message, scope, name=f"round {key}")
+            run = self._run_remote if self._remote else self._run
+            self.nursery.start_soon(run, message, scope, name=f"round {key}")
             return None
         if kind is WhereIsRound:
             if message.key not in self._running:
@@ -74,6 +83,8 @@ class Dispatcher(Actor[Any]):
             return RoundWhere(running_for=trio.current_time() - started)
         if kind is CancelRound:
             running = self._running.get(message.key)
+            if self._remote:
+                self._transport.cancel(message.key)
             if running is not None:
                 self._stopping.add(message.key)
                 running.cancel()
@@ -83,6 +94,9 @@ class Dispatcher(Actor[Any]):
                     self._cancelled.popitem(last=False)
             return None
         return ErrorReply(TypeError(f"the dispatcher does not accept {kind.__name__}"))
+
+    async def on_start(self) -> None:
+        await self.nursery.start(self._transport.serve)
 
     async def on_stop(self, reason: BaseException | None) -> None:
         # Rounds in flight are cancelled (subprocesses get SIGTERM, then SIGKILL); their loops
@@ -94,7 +108,9 @@ class Dispatcher(Actor[Any]):
     def worker(self, spec: str) -> Worker:
         worker = self._workers.get(spec)
         if worker is None:
-            worker = self._workers[spec] = parse_worker(spec, kill_grace=self._kill_grace)
+            worker = self._workers[spec] = self._transport.worker(
+                spec, kill_grace=self._kill_grace
+            )
         return worker
 
     def _take_slots_nowait(self, kind_limit: Slots | None) -> bool:
@@ -162,7 +178,26 @@ class Dispatcher(Actor[Any]):
                 if timed_out
                 else RoundResult(status="cancelled", error="round cancelled")
             )
-        duration = time.monotonic() - started
+        await self._finish(request, result, time.monotonic() - started)
+
+    async def _run_remote(self, dispatch: Dispatch, scope: trio.CancelScope) -> None:
+        request = dispatch.request
+        result: RoundResult | None = None
+        started = time.monotonic()
+        try:
+            with scope:
+                result = await self._transport.run_remote(request, dispatch.timeout)
+        except Exception as exc:  # a transport bug must not crash the Dispatcher
+            result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            del self._running[request.key]
+            self._stopping.discard(request.key)
+        if result is None:
+            result = RoundResult(status="cancelled", error="round cancelled")
+        # The duration measured where the round ran.
+        await self._finish(request, result, result.duration or time.monotonic() - started)
+
+    async def _finish(self, request: RoundRequest, result: RoundResult, duration: float) -> None:
         done = RoundDone(
             request.loop_id, request.round, msgspec.structs.replace(result, duration=duration)
         )

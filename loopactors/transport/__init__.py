@@ -1,0 +1,52 @@
+"""Transports: where the Dispatcher's rounds run.
+
+General layout: ``_base`` (the interface and the in-process default), ``_url`` (settings and
+redacted URLs), ``_wire`` (what travels through Redis), ``_backoff`` and ``_redis`` (the client
+and its retries), ``_node`` (the node's side: publish orders, collect reports), ``_worker`` (a
+worker process), ``_status`` (workers and backlog for ``loopactors status``), ``_cli`` (the
+``worker`` command). All private; this module is the public surface. The Redis parts
+(:class:`RedisTransport`, :func:`serve_worker`) load coredis on first use.
+"""
+
+import importlib
+
+from .._util import fix_public_module
+from ._base import InProcessTransport as InProcessTransport
+from ._base import RoundTransport as RoundTransport
+from ._select import transport_for as transport_for
+from ._url import IN_PROCESS as IN_PROCESS
+from ._url import check_transport as check_transport
+from ._url import redact_url as redact_url
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._node import RedisTransport as RedisTransport
+    from ._worker import WorkerSettings as WorkerSettings
+    from ._worker import serve_worker as serve_worker
+
+__all__ = [
+    "IN_PROCESS",
+    "InProcessTransport",
+    "RedisTransport",
+    "RoundTransport",
+    "WorkerSettings",
+    "check_transport",
+    "redact_url",
+    "serve_worker",
+    "transport_for",
+]
+
+_LAZY = {"RedisTransport": "_node", "WorkerSettings": "_worker", "serve_worker": "_worker"}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    value.__module__ = __name__
+    globals()[name] = value
+    return value
+
+
+fix_public_module(globals(), [n for n in __all__ if n not in _LAZY])

@@ -1,0 +1,132 @@
+"""The ``worker`` command, the ``--transport`` option, and the transport part of ``status``.
+
+Kept here so the main command line only wires them in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import trio
+
+from ..errors import ConfigError
+from ._url import IN_PROCESS, check_transport, redact_url
+from ._wire import KNOWN_KINDS
+
+__all__ = ["add_parsers", "print_status", "run_worker"]
+
+#: The commands that start a node (and so a Dispatcher) or read its state.
+TRANSPORT_COMMANDS = ("run", "resume", "node", "status")
+
+
+def add_parsers(commands: Any) -> None:
+    """``--transport`` on the commands that take it, and the ``worker`` command."""
+    for name in TRANSPORT_COMMANDS:
+        parser = commands.choices.get(name)
+        if parser is not None:
+            parser.add_argument(
+                "--transport",
+                metavar="URL",
+                help="inprocess (default) or redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for "
+                "TLS): run rounds on `loopactors worker` processes",
+            )
+    worker = commands.add_parser(
+        "worker", help="run rounds for a node on this machine, taken from Redis"
+    )
+    worker.add_argument(
+        "--redis",
+        metavar="URL",
+        help="redis://[:PASSWORD@]HOST:PORT/DB or rediss://... (or $LOOPACTORS_REDIS)",
+    )
+    worker.add_argument(
+        "--kinds",
+        default="command,python,scripted",
+        metavar="K,K",
+        help="the worker kinds this process runs (command,python,scripted)",
+    )
+    worker.add_argument("--slots", type=int, default=4, metavar="N", help="rounds at once (4)")
+    worker.add_argument("--name", metavar="NAME", help="consumer name (HOST-PID)")
+    worker.add_argument(
+        "--kill-grace", type=float, default=5.0, metavar="S", help="SIGTERM to SIGKILL (5 s)"
+    )
+    worker.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="a round held this long without a heartbeat is taken over (15 s)",
+    )
+    worker.add_argument(
+        "--heartbeat", type=float, default=1.0, metavar="S", help="seconds between beats (1)"
+    )
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    from ._worker import WorkerSettings, default_worker_name, serve_worker  # noqa: PLC0415 - coredis loads only here
+
+    url = args.redis or os.environ.get("LOOPACTORS_REDIS")
+    if not url:
+        raise ConfigError("`loopactors worker` needs --redis URL (or $LOOPACTORS_REDIS)")
+    if check_transport(url) == IN_PROCESS:
+        raise ConfigError("--redis takes a redis:// or rediss:// URL")
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    unknown = sorted(set(kinds) - set(KNOWN_KINDS))
+    if unknown or not kinds:
+        raise ConfigError(
+            f"unknown worker kind(s) {', '.join(unknown) or '(none given)'} in --kinds; "
+            f"accepted: {', '.join(KNOWN_KINDS)}"
+        )
+    try:
+        settings = WorkerSettings(
+            url=url,
+            kinds=kinds,
+            slots=args.slots,
+            name=args.name or default_worker_name(),
+            kill_grace=args.kill_grace,
+            heartbeat=args.heartbeat,
+            idle_timeout=args.idle_timeout,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"bad worker option: {exc}") from exc
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+    async def main() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(serve_worker, settings)
+                async for _ in signals:  # rounds held are taken over by the other workers
+                    nursery.cancel_scope.cancel()
+                    break
+
+    trio.run(main)
+    return 0
+
+
+def print_status(transport: str, *, console: Any) -> None:
+    """The workers and per-stream backlog of a Redis transport (nothing for in-process)."""
+    if transport == IN_PROCESS:
+        return
+    from ._redis import RETRIED, open_redis  # noqa: PLC0415 - coredis loads only here
+    from ._status import collect, render  # noqa: PLC0415
+
+    async def read() -> Any:
+        with trio.fail_after(5):
+            async with open_redis(transport) as client:
+                return await collect(client)
+
+    try:
+        status = trio.run(read)
+    except (trio.TooSlowError, *RETRIED) as exc:  # type: ignore[misc]
+        console.print(f"redis {redact_url(transport)} unreachable: {type(exc).__name__}")
+        return
+    for table in render(status):
+        console.print(table)

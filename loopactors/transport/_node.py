@@ -1,0 +1,224 @@
+"""The node's side of the Redis transport: publish round orders, collect their reports.
+
+Each round is an order on the stream of its worker kind; the round's task then waits for the
+report with its idempotency key on the results stream. One reader task takes every report,
+hands it to the round waiting for that key and acknowledges it; a report nobody waits for
+any more (the loop was stopped, or the round was already reported by another worker after a
+reclaim) is acknowledged and dropped. Stops go to every worker on the control stream, and a
+flag with an expiry catches a stopped round a worker has not taken yet.
+
+While Redis is unreachable every operation retries with backoff: rounds wait in
+``awaiting_worker`` and nothing is lost. After an outage, orders that Redis no longer holds
+(it restarted without persistence) are published again under the same key.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import trio
+from coredis.tokens import PureToken
+
+from ..workers import RoundRequest, RoundResult
+from ._base import RoundTransport
+from ._redis import NO_GROUP, RETRIED, create_group, open_redis, retry
+from ._url import redact_url
+from ._wire import (
+    CONTROL_STREAM,
+    NODE_GROUP,
+    RESULTS_STREAM,
+    RoundOrder,
+    StopOrder,
+    WireRequest,
+    cancelled_key,
+    decode_report,
+    encode,
+    rounds_stream,
+)
+
+__all__ = ["RedisTransport"]
+
+log = logging.getLogger("loopactors.transport")
+
+#: How long a stop flag lives: longer than any order waits in a healthy deployment.
+CANCEL_FLAG_SECONDS = 24 * 3600
+#: Entries the control stream keeps (workers read it live; old stops are useless).
+CONTROL_MAXLEN = 10_000
+#: How long one blocking read of the results stream waits before it looks again.
+BLOCK_MS = 1000
+
+
+class _Waiter:
+    __slots__ = ("done", "entry_id", "order", "result", "stream")
+
+    def __init__(self, stream: str, order: RoundOrder) -> None:
+        self.stream = stream
+        self.order = order
+        self.entry_id: str | None = None
+        self.result: RoundResult | None = None
+        self.done = trio.Event()
+
+
+class RedisTransport(RoundTransport):
+    """Rounds run on worker processes that share a Redis with the node."""
+
+    remote = True
+
+    def __init__(self, url: str, *, consumer: str = "node") -> None:
+        self.url = url
+        self._consumer = consumer
+        self._client: Any = None
+        self._connected = trio.Event()
+        self._waiting: dict[str, _Waiter] = {}
+        self._stops: list[str] = []
+        self._stops_wake = trio.Event()
+        self.reports_dropped = 0
+
+    def __repr__(self) -> str:
+        return f"RedisTransport({redact_url(self.url)!r})"
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold the client and run the report reader and the stop publisher.
+
+        Started at once (rounds wait for the connection on their own), so a node starts while
+        Redis is still down.
+        """
+        async with open_redis(self.url) as client:
+            self._client = client
+            self._connected.set()
+            task_status.started()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_reports)
+                nursery.start_soon(self._publish_stops)
+
+    async def run_remote(self, request: RoundRequest, timeout: float) -> RoundResult:
+        """Publish the round's order and wait for its report (cancel the scope to stop it)."""
+        key = request.key
+        stream = rounds_stream(request.worker.partition(":")[0])
+        waiter = self._waiting.get(key)
+        if waiter is not None:  # the same key again: wait for the same report
+            await waiter.done.wait()
+            assert waiter.result is not None
+            return waiter.result
+        waiter = self._waiting[key] = _Waiter(
+            stream,
+            RoundOrder(request=WireRequest.of(request), timeout=timeout, published_at=time.time()),
+        )
+        try:
+            await self._connected.wait()
+            await self._publish(waiter)
+            await waiter.done.wait()
+            assert waiter.result is not None
+            return waiter.result
+        finally:
+            if self._waiting.get(key) is waiter:
+                del self._waiting[key]
+
+    def cancel(self, key: str) -> None:
+        """Stop the round with this key on whichever worker holds it (or will take it)."""
+        self._stops.append(key)
+        self._stops_wake.set()
+
+    def statistics(self) -> dict[str, int]:
+        return {"awaited": len(self._waiting), "reports_dropped": self.reports_dropped}
+
+    async def _publish(self, waiter: _Waiter) -> None:
+        waiter.entry_id = await retry(
+            "publishing a round",
+            self.url,
+            self._client.xadd,
+            waiter.stream,
+            {"order": encode(waiter.order).decode()},
+        )
+
+    async def _read_reports(self) -> None:
+        client = self._client
+        # Reports delivered to an earlier incarnation and never acknowledged come first.
+        start = "0"
+        outage = False
+        while True:
+            try:
+                if outage:
+                    await self._republish_lost()
+                    outage = False
+                await self._ensure_group()
+                reply = await client.xreadgroup(
+                    NODE_GROUP,
+                    self._consumer,
+                    streams={RESULTS_STREAM: start},
+                    count=256,
+                    block=None if start == "0" else BLOCK_MS,
+                )
+            except NO_GROUP:
+                continue  # created again on the next pass
+            except RETRIED as exc:
+                outage = True
+                log.warning("redis %s unreachable (%s); rounds wait", redact_url(self.url), exc)
+                await trio.sleep(0.2)
+                continue
+            entries = reply.get(RESULTS_STREAM, ()) if reply else ()
+            if start == "0" and not entries:
+                start = ">"
+                continue
+            done: list[str] = []
+            for entry in entries:
+                done.append(entry.identifier)
+                self._take_report(entry.field_values.get("report"))
+            if done:
+                await retry(
+                    "acknowledging reports", self.url, client.xack, RESULTS_STREAM, NODE_GROUP, done
+                )
+                if start == "0":  # acknowledged pending entries leave the pending list
+                    continue
+
+    def _take_report(self, raw: str | None) -> None:
+        if raw is None:
+            self.reports_dropped += 1
+            return
+        try:
+            report = decode_report(raw)
+        except Exception:
+            self.reports_dropped += 1
+            log.warning("dropped an unreadable round report")
+            return
+        waiter = self._waiting.pop(report.key, None)
+        if waiter is None:
+            self.reports_dropped += 1  # nobody waits for it any more: drop it safely
+            return
+        waiter.result = report.result
+        waiter.done.set()
+
+    async def _ensure_group(self) -> None:
+        await create_group(self._client, RESULTS_STREAM, NODE_GROUP)
+
+    async def _republish_lost(self) -> None:
+        """After an outage: publish again the orders Redis no longer holds."""
+        for waiter in list(self._waiting.values()):
+            if waiter.entry_id is None or waiter.done.is_set():
+                continue
+            held = await self._client.xrange(waiter.stream, waiter.entry_id, waiter.entry_id)
+            if not held:
+                log.warning(
+                    "round %s was lost by redis; publishing it again", waiter.order.request.key
+                )
+                await self._publish(waiter)
+
+    async def _publish_stops(self) -> None:
+        while True:
+            await self._stops_wake.wait()
+            self._stops_wake = trio.Event()
+            keys, self._stops = self._stops, []
+            for key in keys:
+                await retry("publishing a stop", self.url, self._publish_stop, key)
+
+    async def _publish_stop(self, key: str) -> None:
+        await self._client.set(cancelled_key(key), "1", ex=CANCEL_FLAG_SECONDS)
+        await self._client.xadd(
+            CONTROL_STREAM,
+            {"stop": encode(StopOrder(key=key)).decode()},
+            trim_strategy=PureToken.MAXLEN,
+            threshold=CONTROL_MAXLEN,
+            trim_operator=PureToken.APPROXIMATELY,
+        )

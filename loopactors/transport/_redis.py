@@ -1,0 +1,86 @@
+"""The Redis client, opened the same way by the node, the workers and ``status``.
+
+coredis runs on anyio, so on trio. Connection errors are the ones retried with backoff.
+Importing coredis takes a fifth of a second: only the Redis transport, the worker command and
+``status`` with a Redis transport import this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import coredis
+import coredis.exceptions
+import trio
+
+from ._backoff import Backoff
+from ._url import redact_url
+
+__all__ = [
+    "GROUP_EXISTS",
+    "NO_GROUP",
+    "RETRIED",
+    "RETRIED_OR_NO_GROUP",
+    "create_group",
+    "open_redis",
+    "retry",
+]
+
+log = logging.getLogger("loopactors.transport")
+
+#: Errors after which an operation is tried again once Redis answers: connection loss, a
+#: timeout, and a server that is still loading its data after a restart.
+RETRIED: tuple[type[BaseException], ...] = (
+    coredis.exceptions.ConnectionError,
+    coredis.exceptions.BusyLoadingError,
+    TimeoutError,
+    OSError,
+)
+
+
+#: XGROUP CREATE of a group that exists (BUSYGROUP).
+GROUP_EXISTS = coredis.exceptions.StreamDuplicateConsumerGroupError
+#: A read from a group that does not exist (NOGROUP): Redis restarted without its data.
+NO_GROUP = coredis.exceptions.StreamConsumerGroupError
+#: What a background loop rides out: Redis away, or back without its data.
+RETRIED_OR_NO_GROUP: tuple[type[BaseException], ...] = (*RETRIED, NO_GROUP)
+
+
+@contextlib.asynccontextmanager
+async def open_redis(url: str) -> AsyncIterator[Any]:
+    """A client for ``url`` (``redis://`` or ``rediss://``); strings decoded as UTF-8."""
+    client: Any = coredis.Redis.from_url(url, decode_responses=True)
+    async with client:
+        yield client
+
+
+async def retry(what: str, url: str, op: Any, *args: Any, **kwargs: Any) -> Any:
+    """``await op(*args, **kwargs)``, again and again with backoff while Redis is unreachable.
+
+    The log names the Redis URL without its password.
+    """
+    backoff = Backoff()
+    while True:
+        try:
+            return await op(*args, **kwargs)
+        except RETRIED as exc:
+            delay = backoff.next_delay()
+            if backoff.failures in (1, 10) or backoff.failures % 100 == 0:
+                log.warning(
+                    "redis %s unreachable while %s (%s); retrying every <= %.1f s",
+                    redact_url(url),
+                    what,
+                    type(exc).__name__,
+                    backoff.cap,
+                )
+            await trio.sleep(delay)
+
+
+async def create_group(client: Any, stream: str, group: str) -> None:
+    """Create the consumer group (and the stream) unless it exists; reads start at the
+    stream's beginning, so orders published before the first worker joined are not skipped."""
+    with contextlib.suppress(GROUP_EXISTS):
+        await client.xgroup_create(stream, group, identifier="0", mkstream=True)

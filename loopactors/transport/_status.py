@@ -1,0 +1,82 @@
+"""Workers and backlog, read from Redis for ``loopactors status``.
+
+``collect`` reads (one round trip per stream); ``render`` is pure and builds the rich tables.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from rich.table import Table
+
+from ._wire import (
+    KNOWN_KINDS,
+    NODE_GROUP,
+    RESULTS_STREAM,
+    WORKER_GROUP,
+    WORKERS_HASH,
+    Heartbeat,
+    decode_heartbeat,
+    rounds_stream,
+)
+
+__all__ = ["StreamBacklog", "TransportStatus", "collect", "render"]
+
+
+class StreamBacklog(msgspec.Struct, frozen=True, kw_only=True):
+    stream: str
+    #: Entries not yet read by the group (``lag``).
+    waiting: int
+    #: Entries read and not yet acknowledged: rounds running (or held by a dead worker).
+    pending: int
+
+
+class TransportStatus(msgspec.Struct, frozen=True, kw_only=True):
+    workers: list[Heartbeat]
+    streams: list[StreamBacklog]
+
+
+async def collect(client: Any) -> TransportStatus:
+    raw = await client.hgetall(WORKERS_HASH)
+    workers = []
+    for value in raw.values():
+        try:
+            workers.append(decode_heartbeat(value))
+        except msgspec.DecodeError:
+            continue
+    workers.sort(key=lambda w: w.name)
+    kinds = sorted({*KNOWN_KINDS, *(k for w in workers for k in w.kinds)})
+    streams = [(rounds_stream(kind), WORKER_GROUP) for kind in kinds]
+    streams.append((RESULTS_STREAM, NODE_GROUP))
+    backlog = []
+    for stream, group in streams:
+        if not await client.exists([stream]):
+            continue
+        waiting = pending = 0
+        for info in await client.xinfo_groups(stream):
+            if info.get("name") == group:
+                lag = info.get("lag")
+                # lag is unknown (None) after deletions; the length then bounds it.
+                waiting = int(lag) if lag is not None else int(await client.xlen(stream))
+                pending = int(info.get("pending") or 0)
+        backlog.append(StreamBacklog(stream=stream, waiting=waiting, pending=pending))
+    return TransportStatus(workers=workers, streams=backlog)
+
+
+def render(status: TransportStatus, *, now: float | None = None) -> list[Table]:
+    now = time.time() if now is None else now
+    workers = Table(title="workers")
+    for column in ("name", "kinds", "slots", "in flight", "last heartbeat"):
+        workers.add_column(column)
+    for w in status.workers:
+        workers.add_row(
+            w.name, ",".join(w.kinds), str(w.slots), str(w.in_flight), f"{now - w.at:.1f} s ago"
+        )
+    backlog = Table(title="streams")
+    for column in ("stream", "waiting", "pending"):
+        backlog.add_column(column)
+    for s in status.streams:
+        backlog.add_row(s.stream, str(s.waiting), str(s.pending))
+    return [workers, backlog]

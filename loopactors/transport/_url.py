@@ -1,0 +1,57 @@
+"""Transport settings: which transport a node uses, and Redis URLs without their secrets.
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from ..errors import ConfigError
+
+__all__ = ["IN_PROCESS", "check_transport", "redact_url"]
+
+#: The default transport: rounds run inside the node's process.
+IN_PROCESS = "inprocess"
+REDIS_SCHEMES = ("redis", "rediss")
+
+
+def check_transport(value: str) -> str:
+    """``inprocess``, or a Redis URL (``redis://[:PASSWORD@]HOST:PORT/DB``, ``rediss://`` for TLS).
+
+    Raises:
+        ConfigError: naming the value (with any password hidden) and what is accepted.
+    """
+    if value == IN_PROCESS:
+        return value
+    parts = urllib.parse.urlsplit(value)
+    problem = None
+    if parts.scheme not in REDIS_SCHEMES:
+        problem = "the scheme must be redis:// or rediss:// (TLS)"
+    elif not parts.hostname:
+        problem = "it names no host"
+    else:
+        try:
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError:
+            problem = "its port is not a number"
+        db = parts.path.strip("/")
+        if problem is None and db and not db.isdigit():
+            problem = f"its database must be a number, got {db!r}"
+    if problem is not None:
+        raise ConfigError(
+            f"bad transport {redact_url(value)!r}: {problem}; accepted: {IN_PROCESS!r} or "
+            "redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for TLS)"
+        )
+    return value
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password (and user name) replaced by ``***``: safe for logs."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{host}"))
