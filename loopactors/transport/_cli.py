@@ -93,6 +93,8 @@ def run_worker(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise ConfigError(f"bad worker option: {exc}") from exc
+    # Command rounds see which worker runs them (their environment is this process's).
+    os.environ["LOOPACTORS_WORKER_NAME"] = settings.name
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

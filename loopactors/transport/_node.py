@@ -8,13 +8,15 @@ reclaim) is acknowledged and dropped. Stops go to every worker on the control st
 flag with an expiry catches a stopped round a worker has not taken yet.
 
 While Redis is unreachable every operation retries with backoff: rounds wait in
-``awaiting_worker`` and nothing is lost. After an outage, orders that Redis no longer holds
-(it restarted without persistence) are published again under the same key.
+``awaiting_worker`` and nothing is lost. If Redis comes back without its data (restarted with
+no persistence: the node's epoch token is gone), every awaited order is published again
+under the same key.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -27,6 +29,7 @@ from ._redis import NO_GROUP, RETRIED, create_group, open_redis, retry
 from ._url import redact_url
 from ._wire import (
     CONTROL_STREAM,
+    EPOCH_KEY,
     NODE_GROUP,
     RESULTS_STREAM,
     RoundOrder,
@@ -71,6 +74,7 @@ class RedisTransport(RoundTransport):
         self._consumer = consumer
         self._client: Any = None
         self._connected = trio.Event()
+        self._epoch = secrets.token_hex(8)
         self._waiting: dict[str, _Waiter] = {}
         self._stops: list[str] = []
         self._stops_wake = trio.Event()
@@ -137,7 +141,7 @@ class RedisTransport(RoundTransport):
         client = self._client
         # Reports delivered to an earlier incarnation and never acknowledged come first.
         start = "0"
-        outage = False
+        outage = True  # the epoch is checked (and set) on the first pass
         while True:
             try:
                 if outage:
@@ -193,13 +197,21 @@ class RedisTransport(RoundTransport):
     async def _ensure_group(self) -> None:
         await create_group(self._client, RESULTS_STREAM, NODE_GROUP)
 
+    async def _mark_epoch(self) -> bool:
+        """Set this node's epoch token unless Redis holds one; False if Redis held none."""
+        current = await self._client.get(EPOCH_KEY)
+        if current is None:
+            await self._client.set(EPOCH_KEY, self._epoch)
+            return False
+        self._epoch = current
+        return True
+
     async def _republish_lost(self) -> None:
-        """After an outage: publish again the orders Redis no longer holds."""
+        """After an outage: if Redis lost its data, publish every awaited order again."""
+        if await self._mark_epoch():
+            return
         for waiter in list(self._waiting.values()):
-            if waiter.entry_id is None or waiter.done.is_set():
-                continue
-            held = await self._client.xrange(waiter.stream, waiter.entry_id, waiter.entry_id)
-            if not held:
+            if waiter.entry_id is not None and not waiter.done.is_set():
                 log.warning(
                     "round %s was lost by redis; publishing it again", waiter.order.request.key
                 )

@@ -14,6 +14,7 @@ from ..workers import RoundRequest, RoundResult
 
 __all__ = [
     "CONTROL_STREAM",
+    "EPOCH_KEY",
     "NODE_GROUP",
     "RESULTS_STREAM",
     "WORKERS_HASH",
@@ -34,6 +35,8 @@ RESULTS_STREAM = f"{PREFIX}:results"
 CONTROL_STREAM = f"{PREFIX}:control"
 #: Worker name -> its latest :class:`Heartbeat`.
 WORKERS_HASH = f"{PREFIX}:workers"
+#: A token the node sets once: gone after an outage means Redis came back without its data.
+EPOCH_KEY = f"{PREFIX}:epoch"
 WORKER_GROUP = "workers"
 NODE_GROUP = "nodes"
 #: The kinds a worker process can run (``agent`` once the agent worker lands).

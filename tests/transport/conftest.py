@@ -1,0 +1,163 @@
+"""A real redis-server on a free loopback port, and `loopactors worker` processes.
+
+The server runs in a temporary directory with the append-only file synced on every write, so
+a restart (``RedisServer.restart``) keeps every acknowledged write, as in a deployment that
+promises nothing is lost. Without ``redis-server`` on PATH these tests skip, saying so; CI
+installs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from loopactors.transport._redis import open_redis
+from loopactors.transport._wire import WORKERS_HASH, decode_heartbeat
+
+REDIS_SERVER = shutil.which("redis-server")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def start(self) -> None:
+        assert REDIS_SERVER is not None
+        self.process = subprocess.Popen(
+            [
+                REDIS_SERVER,
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--dir", str(self.directory),
+                "--save", "",
+                "--appendonly", "yes",
+                "--appendfsync", "always",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
+                return
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise RuntimeError(f"redis-server did not start on port {self.port}")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()  # SIGTERM: redis flushes its append-only file and exits
+            self.process.wait(10)
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (CI installs it: apt-get install redis-server)")
+    server = RedisServer(tmp_path / "redis")
+    server.directory.mkdir()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Workers:
+    """`loopactors worker` processes, stopped (SIGKILL if need be) at the end of the test."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.processes: dict[str, trio.Process] = {}
+        self.logs: list[Any] = []
+
+    async def start(
+        self, url: str, name: str, *, kinds: str = "command,python,scripted", slots: int = 1
+    ) -> trio.Process:
+        log = open(self.tmp_path / f"{name}.log", "wb")  # noqa: SIM115, ASYNC230 - closed in aclose
+        self.logs.append(log)
+        process = await trio.lowlevel.open_process(
+            [
+                sys.executable, "-m", "loopactors", "worker",
+                "--redis", url, "--name", name, "--kinds", kinds, "--slots", str(slots),
+                "--heartbeat", "0.2", "--idle-timeout", "1", "--kill-grace", "1",
+            ],
+            stdout=log,
+            stderr=log,
+        )  # fmt: skip
+        self.processes[name] = process
+        await wait_for_workers(url, {name})
+        return process
+
+    def log(self, name: str) -> str:
+        return (self.tmp_path / f"{name}.log").read_text()
+
+    def kill(self, name: str) -> None:
+        self.processes[name].send_signal(signal.SIGKILL)
+
+    async def aclose(self) -> None:
+        for process in self.processes.values():
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        with trio.move_on_after(10):
+            for process in self.processes.values():
+                await process.wait()
+        for process in self.processes.values():
+            if process.returncode is None:
+                process.kill()
+        for log in self.logs:
+            log.close()
+
+
+@pytest.fixture
+async def workers(tmp_path: Path) -> Any:
+    pool = Workers(tmp_path)
+    try:
+        yield pool
+    finally:
+        with trio.CancelScope(shield=True):
+            await pool.aclose()
+
+
+async def wait_for_workers(url: str, names: set[str]) -> None:
+    """Until every named worker has said hello (its first heartbeat)."""
+    with trio.fail_after(20):
+        async with open_redis(url) as client:
+            while True:
+                beats = await client.hgetall(WORKERS_HASH)
+                if names <= {decode_heartbeat(v).name for v in beats.values()}:
+                    return
+                await trio.sleep(0.05)
+
+
+async def wait_until(predicate: Any, *, timeout: float = 20.0) -> None:
+    with trio.fail_after(timeout):
+        while not await predicate():
+            await trio.sleep(0.05)

@@ -1,0 +1,173 @@
+"""One node, several `loopactors worker` processes and a real redis-server.
+
+Rounds of command workers print ``$LOOPACTORS_WORKER_NAME``, so each round's output says
+which worker process ran it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from loopactors.runtime import BreakerSettings, Runtime, RuntimeConfig, open_runtime
+from loopactors.transport._redis import NO_GROUP, open_redis
+from loopactors.transport._wire import WORKER_GROUP, rounds_stream
+
+from .conftest import RedisServer, Workers, wait_until
+
+
+def command(script: str) -> str:
+    return "command:" + shlex.join(["sh", "-c", script])
+
+
+#: A round that takes a moment and names the worker that ran it.
+NAMED = command('sleep 0.3; echo "ran on $LOOPACTORS_WORKER_NAME"')
+
+
+def ran_on(output: str) -> str:
+    return output.splitlines()[0].removeprefix("ran on ")
+
+
+@pytest.fixture
+async def node(tmp_path: Path, redis_server: RedisServer) -> AsyncIterator[Runtime]:
+    config = RuntimeConfig(
+        store="sqlite",
+        state_dir=tmp_path / "state",
+        transport=redis_server.url(),
+        shutdown_grace=5.0,
+        # Rounds print the same text: that is no sign of a loop stuck here.
+        breaker=BreakerSettings(stale_rounds_limit=100),
+    )
+    async with open_runtime(config) as rt:
+        yield rt
+
+
+async def pending(url: str, kind: str) -> int:
+    """Orders of this kind taken by a worker and not yet acknowledged."""
+    async with open_redis(url) as client:
+        try:
+            info = await client.xpending(rounds_stream(kind), WORKER_GROUP)
+        except NO_GROUP:  # no worker of this kind ever joined
+            return 0
+        return int(info.pending)
+
+
+async def test_rounds_spread_across_worker_processes(
+    node: Runtime, redis_server: RedisServer, workers: Workers
+) -> None:
+    names = {"w1", "w2", "w3"}
+    async with trio.open_nursery() as nursery:
+        for name in sorted(names):
+            nursery.start_soon(workers.start, redis_server.url(), name)
+    loops = [await node.start("|loop:2,fresh| work", worker=NAMED) for _ in range(6)]
+    used: list[str] = []
+    for loop in loops:
+        final = await loop.wait()
+        assert final.phase == "complete"
+        rounds = await loop.history()
+        assert [r.round for r in rounds] == [1, 2]
+        used += [ran_on(r.output) for r in rounds]
+    assert set(used) <= names
+    # Six loops at once on three one-slot workers: every worker had work.
+    assert set(used) == names
+
+
+async def test_a_killed_workers_round_is_reclaimed_and_recorded_once(
+    node: Runtime, redis_server: RedisServer, workers: Workers
+) -> None:
+    url = redis_server.url()
+    await workers.start(url, "doomed")
+    slow = command('sleep 2; echo "ran on $LOOPACTORS_WORKER_NAME"')
+    loop = await node.start("|loop:2,fresh| work", worker=slow)
+
+    async def held() -> bool:
+        return await pending(url, "command") == 1
+
+    await wait_until(held)
+    workers.kill("doomed")  # SIGKILL mid-round: no goodbye, no report, no acknowledgement
+    await workers.start(url, "heir")
+    final = await loop.wait()
+    assert final.phase == "complete"
+    rounds = await loop.history()
+    assert [(r.round, r.status) for r in rounds] == [(1, "completed"), (2, "completed")]
+    assert ran_on(rounds[0].output) == "heir"
+    assert "reclaimed 1 round(s)" in workers.log("heir")
+
+
+async def test_stop_reaches_the_remote_round(
+    node: Runtime, redis_server: RedisServer, workers: Workers, tmp_path: Path
+) -> None:
+    url = redis_server.url()
+    await workers.start(url, "w1")
+    marker = tmp_path / "terminated"
+    # The round's shell notes the SIGTERM the worker sends it, then exits.
+    script = f'trap "echo TERM > {shlex.quote(str(marker))}; exit 1" TERM; sleep 30 & wait'
+    loop = await node.start("|loop:3| wait", worker=command(script))
+
+    async def held() -> bool:
+        return await pending(url, "command") == 1
+
+    await wait_until(held)
+    await trio.sleep(0.3)  # the shell has set its trap
+    with trio.fail_after(10):
+        await loop.stop()
+        final = await loop.wait()
+    assert final.phase == "cancelled"
+
+    async def terminated() -> bool:
+        return marker.exists()
+
+    await wait_until(terminated, timeout=10)
+    assert marker.read_text().strip() == "TERM"
+
+    # The cancelled round's report came back; nothing is left held by the worker.
+    async def released() -> bool:
+        return await pending(url, "command") == 0
+
+    await wait_until(released)
+
+
+async def test_redis_restarted_mid_run_loses_nothing(
+    node: Runtime, redis_server: RedisServer, workers: Workers
+) -> None:
+    url = redis_server.url()
+    await workers.start(url, "w1", slots=2)
+    loops = [await node.start("|loop:4,fresh| work", worker=NAMED) for _ in range(2)]
+
+    async def some_rounds_done() -> bool:
+        states = [await node.get(loop.loop_id) for loop in loops]
+        return any(state.round >= 2 for state in states)
+
+    await wait_until(some_rounds_done)
+    redis_server.stop()
+    await trio.sleep(0.5)  # node and worker retry with backoff meanwhile
+    states = [await node.get(loop.loop_id) for loop in loops]
+    assert all(s.phase not in ("complete", "error", "interrupted") for s in states)
+    redis_server.start()
+    for loop in loops:
+        final = await loop.wait()
+        assert final.phase == "complete", (final, await loop.history())
+        rounds = await loop.history()
+        assert [(r.round, r.status) for r in rounds] == [(k, "completed") for k in range(1, 5)]
+
+
+async def test_a_worker_never_takes_a_kind_it_does_not_run(
+    node: Runtime, redis_server: RedisServer, workers: Workers
+) -> None:
+    url = redis_server.url()
+    await workers.start(url, "scripted-only", kinds="scripted")
+    loop = await node.start("|loop:1| work", worker=NAMED)
+    quick = await node.start("|loop:1| work", worker="scripted")
+    assert (await quick.wait()).phase == "complete"  # that worker is alive and working
+    await trio.sleep(0.5)
+    state = await node.get(loop.loop_id)
+    assert state.phase == "awaiting_worker"
+    assert await pending(url, "command") == 0  # nobody took the command round
+    await workers.start(url, "commands", kinds="command")
+    assert (await loop.wait()).phase == "complete"
+    [record] = await loop.history()
+    assert ran_on(record.output) == "commands"
