@@ -4,8 +4,9 @@ General layout: ``_base`` (the interface and the in-process default), ``_url`` (
 redacted URLs), ``_wire`` (what travels through Redis), ``_backoff`` and ``_redis`` (the client
 and its retries), ``_node`` (the node's side: publish orders, collect reports), ``_worker`` (a
 worker process), ``_status`` (workers and backlog for ``loopactors status``), ``_cli`` (the
-``worker`` command). All private; this module is the public surface. The Redis parts
-(:class:`RedisTransport`, :func:`serve_worker`) load coredis on first use.
+``worker`` command), ``_local`` (a private redis-server for tests, examples and benchmarks).
+All private; this module is the public surface. The Redis parts (:class:`RedisTransport`,
+:func:`serve_worker`) load coredis on first use.
 """
 
 import importlib
@@ -13,6 +14,8 @@ import importlib
 from .._util import fix_public_module
 from ._base import InProcessTransport as InProcessTransport
 from ._base import RoundTransport as RoundTransport
+from ._local import LocalRedis as LocalRedis
+from ._local import local_redis as local_redis
 from ._select import transport_for as transport_for
 from ._url import IN_PROCESS as IN_PROCESS
 from ._url import check_transport as check_transport
@@ -27,10 +30,12 @@ if TYPE_CHECKING:
 __all__ = [
     "IN_PROCESS",
     "InProcessTransport",
+    "LocalRedis",
     "RedisTransport",
     "RoundTransport",
     "WorkerSettings",
     "check_transport",
+    "local_redis",
     "redact_url",
     "serve_worker",
     "transport_for",

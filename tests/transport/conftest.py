@@ -1,20 +1,16 @@
 """A real redis-server on a free loopback port, and `loopactors worker` processes.
 
 The server runs in a temporary directory with the append-only file synced on every write, so
-a restart (``RedisServer.restart``) keeps every acknowledged write, as in a deployment that
+a restart (``LocalRedis.restart``) keeps every acknowledged write, as in a deployment that
 promises nothing is lost. Without ``redis-server`` on PATH these tests skip, saying so; CI
 installs it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import signal
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,67 +18,20 @@ from typing import Any
 import pytest
 import trio
 
+from loopactors.transport import LocalRedis
 from loopactors.transport._redis import open_redis
 from loopactors.transport._wire import WORKERS_HASH, decode_heartbeat
 
 REDIS_SERVER = shutil.which("redis-server")
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class RedisServer:
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.port = _free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
-
-    def start(self) -> None:
-        assert REDIS_SERVER is not None
-        self.process = subprocess.Popen(
-            [
-                REDIS_SERVER,
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--dir", str(self.directory),
-                "--save", "",
-                "--appendonly", "yes",
-                "--appendfsync", "always",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
-                return
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError(f"redis-server did not start on port {self.port}")
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()  # SIGTERM: redis flushes its append-only file and exits
-            self.process.wait(10)
-        self.process = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
+RedisServer = LocalRedis
 
 
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed (CI installs it: apt-get install redis-server)")
-    server = RedisServer(tmp_path / "redis")
-    server.directory.mkdir()
+    server = LocalRedis(tmp_path / "redis")
     server.start()
     try:
         yield server
