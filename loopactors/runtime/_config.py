@@ -16,7 +16,7 @@ import cattrs
 from cattrs.v import format_exception
 
 from ..errors import ConfigError
-from ..transport import check_transport
+from ..transport import check_transport, redact_url
 
 __all__ = ["BreakerSettings", "RuntimeConfig", "find_config", "load_config"]
 
@@ -40,6 +40,10 @@ def _not_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None
 
 def _transport(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     check_transport(value)
+
+
+def _redacted(url: str) -> str:
+    return repr(redact_url(url))  # a config in a log or traceback shows no password
 
 
 @attrs.frozen
@@ -83,7 +87,7 @@ class RuntimeConfig:
     loop_max_restarts: int = attrs.field(default=1_000, validator=_not_negative)
     #: Where rounds run: ``inprocess`` (default), or ``redis://[:PASSWORD@]HOST:PORT/DB``
     #: (``rediss://`` for TLS) to hand them to `loopactors worker` processes (docs/scale-out.md).
-    transport: str = attrs.field(default="inprocess", validator=_transport)
+    transport: str = attrs.field(default="inprocess", validator=_transport, repr=_redacted)
 
     def replace(self, **changes: Any) -> RuntimeConfig:
         """A copy with ``changes``; ``None`` values are ignored (flags that were not given)."""

@@ -121,14 +121,17 @@ def print_status(transport: str, *, console: Any) -> None:
     from ._status import collect, render  # noqa: PLC0415
 
     async def read() -> Any:
-        with trio.fail_after(5):
+        with trio.move_on_after(5):
             async with open_redis(transport) as client:
-                return await collect(client)
+                try:  # inside the client's block, where errors are not yet grouped
+                    return await collect(client)
+                except RETRIED as exc:
+                    return exc
+        return TimeoutError("no answer within 5 s")
 
-    try:
-        status = trio.run(read)
-    except (trio.TooSlowError, *RETRIED) as exc:  # type: ignore[misc]
-        console.print(f"redis {redact_url(transport)} unreachable: {type(exc).__name__}")
+    status = trio.run(read)
+    if isinstance(status, BaseException):
+        console.print(f"redis {redact_url(transport)} unreachable: {type(status).__name__}")
         return
     for table in render(status):
         console.print(table)

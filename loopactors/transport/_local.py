@@ -28,7 +28,9 @@ def _free_port() -> int:
 class LocalRedis:
     """A redis-server process: ``start()``, ``stop()``, ``restart()`` (same port, same data)."""
 
-    def __init__(self, directory: Path, *, executable: str | None = None) -> None:
+    def __init__(
+        self, directory: Path, *, password: str | None = None, executable: str | None = None
+    ) -> None:
         found = executable or shutil.which("redis-server")
         if found is None:
             raise ConfigError(
@@ -36,11 +38,13 @@ class LocalRedis:
             )
         self.executable = found
         self.directory = directory
+        self.password = password
         self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/{db}"
 
     def start(self, timeout: float = 10.0) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -53,6 +57,7 @@ class LocalRedis:
                 "--save", "",
                 "--appendonly", "yes",
                 "--appendfsync", "always",
+                *(["--requirepass", self.password] if self.password else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

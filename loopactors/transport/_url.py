@@ -47,11 +47,20 @@ def check_transport(value: str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password (and user name) replaced by ``***``: safe for logs."""
+    """The URL with any user name and password (also a ``password=`` query parameter)
+    replaced by ``***``: safe for logs."""
     parts = urllib.parse.urlsplit(url)
-    if parts.password is None and parts.username is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{host}"))
+    if parts.password is not None or parts.username is not None:
+        host = parts.hostname or ""
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if port is not None:
+            host = f"{host}:{port}"
+        parts = parts._replace(netloc=f"***@{host}")
+    if "password" in parts.query.lower():
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        hidden = [(k, "***" if "password" in k.lower() else v) for k, v in query]
+        parts = parts._replace(query=urllib.parse.urlencode(hidden, safe="*/"))
+    return urllib.parse.urlunsplit(parts)

@@ -1,0 +1,84 @@
+"""`loopactors worker`, `run --transport` and `status --transport` as a user runs them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from loopactors.transport import LocalRedis
+
+from .conftest import REDIS_SERVER, Workers
+
+SECRET = "s3cret-pass"
+
+
+def loopactors(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loopactors", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "needs --redis URL"),
+        (("--redis", "http://h:1"), "the scheme must be redis:// or rediss://"),
+        (("--redis", "redis://h:1/0", "--kinds", "telepathy"), "accepted: command, python"),
+        (("--redis", "redis://h:1/0", "--slots", "0"), "slots must be >= 1"),
+    ],
+)
+def test_worker_refuses_bad_options(args: tuple[str, ...], message: str) -> None:
+    result = loopactors("worker", *args)
+    assert result.returncode == 1
+    assert message in result.stderr
+
+
+@pytest.fixture
+def password_redis(tmp_path: Path) -> Iterator[LocalRedis]:
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (CI installs it: apt-get install redis-server)")
+    server = LocalRedis(tmp_path / "redis", password=SECRET)
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_run_and_status_on_a_password_protected_redis_show_no_secret(
+    password_redis: LocalRedis, workers: Workers, tmp_path: Path
+) -> None:
+    url = password_redis.url()
+    await workers.start(url, "w1", kinds="scripted", slots=2)
+    state = str(tmp_path / "state")
+    argv = ["run", "|loop:2,fresh| hello", "--worker", "scripted", "--transport", url]
+    run = await trio.to_thread.run_sync(lambda: loopactors(*argv, "--state", state, "--json"))
+    assert run.returncode == 0, run.stderr
+    assert '"phase":"complete"' in run.stdout
+    status = await trio.to_thread.run_sync(
+        lambda: loopactors("status", "--state", state, "--transport", url)
+    )
+    assert status.returncode == 0, status.stderr
+    assert "complete" in status.stdout
+    assert "w1" in status.stdout  # the worker table
+    assert "scripted" in status.stdout
+    assert "loopactors:rounds:scripted" in status.stdout  # the backlog table
+    assert "worker w1 on redis://***@127.0.0.1" in workers.log("w1")
+    for text in (run.stdout, run.stderr, status.stdout, status.stderr, workers.log("w1")):
+        assert SECRET not in text
+
+
+def test_status_says_when_redis_is_unreachable(tmp_path: Path) -> None:
+    result = loopactors(
+        "status", "--state", str(tmp_path), "--transport", f"redis://:{SECRET}@127.0.0.1:1/0"
+    )
+    assert result.returncode == 0
+    assert "redis redis://***@127.0.0.1:1/0 unreachable" in result.stdout
+    assert SECRET not in result.stdout + result.stderr
