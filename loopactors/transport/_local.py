@@ -7,16 +7,18 @@ synced on every write, in the directory given, so a restart keeps every acknowle
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import socket
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import ConfigError
 
-__all__ = ["LocalRedis", "local_redis"]
+__all__ = ["LocalRedis", "TlsFiles", "local_redis"]
 
 
 def _free_port() -> int:
@@ -25,11 +27,25 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclasses.dataclass(frozen=True)
+class TlsFiles:
+    """The server's certificate and key, and the CA that signed it (clients trust that)."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
 class LocalRedis:
     """A redis-server process: ``start()``, ``stop()``, ``restart()`` (same port, same data)."""
 
     def __init__(
-        self, directory: Path, *, password: str | None = None, executable: str | None = None
+        self,
+        directory: Path,
+        *,
+        password: str | None = None,
+        tls: TlsFiles | None = None,
+        executable: str | None = None,
     ) -> None:
         found = executable or shutil.which("redis-server")
         if found is None:
@@ -39,11 +55,15 @@ class LocalRedis:
         self.executable = found
         self.directory = directory
         self.password = password
+        self.tls = tls
         self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     def url(self, db: int = 0) -> str:
         auth = f":{self.password}@" if self.password else ""
+        if self.tls is not None:
+            ca = urllib.parse.quote(str(self.tls.ca))
+            return f"rediss://{auth}127.0.0.1:{self.port}/{db}?ssl_ca_certs={ca}"
         return f"redis://{auth}127.0.0.1:{self.port}/{db}"
 
     def start(self, timeout: float = 10.0) -> None:
@@ -51,7 +71,7 @@ class LocalRedis:
         self.process = subprocess.Popen(
             [
                 self.executable,
-                "--port", str(self.port),
+                *self._listen(),
                 "--bind", "127.0.0.1",
                 "--dir", str(self.directory),
                 "--save", "",
@@ -70,6 +90,18 @@ class LocalRedis:
                 self.stop()
                 raise ConfigError(f"redis-server did not start on port {self.port}")
             time.sleep(0.01)
+
+    def _listen(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return [
+            "--port", "0",
+            "--tls-port", str(self.port),
+            "--tls-cert-file", str(self.tls.cert),
+            "--tls-key-file", str(self.tls.key),
+            "--tls-ca-cert-file", str(self.tls.ca),
+            "--tls-auth-clients", "no",
+        ]  # fmt: skip
 
     def stop(self) -> None:
         """SIGTERM: Redis flushes its append-only file and exits."""

@@ -24,6 +24,7 @@ import trio
 from coredis.tokens import PureToken
 
 from ..workers import RoundRequest, RoundResult
+from ._backoff import Backoff
 from ._base import RoundTransport
 from ._redis import NO_GROUP, RETRIED, create_group, open_redis, retry
 from ._url import redact_url
@@ -142,6 +143,7 @@ class RedisTransport(RoundTransport):
         # Reports delivered to an earlier incarnation and never acknowledged come first.
         start = "0"
         outage = True  # the epoch is checked (and set) on the first pass
+        backoff = Backoff()
         while True:
             try:
                 if outage:
@@ -158,10 +160,19 @@ class RedisTransport(RoundTransport):
             except NO_GROUP:
                 continue  # created again on the next pass
             except RETRIED as exc:
+                if backoff.failures == 0:
+                    log.warning(
+                        "redis %s unreachable (%s); rounds wait, retrying every <= %.0f s",
+                        redact_url(self.url),
+                        type(exc).__name__,
+                        backoff.cap,
+                    )
                 outage = True
-                log.warning("redis %s unreachable (%s); rounds wait", redact_url(self.url), exc)
-                await trio.sleep(0.2)
+                await trio.sleep(backoff.next_delay())
                 continue
+            if backoff.failures:
+                log.warning("redis %s is back", redact_url(self.url))
+                backoff.reset()
             entries = reply.get(RESULTS_STREAM, ()) if reply else ()
             if start == "0" and not entries:
                 start = ">"
@@ -171,11 +182,14 @@ class RedisTransport(RoundTransport):
                 done.append(entry.identifier)
                 self._take_report(entry.field_values.get("report"))
             if done:
-                await retry(
-                    "acknowledging reports", self.url, client.xack, RESULTS_STREAM, NODE_GROUP, done
-                )
+                await retry("acknowledging reports", self.url, self._forget_reports, done)
                 if start == "0":  # acknowledged pending entries leave the pending list
                     continue
+
+    async def _forget_reports(self, ids: list[str]) -> None:
+        """Acknowledge and delete: the results stream holds only reports not yet taken."""
+        await self._client.xack(RESULTS_STREAM, NODE_GROUP, ids)
+        await self._client.xdel(RESULTS_STREAM, ids)
 
     def _take_report(self, raw: str | None) -> None:
         if raw is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 import trio
 
 from loopactors.transport import LocalRedis
+from loopactors.transport._local import TlsFiles
 from loopactors.transport._redis import open_redis
 from loopactors.transport._wire import WORKERS_HASH, decode_heartbeat
 
@@ -110,3 +112,23 @@ async def wait_until(predicate: Any, *, timeout: float = 20.0) -> None:
     with trio.fail_after(timeout):
         while not await predicate():
             await trio.sleep(0.05)
+
+
+def make_certificates(directory: Path) -> TlsFiles:
+    """A throwaway CA and a server certificate for 127.0.0.1, made with the openssl tool."""
+    directory.mkdir()
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+            "-out", "ca.crt", "-days", "2", "-subj", "/CN=loopactors-test-ca")  # fmt: skip
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key",
+            "-out", "server.csr", "-subj", "/CN=127.0.0.1")  # fmt: skip
+    (directory / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "server.crt", "-days", "2",
+            "-extfile", "ext.cnf")  # fmt: skip
+    return TlsFiles(
+        cert=directory / "server.crt", key=directory / "server.key", ca=directory / "ca.crt"
+    )

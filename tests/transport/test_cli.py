@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,9 +11,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.transport import LocalRedis
 
-from .conftest import REDIS_SERVER, Workers
+from .conftest import REDIS_SERVER, Workers, make_certificates
 
 SECRET = "s3cret-pass"
 
@@ -73,6 +75,30 @@ async def test_run_and_status_on_a_password_protected_redis_show_no_secret(
     assert "worker w1 on redis://***@127.0.0.1" in workers.log("w1")
     for text in (run.stdout, run.stderr, status.stdout, status.stderr, workers.log("w1")):
         assert SECRET not in text
+
+
+@pytest.fixture
+def tls_redis(tmp_path: Path) -> Iterator[LocalRedis]:
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (CI installs it: apt-get install redis-server)")
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl tool is not installed: no certificate for a TLS test")
+    tls = make_certificates(tmp_path / "certs")
+    server = LocalRedis(tmp_path / "redis", password=SECRET, tls=tls)
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_rounds_run_over_tls(tls_redis: LocalRedis, workers: Workers, tmp_path: Path) -> None:
+    url = tls_redis.url()
+    assert url.startswith("rediss://")
+    await workers.start(url, "w1", kinds="scripted")
+    config = RuntimeConfig(store="memory", transport=url)
+    async with open_runtime(config) as rt:
+        loop = await rt.start("|loop:2,fresh| over tls", worker="scripted")
+        assert (await loop.wait()).phase == "complete"
+    assert SECRET not in workers.log("w1")
 
 
 def test_status_says_when_redis_is_unreachable(tmp_path: Path) -> None:
