@@ -28,8 +28,8 @@ from .runtime import LoopHandle, Runtime, RuntimeConfig, load_config, open_runti
 from .runtime._coordinator import new_loop_id
 from .runtime._ledger import ledger_of
 from .storage import DB_FILENAME, open_backend
-from .workers import in_workspace
 from .transport import _cli as _cli_transport
+from .workers import in_workspace
 
 EXIT_OK = 0
 EXIT_ERROR = 1

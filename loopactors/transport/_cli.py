@@ -45,9 +45,9 @@ def add_parsers(commands: Any) -> None:
     )
     worker.add_argument(
         "--kinds",
-        default="command,python,scripted",
+        default=",".join(KNOWN_KINDS),
         metavar="K,K",
-        help="the worker kinds this process runs (command,python,scripted)",
+        help=f"the worker kinds this process runs ({','.join(KNOWN_KINDS)})",
     )
     worker.add_argument("--slots", type=int, default=4, metavar="N", help="rounds at once (4)")
     worker.add_argument("--name", metavar="NAME", help="consumer name (HOST-PID)")

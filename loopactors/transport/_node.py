@@ -205,7 +205,7 @@ class RedisTransport(RoundTransport):
         if waiter is None:
             self.reports_dropped += 1  # nobody waits for it any more: drop it safely
             return
-        waiter.result = report.result
+        waiter.result = report.result.to_result()
         waiter.done.set()
 
     async def _ensure_group(self) -> None:

@@ -7,10 +7,12 @@ hash value, so ``redis-cli`` shows them readably.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from ..loops._model import Mode
-from ..workers import RoundRequest, RoundResult
+from ..workers import RoundRequest, RoundResult, WorkerStatus
 
 __all__ = [
     "CONTROL_STREAM",
@@ -24,6 +26,7 @@ __all__ = [
     "RoundReport",
     "StopOrder",
     "WireRequest",
+    "WireResult",
     "cancelled_key",
     "rounds_stream",
 ]
@@ -39,8 +42,8 @@ WORKERS_HASH = f"{PREFIX}:workers"
 EPOCH_KEY = f"{PREFIX}:epoch"
 WORKER_GROUP = "workers"
 NODE_GROUP = "nodes"
-#: The kinds a worker process can run (``agent`` once the agent worker lands).
-KNOWN_KINDS = ("command", "python", "scripted")
+#: The kinds a worker process can run.
+KNOWN_KINDS = ("agent", "command", "python", "scripted")
 
 
 def rounds_stream(kind: str) -> str:
@@ -54,8 +57,8 @@ def cancelled_key(key: str) -> str:
 
 
 class WireRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """A :class:`RoundRequest` on the wire: the same fields, decodable here (the request's
-    own annotations name ``Mode`` only for type checkers)."""
+    """A :class:`RoundRequest` on the wire: the same fields, decodable here (msgspec resolves
+    a struct's annotations in its public module, which does not define the names they use)."""
 
     loop_id: str
     round: int
@@ -88,11 +91,30 @@ class RoundOrder(msgspec.Struct, frozen=True, kw_only=True):
     published_at: float
 
 
+class WireResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A :class:`RoundResult` on the wire (the same fields, decodable here)."""
+
+    status: WorkerStatus
+    output: str = ""
+    error: str | None = None
+    tokens: int = 0
+    duration: float = 0.0
+    done: bool = False
+    transcript: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, result: RoundResult) -> WireResult:
+        return cls(**msgspec.structs.asdict(result))
+
+    def to_result(self) -> RoundResult:
+        return RoundResult(**msgspec.structs.asdict(self))
+
+
 class RoundReport(msgspec.Struct, frozen=True, kw_only=True):
     """The result of one round, from the worker that ran it."""
 
     key: str
-    result: RoundResult
+    result: WireResult
     worker: str
 
 

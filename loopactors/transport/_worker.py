@@ -34,6 +34,7 @@ from ._wire import (
     Heartbeat,
     RoundOrder,
     RoundReport,
+    WireResult,
     cancelled_key,
     decode_order,
     decode_stop,
@@ -236,7 +237,7 @@ class _WorkerProcess:
         try:
             result = await self._result_of(held)
             result = msgspec.structs.replace(result, duration=time.monotonic() - started)
-            report = RoundReport(key=key, result=result, worker=self.s.name)
+            report = RoundReport(key=key, result=WireResult.of(result), worker=self.s.name)
             # Acknowledged only once the report is safely on the results stream.
             await retry(
                 "publishing a report",

@@ -50,7 +50,7 @@ class Workers:
         self.logs: list[Any] = []
 
     async def start(
-        self, url: str, name: str, *, kinds: str = "command,python,scripted", slots: int = 1
+        self, url: str, name: str, *, kinds: str = "agent,command,python,scripted", slots: int = 1
     ) -> trio.Process:
         log = open(self.tmp_path / f"{name}.log", "wb")  # noqa: SIM115, ASYNC230 - closed in aclose
         self.logs.append(log)

@@ -34,7 +34,10 @@ def loopactors(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[s
     [
         ((), "needs --redis URL"),
         (("--redis", "http://h:1"), "the scheme must be redis:// or rediss://"),
-        (("--redis", "redis://h:1/0", "--kinds", "telepathy"), "accepted: command, python"),
+        (
+            ("--redis", "redis://h:1/0", "--kinds", "telepathy"),
+            "accepted: agent, command, python, scripted",
+        ),
         (("--redis", "redis://h:1/0", "--slots", "0"), "slots must be >= 1"),
     ],
 )

@@ -18,6 +18,7 @@ from loopactors.transport._wire import (
     RoundOrder,
     RoundReport,
     WireRequest,
+    WireResult,
     decode_order,
     decode_report,
     encode,
@@ -112,10 +113,11 @@ def test_an_order_and_a_report_cross_the_wire_unchanged() -> None:
     assert back.request.to_request() == request
     assert back.request.key == request.key == "l1:2"
     assert (back.timeout, back.published_at) == (30.0, 1.5)
-    report = RoundReport(
-        key="l1:2", result=RoundResult(status="completed", output="ok"), worker="w"
-    )
-    assert decode_report(encode(report)) == report
+    result = RoundResult(status="completed", output="ok", transcript=({"role": "user"},))
+    report = RoundReport(key="l1:2", result=WireResult.of(result), worker="w")
+    back_report = decode_report(encode(report))
+    assert back_report == report
+    assert back_report.result.to_result() == result
     assert rounds_stream("command") == "loopactors:rounds:command"
 
 
