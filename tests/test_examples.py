@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -59,6 +62,17 @@ def test_readme_quick_start_runs() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("complete ['round 1 of 3: birch', ")
+
+
+@pytest.mark.skipif(
+    shutil.which("redis-server") is None,
+    reason="redis-server is not installed (CI installs it: apt-get install redis-server)",
+)
+def test_scale_out() -> None:
+    lines = run_example("scale_out.py").splitlines()
+    assert lines[:4] == [f"job {i}: complete, 3 rounds" for i in range(4)]
+    # Four loops at once on two workers of two slots each: both took rounds.
+    assert lines[4] == "rounds ran on: worker-a, worker-b"
 
 
 def test_embedded_loops() -> None:

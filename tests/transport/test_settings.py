@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 
 import msgspec
 import pytest
@@ -154,3 +156,26 @@ def test_status_tables_show_workers_and_backlog() -> None:
     assert "w1" in text
     assert "3.5 s ago" in text
     assert "loopactors:rounds:command" in text
+
+
+def test_public_names_are_exported_and_show_their_public_module() -> None:
+    from loopactors import transport
+
+    assert len(set(transport.__all__)) == len(transport.__all__)
+    for name in transport.__all__:
+        assert hasattr(transport, name), name
+    assert transport.RedisTransport.__module__ == "loopactors.transport"
+    assert transport.serve_worker.__module__ == "loopactors.transport"
+    assert transport.InProcessTransport.__module__ == "loopactors.transport"
+
+
+def test_the_runtime_and_the_cli_start_without_loading_the_redis_client() -> None:
+    code = (
+        "import sys, loopactors.runtime, loopactors._cli; "
+        "from loopactors.runtime import RuntimeConfig; RuntimeConfig(transport='redis://h/0'); "
+        "print('coredis' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
