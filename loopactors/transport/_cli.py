@@ -64,6 +64,13 @@ def add_parsers(commands: Any) -> None:
     worker.add_argument(
         "--heartbeat", type=float, default=1.0, metavar="S", help="seconds between beats (1)"
     )
+    worker.add_argument(
+        "--max-deliveries",
+        type=int,
+        default=5,
+        metavar="N",
+        help="a round whose workers died more often than this fails instead of running again (5)",
+    )
 
 
 def run_worker(args: argparse.Namespace) -> int:
@@ -90,6 +97,7 @@ def run_worker(args: argparse.Namespace) -> int:
             kill_grace=args.kill_grace,
             heartbeat=args.heartbeat,
             idle_timeout=args.idle_timeout,
+            max_deliveries=args.max_deliveries,
         )
     except ValueError as exc:
         raise ConfigError(f"bad worker option: {exc}") from exc

@@ -66,12 +66,16 @@ class WorkerSettings:
     heartbeat: float = 1.0
     #: An order held this long without a heartbeat is taken over by another worker.
     idle_timeout: float = 15.0
+    #: An order taken more often than this (its workers died) fails instead of running again.
+    max_deliveries: int = 5
 
     def __attrs_post_init__(self) -> None:
         if self.slots < 1:
             raise ValueError(f"slots must be >= 1, got {self.slots}")
         if not self.kinds:
             raise ValueError("a worker needs at least one kind")
+        if self.max_deliveries < 1:
+            raise ValueError(f"max_deliveries must be >= 1, got {self.max_deliveries}")
         if not 0 < self.heartbeat < self.idle_timeout:
             raise ValueError("the heartbeat must be > 0 and shorter than the idle timeout")
 
@@ -202,14 +206,48 @@ class _WorkerProcess:
                 entries = reply[1]
                 if entries:
                     log.info("worker %s reclaimed %d round(s)", self.s.name, len(entries))
+                    entries = await self._drop_poison(stream, entries)
                 self._hold(stream, entries)
+
+    async def _drop_poison(self, stream: str, entries: Any) -> list[Any]:
+        """Fail, instead of running again, an order whose workers died too often running it
+        (a round that kills or exhausts its worker would otherwise go round forever)."""
+        keep = []
+        for entry in entries:
+            try:
+                [info] = await self.client.xpending(
+                    stream, WORKER_GROUP, entry.identifier, entry.identifier, 1
+                )
+                deliveries = int(info.delivered)
+            except RETRIED_OR_NO_GROUP:
+                deliveries = 0  # Redis away: the usual path decides
+            except ValueError:
+                deliveries = 0  # acknowledged meanwhile: nothing pending to count
+            if deliveries <= self.s.max_deliveries:
+                keep.append(entry)
+                continue
+            order = _order_of(entry)
+            if order is None:
+                self.nursery.start_soon(self._forget, stream, entry.identifier)
+                continue
+            log.warning(
+                "worker %s: round %s was taken %d times by workers that died; failing it",
+                self.s.name,
+                order.request.key,
+                deliveries - 1,
+            )
+            error = (
+                f"the workers running this round died {deliveries - 1} times "
+                f"(more than --max-deliveries {self.s.max_deliveries}); not run again"
+            )
+            held = _Held(stream, entry.identifier, order)
+            self.nursery.start_soon(self._report, held, RoundResult(status="failed", error=error))
+        return keep
 
     def _hold(self, stream: str, entries: Any) -> None:
         for entry in entries:
-            raw = entry.field_values.get("order") if entry.field_values else None
-            try:
-                order = decode_order(raw or "")
-            except Exception:
+            order = _order_of(entry)
+            if order is None:
                 log.warning("dropping an unreadable order %s on %s", entry.identifier, stream)
                 self.nursery.start_soon(self._forget, stream, entry.identifier)
                 continue
@@ -237,22 +275,27 @@ class _WorkerProcess:
         try:
             result = await self._result_of(held)
             result = msgspec.structs.replace(result, duration=time.monotonic() - started)
-            report = RoundReport(key=key, result=WireResult.of(result), worker=self.s.name)
-            # Acknowledged only once the report is safely on the results stream.
-            await retry(
-                "publishing a report",
-                self.s.url,
-                self.client.xadd,
-                RESULTS_STREAM,
-                {"report": encode(report).decode()},
-            )
-            await self._forget(held.stream, held.entry_id)
+            await self._report(held, result)
             self.rounds_run += 1
         finally:
             self.running -= 1
             if self.held.get(key) is held:
                 del self.held[key]
             self._wake()
+
+    async def _report(self, held: _Held, result: RoundResult) -> None:
+        report = RoundReport(
+            key=held.order.request.key, result=WireResult.of(result), worker=self.s.name
+        )
+        # Acknowledged only once the report is safely on the results stream.
+        await retry(
+            "publishing a report",
+            self.s.url,
+            self.client.xadd,
+            RESULTS_STREAM,
+            {"report": encode(report).decode()},
+        )
+        await self._forget(held.stream, held.entry_id)
 
     async def _result_of(self, held: _Held) -> RoundResult:
         request = held.order.request.to_request()
@@ -353,3 +396,11 @@ class _WorkerProcess:
             log.info("worker %s stopping round %s", self.s.name, key)
             held.stopped = True
             held.scope.cancel()
+
+
+def _order_of(entry: Any) -> RoundOrder | None:
+    raw = entry.field_values.get("order") if entry.field_values else None
+    try:
+        return decode_order(raw or "")
+    except msgspec.DecodeError:
+        return None

@@ -50,7 +50,13 @@ class Workers:
         self.logs: list[Any] = []
 
     async def start(
-        self, url: str, name: str, *, kinds: str = "agent,command,python,scripted", slots: int = 1
+        self,
+        url: str,
+        name: str,
+        *,
+        kinds: str = "agent,command,python,scripted",
+        slots: int = 1,
+        options: tuple[str, ...] = (),
     ) -> trio.Process:
         log = open(self.tmp_path / f"{name}.log", "wb")  # noqa: SIM115, ASYNC230 - closed in aclose
         self.logs.append(log)
@@ -58,7 +64,7 @@ class Workers:
             [
                 sys.executable, "-m", "loopactors", "worker",
                 "--redis", url, "--name", name, "--kinds", kinds, "--slots", str(slots),
-                "--heartbeat", "0.2", "--idle-timeout", "1", "--kill-grace", "1",
+                "--heartbeat", "0.2", "--idle-timeout", "1", "--kill-grace", "1", *options,
             ],
             stdout=log,
             stderr=log,

@@ -6,6 +6,7 @@ which worker process ran it.
 
 from __future__ import annotations
 
+import functools
 import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -96,6 +97,26 @@ async def test_a_killed_workers_round_is_reclaimed_and_recorded_once(
     assert [(r.round, r.status) for r in rounds] == [(1, "completed"), (2, "completed")]
     assert ran_on(rounds[0].output) == "heir"
     assert "reclaimed 1 round(s)" in workers.log("heir")
+
+
+async def test_a_round_whose_workers_keep_dying_fails_instead_of_going_round_forever(
+    node: Runtime, redis_server: RedisServer, workers: Workers
+) -> None:
+    url = redis_server.url()
+    async with trio.open_nursery() as nursery:
+        for name in ("w1", "w2", "w3"):
+            nursery.start_soon(
+                functools.partial(workers.start, url, name, options=("--max-deliveries", "2"))
+            )
+    # The round's command kills the worker process that runs it (its parent).
+    loop = await node.start("|loop:1| poison", worker=command("kill -9 $PPID"))
+    await loop.wait()
+    [record] = await loop.history()
+    assert record.status == "failed"
+    assert record.error is not None
+    assert "died 2 times (more than --max-deliveries 2)" in record.error
+    dead = [name for name, p in workers.processes.items() if p.poll() is not None]
+    assert len(dead) == 2
 
 
 async def test_stop_reaches_the_remote_round(
