@@ -82,7 +82,11 @@ async def test_a_killed_workers_round_is_reclaimed_and_recorded_once(
 ) -> None:
     url = redis_server.url()
     await workers.start(url, "doomed")
-    slow = command('sleep 2; echo "ran on $LOOPACTORS_WORKER_NAME"')
+    # Slow only on the doomed worker: it is still running the round when it is killed.
+    slow = command(
+        'if [ "$LOOPACTORS_WORKER_NAME" = doomed ]; then sleep 5; fi; '
+        'echo "ran on $LOOPACTORS_WORKER_NAME"'
+    )
     loop = await node.start("|loop:2,fresh| work", worker=slow)
 
     async def held() -> bool:
