@@ -108,9 +108,7 @@ class Dispatcher(Actor[Any]):
     def worker(self, spec: str) -> Worker:
         worker = self._workers.get(spec)
         if worker is None:
-            worker = self._workers[spec] = self._transport.worker(
-                spec, kill_grace=self._kill_grace
-            )
+            worker = self._workers[spec] = self._transport.worker(spec, kill_grace=self._kill_grace)
         return worker
 
     def _take_slots_nowait(self, kind_limit: Slots | None) -> bool:
