@@ -196,3 +196,31 @@ async def test_a_worker_never_takes_a_kind_it_does_not_run(
     assert (await loop.wait()).phase == "complete"
     [record] = await loop.history()
     assert ran_on(record.output) == "commands"
+
+
+async def test_a_node_restarted_mid_round_records_the_round_once(
+    tmp_path: Path, redis_server: RedisServer, workers: Workers
+) -> None:
+    url = redis_server.url()
+    await workers.start(url, "w1")
+    config = RuntimeConfig(
+        store="sqlite",
+        state_dir=tmp_path / "state",
+        transport=url,
+        breaker=BreakerSettings(stale_rounds_limit=100),
+    )
+    slow = command('sleep 1; echo "ran on $LOOPACTORS_WORKER_NAME"')
+    async with open_runtime(config) as rt:
+        loop = await rt.start("|loop:2,fresh| work", worker=slow)
+
+        async def held() -> bool:
+            return await pending(url, "command") == 1
+
+        await wait_until(held)
+    # The node is gone; the worker goes on with round 1. The next node resumes the loop and
+    # dispatches round 1 again under the same key: the worker's run reports it, once.
+    async with open_runtime(config) as rt:
+        final = await rt.handle(loop.loop_id).wait()
+        rounds = await rt.history(loop.loop_id)
+    assert final.phase == "complete"
+    assert [(r.round, r.status) for r in rounds] == [(1, "completed"), (2, "completed")]
