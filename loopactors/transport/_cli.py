@@ -74,7 +74,9 @@ def add_parsers(commands: Any) -> None:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    from ._worker import WorkerSettings, default_worker_name, serve_worker  # noqa: PLC0415 - coredis loads only here
+    # coredis loads only here
+    from ._redis import REFUSED, find_error  # noqa: PLC0415
+    from ._worker import WorkerSettings, default_worker_name, serve_worker  # noqa: PLC0415
 
     url = args.redis or os.environ.get("LOOPACTORS_REDIS")
     if not url:
@@ -117,7 +119,13 @@ def run_worker(args: argparse.Namespace) -> int:
                     nursery.cancel_scope.cancel()
                     break
 
-    trio.run(main)
+    try:
+        trio.run(main)
+    except BaseException as exc:
+        refused = find_error(exc, REFUSED)
+        if refused is None:
+            raise
+        raise ConfigError(f"redis {redact_url(url)} refused this worker: {refused}") from None
     return 0
 
 

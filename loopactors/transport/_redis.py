@@ -45,8 +45,25 @@ RETRIED: tuple[type[BaseException], ...] = (
 GROUP_EXISTS = coredis.exceptions.StreamDuplicateConsumerGroupError
 #: A read from a group that does not exist (NOGROUP): Redis restarted without its data.
 NO_GROUP = coredis.exceptions.StreamConsumerGroupError
+#: Redis refused the credentials (or the user may not run a command): not worth retrying.
+REFUSED: tuple[type[BaseException], ...] = (
+    coredis.exceptions.AuthenticationError,
+    coredis.exceptions.AuthorizationError,
+)
 #: What a background loop rides out: Redis away, or back without its data.
 RETRIED_OR_NO_GROUP: tuple[type[BaseException], ...] = (*RETRIED, NO_GROUP)
+
+
+def find_error(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
+    """The first error of these kinds in ``exc`` or the exception groups it nests."""
+    if isinstance(exc, kinds):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = find_error(inner, kinds)
+            if found is not None:
+                return found
+    return None
 
 
 @contextlib.asynccontextmanager

@@ -115,3 +115,15 @@ def test_status_says_when_redis_is_unreachable(tmp_path: Path) -> None:
     assert result.returncode == 0
     assert "redis redis://***@127.0.0.1:1/0 unreachable" in result.stdout
     assert SECRET not in result.stdout + result.stderr
+
+
+def test_a_worker_with_a_wrong_password_says_so_and_shows_neither_password(
+    password_redis: LocalRedis,
+) -> None:
+    url = password_redis.url().replace(SECRET, "wrong-guess")
+    result = loopactors("worker", "--redis", url)
+    assert result.returncode == 1
+    assert "refused this worker: invalid username-password pair" in result.stderr
+    assert "redis://***@127.0.0.1" in result.stderr
+    assert "wrong-guess" not in result.stderr
+    assert SECRET not in result.stderr
