@@ -102,11 +102,7 @@ class RedisTransport(RoundTransport):
         """Publish the round's order and wait for its report (cancel the scope to stop it)."""
         key = request.key
         stream = rounds_stream(request.worker.partition(":")[0])
-        waiter = self._waiting.get(key)
-        if waiter is not None:  # the same key again: wait for the same report
-            await waiter.done.wait()
-            assert waiter.result is not None
-            return waiter.result
+        # One wait per key: the Dispatcher runs a key once at a time.
         waiter = self._waiting[key] = _Waiter(
             stream,
             RoundOrder(request=WireRequest.of(request), timeout=timeout, published_at=time.time()),

@@ -252,8 +252,12 @@ class _WorkerProcess:
                 self.nursery.start_soon(self._forget, stream, entry.identifier)
                 continue
             key = order.request.key
-            if key in self.held:  # published again: the run under way reports once
-                self.nursery.start_soon(self._forget, stream, entry.identifier)
+            already = self.held.get(key)
+            if already is not None:
+                if already.entry_id != entry.identifier:
+                    # Published again: the run under way reports once for both.
+                    self.nursery.start_soon(self._forget, stream, entry.identifier)
+                # else: our own order, reclaimed by us after missed heartbeats: keep it held.
                 continue
             held = self.held[key] = _Held(stream, entry.identifier, order)
             self.queue.append(held)
