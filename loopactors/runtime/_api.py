@@ -365,7 +365,9 @@ async def _open_runtime(
     config: RuntimeConfig, observer: Callable[[AnyEvent], None] | None = None
 ) -> AsyncIterator[Runtime]:
     bus = EventBus(config.event_queue_size, observer)
-    deps = RunnerDeps(bus=bus, kill_grace=config.kill_grace)
+    deps = RunnerDeps(
+        bus=bus, kill_grace=config.kill_grace, remote_workers=config.transport != "inprocess"
+    )
     children = runtime_children(config, deps)
     async with open_node(
         children,

@@ -38,7 +38,7 @@ from ..messages import (
     StartLoop,
 )
 from ..storage import Write
-from ..workers import parse_worker
+from ..workers import check_worker_spec
 from ._delivery import RunnerDeps, runner_name, services_of
 from ._runner import RunnerFactory
 
@@ -297,13 +297,15 @@ class Coordinator(Actor[Any]):
             )
         if spec.worker not in self._usable_workers:
             try:
-                worker = parse_worker(spec.worker, kill_grace=self.deps.kill_grace)
+                kind = check_worker_spec(
+                    spec.worker, kill_grace=self.deps.kill_grace, here=not self.deps.remote_workers
+                )
             except WorkerSpecError as exc:
                 return exc
             except Exception as exc:  # anything else about a bad spec: refuse it, never crash
                 return WorkerSpecError(f"cannot use worker {spec.worker!r}: {exc}")
             # Bounded: specs may differ for every loop.
-            if worker.kind in ("scripted", "python") and len(self._usable_workers) < 1024:
+            if kind in ("scripted", "python") and len(self._usable_workers) < 1024:
                 self._usable_workers.add(spec.worker)
         if spec.parent_id is None:
             return None

@@ -73,3 +73,5 @@ class RunnerDeps:
     bus: EventBus
     kill_grace: float
     call_timeout: float = 60.0
+    #: Rounds run on remote workers: a worker spec's local resources are not checked here.
+    remote_workers: bool = False

@@ -57,7 +57,7 @@ from ..messages import (
     WhereIsRound,
 )
 from ..storage import Write
-from ..workers import RoundRequest, RoundResult, parse_worker
+from ..workers import RoundRequest, RoundResult, check_worker_spec
 from ._delivery import RunnerDeps, runner_name, services_of
 from ._ledger import attempt_of
 
@@ -262,7 +262,9 @@ class LoopRunner(Actor[Any]):
         phase = self.state.phase
         recovered, self.recovered = self.recovered, False
         if recovered:
-            problem = worker_problem(self.state.spec.worker, self.deps.kill_grace)
+            problem = worker_problem(
+                self.state.spec.worker, self.deps.kill_grace, here=not self.deps.remote_workers
+            )
             if problem is not None:
                 # The one case a loop cannot resume: say so at once (rolebox's W19).
                 await self._finish(
@@ -593,11 +595,11 @@ def interrupted_event(state: LoopState, reason: str) -> LoopInterrupted:
     )
 
 
-def worker_problem(spec: str, kill_grace: float) -> str | None:
+def worker_problem(spec: str, kill_grace: float, *, here: bool = True) -> str | None:
     """Why a loop's worker cannot run (None if it can): the only reason a loop is
     ``interrupted`` on recovery."""
     try:
-        parse_worker(spec, kill_grace=kill_grace)
+        check_worker_spec(spec, kill_grace=kill_grace, here=here)
     except Exception as exc:
         return f"its worker {spec!r} can no longer be used: {exc}"
     return None

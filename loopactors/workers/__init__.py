@@ -7,6 +7,7 @@ private; this module is the public surface, and :func:`parse_worker` turns a spe
 worker.
 """
 
+import shlex
 from collections.abc import Callable
 
 from .._util import fix_public_module
@@ -32,6 +33,7 @@ __all__ = [
     "ScriptedWorker",
     "Worker",
     "WorkerStatus",
+    "check_worker_spec",
     "in_workspace",
     "parse_worker",
 ]
@@ -65,6 +67,31 @@ def parse_worker(spec: str, *, kill_grace: float = 5.0) -> Worker:
             f"unknown worker kind {kind!r} in {spec!r}; accepted kinds: {', '.join(sorted(_KINDS))}"
         )
     return build(rest, kill_grace)
+
+
+def check_worker_spec(spec: str, *, kill_grace: float = 5.0, here: bool = True) -> str:
+    """Check a spec and return its kind.
+
+    With ``here`` (a round runs in this process) this is :func:`parse_worker`. Without (rounds
+    run on remote workers), what names a local resource is checked for form only, since it
+    must exist where the rounds run, not here: a command's argv must split, a python target
+    must read ``module:function``.
+    """
+    kind, _, rest = spec.partition(":")
+    if here or kind not in ("command", "python"):
+        return parse_worker(spec, kill_grace=kill_grace).kind
+    if kind == "command":
+        try:
+            argv = shlex.split(rest)
+        except ValueError as exc:
+            raise WorkerSpecError(f"command worker argv {rest!r} cannot be split: {exc}") from None
+        if not argv:
+            raise WorkerSpecError("command worker needs an argv after 'command:'")
+        return kind
+    module, sep, function = rest.partition(":")
+    if not (sep and module and function.isidentifier()):
+        raise WorkerSpecError(f"python worker takes python:module.path:function, got {spec!r}")
+    return kind
 
 
 fix_public_module(globals(), __all__)

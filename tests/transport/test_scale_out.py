@@ -224,3 +224,19 @@ async def test_a_node_restarted_mid_round_records_the_round_once(
         rounds = await rt.history(loop.loop_id)
     assert final.phase == "complete"
     assert [(r.round, r.status) for r in rounds] == [(1, "completed"), (2, "completed")]
+
+
+async def test_a_command_need_only_exist_where_the_rounds_run(
+    node: Runtime, redis_server: RedisServer, workers: Workers, tmp_path: Path
+) -> None:
+    """With remote workers the node checks a spec's form, not its local resources."""
+    tool = tmp_path / "remote-only-tool"
+    spec = f"command:{tool} --fast"
+    loop = await node.start("|loop:1| work", worker=spec)  # not on this machine (yet)
+    assert (await node.get(loop.loop_id)).phase != "error"
+    tool.write_text("#!/bin/sh\necho made it\n")
+    tool.chmod(0o755)
+    await workers.start(redis_server.url(), "w", kinds="command")
+    assert (await loop.wait()).phase == "complete"
+    with pytest.raises(Exception, match="cannot be split"):
+        await node.start("|loop:1| work", worker="command:'unclosed")

@@ -167,3 +167,17 @@ def test_public_surface() -> None:
     assert workers.__all__ == sorted(workers.__all__)
     assert ScriptedWorker.__module__ == "loopactors.workers"
     assert ScriptedWorker.kind == "scripted"
+
+
+def test_a_spec_for_remote_workers_is_checked_for_form_only() -> None:
+    from loopactors.errors import WorkerSpecError
+    from loopactors.workers import check_worker_spec
+
+    assert check_worker_spec("command:/nowhere/tool --x", here=False) == "command"
+    assert check_worker_spec("python:some.module:run", here=False) == "python"
+    assert check_worker_spec("scripted:latency=1", here=False) == "scripted"
+    for bad in ("command:", "command:'open", "python:nocolon", "python:m:1x", "nope:x"):
+        with pytest.raises(WorkerSpecError):
+            check_worker_spec(bad, here=False)
+    with pytest.raises(WorkerSpecError, match="not found"):
+        check_worker_spec("command:/nowhere/tool")
