@@ -15,9 +15,16 @@ __all__ = [
     "CallTimeout",
     "CallToSelf",
     "ChildStartError",
+    "CodeLoopError",
+    "CodeLoopExists",
+    "CodeLoopNotFound",
+    "CodeLoopStateError",
     "ConfigError",
     "ConnectionLost",
+    "GateClosed",
+    "GitError",
     "IllegalTransition",
+    "LeaseHeld",
     "LoopError",
     "LoopNotFound",
     "LoopSyntaxError",
@@ -25,8 +32,11 @@ __all__ = [
     "MailboxFull",
     "ModelError",
     "NameTaken",
+    "OrchestrationError",
     "RemoteError",
     "RestartIntensityExceeded",
+    "SelfReviewRefused",
+    "SlugError",
     "StoreError",
     "SupervisorError",
     "WorkerSpecError",
@@ -160,3 +170,43 @@ class ModelError(AgentError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class CodeLoopError(LoopError):
+    """A code loop (``loopactors code``) could not be set up, found or driven."""
+
+
+class SlugError(CodeLoopError, ValueError):
+    """A code loop slug that is not lowercase kebab-case (so never a path)."""
+
+
+class CodeLoopExists(CodeLoopError):
+    """``init`` of a slug that already has a ledger (resume it, or re-initialise with force)."""
+
+
+class CodeLoopNotFound(CodeLoopError, LookupError):
+    """No ledger for that slug in the repository, or an unreadable one."""
+
+
+class CodeLoopStateError(CodeLoopError):
+    """A status change the code loop state machine does not allow from the current status."""
+
+
+class GateClosed(CodeLoopError):
+    """A gate (status, deadline, max rounds, no progress, breaker) forbids the next round."""
+
+
+class LeaseHeld(CodeLoopError):
+    """Another owner holds the code loop's lease: a round is already running."""
+
+
+class OrchestrationError(CodeLoopError, ValueError):
+    """An ``ORCHESTRATION.md`` (or init flags) that cannot be used; says which field and why."""
+
+
+class SelfReviewRefused(OrchestrationError):
+    """The reviewer is the executor: a code loop's reviewer must be a different worker."""
+
+
+class GitError(CodeLoopError):
+    """A git command failed, or the directory is not a usable git repository."""

@@ -34,6 +34,10 @@ class RoundRequest(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     #: What the loop is for, if the user said (``objective="..."``): a worker that finds it
     #: met reports ``done`` and the loop completes early.
     objective: str | None = None
+    #: Working directory for the round (a code loop's worktree); ``None``: the process's own.
+    cwd: str | None = None
+    #: Extra environment for the round (a code loop's ``LOOPACTORS_WORKTREE`` and friends).
+    env: dict[str, str] = msgspec.field(default_factory=dict)
 
     #: Idempotency key ``loop_id:round``: the same round dispatched again has the same key.
     @property

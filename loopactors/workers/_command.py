@@ -1,8 +1,9 @@
 """The command worker: one subprocess per round, the way coding agents' CLIs plug in.
 
 Spec: ``command:ARGV``, split with :func:`shlex.split` and never run through a shell. The prompt
-goes on stdin, the round's identity in ``LOOPACTORS_*`` environment variables, and stdout is the
-output. A last stdout line ``{"loopactors": {"tokens": N}}`` reports tokens and is removed.
+goes on stdin, the round's identity in ``LOOPACTORS_*`` environment variables (plus the
+request's ``env``; it runs in the request's ``cwd`` if one is set), and stdout is the output.
+A last stdout line ``{"loopactors": {"tokens": N}}`` reports tokens and is removed.
 
 The child gets its own session, so a stop reaches everything it started: SIGTERM to the whole
 process group, ``kill_grace`` seconds, then SIGKILL to whatever of the group is left.
@@ -160,6 +161,7 @@ class CommandWorker(Worker):
             "LOOPACTORS_ROUNDS": str(request.rounds),
             "LOOPACTORS_MODE": request.mode,
             **({"LOOPACTORS_OBJECTIVE": request.objective} if request.objective else {}),
+            **request.env,
         }
         stopper = _GroupStopper(self.kill_grace)
         try:
@@ -171,6 +173,7 @@ class CommandWorker(Worker):
                 capture_stderr=True,
                 check=False,
                 env=env,
+                cwd=request.cwd,
                 start_new_session=True,
                 deliver_cancel=stopper.deliver_cancel,
                 task_status=stopper,

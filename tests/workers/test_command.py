@@ -247,3 +247,10 @@ async def test_cancel_is_prompt_when_sigterm_works(tmp_path: Path) -> None:
     # A lone child is reaped by run_process itself: no zombie, not even briefly.
     with pytest.raises(ProcessLookupError):
         os.killpg(pids[0], 0)
+
+
+async def test_cwd_and_extra_env_of_the_request(tmp_path: Path) -> None:
+    script = "import os; print(os.getcwd()); print(os.environ['LOOPACTORS_WORKTREE'])"
+    request = make_request(cwd=str(tmp_path), env={"LOOPACTORS_WORKTREE": "wt"})
+    result = await command([PY, "-c", script]).run(request, None)
+    assert result.output.splitlines() == [str(tmp_path.resolve()), "wt"]

@@ -1,0 +1,152 @@
+"""What a round tells its workers (prompts) and what it keeps of them (receipts). Pure text."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..workers import RoundResult
+from ._gates import Verdict
+from ._model import CodeLoopState, round_name
+
+if TYPE_CHECKING:
+    from ._git import LoopGit
+    from ._ledger import Ledger
+    from ._orchestration import Orchestration
+
+__all__ = [
+    "executor_prompt",
+    "review_prompt",
+    "review_receipt",
+    "validation_receipt",
+    "worker_receipt",
+]
+
+_TAIL = 4000
+_LESSONS_TAIL = 3000
+
+
+def _tail(text: str, limit: int = _TAIL) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "[...]\n" + text[-limit:]
+
+
+def _fence(text: str) -> str:
+    return f"```\n{text.rstrip()}\n```" if text.strip() else "(empty)"
+
+
+def executor_prompt(
+    state: CodeLoopState, number: int, ledger: Ledger, git: LoopGit, orchestration: Orchestration
+) -> str:
+    plan = ledger.plan_path.read_text(encoding="utf-8") if ledger.plan_path.exists() else ""
+    lessons = ledger.lessons()
+    return f"""You are the executor of round {number} of the code loop {state.slug!r}.
+
+Objective: {state.objective}
+
+Your working directory is this round's worktree: {ledger.worktree(number)}
+Branch: {git.round_branch(number)} (cut from {git.candidate})
+Ledger (read it, never write it): {ledger.dir}
+
+Acceptance for this round: the validation command `{orchestration.validate}` passes in the
+worktree, and a reviewer approves the diff.
+
+Change the code and commit on this branch. Do not push, do not switch branches, do not touch
+other branches. Ask a human for anything risky with a line `NEEDS-APPROVAL: what`.
+
+## Plan
+{_tail(plan, _LESSONS_TAIL) or "(none)"}
+
+## Lessons of earlier rounds
+{_tail(lessons, _LESSONS_TAIL) or "(none)"}
+"""
+
+
+def review_prompt(
+    state: CodeLoopState, *, number: int, branch: str, stat: str, diff: str, validation: str
+) -> str:
+    return f"""You review round {number} of the code loop {state.slug!r}.
+
+Objective: {state.objective}
+Proposal branch: {branch} (your working directory is its worktree)
+
+Validation passed:
+{_fence(_tail(validation, 1500))}
+
+Diff statistics:
+{_fence(stat)}
+
+Diff:
+{_fence(diff)}
+
+Answer with a line `VERDICT: approve` or `VERDICT: reject`, followed by your reasons.
+"""
+
+
+def worker_receipt(
+    number: int,
+    executor: str,
+    *,
+    result: RoundResult,
+    commits: list[str],
+    dirty: list[str],
+    stat: str,
+) -> str:
+    lines = [
+        f"# {round_name(number)}: executor",
+        "",
+        f"- executor: `{executor}`",
+        f"- status: {result.status}" + (f" ({result.error})" if result.error else ""),
+        f"- commits: {len(commits)}",
+        f"- duration: {result.duration:.1f} s",
+        "",
+        "## Commits",
+        "",
+        *([f"- {c}" for c in commits] or ["None."]),
+        "",
+        "## Diff statistics",
+        "",
+        _fence(stat),
+        "",
+    ]
+    if dirty:
+        lines += [
+            "## Uncommitted changes (discarded with the worktree)",
+            "",
+            _fence("\n".join(dirty)),
+            "",
+        ]
+    lines += ["## Output", "", _fence(_tail(result.output)), ""]
+    return "\n".join(lines)
+
+
+def validation_receipt(number: int, orchestration: Orchestration, passed: bool, report: str) -> str:
+    return "\n".join(
+        [
+            f"# {round_name(number)}: validation",
+            "",
+            f"- command: `{orchestration.validate}`",
+            f"- timeout: {orchestration.validate_timeout:g} s",
+            f"- result: {'passed' if passed else 'failed'}",
+            "",
+            _fence(_tail(report)),
+            "",
+        ]
+    )
+
+
+def review_receipt(number: int, reviewer: str, result: RoundResult, verdict: Verdict) -> str:
+    return "\n".join(
+        [
+            f"# {round_name(number)}: review",
+            "",
+            f"- reviewer: `{reviewer}`",
+            f"- status: {result.status}" + (f" ({result.error})" if result.error else ""),
+            f"- verdict: {'approve' if verdict.approved else 'reject'}",
+            f"- reason: {verdict.reason}",
+            "",
+            "## Review",
+            "",
+            _fence(_tail(result.output)),
+            "",
+        ]
+    )

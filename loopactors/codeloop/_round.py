@@ -1,0 +1,480 @@
+"""One code round under a held lease: executor -> validation -> reviewer -> merge or keep.
+
+Each step is recorded in the ledger before its side effect (the round's intent before its
+branch exists), so a crash at any point is found by :meth:`CodeRound.reconcile` at the next
+start: a round caught while its executor ran is marked interrupted (its branch kept, its
+number never reused); one caught in validation or review is resumed on its branch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shlex
+import time
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from ..errors import GitError, LoopactorsError
+from ..workers import RoundRequest, RoundResult, parse_worker
+from ._events import GateTripped, RoundFinished, RoundInterrupted, RoundStarted, StatusChanged
+from ._gates import Gate, check_gates, is_progress, parse_approvals, parse_verdict
+from ._git import LoopGit
+from ._ledger import Ledger
+from ._model import IN_ROUND, CodeLoopState, round_name
+from ._orchestration import Orchestration
+from ._receipts import (
+    executor_prompt,
+    review_prompt,
+    review_receipt,
+    validation_receipt,
+    worker_receipt,
+)
+from ._report import write_handoff
+
+__all__ = ["CodeRound", "RoundOutcome"]
+
+_TAIL = 4000
+
+
+@attrs.frozen
+class RoundOutcome:
+    """What one call did: the round it ran (None if none), and the loop's state after it."""
+
+    round: int | None
+    merged: bool
+    state: CodeLoopState
+    summary: str
+
+    @property
+    def stopped(self) -> bool:
+        """The loop dispatches no further round."""
+        return self.state.status != "ready"
+
+
+@attrs.define
+class CodeRound:
+    """Runs the next round of one loop; the caller holds the lease."""
+
+    ledger: Ledger
+    git: LoopGit
+    orchestration: Orchestration
+    actor: str
+    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
+    state: CodeLoopState = attrs.field(init=False)
+
+    def _record(self, event_type: type, **fields: object) -> CodeLoopState:
+        state = self.state
+        fields.setdefault("round", state.round)
+        event = event_type(at=time.time(), actor=self.actor, prev_status=state.status, **fields)
+        self.state = self.ledger.record(state, event)
+        return self.state
+
+    # -- before a round ----------------------------------------------------------------------
+
+    async def prepare(self) -> Gate | str | None:
+        """Load the state, reconcile a crashed round, apply a pending pause or stop, and check
+        the gates. Returns the gate that tripped (now recorded, HANDOFF.md written), a refusal
+        (paused, stopped, ...), or None when a round may start."""
+        self.state = self.ledger.read_state()
+        if self.state.status in IN_ROUND:
+            await self.reconcile()
+        if self.state.status == "ready":
+            command = self.ledger.take_control()
+            if command == "pause":
+                self._record(
+                    StatusChanged, status="paused", reason="paused by request", next_action="resume"
+                )
+            elif command == "stop":
+                self._record(
+                    StatusChanged, status="stopped", reason="stopped by request", next_action="none"
+                )
+                await write_handoff(self.ledger, self.git, self.state)
+        if self.state.status != "ready":
+            return f"the loop is {self.state.status}" + (
+                f" ({self.state.active_gate}: {self.state.reason})"
+                if self.state.active_gate
+                else ""
+            )
+        gate = check_gates(self.state, self.clock())
+        if gate is not None:
+            await self._trip(gate)
+        return gate
+
+    async def _trip(self, gate: Gate) -> None:
+        self._record(
+            GateTripped,
+            status=gate.status,
+            active_gate=gate.name,
+            reason=gate.reason,
+            next_action="review the candidate, then resume or stop"
+            if gate.status == "waiting_review"
+            else "fix what blocks the loop, then resume or stop",
+        )
+        await write_handoff(self.ledger, self.git, self.state)
+
+    async def reconcile(self) -> None:
+        """A round left in flight by a process that is gone (its lease expired)."""
+        state = self.state
+        number = state.round
+        branch = self.git.round_branch(number)
+        tip = await self.git.rev(branch)
+        if state.status == "running" or tip is None:
+            await self._interrupt(
+                number,
+                f"interrupted while {state.status} (its process is gone); the branch is kept",
+            )
+            return
+        # Validation and review read only the committed branch: run them again.
+        self._record(
+            StatusChanged,
+            status=state.status,
+            reason="resumed after a crash",
+            branch=branch,
+            commit=tip,
+        )
+        await self._resume_from(state.status)
+
+    async def _interrupt(self, number: int, reason: str) -> None:
+        branch = self.git.round_branch(number)
+        await self.git.remove_worktree(self.ledger.worktree(number))
+        base = self._round_base(number)
+        tip = await self.git.rev(branch)
+        if tip is not None and base is not None and tip == base:
+            await self.git.delete_branch(branch)  # no work on it: nothing to inspect
+            tip = None
+        self.ledger.append_lesson(f"- {round_name(number)}: interrupted ({reason})")
+        self._record(RoundInterrupted, status="ready", reason=reason, branch=branch, commit=tip)
+
+    def _round_base(self, number: int) -> str | None:
+        for event in reversed(self.ledger.read_events()):
+            if isinstance(event, RoundStarted) and event.round == number:
+                return event.commit
+        return None
+
+    async def _resume_from(self, status: str) -> None:
+        number = self.state.round
+        branch = self.git.round_branch(number)
+        worktree = self.ledger.worktree(number)
+        base = self._round_base(number) or self.state.candidate_commit
+        tip = await self.git.rev(branch) or base
+        await self.git.remove_worktree(worktree)
+        await self.git.add_worktree(worktree, branch)
+        try:
+            await self._validate_and_review(number, base, tip, executor_output="", done=False)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._cleanup(number)
+
+    # -- the round ---------------------------------------------------------------------------
+
+    async def run(self) -> RoundOutcome:
+        """:meth:`prepare`, then one round if the gates allow it."""
+        closed = await self.prepare()
+        if closed is not None:
+            summary = closed if isinstance(closed, str) else f"gate {closed.name}: {closed.reason}"
+            return RoundOutcome(None, False, self.state, f"no round: {summary}")
+        state = self.state
+        number = state.round + 1
+        branch = self.git.round_branch(number)
+        base = await self.git.rev(self.git.candidate)
+        if base is None:
+            await self._trip(
+                Gate("safety", f"the candidate branch {self.git.candidate} is gone", "blocked")
+            )
+            return RoundOutcome(None, False, self.state, "no round: the candidate branch is gone")
+        # The intent first: a crash from here on is found by reconcile, never run twice.
+        self._record(
+            RoundStarted,
+            status="running",
+            round=number,
+            branch=branch,
+            commit=base,
+            next_action="wait for the round",
+        )
+        try:
+            await self._new_branch(branch, base)
+            worktree = self.ledger.worktree(number)
+            await self.git.remove_worktree(worktree)
+            await self.git.add_worktree(worktree, branch)
+            result = await self._execute(number, base)
+            tip = await self.git.rev(branch) or base
+            if self.state.status == "running":
+                await self._after_executor(number, base, tip, result)
+        except BaseException as exc:
+            with trio.CancelScope(shield=True):
+                if self.state.status in IN_ROUND:
+                    why = (
+                        "cancelled (stop or round timeout)"
+                        if isinstance(exc, trio.Cancelled)
+                        else f"{type(exc).__name__}: {exc}"
+                    )
+                    await self._interrupt(number, why)
+            if isinstance(exc, LoopactorsError | OSError):
+                return RoundOutcome(number, False, self.state, f"round {number} failed: {exc}")
+            raise
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._cleanup(number)
+        merged = self.state.merged_rounds > state.merged_rounds
+        return RoundOutcome(number, merged, self.state, self.state.reason or "")
+
+    async def _new_branch(self, branch: str, base: str) -> None:
+        if await self.git.rev(branch) is not None:
+            raise GitError(f"branch {branch} already exists; a round number is never reused")
+        await self.git.create_branch(branch, base)
+
+    def _env(self, number: int, role: str) -> dict[str, str]:
+        return {
+            "LOOPACTORS_WORKTREE": str(self.ledger.worktree(number)),
+            "LOOPACTORS_BRANCH": self.git.round_branch(number),
+            "LOOPACTORS_LEDGER": str(self.ledger.dir),
+            "LOOPACTORS_ROLE": role,
+        }
+
+    def _request(self, number: int, role: str, spec: str, prompt: str) -> RoundRequest:
+        state = self.state
+        return RoundRequest(
+            loop_id=f"code:{state.slug}",
+            round=number,
+            rounds=state.max_rounds or number,
+            mode="fresh",
+            prompt=prompt,
+            task=state.objective,
+            worker=spec,
+            objective=state.objective,
+            cwd=str(self.ledger.worktree(number)),
+            env=self._env(number, role),
+        )
+
+    async def _execute(self, number: int, base: str) -> RoundResult:
+        o = self.orchestration
+        prompt = executor_prompt(self.state, number, self.ledger, self.git, o)
+        worker = parse_worker(o.executor)
+        return await worker.run(self._request(number, "executor", o.executor, prompt), None)
+
+    async def _after_executor(self, number: int, base: str, tip: str, result: RoundResult) -> None:
+        worktree = self.ledger.worktree(number)
+        commits = await self.git.commits(base, tip)
+        dirty = await self.git.dirty(worktree)
+        stat = await self.git.diff_stat(base, tip)
+        self.ledger.write_receipt(
+            number,
+            "worker",
+            worker_receipt(
+                number,
+                self.orchestration.executor,
+                result=result,
+                commits=commits,
+                dirty=dirty,
+                stat=stat,
+            ),
+        )
+        if await self.git.rev(self.git.candidate) != base:
+            await self._end_round(
+                number,
+                base,
+                tip,
+                merged=False,
+                validation=None,
+                verdict=None,
+                reason="the candidate branch moved during the round (not by this loop)",
+                output=result.output,
+                gate=Gate("safety", "the candidate branch moved during the round", "blocked"),
+            )
+            return
+        if result.status != "completed":
+            await self._end_round(
+                number,
+                base,
+                tip,
+                merged=False,
+                validation=None,
+                verdict=None,
+                reason=f"executor {result.status}: {result.error or ''}".strip(),
+                output=result.output,
+            )
+            return
+        if not commits:
+            await self._end_round(
+                number,
+                base,
+                tip,
+                merged=False,
+                validation=None,
+                verdict=None,
+                reason="the executor committed nothing",
+                output=result.output,
+            )
+            return
+        self._record(
+            StatusChanged,
+            status="validating",
+            branch=self.git.round_branch(number),
+            commit=tip,
+            next_action="wait for the round",
+        )
+        await self._validate_and_review(
+            number, base, tip, executor_output=result.output, done=result.done
+        )
+
+    async def _validate_and_review(
+        self, number: int, base: str, tip: str, *, executor_output: str, done: bool
+    ) -> None:
+        branch = self.git.round_branch(number)
+        passed, report = await self._run_validation(number)
+        self.ledger.write_receipt(
+            number, "validation", validation_receipt(number, self.orchestration, passed, report)
+        )
+        if not passed:
+            await self._end_round(
+                number,
+                base,
+                tip,
+                merged=False,
+                validation=False,
+                verdict=None,
+                reason="validation failed",
+                output=executor_output,
+            )
+            return
+        if self.state.status == "validating":
+            self._record(
+                StatusChanged,
+                status="reviewing",
+                branch=branch,
+                commit=tip,
+                next_action="wait for the round",
+            )
+        o = self.orchestration
+        diff = await self.git.diff(base, tip)
+        stat = await self.git.diff_stat(base, tip)
+        prompt = review_prompt(
+            self.state, number=number, branch=branch, stat=stat, diff=diff, validation=report
+        )
+        result = await parse_worker(o.reviewer).run(
+            self._request(number, "reviewer", o.reviewer, prompt), None
+        )
+        if result.status == "completed":
+            verdict = parse_verdict(result.output)
+        else:
+            verdict = parse_verdict("")
+            verdict = attrs.evolve(
+                verdict, reason=f"reviewer {result.status}: {result.error or ''}".strip()
+            )
+        self.ledger.write_receipt(
+            number, "review", review_receipt(number, o.reviewer, result, verdict)
+        )
+        merged = False
+        if verdict.approved:
+            await self.git.advance_candidate(base, tip)
+            merged = True
+        word = "approve" if verdict.approved else "reject"
+        reason = (
+            "merged into the candidate"
+            if merged
+            else f"review rejected: {verdict.reason.splitlines()[0] if verdict.reason else ''}"
+        )
+        await self._end_round(
+            number,
+            base,
+            tip,
+            merged=merged,
+            validation=True,
+            verdict=word,
+            reason=reason,
+            output=executor_output + "\n" + result.output,
+            done=done and merged,
+        )
+
+    async def _run_validation(self, number: int) -> tuple[bool, str]:
+        o = self.orchestration
+        worktree = self.ledger.worktree(number)
+        argv = shlex.split(o.validate)
+        if "/" in argv[0] and not os.path.isabs(argv[0]):
+            argv[0] = str(worktree / argv[0])  # a script of the repository, in this worktree
+        env = {**os.environ, **self._env(number, "validation")}
+        started = time.monotonic()
+        with trio.move_on_after(o.validate_timeout) as scope:
+            try:
+                done = await trio.run_process(
+                    argv,
+                    cwd=worktree,
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                    env=env,
+                    stdin=b"",
+                )
+            except OSError as exc:
+                return False, f"cannot run {argv[0]}: {exc}"
+        seconds = time.monotonic() - started
+        if scope.cancelled_caught:
+            return False, f"timed out after {o.validate_timeout:g} s"
+        output = (done.stdout + done.stderr).decode("utf-8", errors="replace")[-_TAIL:]
+        return (
+            done.returncode == 0,
+            f"exit code {done.returncode} after {seconds:.1f} s\n\n{output}",
+        )
+
+    async def _end_round(
+        self,
+        number: int,
+        base: str,
+        tip: str,
+        *,
+        merged: bool,
+        validation: bool | None,
+        verdict: str | None,
+        reason: str,
+        output: str,
+        done: bool = False,
+        gate: Gate | None = None,
+    ) -> None:
+        state = self.state
+        approvals = tuple(dict.fromkeys((*state.pending_approvals, *parse_approvals(output))))
+        progress = is_progress(
+            merged=merged,
+            validation_passed=validation,
+            last_validation_passed=state.last_validation_passed,
+        )
+        candidate = tip if merged else state.candidate_commit
+        self._record(
+            RoundFinished,
+            status="completed" if done else "ready",
+            reason=reason,
+            branch=self.git.round_branch(number),
+            commit=tip,
+            next_action="none" if done else "run_next_round",
+            merged=merged,
+            validation_passed=validation,
+            verdict=verdict,
+            progress=progress,
+            no_progress_rounds=0 if progress else state.no_progress_rounds + 1,
+            last_validation_passed=state.last_validation_passed
+            if validation is None
+            else validation,
+            merged_rounds=state.merged_rounds + merged,
+            candidate_commit=candidate,
+            pending_approvals=approvals,
+        )
+        self.ledger.append_lesson(f"- {round_name(number)}: {reason}")
+        if merged:
+            await self.git.delete_branch(
+                self.git.round_branch(number)
+            )  # its commits are in the candidate
+        if done:
+            await write_handoff(self.ledger, self.git, self.state)
+            return
+        if gate is None:
+            # Pause or stop asked for during the round, then the gates for the next one.
+            await self.prepare()
+        else:
+            await self._trip(gate)
+
+    async def _cleanup(self, number: int) -> None:
+        """A finished round's worktree goes; its branch stays unless it was merged."""
+        if self.state.status not in IN_ROUND:
+            await self.git.remove_worktree(self.ledger.worktree(number))

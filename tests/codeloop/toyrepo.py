@@ -1,0 +1,80 @@
+"""A toy repository and command workers for code loop tests (real git, real subprocesses)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+PY = sys.executable
+
+CHECK = """import calc, sys
+sys.exit(0 if calc.VALUE == 42 else 1)
+"""
+
+#: Executors: each is a small python script run with the round's worktree as cwd.
+SCRIPTS = {
+    # Fixes calc.py and notes the round, so every round has a commit.
+    "fix": """import os, subprocess, time
+time.sleep(float(os.environ.get("TOY_DELAY", "0")))
+open("calc.py", "w").write("VALUE = 42\\n")
+with open("notes.txt", "a") as f:
+    f.write("round " + os.environ["LOOPACTORS_ROUND"] + "\\n")
+subprocess.run(["git", "add", "-A"], check=True)
+subprocess.run(["git", "commit", "-qm", "round " + os.environ["LOOPACTORS_ROUND"]], check=True)
+print("fixed calc.py on", os.environ["LOOPACTORS_BRANCH"])
+""",
+    # Commits a change that keeps validation failing.
+    "break": """import os, subprocess
+with open("notes.txt", "a") as f:
+    f.write("broken " + os.environ["LOOPACTORS_ROUND"] + "\\n")
+open("calc.py", "w").write("VALUE = 41\\n")
+subprocess.run(["git", "commit", "-qam", "break"], check=False)
+subprocess.run(["git", "add", "-A"], check=True)
+subprocess.run(["git", "commit", "-qm", "notes"], check=True)
+""",
+    "noop": "print('nothing to do')\n",
+    "approve": "import sys; sys.stdin.read(); print('diff is fine\\nVERDICT: approve\\nsmall and tested')\n",
+    "reject": "import sys; sys.stdin.read(); print('VERDICT: Reject\\nthe change is too risky')\n",
+    "silent": "import sys; sys.stdin.read(); print('I have no opinion')\n",
+    # Prints where it runs and what it was told, then fixes.
+    "env": """import json, os, subprocess
+json.dump({k: os.environ[k] for k in ("LOOPACTORS_WORKTREE", "LOOPACTORS_BRANCH",
+          "LOOPACTORS_LEDGER")} | {"cwd": os.getcwd()}, open(os.environ["TOY_ENV_OUT"], "w"))
+open("calc.py", "w").write("VALUE = 42\\n")
+subprocess.run(["git", "commit", "-qam", "fix"], check=True)
+""",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def make_repo(base: Path) -> Path:
+    """``base/repo`` on ``main`` with a failing check, and the worker scripts in ``base/bin``."""
+    repo = base / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "loop@example.invalid")
+    git(repo, "config", "user.name", "Loop Test")
+    (repo / "calc.py").write_text("VALUE = 0\n")
+    (repo / "check.py").write_text(CHECK)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "start")
+    scripts = base / "bin"
+    scripts.mkdir()
+    for name, text in SCRIPTS.items():
+        (scripts / f"{name}.py").write_text(text)
+    return repo
+
+
+def worker(base: Path, name: str) -> str:
+    """The command worker spec of a toy script."""
+    return "command:" + shlex.join([PY, str(base / "bin" / f"{name}.py")])
+
+
+VALIDATE = shlex.join([PY, "check.py"])
