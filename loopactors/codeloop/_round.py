@@ -461,10 +461,9 @@ class CodeRound:
             pending_approvals=approvals,
         )
         self.ledger.append_lesson(f"- {round_name(number)}: {reason}")
-        if merged:
-            await self.git.delete_branch(
-                self.git.round_branch(number)
-            )  # its commits are in the candidate
+        await self.git.remove_worktree(self.ledger.worktree(number))
+        if merged:  # its commits are in the candidate now
+            await self.git.delete_branch(self.git.round_branch(number))
         if done:
             await write_handoff(self.ledger, self.git, self.state)
             return
