@@ -1,7 +1,8 @@
 """The `loopactors` command line: a thin entry that loads only what a command needs.
 
 ``loopactors context`` is the run-ledger tool (loop-context's command line) and must start
-fast, so it never imports trio or the runtime; every other command lives in ``_cli``.
+fast, so it never imports trio or the runtime; ``loopactors code`` (code loops) lives in
+``codeloop._cli``; every other command lives in ``_cli``.
 Exit codes are listed in the README.
 """
 
@@ -17,6 +18,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .ledger._cli import main as context_main  # noqa: PLC0415 - only what is needed
 
         return context_main(args[1:])
+    if args and args[0] == "code":
+        from .codeloop._cli import main as code_main  # noqa: PLC0415 - only what is needed
+
+        return code_main(args[1:])
     from ._cli import main as runtime_main  # noqa: PLC0415 - trio loads only from here
 
     return runtime_main(args)

@@ -14,7 +14,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import attrs
@@ -31,6 +31,7 @@ __all__ = [
     "acquire_lease",
     "held_lease",
     "keep_lease",
+    "lease_kept",
     "new_owner",
     "read_lease",
     "release_lease",
@@ -167,6 +168,30 @@ def release_lease(lease: Lease) -> None:
 def held_lease(directory: Path) -> Lease | None:
     """The lease this process holds on that ledger, if any."""
     return _held.get(directory.resolve())
+
+
+@contextlib.asynccontextmanager
+async def lease_kept(lease: Lease | None) -> AsyncIterator[None]:
+    """Renew ``lease`` (if any) in the background while the block runs. An error of the
+    block comes out as itself, not wrapped in an exception group."""
+    try:
+        async with trio.open_nursery() as nursery:
+            if lease is not None:
+                nursery.start_soon(keep_lease, lease)
+            yield
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        leaves = [e for e in _leaves(group) if not isinstance(e, trio.Cancelled)]
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
 
 
 async def keep_lease(lease: Lease) -> None:

@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
-import trio
 
 from ..errors import CodeLoopExists, GateClosed, LeaseHeld, OrchestrationError
 from ..loops._events import RoundFinished as RuntimeRoundFinished
@@ -23,7 +22,7 @@ from ._events import GateTripped, Initialized, SettingsChanged, StatusChanged
 from ._gates import check_settings, dispatch_refusal
 from ._git import LoopGit, main_root
 from ._handoff import HandOff
-from ._lease import Lease, acquire_lease, keep_lease, new_owner, release_lease
+from ._lease import Lease, acquire_lease, lease_kept, new_owner, release_lease
 from ._ledger import Ledger, list_slugs
 from ._model import IN_ROUND, Attendance, CodeLoopState
 from ._orchestration import (
@@ -207,6 +206,7 @@ class CodeLoop:
     # -- controls ------------------------------------------------------------------------------
 
     async def _with_lease(self, change: Callable[[CodeRound], Awaitable[str]]) -> str:
+        self.ledger.read_state()  # a clear error for a loop that does not exist
         lease = acquire_lease(self.ledger.dir, owner=new_owner())
         try:
             worker = CodeRound(self.ledger, self.git, self.orchestration_or_none(), USER)
@@ -306,13 +306,11 @@ class CodeLoop:
             LeaseHeld: another owner is running this loop.
             GateClosed: the loop is paused, stopped, completed, waiting or blocked.
         """
+        self.ledger.read_state()  # a clear error for a loop that does not exist
         lease = acquire_lease(self.ledger.dir, owner=new_owner())
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(keep_lease, lease)
-                state = await self._run(runtime, lease, rounds, round_timeout, on_round)
-                nursery.cancel_scope.cancel()
-            return state
+            async with lease_kept(lease):
+                return await self._run(runtime, lease, rounds, round_timeout, on_round)
         finally:
             release_lease(lease)
 

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import trio
-
 from ..errors import LeaseHeld, LoopactorsError
 from ..workers import RoundContext, RoundRequest, RoundResult
 from ._git import LoopGit
-from ._lease import acquire_lease, held_lease, keep_lease, new_owner, release_lease
+from ._lease import acquire_lease, held_lease, lease_kept, new_owner, release_lease
 from ._ledger import LOOP_DIR, Ledger
 from ._orchestration import parse_orchestration
 from ._round import CodeRound, RoundOutcome
@@ -61,11 +59,8 @@ async def code_round(request: RoundRequest, context: RoundContext | None) -> Rou
         if lease is None:
             own = lease = acquire_lease(ledger.dir, owner=new_owner())
         try:
-            async with trio.open_nursery() as nursery:
-                if own is not None:
-                    nursery.start_soon(keep_lease, own)
+            async with lease_kept(own):
                 outcome = await run_one_round(ledger, lease.owner)
-                nursery.cancel_scope.cancel()
         finally:
             if own is not None:
                 release_lease(own)
