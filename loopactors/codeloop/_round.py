@@ -462,7 +462,7 @@ class CodeRound:
         )
         self.ledger.append_lesson(f"- {round_name(number)}: {reason}")
         await self.git.remove_worktree(self.ledger.worktree(number))
-        if merged:  # its commits are in the candidate now
+        if merged or tip == base:  # in the candidate now, or nothing to inspect
             await self.git.delete_branch(self.git.round_branch(number))
         if done:
             await write_handoff(self.ledger, self.git, self.state)
