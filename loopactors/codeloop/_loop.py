@@ -33,7 +33,7 @@ from ._orchestration import (
 )
 from ._report import CodeLoopStatus, loop_status, write_handoff
 from ._round import CodeRound
-from ._worker import CODE_ROUND_WORKER, load_orchestration
+from ._worker import CODE_ROUND_WORKER, load_orchestration, round_lock
 
 __all__ = ["DEFAULT_ROUND_TIMEOUT", "CodeLoop", "open_code_loop"]
 
@@ -345,6 +345,8 @@ class CodeLoop:
                     if isinstance(event, RuntimeRoundFinished):
                         on_round(self.state())
             final = await handle.wait()
+            async with round_lock(self.ledger):
+                pass  # a round cancelled with its loop may still be cleaning up
             state = self.state()
             if final.phase == "escalated" and state.status == "ready":
                 state = await self._breaker_tripped(

@@ -208,7 +208,7 @@ class CodeRound:
                 if self.state.status in IN_ROUND:
                     why = (
                         "cancelled (stop or round timeout)"
-                        if isinstance(exc, trio.Cancelled)
+                        if _is_cancel(exc)
                         else f"{type(exc).__name__}: {exc}"
                     )
                     await self._interrupt(number, why)
@@ -477,3 +477,10 @@ class CodeRound:
         """A finished round's worktree goes; its branch stays unless it was merged."""
         if self.state.status not in IN_ROUND:
             await self.git.remove_worktree(self.ledger.worktree(number))
+
+
+def _is_cancel(exc: BaseException) -> bool:
+    """A cancellation, also when a nursery on the way wrapped it in a group."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_is_cancel(inner) for inner in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)

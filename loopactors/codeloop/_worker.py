@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import trio
+from trio.lowlevel import RunVar
+
 from ..errors import LeaseHeld, LoopactorsError
 from ..workers import RoundContext, RoundRequest, RoundResult
 from ._git import LoopGit
@@ -24,7 +27,7 @@ from ._ledger import LOOP_DIR, Ledger
 from ._orchestration import parse_orchestration
 from ._round import CodeRound, RoundOutcome
 
-__all__ = ["CODE_ROUND_WORKER", "code_round", "ledger_of_task"]
+__all__ = ["CODE_ROUND_WORKER", "code_round", "ledger_of_task", "round_lock"]
 
 CODE_ROUND_WORKER = "python:loopactors.codeloop:code_round"
 
@@ -50,10 +53,33 @@ async def run_one_round(ledger: Ledger, owner: str) -> RoundOutcome:
     return await CodeRound(ledger, LoopGit(ledger.root, ledger.slug), orchestration, owner).run()
 
 
+#: Per trio run: one lock per ledger, held while a round of it runs in this process.
+_round_locks: RunVar[dict[Path, trio.Lock]] = RunVar("codeloop_round_locks")
+
+
+def round_lock(ledger: Ledger) -> trio.Lock:
+    """Held by a round of ``ledger`` while it runs here: waiting for it is waiting for the
+    round's clean-up too (a stopped round ends in the Dispatcher after its loop did)."""
+    try:
+        locks = _round_locks.get()
+    except LookupError:
+        locks = {}
+        _round_locks.set(locks)
+    return locks.setdefault(ledger.dir.resolve(), trio.Lock())
+
+
 async def code_round(request: RoundRequest, context: RoundContext | None) -> RoundResult:
     """The runtime worker of code loops (see the module docstring)."""
     try:
         ledger = ledger_of_task(request.task)
+    except LoopactorsError as exc:
+        return RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+    async with round_lock(ledger):
+        return await _code_round(ledger)
+
+
+async def _code_round(ledger: Ledger) -> RoundResult:
+    try:
         lease = held_lease(ledger.dir)
         own = None
         if lease is None:

@@ -35,7 +35,21 @@ subprocess.run(["git", "add", "-A"], check=True)
 subprocess.run(["git", "commit", "-qm", "notes"], check=True)
 """,
     "noop": "print('nothing to do')\n",
-    "approve": "import sys; sys.stdin.read(); print('diff is fine\\nVERDICT: approve\\nsmall and tested')\n",
+    # Says it started (with its pid), then waits for the test to release it, then fixes.
+    "wait": """import os, pathlib, subprocess, time
+sync = pathlib.Path(os.environ["TOY_SYNC"])
+(sync / ("started-" + os.environ["LOOPACTORS_ROUND"])).write_text(str(os.getpid()))
+for _ in range(600):
+    if (sync / "release").exists():
+        break
+    time.sleep(0.05)
+open("calc.py", "w").write("VALUE = 42\\n")
+subprocess.run(["git", "commit", "-qam", "fix"], check=True)
+""",
+    "approve": (
+        "import sys; sys.stdin.read(); "
+        "print('diff is fine\\nVERDICT: approve\\nsmall and tested')\n"
+    ),
     "reject": "import sys; sys.stdin.read(); print('VERDICT: Reject\\nthe change is too risky')\n",
     "silent": "import sys; sys.stdin.read(); print('I have no opinion')\n",
     # Prints where it runs and what it was told, then fixes.
