@@ -152,14 +152,12 @@ def test_verdicts() -> None:
     assert parse_approvals("x\nNEEDS-APPROVAL: push to prod\n") == ["push to prod"]
 
 
-def orchestration(**changes: str) -> Orchestration:
-    fields = {
-        "executor": f"command:{PY} -c pass",
-        "reviewer": "scripted:output=VERDICT: approve",
-        "validate": "python -m pytest",
-    }
-    fields.update(changes)
-    return Orchestration(**fields)
+def orchestration(
+    executor: str = f"command:{PY} -c pass",
+    reviewer: str = "scripted:output=VERDICT: approve",
+    validate: str = "python -m pytest",
+) -> Orchestration:
+    return Orchestration(executor=executor, reviewer=reviewer, validate=validate)
 
 
 def test_orchestration_renders_and_parses_back() -> None:
