@@ -157,6 +157,19 @@ class Ledger:
         write_atomic(self.state_path, msgspec.json.format(msgspec.json.encode(new)) + b"\n")
         return new
 
+    def fingerprint(self) -> tuple[int, ...]:
+        """Size and change time of STATE.json and RUNS.jsonl: what a round compares to tell
+        whether anyone but itself wrote them."""
+        marks: list[int] = []
+        for path in (self.state_path, self.runs_path):
+            try:
+                info = path.stat()
+            except FileNotFoundError:
+                marks += [-1, -1]
+            else:
+                marks += [info.st_size, info.st_mtime_ns]
+        return tuple(marks)
+
     def write_text(self, path: Path, text: str) -> None:
         write_atomic(path, text.encode("utf-8"))
 

@@ -64,13 +64,24 @@ class CodeRound:
     actor: str
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
     state: CodeLoopState = attrs.field(init=False)
+    #: The ledger files as this round last wrote them (see :meth:`Ledger.fingerprint`).
+    _written: tuple[int, ...] = attrs.field(init=False, default=())
 
     def _record(self, event_type: type, **fields: object) -> CodeLoopState:
         state = self.state
         fields.setdefault("round", state.round)
         event = event_type(at=time.time(), actor=self.actor, prev_status=state.status, **fields)
         self.state = self.ledger.record(state, event)
+        self._written = self.ledger.fingerprint()
         return self.state
+
+    async def _tampered(self, base: str) -> str | None:
+        """What a worker changed that it must not: the ledger, or the candidate branch."""
+        if self.ledger.fingerprint() != self._written:
+            return "STATE.json or RUNS.jsonl changed during a worker's turn (only the loop may)"
+        if await self.git.rev(self.git.candidate) != base:
+            return "the candidate branch moved during the round (only a merge may move it)"
+        return None
 
     # -- before a round ----------------------------------------------------------------------
 
@@ -272,7 +283,13 @@ class CodeRound:
                 stat=stat,
             ),
         )
-        if await self.git.rev(self.git.candidate) != base:
+        problem = await self._tampered(base)
+        gate = Gate("safety", problem, "blocked") if problem else None
+        if problem is None and result.status != "completed":
+            problem = f"executor {result.status}: {result.error or ''}".strip()
+        if problem is None and not commits:
+            problem = "the executor committed nothing"
+        if problem is not None:
             await self._end_round(
                 number,
                 base,
@@ -280,33 +297,9 @@ class CodeRound:
                 merged=False,
                 validation=None,
                 verdict=None,
-                reason="the candidate branch moved during the round (not by this loop)",
+                reason=problem,
                 output=result.output,
-                gate=Gate("safety", "the candidate branch moved during the round", "blocked"),
-            )
-            return
-        if result.status != "completed":
-            await self._end_round(
-                number,
-                base,
-                tip,
-                merged=False,
-                validation=None,
-                verdict=None,
-                reason=f"executor {result.status}: {result.error or ''}".strip(),
-                output=result.output,
-            )
-            return
-        if not commits:
-            await self._end_round(
-                number,
-                base,
-                tip,
-                merged=False,
-                validation=None,
-                verdict=None,
-                reason="the executor committed nothing",
-                output=result.output,
+                gate=gate,
             )
             return
         self._record(
@@ -368,6 +361,20 @@ class CodeRound:
             number, "review", review_receipt(number, o.reviewer, result, verdict)
         )
         merged = False
+        problem = await self._tampered(base)
+        if problem is not None:
+            await self._end_round(
+                number,
+                base,
+                tip,
+                merged=False,
+                validation=True,
+                verdict="reject",
+                reason=problem,
+                output=result.output,
+                gate=Gate("safety", problem, "blocked"),
+            )
+            return
         if verdict.approved:
             await self.git.advance_candidate(base, tip)
             merged = True

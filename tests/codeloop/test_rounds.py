@@ -195,3 +195,13 @@ async def test_pause_and_stop_while_idle_and_refusals(repo: Path, rt: Runtime) -
     assert "status: stopped" in loop.ledger.handoff_path.read_text()
     with pytest.raises(GateClosed, match="stopped"):
         await loop.run(rt, rounds=1)
+
+
+async def test_an_executor_that_writes_the_ledger_blocks_the_loop(repo: Path, rt: Runtime) -> None:
+    main = git(repo, "rev-parse", "main")
+    loop = await new_loop(repo, "meddle")
+    state = await loop.run(rt, rounds=3)
+    assert (state.status, state.active_gate, state.round) == ("blocked", "safety", 1)
+    assert "STATE.json or RUNS.jsonl changed" in (state.reason or "")
+    assert git(repo, "rev-parse", "loop/fix-calc/candidate") == main
+    assert rebuild_state(loop.ledger.read_events()) == loop.state()

@@ -35,6 +35,12 @@ subprocess.run(["git", "add", "-A"], check=True)
 subprocess.run(["git", "commit", "-qm", "notes"], check=True)
 """,
     "noop": "print('nothing to do')\n",
+    # Fixes calc.py but also writes the ledger, which only the loop may write.
+    "meddle": """import os, subprocess
+open(os.path.join(os.environ["LOOPACTORS_LEDGER"], "STATE.json"), "a").write(" ")
+open("calc.py", "w").write("VALUE = 42\\n")
+subprocess.run(["git", "commit", "-qam", "fix"], check=True)
+""",
     # Says it started (with its pid), then waits for the test to release it, then fixes.
     "wait": """import os, pathlib, subprocess, time
 sync = pathlib.Path(os.environ["TOY_SYNC"])
