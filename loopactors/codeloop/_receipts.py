@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..workers import RoundResult
+from ..workers import RoundRequest, RoundResult
 from ._gates import Verdict
 from ._model import CodeLoopState, round_name
 
@@ -18,7 +18,9 @@ __all__ = [
     "review_prompt",
     "review_receipt",
     "validation_receipt",
+    "worker_env",
     "worker_receipt",
+    "worker_request",
 ]
 
 _TAIL = 4000
@@ -149,4 +151,39 @@ def review_receipt(number: int, reviewer: str, result: RoundResult, verdict: Ver
             _fence(_tail(result.output)),
             "",
         ]
+    )
+
+
+def worker_env(ledger: Ledger, git: LoopGit, number: int, role: str) -> dict[str, str]:
+    """The environment every worker of a round gets, besides its own process's."""
+    return {
+        "LOOPACTORS_WORKTREE": str(ledger.worktree(number)),
+        "LOOPACTORS_BRANCH": git.round_branch(number),
+        "LOOPACTORS_LEDGER": str(ledger.dir),
+        "LOOPACTORS_ROLE": role,
+    }
+
+
+def worker_request(
+    state: CodeLoopState,
+    ledger: Ledger,
+    git: LoopGit,
+    *,
+    number: int,
+    role: str,
+    spec: str,
+    prompt: str,
+) -> RoundRequest:
+    """The request of a round's executor or reviewer: it runs in the round's worktree."""
+    return RoundRequest(
+        loop_id=f"code:{state.slug}",
+        round=number,
+        rounds=state.max_rounds or number,
+        mode="fresh",
+        prompt=prompt,
+        task=state.objective,
+        worker=spec,
+        objective=state.objective,
+        cwd=str(ledger.worktree(number)),
+        env=worker_env(ledger, git, number, role),
     )

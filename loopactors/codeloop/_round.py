@@ -9,8 +9,6 @@ number never reused); one caught in validation or review is resumed on its branc
 from __future__ import annotations
 
 import datetime as dt
-import os
-import shlex
 import time
 from collections.abc import Callable
 
@@ -18,7 +16,7 @@ import attrs
 import trio
 
 from ..errors import GitError, LoopactorsError
-from ..workers import RoundRequest, RoundResult, parse_worker
+from ..workers import RoundResult, parse_worker
 from ._events import GateTripped, RoundFinished, RoundInterrupted, RoundStarted, StatusChanged
 from ._gates import Gate, check_gates, is_progress, parse_approvals, parse_verdict
 from ._git import LoopGit
@@ -30,9 +28,12 @@ from ._receipts import (
     review_prompt,
     review_receipt,
     validation_receipt,
+    worker_env,
     worker_receipt,
+    worker_request,
 )
 from ._report import write_handoff
+from ._validation import run_validation
 
 __all__ = ["CodeRound", "RoundOutcome"]
 
@@ -237,34 +238,17 @@ class CodeRound:
             raise GitError(f"branch {branch} already exists; a round number is never reused")
         await self.git.create_branch(branch, base)
 
-    def _env(self, number: int, role: str) -> dict[str, str]:
-        return {
-            "LOOPACTORS_WORKTREE": str(self.ledger.worktree(number)),
-            "LOOPACTORS_BRANCH": self.git.round_branch(number),
-            "LOOPACTORS_LEDGER": str(self.ledger.dir),
-            "LOOPACTORS_ROLE": role,
-        }
-
-    def _request(self, number: int, role: str, spec: str, prompt: str) -> RoundRequest:
-        state = self.state
-        return RoundRequest(
-            loop_id=f"code:{state.slug}",
-            round=number,
-            rounds=state.max_rounds or number,
-            mode="fresh",
-            prompt=prompt,
-            task=state.objective,
-            worker=spec,
-            objective=state.objective,
-            cwd=str(self.ledger.worktree(number)),
-            env=self._env(number, role),
-        )
-
     async def _execute(self, number: int, base: str) -> RoundResult:
         o = self.orchestration
         prompt = executor_prompt(self.state, number, self.ledger, self.git, o)
-        worker = parse_worker(o.executor)
-        return await worker.run(self._request(number, "executor", o.executor, prompt), None)
+        return await self._ask(number, "executor", o.executor, prompt)
+
+    async def _ask(self, number: int, role: str, spec: str, prompt: str) -> RoundResult:
+        """Run the executor or the reviewer, in the round's worktree."""
+        request = worker_request(
+            self.state, self.ledger, self.git, number=number, role=role, spec=spec, prompt=prompt
+        )
+        return await parse_worker(spec).run(request, None)
 
     async def _after_executor(self, number: int, base: str, tip: str, result: RoundResult) -> None:
         worktree = self.ledger.worktree(number)
@@ -294,9 +278,6 @@ class CodeRound:
                 number,
                 base,
                 tip,
-                merged=False,
-                validation=None,
-                verdict=None,
                 reason=problem,
                 output=result.output,
                 gate=gate,
@@ -317,7 +298,11 @@ class CodeRound:
         self, number: int, base: str, tip: str, *, executor_output: str, done: bool
     ) -> None:
         branch = self.git.round_branch(number)
-        passed, report = await self._run_validation(number)
+        passed, report = await run_validation(
+            self.orchestration,
+            self.ledger.worktree(number),
+            worker_env(self.ledger, self.git, number, "validation"),
+        )
         self.ledger.write_receipt(
             number, "validation", validation_receipt(number, self.orchestration, passed, report)
         )
@@ -326,9 +311,7 @@ class CodeRound:
                 number,
                 base,
                 tip,
-                merged=False,
                 validation=False,
-                verdict=None,
                 reason="validation failed",
                 output=executor_output,
             )
@@ -347,9 +330,7 @@ class CodeRound:
         prompt = review_prompt(
             self.state, number=number, branch=branch, stat=stat, diff=diff, validation=report
         )
-        result = await parse_worker(o.reviewer).run(
-            self._request(number, "reviewer", o.reviewer, prompt), None
-        )
+        result = await self._ask(number, "reviewer", o.reviewer, prompt)
         if result.status == "completed":
             verdict = parse_verdict(result.output)
         else:
@@ -367,7 +348,6 @@ class CodeRound:
                 number,
                 base,
                 tip,
-                merged=False,
                 validation=True,
                 verdict="reject",
                 reason=problem,
@@ -396,47 +376,17 @@ class CodeRound:
             done=done and merged,
         )
 
-    async def _run_validation(self, number: int) -> tuple[bool, str]:
-        o = self.orchestration
-        worktree = self.ledger.worktree(number)
-        argv = shlex.split(o.validate)
-        if "/" in argv[0] and not os.path.isabs(argv[0]):
-            argv[0] = str(worktree / argv[0])  # a script of the repository, in this worktree
-        env = {**os.environ, **self._env(number, "validation")}
-        started = time.monotonic()
-        with trio.move_on_after(o.validate_timeout) as scope:
-            try:
-                done = await trio.run_process(
-                    argv,
-                    cwd=worktree,
-                    capture_stdout=True,
-                    capture_stderr=True,
-                    check=False,
-                    env=env,
-                    stdin=b"",
-                )
-            except OSError as exc:
-                return False, f"cannot run {argv[0]}: {exc}"
-        seconds = time.monotonic() - started
-        if scope.cancelled_caught:
-            return False, f"timed out after {o.validate_timeout:g} s"
-        output = (done.stdout + done.stderr).decode("utf-8", errors="replace")[-_TAIL:]
-        return (
-            done.returncode == 0,
-            f"exit code {done.returncode} after {seconds:.1f} s\n\n{output}",
-        )
-
     async def _end_round(
         self,
         number: int,
         base: str,
         tip: str,
         *,
-        merged: bool,
-        validation: bool | None,
-        verdict: str | None,
         reason: str,
         output: str,
+        merged: bool = False,
+        validation: bool | None = None,
+        verdict: str | None = None,
         done: bool = False,
         gate: Gate | None = None,
     ) -> None:

@@ -43,8 +43,9 @@ def exists(path: Path) -> bool:
 
 
 async def wait_for(path: Path) -> None:
-    while not exists(path):  # real subprocesses: real time
-        await trio.sleep(0.02)
+    with trio.fail_after(60):  # real subprocesses: real time
+        while not exists(path):
+            await trio.sleep(0.02)
 
 
 async def test_pause_and_stop_during_a_round_take_effect_after_it(
