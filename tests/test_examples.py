@@ -135,3 +135,17 @@ def test_node_and_client() -> None:
     assert "[loop-progress round 3/3 completed" in "\n".join(lines)
     assert lines[-2] == "[loop-progress loop complete]"
     assert lines[-1].startswith("outputs: ['round 1 of 3")
+
+
+def test_code_loop() -> None:
+    assert run_example("code_loop.py").splitlines() == [
+        "init: ready, candidate loop/fix-add/candidate",
+        "round 1: merged into the candidate",
+        "round 2: merged into the candidate",
+        "round 3: review rejected: debug output left in",
+        "loop: waiting_review (max_rounds: 3 of 3 rounds are done)",
+        "main: return a - b",
+        "loop/fix-add/candidate: return a + b",
+        "kept for inspection: loop/fix-add/r003",
+        "Not pushed, not merged into main.",
+    ]

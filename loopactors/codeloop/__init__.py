@@ -10,6 +10,13 @@ as a runtime worker), ``_loop`` (the Python API), ``_cli`` (``loopactors code``)
 
 from .._util import fix_public_module
 from ._events import AnyCodeEvent as AnyCodeEvent
+from ._events import GateTripped as GateTripped
+from ._events import Initialized as Initialized
+from ._events import RoundFinished as RoundFinished
+from ._events import RoundInterrupted as RoundInterrupted
+from ._events import RoundStarted as RoundStarted
+from ._events import SettingsChanged as SettingsChanged
+from ._events import StatusChanged as StatusChanged
 from ._events import rebuild_state as rebuild_state
 from ._gates import Verdict as Verdict
 from ._gates import parse_deadline as parse_deadline
@@ -37,10 +44,17 @@ __all__ = [
     "CodeLoopState",
     "CodeLoopStatus",
     "CodeStatus",
+    "GateTripped",
     "HandOff",
+    "Initialized",
     "LeaseRecord",
     "Ledger",
     "Orchestration",
+    "RoundFinished",
+    "RoundInterrupted",
+    "RoundStarted",
+    "SettingsChanged",
+    "StatusChanged",
     "Verdict",
     "check_slug",
     "code_round",
