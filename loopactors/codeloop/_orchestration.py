@@ -16,7 +16,7 @@ import shlex
 import attrs
 
 from ..errors import OrchestrationError, SelfReviewRefused, WorkerSpecError
-from ..workers import parse_worker
+from ..workers import in_workspace, parse_worker
 
 __all__ = [
     "DEFAULT_VALIDATE_TIMEOUT",
@@ -72,6 +72,11 @@ class Orchestration:
                 parse_worker(spec)
             except WorkerSpecError as exc:
                 raise OrchestrationError(f"the {role} {spec!r} cannot be used: {exc}") from None
+            if spec.partition(":")[0] == "agent" and in_workspace(spec, "/") == spec:
+                raise OrchestrationError(
+                    f"the {role} {spec!r} names a workspace; in a code loop an agent works in "
+                    "its round's worktree: leave workspace= out"
+                )
         if same_worker(self.executor, self.reviewer):
             raise SelfReviewRefused(
                 f"the reviewer {self.reviewer!r} is the executor: a round may not review "

@@ -16,7 +16,7 @@ import attrs
 import trio
 
 from ..errors import GitError, LoopactorsError
-from ..workers import RoundResult, parse_worker
+from ..workers import RoundResult, in_workspace, parse_worker
 from ._events import GateTripped, RoundFinished, RoundInterrupted, RoundStarted, StatusChanged
 from ._gates import Gate, check_gates, is_progress, parse_approvals, parse_verdict
 from ._git import LoopGit
@@ -248,6 +248,8 @@ class CodeRound:
         request = worker_request(
             self.state, self.ledger, self.git, number=number, role=role, spec=spec, prompt=prompt
         )
+        if spec.partition(":")[0] == "agent":  # the agent worker works in its workspace
+            spec = in_workspace(spec, self.ledger.worktree(number))
         return await parse_worker(spec).run(request, None)
 
     async def _after_executor(self, number: int, base: str, tip: str, result: RoundResult) -> None:

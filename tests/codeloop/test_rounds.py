@@ -205,3 +205,29 @@ async def test_an_executor_that_writes_the_ledger_blocks_the_loop(repo: Path, rt
     assert "STATE.json or RUNS.jsonl changed" in (state.reason or "")
     assert git(repo, "rev-parse", "loop/fix-calc/candidate") == main
     assert rebuild_state(loop.ledger.read_events()) == loop.state()
+
+
+async def test_an_agent_executor_works_in_the_rounds_worktree(repo: Path, rt: Runtime) -> None:
+    from tests.agent.chat_server import ChatServer, completion
+
+    fix = {"path": "calc.py", "old_string": "VALUE = 0", "new_string": "VALUE = 42"}
+    replies = [
+        completion(calls=[("e", "edit", fix)]),
+        completion(calls=[("b", "bash", {"command": "git commit -qam 'agent fix'"})]),
+        completion("Set VALUE to 42 and committed."),
+    ]
+    with ChatServer(replies) as server:
+        executor = f"agent:model=scripted,base_url={server.base_url}"
+        loop = await open_code_loop("fix-calc", path=repo)
+        reviewer = worker(repo.parent, "approve")
+        with pytest.raises(OrchestrationError, match="names a workspace"):
+            await loop.init(
+                objective="o", executor=f"{executor},workspace=/", reviewer=reviewer, validate="v"
+            )
+        await loop.init(
+            objective="make VALUE 42", executor=executor, reviewer=reviewer, validate=VALIDATE
+        )
+        state = await loop.run(rt, rounds=1)
+    assert (state.merged_rounds, state.reason) == (1, "merged into the candidate")
+    assert git(repo, "show", "loop/fix-calc/candidate:calc.py") == "VALUE = 42"
+    assert (repo / "calc.py").read_text() == "VALUE = 0\n"  # the agent never touched main
