@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -169,7 +170,8 @@ def _describe(report: CodeLoopStatus) -> str:
     if state.deadline:
         lines.append(f"  deadline: {state.deadline}")
     if report.lease is not None:
-        lines.append(f"  lease: {report.lease.owner} (pid {report.lease.pid})")
+        stale = " (stale: its holder is gone or expired)" if report.lease.stale(time.time()) else ""
+        lines.append(f"  lease: {report.lease.owner} (pid {report.lease.pid}){stale}")
     if report.pending_control:
         lines.append(f"  requested: {report.pending_control} after the running round")
     if state.pending_approvals:

@@ -96,6 +96,10 @@ def test_a_process_killed_mid_round_is_reconciled_without_a_duplicate_round(
     state = json.loads((repo / ".loop" / "fix-calc" / "STATE.json").read_text())
     assert (state["status"], state["round"]) == ("running", 1)
     assert (repo / ".loop" / "fix-calc" / "LEASE.json").exists()
+    rc, out, _ = finish(code(repo, "status"))
+    assert rc == 0
+    assert "fix-calc: running, round 1 of 5" in out
+    assert "(stale: its holder is gone or expired)" in out
 
     (sync / "release").write_text("go")
     rc, _, err = finish(code(repo, "run", "--slug", "fix-calc", "--rounds", "1", env=env))
