@@ -2,7 +2,8 @@
 
 Exit codes: 0 success (after ``run``: the loop is still ready, or completed), 1 error, 2 the
 loop stopped at a gate or dispatches nothing (waiting_review, blocked, paused), 3 stopped,
-64 bad usage, 75 another process holds the loop's lease (a round is running; try later).
+64 bad usage, 75 another process holds the loop's lease (a round is running; try later), 130
+Ctrl-C (the round in flight is marked interrupted).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ._report import CodeLoopStatus
 __all__ = ["build_parser", "main"]
 
 EXIT_OK, EXIT_ERROR, EXIT_GATE, EXIT_STOPPED, EXIT_USAGE, EXIT_LEASE = 0, 1, 2, 3, 64, 75
+EXIT_ABORTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LoopactorsError as exc:
         print(f"loopactors code: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except KeyboardInterrupt:
+        # The round in flight was cancelled and marked interrupted; the lease is released.
+        print("loopactors code: interrupted", file=sys.stderr)
+        return EXIT_ABORTED
 
 
 def _exit_of(state: CodeLoopState) -> int:

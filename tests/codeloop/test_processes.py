@@ -118,3 +118,20 @@ def test_a_process_killed_mid_round_is_reconciled_without_a_duplicate_round(
     assert git(repo, "worktree", "list").count("\n") == 0  # round 1's worktree is gone too
     assert "r001: interrupted" in (repo / ".loop" / "fix-calc" / "LESSONS.md").read_text()
     assert not (repo / ".loop" / "fix-calc" / "LEASE.json").exists()
+
+
+def test_ctrl_c_mid_round_marks_it_interrupted_and_releases_the_lease(repo: Path) -> None:
+    init(repo)
+    sync = repo.parent / "sync"
+    sync.mkdir()
+    run = code(repo, "run", "--slug", "fix-calc", "--rounds", "1", env={"TOY_SYNC": str(sync)})
+    wait_for(sync / "started-1")
+    run.send_signal(signal.SIGINT)
+    rc, _, err = finish(run)
+    assert rc == 130, err
+    state = json.loads((repo / ".loop" / "fix-calc" / "STATE.json").read_text())
+    assert (state["status"], state["round"]) == ("ready", 1)
+    assert "cancelled" in state["reason"]
+    assert event_types(repo)[-1] == ("round_interrupted", 1)
+    assert not (repo / ".loop" / "fix-calc" / "LEASE.json").exists()
+    assert git(repo, "worktree", "list").count("\n") == 0
