@@ -68,6 +68,8 @@ class WireRequest(msgspec.Struct, frozen=True, kw_only=True):
     task: str
     worker: str
     objective: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
 
     @classmethod
     def of(cls, request: RoundRequest) -> WireRequest:

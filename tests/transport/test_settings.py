@@ -109,6 +109,8 @@ def test_an_order_and_a_report_cross_the_wire_unchanged() -> None:
         task="task",
         worker="command:./agent.sh",
         objective="tests pass",
+        cwd="/srv/work",
+        env={"LOOPACTORS_BRANCH": "loop/s/r001"},
     )
     order = RoundOrder(request=WireRequest.of(request), timeout=30.0, published_at=1.5)
     back = decode_order(encode(order))
