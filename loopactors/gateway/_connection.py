@@ -25,6 +25,8 @@ from ..errors import (
     AdmissionRefused,
     CallFailed,
     CallTimeout,
+    CodeLoopError,
+    CodeLoopNotFound,
     ConfigError,
     LoopNotFound,
     LoopSyntaxError,
@@ -34,14 +36,16 @@ from ..loops._events import AnyEvent
 from ..loops._model import RoundRecord
 from ..runtime import Gap, Subscription
 from ._auth import token_matches
+from ._code import answer_code
+from ._errors import Refusal
 from ._limits import TokenBucket
 from ._protocol import (
     CAPABILITIES,
     PROTOCOL_VERSION,
     ClientFrame,
     Closing,
+    Code,
     Error,
-    ErrorCode,
     EventFrame,
     GapFrame,
     Hello,
@@ -69,7 +73,7 @@ from ._protocol import (
 if TYPE_CHECKING:
     from ._gateway import Gateway
 
-__all__ = ["Connection", "Refusal"]
+__all__ = ["Connection"]
 
 log = logging.getLogger("loopactors.gateway")
 
@@ -90,15 +94,6 @@ class _IdOnly(msgspec.Struct):
 
 
 _decode_id = msgspec.json.Decoder(_IdOnly).decode
-
-
-class Refusal(Exception):
-    """A request answered with an error frame; the connection goes on."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def frame_text(frame: msgspec.Struct) -> str:
@@ -312,8 +307,10 @@ class Connection:
             return Ok(id=request.id, data=data), after
         except Refusal as exc:
             return Error(id=request.id, code=exc.code, message=exc.message), None
-        except LoopNotFound as exc:
+        except (LoopNotFound, CodeLoopNotFound) as exc:
             return Error(id=request.id, code="not_found", message=_text(exc)), None
+        except CodeLoopError as exc:
+            return Error(id=request.id, code="rejected", message=_text(exc)), None
         except (LoopSyntaxError, WorkerSpecError, AdmissionRefused, ConfigError) as exc:
             return Error(id=request.id, code="rejected", message=_text(exc)), None
         except (ActorNotRunning, CallFailed, CallTimeout) as exc:
@@ -354,6 +351,8 @@ class Connection:
             return await self._subscribe(request)
         if isinstance(request, Unsubscribe):
             return self._unsubscribe(request), None
+        if isinstance(request, Code):
+            return await answer_code(request, self.gateway.runtime, self.gateway.nursery), None
         if isinstance(request, Hello):
             raise Refusal("invalid_request", "hello was already sent on this connection")
         raise Refusal("unknown_type", f"no handler for {_kind(request)}")  # pragma: no cover

@@ -13,6 +13,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from ..codeloop import CodeLoopStatus
 from ..loops._events import AnyEvent
 from ..loops._model import LoopSpec, LoopState, RoundRecord
 
@@ -22,6 +23,8 @@ __all__ = [
     "REPLY_DATA",
     "ClientFrame",
     "Closing",
+    "Code",
+    "CodeLoops",
     "Error",
     "ErrorCode",
     "EventFrame",
@@ -63,6 +66,7 @@ CAPABILITIES: Final = (
     "output",
     "subscribe",
     "ping",
+    "code",
 )
 
 RequestId = int | str
@@ -179,6 +183,26 @@ class Unsubscribe(_Request, frozen=True, kw_only=True, tag="unsubscribe"):
     subscription: str
 
 
+class Code(_Request, frozen=True, kw_only=True, tag="code"):
+    """Act on a code loop of a repository on the node's machine (``loopactors code``'s
+    controls). ``init`` takes the settings below; ``run`` runs ``rounds`` rounds (null: until a
+    gate stops the loop) in the background and answers at once; ``resume`` may set new gates;
+    ``status`` without a slug lists every code loop of the repository."""
+
+    action: Literal["init", "run", "status", "pause", "resume", "stop", "handoff"]
+    repo: str = "."
+    slug: str | None = None
+    objective: str | None = None
+    executor: str | None = None
+    reviewer: str | None = None
+    validate: str | None = None
+    max_rounds: int | None = None
+    deadline: str | None = None
+    attendance: Literal["attended", "unattended"] = "attended"
+    force: bool = False
+    rounds: int | None = 1
+
+
 ClientFrame = (
     Hello
     | Ping
@@ -191,6 +215,7 @@ ClientFrame = (
     | Output
     | Subscribe
     | Unsubscribe
+    | Code
 )
 
 
@@ -236,6 +261,13 @@ class Subscribed(msgspec.Struct, frozen=True, kw_only=True):
     loop_id: str | None
 
 
+class CodeLoops(msgspec.Struct, frozen=True, kw_only=True):
+    """Code loops after a ``code`` request, and what it did (or the hand-off, rendered)."""
+
+    loops: list[CodeLoopStatus]
+    message: str | None = None
+
+
 class Unsubscribed(msgspec.Struct, frozen=True, kw_only=True):
     subscription: str
     #: Events sent on it, and events it missed because the client fell behind.
@@ -256,6 +288,7 @@ REPLY_DATA: Final[dict[str, type[msgspec.Struct]]] = {
     "output": RoundRecord,
     "subscribe": Subscribed,
     "unsubscribe": Unsubscribed,
+    "code": CodeLoops,
 }
 
 
