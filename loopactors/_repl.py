@@ -13,8 +13,9 @@ import signal
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+import msgspec
 import trio
 from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
@@ -25,7 +26,10 @@ from prompt_toolkit.patch_stdout import patch_stdout
 from ._cli_remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
 from .client import NodeClient, connect
-from .errors import ConnectionLost, LoopactorsError
+from .errors import CodeLoopError, ConnectionLost, LoopactorsError
+from .gateway._code import answer_code
+from .gateway._errors import Refusal
+from .gateway._protocol import Code, CodeLoops
 from .loops._events import AnyEvent, LoopFinished, LoopStarted
 from .loops._model import LoopState, RoundRecord
 from .runtime import Gap, Runtime, RuntimeConfig, open_runtime
@@ -49,6 +53,7 @@ class Target(Protocol):
     async def get(self, loop_id: str) -> LoopState: ...
     async def loops(self, *, live_only: bool = False) -> list[LoopState]: ...
     async def history(self, loop_id: str) -> list[RoundRecord]: ...
+    async def code(self, action: str, **fields: Any) -> CodeLoops: ...
     def events(self) -> AsyncIterator[AnyEvent | Gap]: ...
 
 
@@ -57,6 +62,7 @@ class _Embedded:
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
+        self.background: trio.Nursery | None = None  # where code loops run
         self.where = f"embedded node ({runtime.config.store} store in {runtime.config.state_dir})"
 
     async def start(self, text: str, worker: str | None) -> LoopState:
@@ -79,6 +85,14 @@ class _Embedded:
 
     async def history(self, loop_id: str) -> list[RoundRecord]:
         return await self.rt.history(loop_id)
+
+    async def code(self, action: str, **fields: Any) -> CodeLoops:
+        assert self.background is not None, "set when the session starts"
+        request = msgspec.convert({"id": 0, "action": action, **fields}, Code)
+        try:
+            return await answer_code(request, self.rt, self.background)
+        except Refusal as exc:  # the node's wording, here as an error of this session
+            raise CodeLoopError(exc.message) from None
 
     async def events(self) -> AsyncIterator[AnyEvent | Gap]:
         with self.rt.subscribe() as sub:
@@ -117,6 +131,9 @@ class _Remote:
 
     async def history(self, loop_id: str) -> list[RoundRecord]:
         return (await self.node.history(loop_id, output_head=60)).rounds
+
+    async def code(self, action: str, **fields: Any) -> CodeLoops:
+        return await self.node.code(action, **fields)
 
     async def events(self) -> AsyncIterator[AnyEvent | Gap]:
         async with await self.node.subscribe() as sub:
@@ -159,6 +176,8 @@ class Repl:
         #: The command being run, so that Ctrl-C can cancel it.
         self.command_scope: trio.CancelScope | None = None
         self.on_lost: Callable[[], None] = lambda: None
+        #: The code loop /loop runs: (slug, repository).
+        self.code_loop: tuple[str, str] | None = None
 
     def say(self, text: str) -> None:
         print(text, flush=True)
@@ -215,6 +234,10 @@ class Repl:
             self.quit = True
         elif name == "/worker":
             self._set_worker(args)
+        elif name == "/code":
+            await self._code(args)
+        elif name == "/loop":
+            await self._code_round(continuous=bool(args))
         elif name == "/loops":
             for state in await self.target.loops():
                 self._remember(state.loop_id)
@@ -250,6 +273,46 @@ class Repl:
         self.current = state.loop_id
         self._remember(state.loop_id)
         self.say(f"started {state.loop_id}: {state.spec.rounds} rounds, {state.spec.mode} mode")
+
+    async def _code(self, args: tuple[str, ...]) -> None:
+        action, rest = args[0], args[1:]
+        if action == "use":
+            chosen, repo = rest[0], rest[1] if len(rest) > 1 else "."
+            result = await self.target.code("status", slug=chosen, repo=repo)
+            self.code_loop = (chosen, repo)
+            self.say(f"code loop {chosen} chosen: /loop runs one round, /loop continuous more")
+        else:
+            slug, repo = self._code_loop(rest[0] if rest else None, action)
+            result = await self.target.code(action, slug=slug, repo=repo)
+        if result.message:
+            self.say(result.message)
+        for status in result.loops:
+            state = status.state
+            self.say(
+                f"code loop {state.slug}: {state.status}, round {state.round}, "
+                f"{state.merged_rounds} merged{f' ({state.reason})' if state.reason else ''}"
+            )
+
+    def _code_loop(self, slug: str | None, action: str) -> tuple[str | None, str]:
+        if slug is not None:
+            return slug, self.code_loop[1] if self.code_loop else "."
+        if self.code_loop is not None:
+            return self.code_loop
+        if action == "status":
+            return None, "."  # every code loop of the repository here
+        raise CodeLoopError("no code loop chosen: /code use SLUG [REPO] first")
+
+    async def _code_round(self, *, continuous: bool) -> None:
+        if self.code_loop is None:
+            raise CodeLoopError(
+                "/loop runs a round of a code loop: choose one with /code use SLUG [REPO] "
+                "(start an iteration loop with |loop:N| task)"
+            )
+        slug, repo = self.code_loop
+        result = await self.target.code(
+            "run", slug=slug, repo=repo, rounds=None if continuous else 1
+        )
+        self.say(f"code loop {slug}: {result.message}")
 
     def _set_worker(self, args: tuple[str, ...]) -> None:
         if not args:
@@ -326,6 +389,8 @@ async def _main(args: argparse.Namespace, config: RuntimeConfig) -> int:
         # a signal, and it cancels the command being run instead of ending the session.
         with trio.open_signal_receiver(signal.SIGINT) as sigint, patch_stdout(raw=True):
             async with trio.open_nursery() as nursery:
+                if isinstance(target, _Embedded):
+                    target.background = nursery
                 nursery.start_soon(repl.show_events)
                 nursery.start_soon(_cancel_commands, sigint, repl)
                 await _read_lines(session, repl)

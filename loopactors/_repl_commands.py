@@ -21,6 +21,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "/history": ("ID", "the rounds of a loop"),
     "/output": ("ID ROUND", "the whole output of one round"),
     "/worker": ("[SPEC]", "show or set the worker of new loops (scripted, command:ARGV, ...)"),
+    "/code": (
+        "use SLUG [REPO] | status|pause|resume|stop|handoff [SLUG]",
+        "choose a code loop, or act on it (set one up with `loopactors code init`)",
+    ),
+    "/loop": ("[continuous]", "run one round of the chosen code loop (or until a gate stops it)"),
     "/help": ("", "this help"),
     "/quit": ("", "leave (Ctrl-D too)"),
 }
@@ -73,6 +78,12 @@ def parse_line(line: str) -> Command:
         raise LoopSyntaxError(
             f"unknown command {name}; the commands are {', '.join(COMMANDS)} (see /help)"
         )
+    if name == "/code":
+        return _code_command(args)
+    if name == "/loop":
+        if args not in ([], ["continuous"]):
+            raise LoopSyntaxError("usage: /loop [continuous]")
+        return Command(name, tuple(args))
     want = _ARITY.get(name)
     usage = f"{name} {COMMANDS[name][0]}".strip()
     if want is not None and len(args) != want:
@@ -82,6 +93,21 @@ def parse_line(line: str) -> Command:
     if name == "/output" and not (args[1].isascii() and args[1].isdigit()):
         raise LoopSyntaxError(f"ROUND must be a round number, got {args[1]!r}; usage: {usage}")
     return Command(name, tuple(args))
+
+
+_CODE_ACTIONS = ("status", "pause", "resume", "stop", "handoff")
+
+
+def _code_command(args: list[str]) -> Command:
+    usage = f"usage: /code {COMMANDS['/code'][0]}"
+    if not args:
+        raise LoopSyntaxError(usage)
+    action, rest = args[0], args[1:]
+    if action == "use" and 1 <= len(rest) <= 2:
+        return Command("/code", tuple(args))
+    if action in _CODE_ACTIONS and len(rest) <= 1:
+        return Command("/code", tuple(args))
+    raise LoopSyntaxError(usage)
 
 
 def help_text() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 from loopactors._repl_commands import Command, parse_line
 from loopactors.errors import LoopSyntaxError
 
+from .codeloop.toyrepo import VALIDATE, git, make_repo, worker
 from .gateway.test_cli_node import NodeProcess
 
 
@@ -151,3 +153,31 @@ def test_repl_drives_a_remote_node(tmp_path: Path) -> None:
         assert '"awaiting_worker"' in status.stdout  # still running after the REPL left
     finally:
         assert node.terminate() == 0
+
+
+def test_loop_runs_one_round_of_the_chosen_code_loop(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+    init = subprocess.run(
+        [sys.executable, "-m", "loopactors", "code", "init", "--slug", "fix-calc",
+         "--objective", "make calc.VALUE 42", "--executor", worker(tmp_path, "fix"),
+         "--reviewer", worker(tmp_path, "approve"), "--validate", VALIDATE, "--max-rounds", "3"],
+        cwd=repo, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    repl = _spawn(tmp_path / "state", "--store", "memory")
+    try:
+        repl.sendline("/loop")
+        repl.expect("choose one with /code use")
+        repl.sendline(f"/code use fix-calc {repo}")
+        repl.expect("code loop fix-calc chosen")
+        repl.sendline("/loop")
+        repl.expect("running 1 round")
+        repl.expect(r"round 1/1 completed")
+        settle()
+        repl.sendline("/code status")
+        repl.expect(r"code loop fix-calc: ready, round 1, 1 merged")
+        repl.sendline("/code stop")
+        repl.expect(r"fix-calc: stopped")
+    finally:
+        repl.close(force=True)
+    assert "VALUE = 42" in git(repo, "show", "loop/fix-calc/candidate:calc.py")

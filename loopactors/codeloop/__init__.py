@@ -28,6 +28,7 @@ from ._lease import LeaseRecord as LeaseRecord
 from ._ledger import Ledger as Ledger
 from ._loop import CodeLoop as CodeLoop
 from ._loop import open_code_loop as open_code_loop
+from ._model import Attendance as Attendance
 from ._model import CodeLoopState as CodeLoopState
 from ._model import CodeStatus as CodeStatus
 from ._model import check_slug as check_slug
@@ -40,6 +41,7 @@ from ._worker import code_round as code_round
 __all__ = [
     "CODE_ROUND_WORKER",
     "AnyCodeEvent",
+    "Attendance",
     "CodeLoop",
     "CodeLoopState",
     "CodeLoopStatus",

@@ -33,6 +33,8 @@ from ..runtime import Gap
 from ._protocol import (
     PROTOCOL_VERSION,
     Closing,
+    Code,
+    CodeLoops,
     Error,
     EventFrame,
     GapFrame,
@@ -251,6 +253,12 @@ class NodeClient:
         sub = RemoteSubscription(self, loop_id, queue_size, replay=replay)
         await self._open(sub)
         return sub
+
+    async def code(self, action: str, **fields: Any) -> CodeLoops:
+        """A code loop control (``init``, ``run``, ``status``, ``pause``, ``resume``, ``stop``,
+        ``handoff``); ``fields`` are those of the protocol's ``code`` request."""
+        request = msgspec.convert({"id": 0, "action": action, **fields}, Code)
+        return await self._request(request, CodeLoops)
 
     async def wait(self, loop_id: str) -> LoopState:
         """Wait until the loop is in a terminal phase; its final state."""

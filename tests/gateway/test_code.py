@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import trio
-
-from loopactors.client import RemoteError
 
 from ..codeloop.toyrepo import VALIDATE, git, make_repo, worker
 from .conftest import LiveNode, open_raw
