@@ -166,6 +166,7 @@ async def _bash(arguments: Mapping[str, Any], context: ToolContext) -> str:
             done = await trio.run_process(
                 ["/bin/sh", "-c", command],
                 cwd=context.workspace,
+                env={**os.environ, **context.env} if context.env else None,
                 stdin=subprocess.DEVNULL,
                 capture_stdout=True,
                 stderr=subprocess.STDOUT,

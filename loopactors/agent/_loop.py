@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -347,6 +347,7 @@ async def run_agent(
     summary_model: ChatModel | None = None,
     background: Callable[[], bool] | None = None,
     on_event: Callable[[AgentEvent], None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> AgentResult:
     """Run the agent until Receive ends it; see the module docstring.
 
@@ -368,7 +369,9 @@ async def run_agent(
         model=model,
         summary_model=summary_model or model,
         tools=tools,
-        context=ToolContext(workspace=Path(workspace), tools=tools, tokens=totals),
+        context=ToolContext(
+            workspace=Path(workspace), tools=tools, tokens=totals, env=dict(env or {})
+        ),
         totals=totals,
         config=config,
         transcript=transcript,

@@ -39,6 +39,9 @@ class ToolContext:
     workspace: Path
     tools: ToolSet
     tokens: TokenTotals | None = None
+    #: Set for the commands a tool runs, over the process's own (e.g. a code round's
+    #: ``LOOPACTORS_WORKTREE``, ``LOOPACTORS_BRANCH``, ``LOOPACTORS_LEDGER``).
+    env: Mapping[str, str] = attrs.field(factory=dict)
 
 
 ToolFunction = Callable[[Mapping[str, Any], ToolContext], Awaitable[str]]

@@ -190,6 +190,7 @@ class AgentWorker(Worker):
                 config=self.config,
                 queue=queue,
                 background=loops.pending if loops is not None else None,
+                env=request.env,
             )
             nursery.cancel_scope.cancel()
         output = result.output

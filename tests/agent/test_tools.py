@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -103,6 +105,14 @@ async def test_bash_runs_in_the_workspace_and_reports_failures(tmp_path: Path) -
     assert await call(ctx, "bash", command="true") == "(no output)"
     with pytest.raises(ToolError, match="exit code 3\nbroken"):
         await call(ctx, "bash", command="echo broken; exit 3")
+
+
+async def test_bash_gets_the_round_environment(tmp_path: Path) -> None:
+    """A code round's LOOPACTORS_* variables reach the commands an agent runs."""
+    ctx = attrs.evolve(context(tmp_path), env={"LOOPACTORS_BRANCH": "loop/x/r001"})
+    assert await call(ctx, "bash", command="echo $LOOPACTORS_BRANCH; echo $HOME") == (
+        f"loop/x/r001\n{os.environ['HOME']}\n"
+    )
 
 
 async def test_bash_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
