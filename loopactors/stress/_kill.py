@@ -24,7 +24,7 @@ import attrs
 import msgspec
 import trio
 
-from ._report import KillTrial, StressReport
+from ._report import InvariantCheck, KillTrial, StressReport
 from ._run import StressOptions, Tally, run_stress
 
 __all__ = ["child_progress", "run_kill_trials"]
@@ -117,7 +117,20 @@ def run_kill_trials(options: StressOptions, trials: int, *, progress: IO[str]) -
         progress.write(f"kill trial {trial}/{trials}: {how}\n")
     final = attrs.evolve(options, loops=0, task_prefix=f"{options.task_prefix}final-")
     report = trio.run(_final_run, final)
-    return msgspec.structs.replace(report, kill_trials=tuple(results))
+    failed = [t for t in results if not t.killed and t.exit_code != 0]
+    children = InvariantCheck(
+        name="children_ran",
+        description="every child ran until its kill (or to its end)",
+        checked=len(results),
+        violations=len(failed),
+        examples=tuple(f"trial {t.trial}: exit code {t.exit_code}" for t in failed[:5]),
+    )
+    return msgspec.structs.replace(
+        report,
+        kill_trials=tuple(results),
+        invariants=(children, *report.invariants),
+        ok=report.ok and not failed,
+    )
 
 
 async def _final_run(options: StressOptions) -> StressReport:

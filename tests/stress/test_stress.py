@@ -82,5 +82,7 @@ def test_a_kill_trial_resumes_and_checks_every_loop(tmp_path: Path) -> None:
     [trial] = report["kill_trials"]
     assert trial["trial"] == 1
     assert trial["killed"] or trial["exit_code"] == 0
+    [children] = [c for c in report["invariants"] if c["name"] == "children_ran"]
+    assert children["violations"] == 0
     assert all(phase == "complete" for phase in report["phases"])
     assert "kill trial 1/1" in result.stderr
