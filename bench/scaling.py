@@ -5,6 +5,7 @@
     python bench/scaling.py                  # 10 .. 50,000 loops (several minutes)
     python bench/scaling.py --quick          # 10 .. 1,000 loops (seconds)
     python bench/scaling.py --out scaling.png
+    python bench/scaling.py --replot run.txt  # redraw from a saved run's output
 
 Every point runs in a fresh process (so peak RSS is its own): ``loopactors stress``'s engine
 on the memory store and on SQLite (scripted worker, zero latency, 5 rounds a loop), and the
@@ -93,8 +94,7 @@ def draw(results: dict[str, dict[int, dict[str, Any]]], sizes: list[int], out: P
             points = [(n, results[case][n][key]) for n in sizes if n in results[case]]
             axis.plot([n for n, _ in points], [v for _, v in points], marker="o", label=case)
         axis.set_xscale("log")
-        if key != "rounds_per_s":
-            axis.set_yscale("log")
+        axis.set_yscale("log")  # the baseline is an order of magnitude above the runtime
         axis.set_xlabel("concurrent loops")
         axis.set_ylabel(unit)
         axis.set_title(title)
@@ -112,11 +112,21 @@ def main() -> None:
     parser.add_argument("--sizes", help="comma-separated loop counts (overrides --quick)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the chart goes")
     parser.add_argument("--no-chart", action="store_true", help="print the table only")
+    parser.add_argument(
+        "--replot", type=Path, metavar="FILE", help="draw the chart from a saved run's output"
+    )
     parser.add_argument("--case", choices=CASES)
     parser.add_argument("--loops", type=int)
     args = parser.parse_args()
     if args.case:
         print(json.dumps(run_case(args.case, args.loops)))
+        return
+    if args.replot:
+        line = args.replot.read_text().strip().splitlines()[-1]
+        saved = json.loads(line)["results"]
+        loaded = {case: {int(n): r for n, r in saved[case].items()} for case in CASES}
+        draw(loaded, sorted(loaded["baseline"]), args.out)
+        print(f"chart: {args.out}")
         return
     sizes = [int(n) for n in args.sizes.split(",")] if args.sizes else QUICK if args.quick else FULL
     print(
