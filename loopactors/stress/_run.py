@@ -79,7 +79,8 @@ class Tally:
         self.last_progress = time.monotonic()
         #: Set once every loop in ``waiting`` has finished.
         self.done = trio.Event()
-        self.waiting: set[str] = set()
+        #: The loops the run waits for; None until known (loops may finish before that).
+        self.waiting: set[str] | None = None
         self._last_finish: dict[str, tuple[int, float]] = {}
         self._stop_at = stop_at
         self._stops = stops
@@ -112,9 +113,10 @@ class Tally:
             self.last_progress = time.monotonic()
             self.finished.add(event.loop_id)
             self._last_finish.pop(event.loop_id, None)
-            self.waiting.discard(event.loop_id)
-            if not self.waiting:
-                self.done.set()
+            if self.waiting is not None:
+                self.waiting.discard(event.loop_id)
+                if not self.waiting:
+                    self.done.set()
 
 
 def stress_config(options: StressOptions) -> RuntimeConfig:

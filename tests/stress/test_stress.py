@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 
 from loopactors.cli import main
 from loopactors.stress import StressOptions, read_sqlite, run_stress
@@ -86,3 +87,37 @@ def test_a_kill_trial_resumes_and_checks_every_loop(tmp_path: Path) -> None:
     assert children["violations"] == 0
     assert all(phase == "complete" for phase in report["phases"])
     assert "kill trial 1/1" in result.stderr
+
+
+async def test_a_run_on_a_directory_with_live_loops_waits_for_all_of_them(tmp_path: Path) -> None:
+    """A kill trial's last run resumes what the children left live: it must wait for every
+    one of them, not stop when the first few that finish before it looks (a bug of the
+    stress itself, found by 50 kill trials)."""
+    from loopactors.runtime import RuntimeConfig, open_runtime
+
+    config = RuntimeConfig(store="sqlite", state_dir=tmp_path)
+    async with open_runtime(config) as rt:  # leaves 30 loops live, as a SIGKILL would
+        for i in range(30):
+            await rt.start(f"|loop:3| left live {i}", worker="scripted:latency=0.02")
+    options = StressOptions(loops=0, rounds=3, store="sqlite", state_dir=tmp_path, seed=2)
+    report = await run_stress(options, count_loops=False)
+    assert report.ok, [c for c in report.invariants if not c.ok]
+    assert report.phases == {"complete": 30}
+
+
+async def test_loops_finishing_before_the_run_knows_its_loops_do_not_end_the_wait() -> None:
+    from loopactors.loops import LoopFinished
+    from loopactors.stress._run import Tally
+
+    send, _ = trio.open_memory_channel[str](10)
+    tally = Tally({}, send)
+    tally.observe(
+        LoopFinished(loop_id="early", at=0.0, phase="complete", rounds=1, completed_rounds=1)
+    )
+    assert not tally.done.is_set()
+    tally.expect({"early", "late"})
+    assert not tally.done.is_set()
+    tally.observe(
+        LoopFinished(loop_id="late", at=0.0, phase="complete", rounds=1, completed_rounds=1)
+    )
+    assert tally.done.is_set()
