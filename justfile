@@ -28,7 +28,7 @@ fuzz:
 # Proof under load: many loops with crashes and stops, then SIGKILL trials (docs/stress.md).
 stress:
     loopactors stress --loops 10000 --rounds 5 --crash-rate 0.01 --stop-rate 0.05
-    loopactors stress --loops 200 --rounds 5 --state .stress-kill --kill-trials 50
+    loopactors stress --loops 200 --rounds 5 --state "$(mktemp -d)" --kill-trials 50
 
 # How rounds/s, latency and memory grow from 10 to 50,000 loops (docs/benchmarks.md).
 scaling:
