@@ -25,7 +25,9 @@ from loopactors.gateway._auth import TOKEN_FILENAME
 from ..gateway.conftest import RawClient
 from ..gateway.test_cli_node import NodeProcess
 
-EXAMPLES = int(os.environ.get("LOOPACTORS_FUZZ_EXAMPLES", "150"))
+#: Each example is a websocket connection to a real process (and a started loop stays in the
+#: node's store), so a long run takes a tenth of the examples the in-process suites take.
+EXAMPLES = max(150, int(os.environ.get("LOOPACTORS_FUZZ_EXAMPLES", "150")) // 10)
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
