@@ -20,6 +20,16 @@ lint:
     ruff format --check .
     mypy
 
-# Fuzz `loopactors context` long (CI runs a short version of the same suite).
+# Fuzz long: `loopactors context`, the |loop| parser, and a live node's websocket protocol
+# (CI runs a short version of the same suites).
 fuzz:
     LOOPACTORS_FUZZ_EXAMPLES=20000 pytest tests/fuzz -q
+
+# Proof under load: many loops with crashes and stops, then SIGKILL trials (docs/stress.md).
+stress:
+    loopactors stress --loops 10000 --rounds 5 --crash-rate 0.01 --stop-rate 0.05
+    loopactors stress --loops 200 --rounds 5 --state "$(mktemp -d)" --kill-trials 50
+
+# How rounds/s, latency and memory grow from 10 to 50,000 loops (docs/benchmarks.md).
+scaling:
+    pip install -e '.[bench]' && python bench/scaling.py

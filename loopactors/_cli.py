@@ -28,6 +28,7 @@ from .runtime import LoopHandle, Runtime, RuntimeConfig, load_config, open_runti
 from .runtime._coordinator import new_loop_id
 from .runtime._ledger import ledger_of
 from .storage import DB_FILENAME, open_backend
+from .stress import _cli as stress_cli
 from .transport import _cli as _cli_transport
 from .workers import in_workspace
 
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _cli_remote.add_parsers(commands, _state_options, _connect_options)
     _cli_transport.add_parsers(commands)  # --transport on run/resume/node/status; `worker`
+    stress_cli.add_parser(commands)
 
     commands.add_parser("version", help="print the installed version")
     return parser
@@ -184,6 +186,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return trio.run(run_demo, args.fast)
     if args.command == "worker":
         return _cli_transport.run_worker(args)
+    if args.command == "stress":
+        return stress_cli.main(args)
     if getattr(args, "connect", None) and args.command != "repl":
         return _remote(args)
     if args.command == "run":

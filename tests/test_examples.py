@@ -149,3 +149,12 @@ def test_code_loop() -> None:
         "kept for inspection: loop/fix-add/r003",
         "Not pushed, not merged into main.",
     ]
+
+
+def test_stress_check() -> None:
+    lines = run_example("stress_check.py").splitlines()
+    assert lines[0].startswith("50 loops: {")
+    assert "crashes injected" in lines[1]
+    assert "ok: no loop left live" in lines
+    assert "ok: every complete loop has rounds 1..M, each once" in lines
+    assert not any(line.startswith("FAIL") for line in lines)

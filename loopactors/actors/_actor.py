@@ -23,6 +23,7 @@ import outcome
 import trio
 
 from ..errors import ActorNotRunning, CallFailed
+from ._faults import active_faults
 from ._mailbox import EMPTY, Mailbox
 from ._ref import DEFAULT_MAILBOX_SIZE, ActorRef, ErrorReply, PendingReply
 
@@ -41,10 +42,6 @@ class _StopSignal:
 
 
 _STOP = _StopSignal()
-
-
-class InjectedCrash(Exception):
-    """Raised inside an actor by :func:`loopactors.testing.inject_crash`."""
 
 
 class _CrashSignal:
@@ -342,6 +339,9 @@ async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
     cell.task = trio.lowlevel.current_task()
     cell.actor = actor
     actor._cell = cell
+    faults = active_faults.get()
+    if faults is not None:  # off unless a test or `loopactors stress` turned it on
+        faults.arm(actor, cell.name)
     crash: BaseException | None = None
     started = ran = stop_hook_ran = False
     try:

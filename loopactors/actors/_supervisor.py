@@ -434,5 +434,10 @@ class Supervisor(Actor[Any]):
             except StartFailed as failure:
                 # A failed restart is one more failure of that child: it counts towards the
                 # intensity and the strategy decides again, through the same path as a crash.
-                self.ref.cast_nowait(_ChildExited(child.spec.id, child.incarnation, failure.cause))
+                # Behind what is already queued, not in the self-queue (handled first): a
+                # child whose restart fails because a sibling is down must not starve the
+                # messages that bring the sibling back (found by `loopactors stress`).
+                self._cell.mailbox.put_nowait(
+                    _ChildExited(child.spec.id, child.incarnation, failure.cause)
+                )
                 return

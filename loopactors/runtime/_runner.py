@@ -22,6 +22,7 @@ import msgspec
 import trio
 
 from ..actors import Actor, ErrorReply
+from ..errors import ActorNotRunning, CallFailed
 from ..loops._events import (
     AnyEvent,
     LoopFinished,
@@ -85,13 +86,18 @@ _TIMER_IDS = itertools.count(1)
 MAX_RUNNER_RESTARTS = 5
 RUNNER_CRASH_WINDOW = 60.0
 
+#: What a runner meets when a runtime service it uses is down or crashed under it: not the
+#: loop's fault, so not counted towards MAX_RUNNER_RESTARTS. The service's restart restarts
+#: the runners after it anyway (rest_for_one), and recovery resumes the loop.
+SERVICE_DOWN = (ActorNotRunning, CallFailed)
+
 
 class RunnerFactory:
     """Makes the runner of one loop: with its initial state the first time, and then (after
     a crash) with none, so the new incarnation reloads the last committed state. Past
     :data:`MAX_RUNNER_RESTARTS` the new incarnation only ends the loop in ``error``."""
 
-    __slots__ = ("deps", "initial", "loop_id", "made", "recovered", "restarts")
+    __slots__ = ("deps", "excused", "initial", "loop_id", "made", "recovered", "restarts")
 
     def __init__(
         self, loop_id: str, deps: RunnerDeps, initial: LoopState | None, *, recovered: bool
@@ -102,13 +108,18 @@ class RunnerFactory:
         self.recovered = recovered
         self.restarts: list[float] = []  # when this loop's runner was restarted
         self.made = False
+        #: Exits caused by a runtime service being down (SERVICE_DOWN): restarts not counted.
+        self.excused = 0
 
     def __call__(self) -> LoopRunner:
         first, self.made = not self.made, True
         initial, self.initial = self.initial, None
         recovered, self.recovered = self.recovered, True
         runner = LoopRunner(self.loop_id, self.deps, initial, recovered=recovered)
-        if not first:  # every later call is a restart after a crash
+        runner.factory = self
+        if self.excused:
+            self.excused -= 1
+        elif not first:  # every later call is a restart after a crash
             now = trio.current_time()
             self.restarts = [t for t in self.restarts if t > now - RUNNER_CRASH_WINDOW]
             self.restarts.append(now)
@@ -147,12 +158,32 @@ class LoopRunner(Actor[Any]):
         self._timer_id = 0  # ids come from _TIMER_IDS: unique across incarnations too
         #: ``state.last_output`` as the no-progress fuse compares it, once computed.
         self._last_normalized: str | None = None
+        self.factory: RunnerFactory | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def on_start(self) -> None:
+        try:
+            await self._start()
+        except SERVICE_DOWN:
+            self._excuse()
+            raise
+
+    async def on_stop(self, reason: BaseException | None) -> None:
+        if isinstance(reason, SERVICE_DOWN):
+            self._excuse()
+
+    def _excuse(self) -> None:
+        if self.factory is not None:
+            self.factory.excused += 1
+
+    async def _start(self) -> None:
         self.svc = services_of(self.node)
-        if self.state is None:
+        if self.state is None or self.recovered:
+            # A recovery's snapshot may be stale: the loop's previous runner may have
+            # finished it after the snapshot was read, and then a second runner would run
+            # its last round again (found by `loopactors stress`). The store has the truth:
+            # it applies every write queued before a read.
             state = await self.svc.store.call(GetLoop(self.loop_id), self.deps.call_timeout)
             if state is None:
                 self.stop()

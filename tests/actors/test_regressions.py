@@ -234,3 +234,50 @@ async def test_a_child_that_is_done_at_once_still_starts_cleanly(actor_node: Nod
     await trio.testing.wait_all_tasks_blocked()
     assert not ref.alive
     assert await actor_node.supervisor.which_children() == []  # dynamic + normal exit: gone
+
+
+class StartsOnlyWhenOpen(Actor[Any]):
+    """Fails to start while ``gate["open"]`` is false (a sibling it needs is down)."""
+
+    def __init__(self, gate: dict[str, bool]) -> None:
+        self.gate = gate
+
+    async def on_start(self) -> None:
+        if not self.gate["open"]:
+            raise Boom("a sibling this child needs is down")
+
+    async def handle(self, message: Any) -> Any:
+        return message
+
+
+async def test_a_child_whose_restarts_keep_failing_does_not_starve_the_supervisor() -> None:
+    """Found by `loopactors stress --crash-rate`: each failed restart was retried from the
+    supervisor's self-queue, which is handled before its mailbox, so a supervisor with a
+    generous restart intensity spun on the retries and never read the message (a sibling's
+    exit, a StartChild) that would have let the child start again. Real time on purpose:
+    the bug is a busy loop, which virtual time would never leave."""
+    from loopactors.actors import SupervisorRef
+    from loopactors.testing import inject_crash
+
+    gate = {"open": True}
+    inner = ChildSpec(
+        "flaky", functools.partial(StartsOnlyWhenOpen, gate), name="flaky", restart="permanent"
+    )
+    spec = ChildSpec(
+        "sup",
+        functools.partial(Supervisor, [inner], max_restarts=1_000_000_000, max_seconds=1.0),
+        name="sup",
+    )
+    async with open_node([spec]) as node:
+        sup = node.whereis("sup")
+        assert sup is not None
+        gate["open"] = False
+        inject_crash(node, "flaky")
+        await trio.sleep(0.01)  # the restarts are failing now
+        with trio.fail_after(10):
+            stats = await SupervisorRef(sup).statistics()  # answered between two retries
+        assert stats.restarts >= 1
+        gate["open"] = True
+        with trio.fail_after(10):
+            while node.whereis("flaky") is None:
+                await trio.sleep(0.01)

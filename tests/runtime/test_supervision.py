@@ -78,3 +78,57 @@ async def test_a_loop_whose_runner_keeps_crashing_ends_in_error(
         [record] = await victim.history()
         assert record.status == "failed"  # the round in flight is closed, not left running
         assert (await bystander.wait()).phase == "complete"
+
+
+async def test_a_runner_crashing_because_a_service_is_down_does_not_give_up(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Found by `loopactors stress --crash-rate`: while the breaker (or store, dispatcher,
+    timers) restarted, busy runners crashed on its absence, restarted at once, crashed again,
+    and within milliseconds ended their loops in error. Such crashes are not the loop's
+    fault: they no longer count towards MAX_RUNNER_RESTARTS."""
+    from loopactors.errors import ActorNotRunning
+    from loopactors.runtime._runner import MAX_RUNNER_RESTARTS
+
+    async with open_runtime(memory_config()) as rt:
+        handle = await rt.start("|loop:3| keep going", worker="scripted:latency=100")
+        for _ in range(MAX_RUNNER_RESTARTS + 3):
+            await trio.sleep(0.5)
+            inject_crash(
+                rt.node,
+                runner_name(handle.loop_id),
+                ActorNotRunning("no live actor is registered as 'breaker'"),
+            )
+            await trio.testing.wait_all_tasks_blocked()
+        final = await handle.wait()
+        assert final.phase == "complete", final
+        assert [r.round for r in await handle.history()] == [1, 2, 3]
+
+
+async def test_a_recovery_snapshot_that_went_stale_does_not_run_a_round_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Found by `loopactors stress --crash-rate`: a restarted Coordinator read the live loops,
+    and while it started their runners one by one, one loop's runner finished it and exited;
+    its runner, started from the stale snapshot, ran the last round a second time (the event
+    log said "round 4 completed" twice). A recovered runner now reloads its loop first."""
+    from loopactors.loops import RoundFinished
+
+    async with open_runtime(memory_config()) as rt:
+        handle = await rt.start("|loop:2| short", worker="scripted:latency=1")
+        await trio.sleep(0.5)
+        stale = await handle.status()
+        assert stale.phase == "awaiting_worker"
+        assert (await handle.wait()).phase == "complete"
+        # What the restarted Coordinator does for a loop it read as live and finds no runner
+        # for, with the snapshot it read before the loop finished.
+        coordinator = rt.node.whereis("coordinator")
+        loops = rt.node.whereis("loops")
+        assert coordinator is not None
+        assert loops is not None
+        spec = coordinator._cell.actor._runner_spec(stale, recovered=True)  # type: ignore[union-attr]
+        await SupervisorRef(loops).start_child(spec)
+        await trio.sleep(10)
+        assert (await handle.status()).phase == "complete"
+        events = await rt.stored_events(handle.loop_id)
+        assert [e.round for e in events if isinstance(e, RoundFinished)] == [1, 2]

@@ -1,0 +1,142 @@
+"""``loopactors stress``: the command line of the stress run and the kill trials."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import trio
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as ProgressBar
+
+from ..errors import ConfigError
+from ._kill import child_progress, run_kill_trials
+from ._report import StressReport, render_report
+from ._run import StressOptions, Tally, run_stress
+
+__all__ = ["add_parser", "main"]
+
+EXIT_OK = 0
+EXIT_VIOLATED = 1
+
+
+def add_parser(commands: Any) -> None:
+    """Register ``stress`` on the CLI's subcommands."""
+    stress = commands.add_parser(
+        "stress",
+        help="run many loops at once (with crashes, stops or SIGKILLs) and check every invariant",
+    )
+    stress.add_argument("--loops", type=int, default=100, metavar="N", help="loops (100)")
+    stress.add_argument("--rounds", type=int, default=5, metavar="M", help="rounds each (5)")
+    stress.add_argument("--worker", default="scripted", metavar="SPEC", help="(scripted)")
+    stress.add_argument("--store", choices=["memory", "sqlite"], help="memory unless --state")
+    stress.add_argument("--state", type=Path, metavar="DIR", help="the sqlite state directory")
+    stress.add_argument(
+        "--crash-rate", type=float, default=0.0, metavar="P",
+        help="fraction of actor messages that crash the actor handling them (0)",
+    )  # fmt: skip
+    stress.add_argument(
+        "--stop-rate", type=float, default=0.0, metavar="P",
+        help="fraction of loops stopped at a random round (0)",
+    )  # fmt: skip
+    stress.add_argument(
+        "--kill-trials", type=int, default=0, metavar="K",
+        help="run in a child process on sqlite, SIGKILL it K times, resume, then check",
+    )  # fmt: skip
+    stress.add_argument("--seed", type=int, help="random seed (printed in the report)")
+    stress.add_argument(
+        "--stall-timeout", type=float, default=60.0, metavar="S",
+        help="seconds without progress before the remaining loops count as stuck (60)",
+    )  # fmt: skip
+    stress.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    # Internal: the child process of a kill trial.
+    stress.add_argument("--task-prefix", default="", help=argparse.SUPPRESS)
+    stress.add_argument("--kill-child", action="store_true", help=argparse.SUPPRESS)
+
+
+def options_of(args: argparse.Namespace) -> StressOptions:
+    store: Literal["memory", "sqlite"] = args.store or (
+        "sqlite" if args.state is not None or args.kill_trials else "memory"
+    )
+    if store == "memory" and args.state is not None:
+        raise ConfigError("--state is for the sqlite store; drop it or use --store sqlite")
+    if args.kill_trials and store != "sqlite":
+        raise ConfigError("kill trials run on the sqlite store (the memory store dies with them)")
+    if args.kill_trials < 0:
+        raise ConfigError(f"--kill-trials must be >= 0, got {args.kill_trials}")
+    options = StressOptions(
+        loops=args.loops,
+        rounds=args.rounds,
+        worker=args.worker,
+        store=store,
+        state_dir=args.state,
+        crash_rate=args.crash_rate,
+        stop_rate=args.stop_rate,
+        seed=args.seed if args.seed is not None else random.randrange(2**31),
+        stall_timeout=args.stall_timeout,
+        task_prefix=args.task_prefix,
+    )
+    if args.kill_trials and options.state_dir is None:
+        raise ConfigError("kill trials need --state DIR (a fresh directory keeps them apart)")
+    options.check()
+    return options
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``loopactors stress``; 0 when every invariant holds, 1 otherwise."""
+    options = options_of(args)
+    if args.kill_child:
+        trio.run(_child, options)
+        return EXIT_OK
+    if args.kill_trials:
+        report = run_kill_trials(options, args.kill_trials, progress=sys.stderr)
+    else:
+        with _progress_bar(options, quiet=args.json) as show:
+            report = trio.run(_run, options, show)
+    _print(report, as_json=args.json)
+    return EXIT_OK if report.ok else EXIT_VIOLATED
+
+
+async def _run(options: StressOptions, show: Any) -> StressReport:
+    return await run_stress(options, progress=show)
+
+
+async def _child(options: StressOptions) -> None:
+    await run_stress(options, progress=child_progress(), progress_interval=0.01)
+
+
+@contextlib.contextmanager
+def _progress_bar(options: StressOptions, *, quiet: bool) -> Iterator[Callable[[Tally], None]]:
+    """A progress bar on stderr: rounds completed, and loops finished."""
+    bar = ProgressBar(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=quiet,
+    )
+    task = bar.add_task("rounds", total=options.loops * options.rounds)
+
+    def show(tally: Tally) -> None:
+        done = f"loops done {len(tally.finished)}/{options.loops}, rounds"
+        bar.update(task, completed=tally.rounds_done, description=done)
+
+    with bar:
+        yield show
+
+
+def _print(report: StressReport, *, as_json: bool) -> None:
+    if as_json:
+        data = msgspec.to_builtins(report)
+        print(json.dumps(data))
+    else:
+        print(render_report(report))
