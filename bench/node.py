@@ -31,30 +31,20 @@ from loopactors.client import NodeClient, connect
 from loopactors.loops import LoopFinished
 
 
-def start_node(state: Path) -> tuple[subprocess.Popen[str], str, str]:
+def start_node(state: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    # The node's log goes to a file: a pipe nobody reads would fill and stall the node.
+    log = (state / "node.log").open("wb")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loopactors",
-            "node",
-            "--listen",
-            "127.0.0.1:0",
-            "--store",
-            "memory",
-            "--state",
-            str(state),
-            "--rate-limit",
-            "1000000",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        match = re.search(r"serving (ws://\S+)", line)
+        [sys.executable, "-m", "loopactors", "node", "--listen", "127.0.0.1:0", "--store",
+         "memory", "--state", str(state), "--rate-limit", "1000000"],
+        stderr=log,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        match = re.search(r"serving (ws://\S+)", (state / "node.log").read_text())
         if match:
             return proc, match.group(1), (state / "node.token").read_text().strip()
+        time.sleep(0.05)
     raise SystemExit("the node did not start")
 
 

@@ -31,7 +31,7 @@ class GatewaySettings:
     max_connections: int = attrs.field(default=1_000, validator=_positive)
     #: Connections still to send ``hello`` (per node): past it new ones are refused, so that
     #: clients without a token cannot crowd out those with one.
-    max_unauthenticated: int = attrs.field(default=100, validator=_positive)
+    max_unauthenticated: int = attrs.field(default=500, validator=_positive)
     max_subscriptions: int = attrs.field(default=64, validator=_positive)
     max_requests_per_second: float = attrs.field(default=5_000.0, validator=_positive)
     request_burst: int = attrs.field(default=1_000, validator=_positive)
