@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
@@ -20,23 +19,10 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from .. import __version__
-from ..errors import (
-    ActorNotRunning,
-    AdmissionRefused,
-    CallFailed,
-    CallTimeout,
-    CodeLoopError,
-    CodeLoopNotFound,
-    ConfigError,
-    LoopNotFound,
-    LoopSyntaxError,
-    WorkerSpecError,
-)
 from ..loops._events import AnyEvent
-from ..loops._model import RoundRecord
 from ..runtime import Gap, Subscription
+from ._answers import answer, error_frame, is_refusal, kind_of
 from ._auth import token_matches
-from ._code import answer_code
 from ._errors import Refusal
 from ._limits import TokenBucket
 from ._protocol import (
@@ -44,26 +30,14 @@ from ._protocol import (
     PROTOCOL_VERSION,
     ClientFrame,
     Closing,
-    Code,
     Error,
     EventFrame,
     GapFrame,
     Hello,
-    History,
     Limits,
-    LoopStatus,
     NodeInfo,
     Ok,
-    Output,
-    Pause,
-    Ping,
-    Pong,
     RequestId,
-    Resume,
-    Rounds,
-    Start,
-    Status,
-    Stop,
     Subscribe,
     Subscribed,
     Unsubscribe,
@@ -176,7 +150,7 @@ class Connection:
                     Error(
                         id=hello.id,
                         code="hello_required",
-                        message=f"the first request must be hello, not {_kind(hello)}",
+                        message=f"the first request must be hello, not {kind_of(hello)}",
                     )
                 )
                 await self.close(CLOSE_POLICY, "hello required")
@@ -302,99 +276,19 @@ class Connection:
             after()
 
     async def _outcome(self, request: Any) -> tuple[Ok | Error, Any]:
+        data: Any
         try:
-            data, after = await self._do(request)
+            if isinstance(request, Subscribe):
+                data, after = await self._subscribe(request)
+            elif isinstance(request, Unsubscribe):
+                data, after = self._unsubscribe(request), None
+            else:
+                data, after = await answer(request, self.gateway), None
             return Ok(id=request.id, data=data), after
-        except Refusal as exc:
-            return Error(id=request.id, code=exc.code, message=exc.message), None
-        except (LoopNotFound, CodeLoopNotFound) as exc:
-            return Error(id=request.id, code="not_found", message=_text(exc)), None
-        except CodeLoopError as exc:
-            return Error(id=request.id, code="rejected", message=_text(exc)), None
-        except (LoopSyntaxError, WorkerSpecError, AdmissionRefused, ConfigError) as exc:
-            return Error(id=request.id, code="rejected", message=_text(exc)), None
-        except (ActorNotRunning, CallFailed, CallTimeout) as exc:
-            message = f"the runtime could not answer now, try again: {exc}"
-            return Error(id=request.id, code="unavailable", message=message), None
-        except Exception as exc:  # a bug must cost one request, never the node
-            log.exception("internal error answering %s from %s", _kind(request), self.remote)
-            message = f"internal error: {exc!r}"
-            return Error(id=request.id, code="internal", message=message), None
-
-    async def _do(self, request: Any) -> tuple[Any, Any]:
-        rt = self.gateway.runtime
-        if isinstance(request, Status):
-            if request.loop_id is not None:
-                return LoopStatus(loops=[await rt.get(request.loop_id)]), None
-            limit = self.settings.default_status_loops if request.limit is None else request.limit
-            if not 1 <= limit <= self.settings.max_status_loops:
-                raise Refusal(
-                    "invalid_request",
-                    f"limit must be from 1 to {self.settings.max_status_loops}, got {limit}",
-                )
-            return LoopStatus(loops=await rt.loops(live_only=request.live_only, limit=limit)), None
-        if isinstance(request, Ping):
-            return Pong(time=time.time()), None
-        if isinstance(request, Start):
-            return await self._start(request), None
-        if isinstance(request, Stop):
-            return await rt.handle(request.loop_id).stop(after_round=request.after_round), None
-        if isinstance(request, Pause):
-            return await rt.handle(request.loop_id).pause(), None
-        if isinstance(request, Resume):
-            return await rt.handle(request.loop_id).resume(), None
-        if isinstance(request, History):
-            return await self._history(request), None
-        if isinstance(request, Output):
-            return await self._output(request), None
-        if isinstance(request, Subscribe):
-            return await self._subscribe(request)
-        if isinstance(request, Unsubscribe):
-            return self._unsubscribe(request), None
-        if isinstance(request, Code):
-            return await answer_code(request, self.gateway.runtime, self.gateway.nursery), None
-        if isinstance(request, Hello):
-            raise Refusal("invalid_request", "hello was already sent on this connection")
-        raise Refusal("unknown_type", f"no handler for {_kind(request)}")  # pragma: no cover
-
-    async def _start(self, request: Start) -> Any:
-        if (request.text is None) == (request.spec is None):
-            raise Refusal(
-                "invalid_request", "start takes exactly one of text (|loop...| text) or spec"
-            )
-        reserved = sorted(set(request.options) & _RESERVED_OPTIONS)
-        if reserved:
-            raise Refusal(
-                "invalid_request",
-                f"options may not set {', '.join(reserved)}: worker and loop_id are fields of "
-                "start itself, and a loop started over the wire has no parent",
-            )
-        loop = request.text if request.text is not None else request.spec
-        assert loop is not None
-        handle = await self.gateway.runtime.start(
-            loop, worker=request.worker, loop_id=request.loop_id, **request.options
-        )
-        return await handle.status()
-
-    async def _history(self, request: History) -> Rounds:
-        if request.output_head < 0:
-            raise Refusal("invalid_request", f"output_head must be >= 0, got {request.output_head}")
-        rt = self.gateway.runtime
-        state = await rt.get(request.loop_id)
-        head = request.output_head
-        rounds = [
-            msgspec.structs.replace(r, output=r.output[:head]) if len(r.output) > head else r
-            for r in await rt.history(request.loop_id)
-        ]
-        return Rounds(loop=state, rounds=rounds)
-
-    async def _output(self, request: Output) -> RoundRecord:
-        rounds = await self.gateway.runtime.history(request.loop_id)
-        for record in rounds:
-            if record.round == request.round:
-                return record
-        have = f"rounds 1..{len(rounds)}" if rounds else "no recorded rounds yet"
-        raise LoopNotFound(f"loop {request.loop_id!r} has no round {request.round} ({have})")
+        except Exception as exc:
+            if not is_refusal(exc):  # a bug must cost one request, never the node
+                log.exception("internal error answering %s from %s", kind_of(request), self.remote)
+            return error_frame(request.id, exc), None
 
     async def _subscribe(self, request: Subscribe) -> tuple[Subscribed, Any]:
         if len(self._subs) + self._opening >= self.settings.max_subscriptions:
@@ -518,8 +412,6 @@ class Connection:
         self._nursery.cancel_scope.cancel()
 
 
-_RESERVED_OPTIONS = frozenset({"loop", "worker", "loop_id", "parent_id"})
-
 _REQUEST_TYPES = [t.__struct_config__.tag for t in ClientFrame.__args__]
 
 
@@ -528,12 +420,3 @@ def _id_of(message: str | bytes) -> RequestId | None:
         return _decode_id(message).id
     except (msgspec.DecodeError, TypeError, RecursionError):
         return None
-
-
-def _kind(request: Any) -> str:
-    return str(type(request).__struct_config__.tag)
-
-
-def _text(exc: BaseException) -> str:
-    # KeyError (LoopNotFound's base) quotes its message in str(); the message is args[0].
-    return str(exc.args[0]) if exc.args else str(exc)

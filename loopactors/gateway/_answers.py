@@ -1,0 +1,163 @@
+"""Answers to the requests that do not touch a connection's own state. Errors become frames.
+
+Every request but ``subscribe``/``unsubscribe`` (which belong to their connection) is answered
+here from the runtime; :func:`error_frame` turns what any of them raised into the protocol's
+error frame with its stable code.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ..errors import (
+    ActorNotRunning,
+    AdmissionRefused,
+    CallFailed,
+    CallTimeout,
+    CodeLoopError,
+    CodeLoopNotFound,
+    ConfigError,
+    LoopNotFound,
+    LoopSyntaxError,
+    WorkerSpecError,
+)
+from ..loops._model import RoundRecord
+from ._code import answer_code
+from ._errors import Refusal
+from ._protocol import (
+    Code,
+    Error,
+    ErrorCode,
+    Hello,
+    History,
+    LoopStatus,
+    Output,
+    Pause,
+    Ping,
+    Pong,
+    RequestId,
+    Resume,
+    Rounds,
+    Start,
+    Status,
+    Stop,
+)
+
+if TYPE_CHECKING:
+    from ._gateway import Gateway
+
+__all__ = ["answer", "error_frame", "is_refusal", "kind_of"]
+
+#: Start options a client may not set: fields of ``start`` itself, or not for the wire.
+_RESERVED_OPTIONS = frozenset({"loop", "worker", "loop_id", "parent_id"})
+
+#: What each error means on the wire (the first match wins); anything else is ``internal``.
+_CODES: tuple[tuple[tuple[type[Exception], ...], ErrorCode], ...] = (
+    ((LoopNotFound, CodeLoopNotFound), "not_found"),
+    ((CodeLoopError, LoopSyntaxError, WorkerSpecError, AdmissionRefused, ConfigError), "rejected"),
+    ((ActorNotRunning, CallFailed, CallTimeout), "unavailable"),
+)
+
+
+async def answer(request: Any, gateway: Gateway) -> Any:
+    """The ``ok`` data of ``request``, or an exception for :func:`error_frame`."""
+    rt = gateway.runtime
+    settings = gateway.settings
+    if isinstance(request, Status):
+        if request.loop_id is not None:
+            return LoopStatus(loops=[await rt.get(request.loop_id)])
+        limit = settings.default_status_loops if request.limit is None else request.limit
+        if not 1 <= limit <= settings.max_status_loops:
+            raise Refusal(
+                "invalid_request",
+                f"limit must be from 1 to {settings.max_status_loops}, got {limit}",
+            )
+        return LoopStatus(loops=await rt.loops(live_only=request.live_only, limit=limit))
+    if isinstance(request, Ping):
+        return Pong(time=time.time())
+    if isinstance(request, Start):
+        return await _start(request, gateway)
+    if isinstance(request, Stop):
+        return await rt.handle(request.loop_id).stop(after_round=request.after_round)
+    if isinstance(request, Pause):
+        return await rt.handle(request.loop_id).pause()
+    if isinstance(request, Resume):
+        return await rt.handle(request.loop_id).resume()
+    if isinstance(request, History):
+        return await _history(request, gateway)
+    if isinstance(request, Output):
+        return await _output(request, gateway)
+    if isinstance(request, Code):
+        return await answer_code(request, rt, gateway.nursery)
+    if isinstance(request, Hello):
+        raise Refusal("invalid_request", "hello was already sent on this connection")
+    raise Refusal("unknown_type", f"no handler for {kind_of(request)}")  # pragma: no cover
+
+
+def error_frame(request_id: RequestId | None, exc: Exception) -> Error:
+    if isinstance(exc, Refusal):
+        return Error(id=request_id, code=exc.code, message=exc.message)
+    for types, code in _CODES:
+        if isinstance(exc, types):
+            message = _text(exc)
+            if code == "unavailable":
+                message = f"the runtime could not answer now, try again: {message}"
+            return Error(id=request_id, code=code, message=message)
+    return Error(id=request_id, code="internal", message=f"internal error: {exc!r}")
+
+
+def is_refusal(exc: Exception) -> bool:
+    """True for an error that answers a request as designed (not a bug to log)."""
+    return isinstance(exc, Refusal) or any(isinstance(exc, types) for types, _ in _CODES)
+
+
+def kind_of(request: Any) -> str:
+    return str(type(request).__struct_config__.tag)
+
+
+async def _start(request: Start, gateway: Gateway) -> Any:
+    if (request.text is None) == (request.spec is None):
+        raise Refusal("invalid_request", "start takes exactly one of text (|loop...| text) or spec")
+    reserved = sorted(set(request.options) & _RESERVED_OPTIONS)
+    if reserved:
+        raise Refusal(
+            "invalid_request",
+            f"options may not set {', '.join(reserved)}: worker and loop_id are fields of "
+            "start itself, and a loop started over the wire has no parent",
+        )
+    loop = request.text if request.text is not None else request.spec
+    assert loop is not None
+    handle = await gateway.runtime.start(
+        loop, worker=request.worker, loop_id=request.loop_id, **request.options
+    )
+    return await handle.status()
+
+
+async def _history(request: History, gateway: Gateway) -> Rounds:
+    if request.output_head < 0:
+        raise Refusal("invalid_request", f"output_head must be >= 0, got {request.output_head}")
+    rt = gateway.runtime
+    state = await rt.get(request.loop_id)
+    head = request.output_head
+    rounds = [
+        msgspec.structs.replace(r, output=r.output[:head]) if len(r.output) > head else r
+        for r in await rt.history(request.loop_id)
+    ]
+    return Rounds(loop=state, rounds=rounds)
+
+
+async def _output(request: Output, gateway: Gateway) -> RoundRecord:
+    rounds = await gateway.runtime.history(request.loop_id)
+    for record in rounds:
+        if record.round == request.round:
+            return record
+    have = f"rounds 1..{len(rounds)}" if rounds else "no recorded rounds yet"
+    raise LoopNotFound(f"loop {request.loop_id!r} has no round {request.round} ({have})")
+
+
+def _text(exc: BaseException) -> str:
+    # KeyError (LoopNotFound's base) quotes its message in str(); the message is args[0].
+    return str(exc.args[0]) if exc.args else str(exc)
