@@ -13,9 +13,7 @@ import signal
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Protocol
 
-import msgspec
 import trio
 from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
@@ -25,120 +23,17 @@ from prompt_toolkit.patch_stdout import patch_stdout
 
 from ._cli_remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
-from .client import NodeClient, connect
+from ._repl_targets import EmbeddedTarget, RemoteTarget, Target
+from .client import connect
 from .errors import CodeLoopError, ConnectionLost, LoopactorsError
-from .gateway._code import answer_code
-from .gateway._errors import Refusal
-from .gateway._protocol import Code, CodeLoops
-from .loops._events import AnyEvent, LoopFinished, LoopStarted
-from .loops._model import LoopState, RoundRecord
-from .runtime import Gap, Runtime, RuntimeConfig, open_runtime
+from .loops._events import LoopFinished, LoopStarted
+from .loops._model import LoopState
+from .runtime import Gap, RuntimeConfig, open_runtime
 from .workers import parse_worker
 
 __all__ = ["run_repl"]
 
 HISTORY_FILE = "repl_history"
-
-
-class Target(Protocol):
-    """What the REPL needs of a node: an embedded runtime or a connection to one."""
-
-    where: str
-    keeps_running: bool
-
-    async def start(self, text: str, worker: str | None) -> LoopState: ...
-    async def stop(self, loop_id: str) -> LoopState: ...
-    async def pause(self, loop_id: str) -> LoopState: ...
-    async def resume(self, loop_id: str) -> LoopState: ...
-    async def get(self, loop_id: str) -> LoopState: ...
-    async def loops(self, *, live_only: bool = False) -> list[LoopState]: ...
-    async def history(self, loop_id: str) -> list[RoundRecord]: ...
-    async def code(self, action: str, **fields: Any) -> CodeLoops: ...
-    def events(self) -> AsyncIterator[AnyEvent | Gap]: ...
-
-
-class _Embedded:
-    keeps_running = False
-
-    def __init__(self, runtime: Runtime) -> None:
-        self.rt = runtime
-        self.background: trio.Nursery | None = None  # where code loops run
-        self.where = f"embedded node ({runtime.config.store} store in {runtime.config.state_dir})"
-
-    async def start(self, text: str, worker: str | None) -> LoopState:
-        return await (await self.rt.start(text, worker=worker)).status()
-
-    async def stop(self, loop_id: str) -> LoopState:
-        return await self.rt.handle(loop_id).stop()
-
-    async def pause(self, loop_id: str) -> LoopState:
-        return await self.rt.handle(loop_id).pause()
-
-    async def resume(self, loop_id: str) -> LoopState:
-        return await self.rt.handle(loop_id).resume()
-
-    async def get(self, loop_id: str) -> LoopState:
-        return await self.rt.get(loop_id)
-
-    async def loops(self, *, live_only: bool = False) -> list[LoopState]:
-        return await self.rt.loops(live_only=live_only, limit=100)
-
-    async def history(self, loop_id: str) -> list[RoundRecord]:
-        return await self.rt.history(loop_id)
-
-    async def code(self, action: str, **fields: Any) -> CodeLoops:
-        assert self.background is not None, "set when the session starts"
-        request = msgspec.convert({"id": 0, "action": action, **fields}, Code)
-        try:
-            return await answer_code(request, self.rt, self.background)
-        except Refusal as exc:  # the node's wording, here as an error of this session
-            raise CodeLoopError(exc.message) from None
-
-    async def events(self) -> AsyncIterator[AnyEvent | Gap]:
-        with self.rt.subscribe() as sub:
-            async for event in sub:
-                yield event
-
-
-class _Remote:
-    keeps_running = True
-
-    def __init__(self, node: NodeClient) -> None:
-        self.node = node
-        self.where = f"node {node.info.node_id} at {node.url}"
-
-    @property
-    def closing_reason(self) -> str | None:
-        return self.node.closing_reason
-
-    async def start(self, text: str, worker: str | None) -> LoopState:
-        return await self.node.start(text, worker=worker)
-
-    async def stop(self, loop_id: str) -> LoopState:
-        return await self.node.stop(loop_id)
-
-    async def pause(self, loop_id: str) -> LoopState:
-        return await self.node.pause(loop_id)
-
-    async def resume(self, loop_id: str) -> LoopState:
-        return await self.node.resume(loop_id)
-
-    async def get(self, loop_id: str) -> LoopState:
-        return await self.node.get(loop_id)
-
-    async def loops(self, *, live_only: bool = False) -> list[LoopState]:
-        return await self.node.loops(live_only=live_only)
-
-    async def history(self, loop_id: str) -> list[RoundRecord]:
-        return (await self.node.history(loop_id, output_head=60)).rounds
-
-    async def code(self, action: str, **fields: Any) -> CodeLoops:
-        return await self.node.code(action, **fields)
-
-    async def events(self) -> AsyncIterator[AnyEvent | Gap]:
-        async with await self.node.subscribe() as sub:
-            async for event in sub:
-                yield event
 
 
 class _LoopIds(Completer):
@@ -327,7 +222,7 @@ class Repl:
         for stored in await self.target.history(loop_id):
             if stored.round == round_number:
                 record = stored
-                if isinstance(self.target, _Remote):  # its history holds output heads only
+                if isinstance(self.target, RemoteTarget):  # its history holds output heads only
                     record = await self.target.node.output(loop_id, round_number)
                 self.say(record.output or f"(no output; {record.status}: {record.error})")
                 return
@@ -370,10 +265,10 @@ async def _target(args: argparse.Namespace, config: RuntimeConfig) -> AsyncItera
     if args.connect:
         token = read_token(args, Path(config.state_dir))
         async with connect(args.connect, token=token, client_name="loopactors repl") as node:
-            yield _Remote(node)
+            yield RemoteTarget(node)
     else:
         async with open_runtime(config) as runtime:
-            yield _Embedded(runtime)
+            yield EmbeddedTarget(runtime)
 
 
 async def _main(args: argparse.Namespace, config: RuntimeConfig) -> int:
@@ -381,7 +276,9 @@ async def _main(args: argparse.Namespace, config: RuntimeConfig) -> int:
     await state_dir.mkdir(parents=True, exist_ok=True)
     session: PromptSession[str] = PromptSession(history=FileHistory(str(state_dir / HISTORY_FILE)))
     async with _target(args, config) as target:
-        default = target.node.info.default_worker if isinstance(target, _Remote) else config.worker
+        default = (
+            target.node.info.default_worker if isinstance(target, RemoteTarget) else config.worker
+        )
         repl = Repl(target, args.worker if args.connect else None, default)
         repl.on_lost = functools.partial(_end_prompt, session)
         repl.say(f"loopactors repl on {target.where}; /help for the commands")
@@ -389,7 +286,7 @@ async def _main(args: argparse.Namespace, config: RuntimeConfig) -> int:
         # a signal, and it cancels the command being run instead of ending the session.
         with trio.open_signal_receiver(signal.SIGINT) as sigint, patch_stdout(raw=True):
             async with trio.open_nursery() as nursery:
-                if isinstance(target, _Embedded):
+                if isinstance(target, EmbeddedTarget):
                     target.background = nursery
                 nursery.start_soon(repl.show_events)
                 nursery.start_soon(_cancel_commands, sigint, repl)
