@@ -238,3 +238,22 @@ def test_breaker_flags_and_ledger_export(tmp_path: Path) -> None:
     missing = cli("ledger", "export", "nope", "--state", str(tmp_path))
     assert missing.returncode == 1
     assert "no loop 'nope'" in missing.stderr
+
+
+def test_stop_in_a_state_directory_no_runtime_runs(tmp_path: Path) -> None:
+    proc = start_run(tmp_path, "--worker", "scripted:latency=5")
+    loop_id = read_until_round(proc, 1)
+    refused = cli("stop", loop_id, "--state", str(tmp_path))  # the run holds the directory
+    assert refused.returncode == 1
+    assert "--connect" in refused.stderr
+    kill(proc)  # now nobody runs it; the loop is still live in the store
+    stopped = cli("stop", loop_id, "--state", str(tmp_path), "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads(stopped.stdout)["phase"] == "cancelled"
+    again = cli("stop", loop_id, "--state", str(tmp_path))
+    assert again.returncode == 0
+    assert "cancelled" in again.stdout
+    assert cli("resume", "--state", str(tmp_path)).returncode == 0  # nothing left to resume
+    missing = cli("stop", "nope", "--state", str(tmp_path))
+    assert missing.returncode == 1
+    assert "no loop 'nope'" in missing.stderr
