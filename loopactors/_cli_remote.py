@@ -20,7 +20,7 @@ from ._progress import JsonLines, Progress, final_table
 from .agent import format_transcript
 from .client import NodeClient, connect
 from .errors import ConfigError, LoopNotFound, StoreError
-from .gateway import GatewaySettings, serve_node
+from .gateway import serve_node
 from .gateway._auth import TOKEN_FILENAME, parse_listen
 from .loops._events import LoopFinished, RoundSummary
 from .loops._model import LoopState, RoundRecord
@@ -76,14 +76,13 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
 
     node = commands.add_parser("node", help="serve the runtime over a websocket API")
     node.add_argument(
-        "--listen", default="127.0.0.1:8765", metavar="HOST:PORT", help="(127.0.0.1:8765)"
+        "--listen", metavar="HOST:PORT", help="(127.0.0.1:8765, or [node] host and port)"
     )
     node.add_argument("--token-file", type=Path, metavar="F", help="the token clients must send")
     node.add_argument("--worker", help="default worker of new loops (scripted)")
     node.add_argument(
         "--slow-subscriber",
         choices=["gap", "disconnect"],
-        default="gap",
         help="a client behind on its events is told what it missed (gap) or disconnected",
     )
     node.add_argument(
@@ -106,8 +105,8 @@ def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    host, port = parse_listen(args.listen)
-    settings = GatewaySettings().replace(
+    host, port = parse_listen(args.listen) if args.listen else (None, None)
+    settings = config.node.replace(  # the configuration's [node] table, then the flags
         host=host,
         port=port,
         token_file=args.token_file,

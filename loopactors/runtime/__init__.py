@@ -9,6 +9,7 @@ from ._api import LoopHandle as LoopHandle
 from ._api import Runtime as Runtime
 from ._api import open_runtime as open_runtime
 from ._config import BreakerSettings as BreakerSettings
+from ._config import NodeSettings as NodeSettings
 from ._config import RuntimeConfig as RuntimeConfig
 from ._config import find_config as find_config
 from ._config import load_config as load_config
@@ -20,6 +21,7 @@ __all__ = [
     "BreakerSettings",
     "Gap",
     "LoopHandle",
+    "NodeSettings",
     "Runtime",
     "RuntimeConfig",
     "Subscription",

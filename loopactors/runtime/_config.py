@@ -18,7 +18,7 @@ from cattrs.v import format_exception
 from ..errors import ConfigError
 from ..transport import check_transport, redact_url
 
-__all__ = ["BreakerSettings", "RuntimeConfig", "find_config", "load_config"]
+__all__ = ["BreakerSettings", "NodeSettings", "RuntimeConfig", "find_config", "load_config"]
 
 CONFIG_FILE = "loopactors.toml"
 
@@ -60,6 +60,52 @@ class BreakerSettings:
     similarity_threshold: float = attrs.field(default=0.85, validator=_fraction)
 
 
+@attrs.frozen(kw_only=True)
+class NodeSettings:
+    """How `loopactors node` listens and what its gateway allows (``[node]`` in the
+    configuration file; flags override). Every limit is per connection unless its name says
+    otherwise; each overflow is answered with an error frame (or, for connections, a refusal),
+    never a crash."""
+
+    host: str = "127.0.0.1"
+    #: 0 picks a free port (tests); the bound port is in the gateway's statistics.
+    port: int = 8765
+    #: The operator's token file; None means ``<state_dir>/node.token`` (created on demand).
+    token_file: Path | None = None
+    #: Frames larger than this are refused with ``frame_too_large``; four times this closes
+    #: the connection (1009) before the frame is even read whole.
+    max_frame_bytes: int = attrs.field(default=1 << 20, validator=_positive)
+    max_connections: int = attrs.field(default=1_000, validator=_positive)
+    #: Connections still to send ``hello`` (per node): past it new ones are refused, so that
+    #: clients without a token cannot crowd out those with one.
+    max_unauthenticated: int = attrs.field(default=500, validator=_positive)
+    max_subscriptions: int = attrs.field(default=64, validator=_positive)
+    max_requests_per_second: float = attrs.field(default=5_000.0, validator=_positive)
+    request_burst: int = attrs.field(default=1_000, validator=_positive)
+    #: Requests of one connection being answered at once.
+    max_inflight_requests: int = attrs.field(default=256, validator=_positive)
+    #: Events queued per subscription before the client is told it missed some.
+    subscriber_queue: int = attrs.field(default=1_000, validator=_positive)
+    #: What happens to a subscriber that falls behind: a ``gap`` frame with the count of
+    #: missed events, or the connection closed (1008).
+    slow_subscriber: Literal["gap", "disconnect"] = "gap"
+    #: Largest ``limit`` of a ``status`` request for all loops (and its default).
+    max_status_loops: int = attrs.field(default=1_000, validator=_positive)
+    default_status_loops: int = attrs.field(default=100, validator=_positive)
+    #: Seconds a new connection has to send ``hello``.
+    hello_timeout: float = attrs.field(default=10.0, validator=_positive)
+    #: A websocket ping every ``ping_interval`` s; no pong within ``ping_timeout`` s closes
+    #: the connection (a half-open peer is found and cleaned up).
+    ping_interval: float = attrs.field(default=20.0, validator=_positive)
+    ping_timeout: float = attrs.field(default=20.0, validator=_positive)
+    #: A client that takes longer than this to accept one frame is disconnected.
+    send_timeout: float = attrs.field(default=30.0, validator=_positive)
+
+    def replace(self, **changes: Any) -> NodeSettings:
+        """A copy with the changes that are not None (flags that were not given)."""
+        return attrs.evolve(self, **{k: v for k, v in changes.items() if v is not None})
+
+
 @attrs.frozen
 class RuntimeConfig:
     """Everything a runtime can be told; every field has a working default."""
@@ -88,6 +134,8 @@ class RuntimeConfig:
     #: Where rounds run: ``inprocess`` (default), or ``redis://[:PASSWORD@]HOST:PORT/DB``
     #: (``rediss://`` for TLS) to hand them to `loopactors worker` processes (docs/scale-out.md).
     transport: str = attrs.field(default="inprocess", validator=_transport, repr=_redacted)
+    #: The standalone node's listening address and limits (`loopactors node`, docs/node.md).
+    node: NodeSettings = attrs.field(factory=NodeSettings)
 
     def replace(self, **changes: Any) -> RuntimeConfig:
         """A copy with ``changes``; ``None`` values are ignored (flags that were not given)."""
@@ -172,6 +220,11 @@ def load_config(path: Path | None = None, *, search: bool = True) -> RuntimeConf
     if not config.state_dir.is_absolute():
         # A relative state directory is relative to the file that names it.
         config = attrs.evolve(config, state_dir=path.parent / config.state_dir)
+    token_file = config.node.token_file
+    if token_file is not None and not token_file.is_absolute():  # so is a token file
+        config = attrs.evolve(
+            config, node=attrs.evolve(config.node, token_file=path.parent / token_file)
+        )
     return config
 
 

@@ -380,3 +380,24 @@ def test_the_ledger_breaker_settings_are_configurable(tmp_path: Path) -> None:
     path.write_text("[breaker]\nsimilarity_threshold = 85\n")
     with pytest.raises(ConfigError, match="similarity_threshold must be > 0 and <= 1"):
         load_config(path)
+
+
+def test_the_node_table(tmp_path: Path) -> None:
+    (tmp_path / "loopactors.toml").write_text(
+        '[node]\nhost = "::1"\nport = 9000\nslow_subscriber = "disconnect"\n'
+        'token_file = "secrets/node.token"\nmax_subscriptions = 8\n'
+    )
+    node = load_config(tmp_path / "loopactors.toml").node
+    assert (node.host, node.port, node.slow_subscriber) == ("::1", 9000, "disconnect")
+    assert node.token_file == tmp_path / "secrets" / "node.token"  # next to the file
+    assert node.max_subscriptions == 8
+    assert node.replace(port=1, host=None).port == 1  # flags over the file
+    for bad, key in [
+        ('[node]\nport = "9000"\n', "port"),
+        ('[node]\nslow_subscriber = "drop"\n', "slow_subscriber"),
+        ("[node]\nlisten = 1\n", "listen"),
+        ("[node]\nmax_connections = 0\n", "max_connections"),
+    ]:
+        (tmp_path / "loopactors.toml").write_text(bad)
+        with pytest.raises(ConfigError, match=key):
+            load_config(tmp_path / "loopactors.toml")
