@@ -35,6 +35,8 @@ from ._loop import AgentResult as AgentResult
 from ._loop import MaxIterationsExceeded as MaxIterationsExceeded
 from ._loop import run_agent as run_agent
 from ._loop_tools import LoopControl as LoopControl
+from ._loop_tools import SubAgentRun as SubAgentRun
+from ._loop_tools import SubAgentStarter as SubAgentStarter
 from ._loop_tools import loop_tools as loop_tools
 from ._loop_tools import subagent_tool as subagent_tool
 from ._mcp import McpServer as McpServer
@@ -96,6 +98,8 @@ __all__ = [
     "QueuedMessage",
     "Role",
     "StaleTranscript",
+    "SubAgentRun",
+    "SubAgentStarter",
     "SummaryFailed",
     "TokenTotals",
     "Tool",

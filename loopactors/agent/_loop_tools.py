@@ -6,15 +6,17 @@ round's context: a child loop lives in its parent loop's scope (stopping the par
 and counts against the runtime's tree cap. An agent sees and steers only its own loop's
 children.
 
-The sub-agent tool (``agent``) runs a child :func:`run_agent` inside the tool call: it lives in
-the parent's cancel scope (cancelling the parent cancels it), works in the same workspace with
-the core tools, has its own transcript and a budget of ``SUBAGENT_MAX_ITERATIONS`` model calls,
-and its tokens are added to the parent's.
+The sub-agent tool (``agent``) runs a child agent with a fresh transcript and a budget of
+``SUBAGENT_MAX_ITERATIONS`` model calls, in the same workspace; the call waits for its answer
+and its tokens are added to the parent's. Given a ``starter`` (the agent worker gives one
+inside the runtime) the child is a one-round child loop dispatched like any round, in the
+parent loop's scope; without one it is a :func:`run_agent` inside the tool call, in the
+parent's cancel scope, with the core tools. Either way cancelling the parent cancels it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -23,10 +25,10 @@ from ..errors import LoopactorsError
 from ..loops._model import LoopState, RoundRecord
 from ._core_tools import core_tools
 from ._llm import ChatModel
-from ._loop import SUBAGENT_MAX_ITERATIONS, AgentConfig, run_agent
+from ._loop import SUBAGENT_MAX_ITERATIONS, AgentConfig, AgentResult, run_agent
 from ._tools import Tool, ToolContext, ToolError, ToolSet
 
-__all__ = ["LoopControl", "loop_tools", "subagent_tool"]
+__all__ = ["LoopControl", "SubAgentRun", "SubAgentStarter", "loop_tools", "subagent_tool"]
 
 _HEAD = 200
 
@@ -45,6 +47,21 @@ class LoopControl(Protocol):
     async def history(self, loop_id: str) -> Sequence[RoundRecord]: ...
 
     async def stop(self, loop_id: str) -> LoopState: ...
+
+
+@attrs.frozen(kw_only=True)
+class SubAgentRun:
+    """How a sub-agent run by a :data:`SubAgentStarter` ended."""
+
+    completed: bool
+    output: str
+    error: str | None = None
+    #: Everything its model calls cost (one total: a round reports no split).
+    tokens: int = 0
+
+
+#: Runs a sub-agent on a task and waits for it (the agent worker's: a child loop).
+SubAgentStarter = Callable[[str], Awaitable[SubAgentRun]]
 
 
 def _describe(state: LoopState) -> str:
@@ -183,10 +200,27 @@ def loop_tools(control: LoopControl) -> list[Tool]:
     ]
 
 
-def subagent_tool(model: ChatModel, config: AgentConfig | None = None) -> Tool:
+def _add_tokens(context: ToolContext, result: AgentResult | SubAgentRun) -> None:
+    if context.tokens is None:
+        return
+    if isinstance(result, SubAgentRun):
+        context.tokens.delegated_tokens += result.tokens
+        return
+    context.tokens.prompt_tokens += result.tokens.prompt_tokens
+    context.tokens.completion_tokens += result.tokens.completion_tokens
+    context.tokens.calls += result.tokens.calls
+    context.tokens.calls_without_usage += result.tokens.calls_without_usage
+    context.tokens.delegated_tokens += result.tokens.delegated_tokens
+
+
+def subagent_tool(
+    model: ChatModel, config: AgentConfig | None = None, *, starter: SubAgentStarter | None = None
+) -> Tool:
     """The ``agent`` tool: a child agent for a self-contained sub-task (see module docstring).
 
-    ``config`` defaults to the parent's defaults with ``SUBAGENT_MAX_ITERATIONS``.
+    ``starter`` runs the child elsewhere (a child loop); without it the child runs inline with
+    ``model`` and ``config``, which defaults to the parent's defaults with
+    ``SUBAGENT_MAX_ITERATIONS``.
     """
     child_config = config or AgentConfig(max_iterations=SUBAGENT_MAX_ITERATIONS)
 
@@ -194,19 +228,24 @@ def subagent_tool(model: ChatModel, config: AgentConfig | None = None) -> Tool:
         task = str(arguments.get("task", "")).strip()
         if not task:
             raise ToolError("the agent tool needs a task")
-        result = await run_agent(
-            task,
-            model=model,
-            tools=ToolSet(core_tools()),
-            workspace=context.workspace,
-            config=child_config,
-        )
-        if context.tokens is not None:
-            context.tokens.prompt_tokens += result.tokens.prompt_tokens
-            context.tokens.completion_tokens += result.tokens.completion_tokens
-            context.tokens.calls += result.tokens.calls
-            context.tokens.calls_without_usage += result.tokens.calls_without_usage
-        if result.status == "failed":
+        result: AgentResult | SubAgentRun
+        if starter is not None:
+            try:
+                result = await starter(task)
+            except LoopactorsError as exc:
+                raise ToolError(f"the sub-agent was not started: {exc}") from None
+            completed = result.completed
+        else:
+            result = await run_agent(
+                task,
+                model=model,
+                tools=ToolSet(core_tools()),
+                workspace=context.workspace,
+                config=child_config,
+            )
+            completed = result.status != "failed"
+        _add_tokens(context, result)
+        if not completed:
             raise ToolError(
                 f"the sub-agent failed: {result.error}; its last answer: {result.output}"
             )

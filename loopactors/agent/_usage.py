@@ -66,10 +66,12 @@ class TokenTotals(msgspec.Struct, kw_only=True):
     completion_tokens: int = 0
     calls: int = 0
     calls_without_usage: int = 0
+    #: Tokens of sub-agents run as child loops: their rounds report one total, not the split.
+    delegated_tokens: int = 0
 
     @property
     def total(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
+        return self.prompt_tokens + self.completion_tokens + self.delegated_tokens
 
     def add(self, usage: ModelUsage | None) -> None:
         self.calls += 1

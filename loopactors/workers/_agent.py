@@ -7,7 +7,9 @@ stream=true|false,timeout=SECONDS,mcp=CONFIG.json]``. Missing ``base_url`` / ``m
 store: it is refused). Everything is checked when the spec is parsed, so a loop with a bad
 agent spec is refused at start, not in round 1.
 
-Tools: the core set, the sub-agent tool ``agent``, the tools of the MCP servers in the
+Tools: the core set, the sub-agent tool ``agent`` (inside the runtime each sub-agent is a
+one-round ``fresh`` child loop of the round's loop, dispatched like any round, whose worker is
+:meth:`AgentWorker.subagent_spec`), the tools of the MCP servers in the
 ``mcp=`` config (deferred), and (deferred, behind ``search_tools`` /
 ``execute_tool``) the loop tools for child loops of this round's loop. The round's tokens are
 the provider-reported totals of its model calls (sub-agents included); its transcript goes with
@@ -16,20 +18,23 @@ the result into the round record (``loopactors history --transcript``).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 import trio
 
 from ..agent import (
+    SUBAGENT_MAX_ITERATIONS,
     AgentConfig,
     ChatClient,
     CompactionConfig,
     McpServer,
     MessageQueue,
     ModelSettings,
+    SubAgentRun,
     ToolSet,
     core_tools,
     load_mcp_config,
@@ -38,7 +43,7 @@ from ..agent import (
     run_agent,
     subagent_tool,
 )
-from ..errors import AgentError, WorkerSpecError
+from ..errors import AgentError, LoopactorsError, WorkerSpecError
 from ._agent_loops import RoundLoops
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
 
@@ -58,6 +63,10 @@ _OPTIONS = (
     "timeout",
     "workspace",
 )
+#: Marks a sub-agent's task: a child loop may not repeat an ancestor's task word for word.
+SUBAGENT_PREFIX = "[sub-agent] "
+#: Seconds a cancelled sub-agent call waits for its child loop to be stopped.
+_STOP_PATIENCE = 5.0
 _UNSIGNED_INT = re.compile(r"[1-9][0-9]*")
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?")
 
@@ -107,6 +116,44 @@ def in_workspace(spec: str, directory: str | Path) -> str:
     if "," in str(path):
         raise WorkerSpecError(f"workspace {str(path)!r} contains a comma, which a spec cannot hold")
     return f"agent:{rest},workspace={path}" if rest else f"agent:workspace={path}"
+
+
+@attrs.frozen
+class _ChildLoopSubAgent:
+    """Runs a sub-agent as a one-round child loop of the round's loop and waits for it."""
+
+    #: The runtime's round context (``start_child``); typed loosely, workers may not import
+    #: the runtime.
+    context: Any
+    spec: str
+
+    async def __call__(self, task: str) -> SubAgentRun:
+        # One round (a failed round is not retried), the task alone as the prompt.
+        handle = await self.context.start_child(
+            f"|loop:1,fresh| {SUBAGENT_PREFIX}{task}", worker=self.spec
+        )
+        try:
+            state = await handle.wait()
+        except BaseException:
+            # Cancelled (a stop, a round timeout): the child must not outlive the call.
+            with trio.move_on_after(_STOP_PATIENCE, shield=True):
+                with contextlib.suppress(LoopactorsError):
+                    await handle.stop()
+            raise
+        rounds = await handle.history()
+        last = rounds[-1] if rounds else None
+        if state.phase == "complete" and last is not None and last.status == "completed":
+            return SubAgentRun(completed=True, output=last.output, tokens=state.tokens_used)
+        if last is None or last.status == "completed":
+            error = f"child loop {state.loop_id} ended {state.phase}: {state.reason}"
+        else:
+            error = f"its round in child loop {state.loop_id} {last.status}: {last.error}"
+        return SubAgentRun(
+            completed=False,
+            output=last.output if last is not None else "",
+            error=error,
+            tokens=state.tokens_used,
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -168,6 +215,30 @@ class AgentWorker(Worker):
             settings=settings, config=config, workspace=workspace, mcp_servers=tuple(servers)
         )
 
+    def subagent_spec(self) -> str | None:
+        """The worker spec of a sub-agent: this worker's model, endpoint, workspace, context
+        window, stream and timeout, with the sub-agent's iteration budget (no API key: it
+        comes from the environment). ``None`` when a value cannot be written in a spec."""
+        values = {
+            "model": self.settings.model,
+            "base_url": self.settings.base_url,
+            "workspace": str(self.workspace),
+            "max_iterations": str(SUBAGENT_MAX_ITERATIONS),
+            "stream": "true" if self.settings.stream else "false",
+            "timeout": repr(self.settings.timeout),
+        }
+        window = self.config.compaction.context_window
+        if window != CompactionConfig().context_window:
+            values["context_window"] = str(window)
+        if any("," in value for value in values.values()):
+            return None
+        spec = "agent:" + ",".join(f"{name}={value}" for name, value in values.items())
+        try:
+            type(self).from_spec(spec.partition(":")[2])
+        except WorkerSpecError:
+            return None
+        return spec
+
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
         queue = MessageQueue()
         async with (
@@ -175,9 +246,12 @@ class AgentWorker(Worker):
             open_mcp_tools(self.mcp_servers) as mcp_tools,
             trio.open_nursery() as nursery,
         ):
-            tools = ToolSet([*core_tools(), subagent_tool(model), *mcp_tools])
+            in_runtime = hasattr(context, "runtime")
+            spec = self.subagent_spec() if in_runtime else None
+            starter = _ChildLoopSubAgent(context, spec) if spec is not None else None
+            tools = ToolSet([*core_tools(), subagent_tool(model, starter=starter), *mcp_tools])
             loops = None
-            if hasattr(context, "runtime"):
+            if in_runtime:
                 loops = RoundLoops(context, nursery=nursery, queue=queue)
                 # Deferred: reached through search_tools/execute_tool, the offered list stays small.
                 for tool in loop_tools(loops):
