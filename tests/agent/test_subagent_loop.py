@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
-from loopactors.agent import SUBAGENT_MAX_ITERATIONS, Transcript
+from loopactors.agent import SUBAGENT_MAX_ITERATIONS, ModelSettings, Transcript
 from loopactors.loops import LoopState
 from loopactors.runtime import Runtime, RuntimeConfig, open_runtime
 from loopactors.workers import AgentWorker
@@ -125,3 +126,19 @@ async def test_stopping_the_parent_loop_cancels_the_sub_agent_loop(tmp_path: Pat
     assert stopped.phase == "cancelled"
     assert child.phase == "cancelled"
     assert child.spec.parent_id == parent.loop_id
+
+
+def test_the_sub_agent_spec_copies_the_parent_and_gives_up_on_a_comma(tmp_path: Path) -> None:
+    settings = ModelSettings(base_url="http://127.0.0.1:9/v1", model="m", api_key="sk-secret")
+    worker = AgentWorker(settings=settings, workspace=tmp_path)
+    spec = worker.subagent_spec()
+    assert spec == (
+        f"agent:model=m,base_url=http://127.0.0.1:9/v1,workspace={tmp_path.resolve()},"
+        f"max_iterations={SUBAGENT_MAX_ITERATIONS},stream=true,timeout=300.0"
+    )
+    odd = tmp_path / "a,b"
+    odd.mkdir()
+    # A comma cannot be written in a spec: the sub-agent then runs inline, in the tool call.
+    assert AgentWorker(settings=settings, workspace=odd).subagent_spec() is None
+    tiny = attrs.evolve(settings, timeout=1e-05)  # repr has an exponent the spec refuses
+    assert AgentWorker(settings=tiny, workspace=tmp_path).subagent_spec() is None
