@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from .agent._compaction import MicroPlan
+from .agent._transcript import Entry
 from .ledger import Attempt, Ledger
 from .loops._model import LoopSpec, LoopState, StopMode
 from .loops._rules import Prompt, Verdict
@@ -24,6 +26,7 @@ from .workers._base import RoundRequest, RoundResult
 __all__ = [
     "Admitted",
     "Advance",
+    "ApplyCompaction",
     "BuildPrompt",
     "CancelRound",
     "CheckRound",
@@ -34,6 +37,7 @@ __all__ = [
     "ForgetLedger",
     "Forward",
     "GatewayShutdown",
+    "GetCompactorStatistics",
     "GetEvents",
     "GetGatewayStatistics",
     "GetLoop",
@@ -113,6 +117,20 @@ class BuildPrompt(msgspec.Struct, gc=False, frozen=True):
     state: LoopState
     epoch: int
     ledger: Ledger | None = None
+
+
+class ApplyCompaction(msgspec.Struct, frozen=True):
+    """An agent asks the Compactor to apply a micro compaction ``plan`` to ``view`` (the
+    transcript's entries the plan was made on). The reply is the applied view (a tuple of
+    entries); the agent commits it against ``plan.revision``."""
+
+    plan: MicroPlan
+    view: tuple[Entry, ...]
+
+
+class GetCompactorStatistics(msgspec.Struct, frozen=True):
+    """The Compactor's counters since it (re)started, by name: ``prompts_built`` and
+    ``compactions_applied``."""
 
 
 class RecordAttempt(msgspec.Struct, gc=False, frozen=True):

@@ -10,12 +10,15 @@ policy), ``_llm`` and ``_wire`` (the chat-completions client and its wire format
 """
 
 from .._util import fix_public_module
+from ._compact_stage import MicroApplier as MicroApplier
+from ._compact_stage import apply_locally as apply_locally
 from ._compaction import CompactBudgetUnrecovered as CompactBudgetUnrecovered
 from ._compaction import CompactionAction as CompactionAction
 from ._compaction import CompactionConfig as CompactionConfig
 from ._compaction import CompactRetriesExhausted as CompactRetriesExhausted
 from ._compaction import Decision as Decision
 from ._compaction import MicroPlan as MicroPlan
+from ._compaction import apply_micro as apply_micro
 from ._compaction import decide as decide
 from ._compaction import plan_micro as plan_micro
 from ._core_tools import core_tools as core_tools
@@ -91,6 +94,7 @@ __all__ = [
     "MessageKind",
     "MessageQueue",
     "MessageSource",
+    "MicroApplier",
     "MicroPlan",
     "ModelSettings",
     "ModelUsage",
@@ -111,6 +115,8 @@ __all__ = [
     "Transcript",
     "TranscriptError",
     "UsageTracker",
+    "apply_locally",
+    "apply_micro",
     "approve",
     "core_tools",
     "decide",

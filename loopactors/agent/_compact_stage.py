@@ -1,6 +1,12 @@
 """The Compact stage's work: apply the planner's decision to the transcript.
 
-Micro is applied at once (no await between plan and commit). Full asks the summary model,
+Micro is planned here and applied by an :data:`MicroApplier` (the pure :func:`apply_micro`;
+inside the runtime, the Compactor actor runs it). The stage commits the applied entries'
+projections with a compare-and-swap on the revision it planned on. An applier that fails
+(an :class:`~loopactors.errors.ActorError`: the Compactor crashed or was not there) is not
+fatal: the plan is applied locally, the same pure function, and ``compaction_failed`` says
+so. A stale revision (the transcript changed meanwhile) drops the plan; the next reading
+plans again. Full asks the summary model,
 then commits with a compare-and-swap on the transcript's revision; a failed attempt (empty,
 unclosed, cut or tool-asking summary, model error) leaves history untouched and is retried up
 to ``max_full_failures`` times, then is terminal at high pressure
@@ -12,16 +18,18 @@ tool round) that leave the provider-reported usage at or above the full threshol
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
 
-from ..errors import ModelError
+from ..errors import ActorError, ModelError
 from ._compaction import (
     CompactBudgetUnrecovered,
     CompactionConfig,
     CompactRetriesExhausted,
+    MicroPlan,
+    apply_micro,
     decide,
 )
 from ._llm import ChatModel
@@ -33,10 +41,18 @@ from ._summary import (
     summary_request,
 )
 from ._tools import ToolError, inside_workspace
-from ._transcript import Transcript
+from ._transcript import Entry, StaleTranscript, Transcript, TranscriptError
 from ._usage import ContextReading, TokenTotals, UsageTracker
 
-__all__ = ["CompactStage"]
+__all__ = ["CompactStage", "MicroApplier", "apply_locally"]
+
+#: Applies a micro plan to the entries it was planned on: ``(plan, view) -> applied view``.
+MicroApplier = Callable[[MicroPlan, tuple[Entry, ...]], Awaitable[tuple[Entry, ...]]]
+
+
+async def apply_locally(plan: MicroPlan, view: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    """The default applier: :func:`apply_micro` in the agent's own task."""
+    return apply_micro(view, plan)
 
 
 @attrs.define(kw_only=True)
@@ -48,6 +64,7 @@ class CompactStage:
     summary_model: ChatModel
     workspace: Path
     emit: Callable[[str, str], None]
+    applier: MicroApplier = apply_locally
     full_failures: int = 0
     #: Successful full compactions since the last new work.
     fulls_without_work: int = 0
@@ -76,9 +93,8 @@ class CompactStage:
             )
         decision = decide(self.transcript, reading, config, full_failures=self.full_failures)
         if decision.micro is not None and decision.action in ("micro", "micro_then_full"):
-            self.transcript.apply_projections(
-                decision.micro.projections, revision=decision.micro.revision
-            )
+            if not await self._micro(decision.micro):
+                return "skip"
             self.emit(
                 "compacted",
                 f"micro: {len(decision.micro.projections)} message(s), "
@@ -88,6 +104,28 @@ class CompactStage:
         if decision.action in ("full", "micro_then_full"):
             await self._full(over)
         return decision.action
+
+    async def _micro(self, plan: MicroPlan) -> bool:
+        """Apply ``plan`` through the applier and commit it; False when it went stale."""
+        view = tuple(self.transcript.entries)
+        try:
+            applied = await self.applier(plan, view)
+        except ActorError as exc:
+            self.emit("compaction_failed", f"micro: the applier failed ({exc}); applied locally")
+            applied = apply_micro(view, plan)
+        if len(applied) != len(view):
+            raise TranscriptError(f"the applier returned {len(applied)} of {len(view)} entries")
+        projections = {
+            index: projection
+            for index, entry in enumerate(applied)
+            if (projection := entry.projection) is not None and projection != view[index].projection
+        }
+        try:
+            self.transcript.apply_projections(projections, revision=plan.revision)
+        except StaleTranscript as exc:
+            self.emit("compaction_failed", f"micro: {exc}; planning again at the next reading")
+            return False
+        return True
 
     async def _full(self, over: bool) -> None:
         while True:

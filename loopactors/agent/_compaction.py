@@ -23,6 +23,10 @@ and result both; otherwise top-level string fields of a call's JSON-object argum
 than ``field_threshold`` (500) chars are cut to head 350 + tail 100 with a note (the JSON stays
 an object with the same keys), and successful results longer than that are cut the same way.
 Error results are kept whole (they carry the diagnostics). Already truncated entries are skipped.
+
+Applying a micro plan (:func:`apply_micro`) is pure too: plan and entries in, projected entries
+out. Inside the runtime the Compactor actor runs it; the agent commits the result against the
+revision it planned on.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Literal
 import msgspec
 
 from ..errors import AgentError
-from ._transcript import Entry, Projection, Transcript
+from ._transcript import Entry, Projection, Transcript, TranscriptError
 from ._usage import CHARS_PER_TOKEN, ContextReading
 
 __all__ = [
@@ -44,6 +48,7 @@ __all__ = [
     "CompactionConfig",
     "Decision",
     "MicroPlan",
+    "apply_micro",
     "cut_middle",
     "decide",
     "plan_micro",
@@ -190,6 +195,24 @@ def plan_micro(transcript: Transcript, config: CompactionConfig) -> MicroPlan:
         projections=projections,
         estimated_tokens_saved=saved_chars // CHARS_PER_TOKEN,
     )
+
+
+def apply_micro(view: Sequence[Entry], plan: MicroPlan) -> tuple[Entry, ...]:
+    """``view`` (the entries the plan was made on) with the plan applied: the planned entries
+    come back as new entries, truncated and carrying their projection; ``view`` is unchanged.
+
+    Raises:
+        TranscriptError: an index is outside ``view`` or names an ancestor or excluded entry.
+    """
+    applied = list(view)
+    for index, projection in plan.projections.items():
+        if not 0 <= index < len(view):
+            raise TranscriptError(f"entry {index} is not in a view of {len(view)} entries")
+        entry = view[index]
+        if entry.ancestor or entry.excluded:
+            raise TranscriptError(f"entry {index} is ancestor or excluded: cannot truncate")
+        applied[index] = msgspec.structs.replace(entry, truncated=True, projection=projection)
+    return tuple(applied)
 
 
 def decide(

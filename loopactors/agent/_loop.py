@@ -25,7 +25,7 @@ import msgspec
 import trio
 
 from ..errors import AgentError
-from ._compact_stage import CompactStage
+from ._compact_stage import CompactStage, MicroApplier, apply_locally
 from ._compaction import CompactionConfig
 from ._dispatch import run_tool_round
 from ._hooks import AgentHooks, HookError
@@ -123,6 +123,7 @@ class _Run:
     hooks: Sequence[AgentHooks]
     background: Callable[[], bool] | None
     on_event: Callable[[AgentEvent], None] | None
+    applier: MicroApplier = apply_locally
     usage: UsageTracker = attrs.field(factory=UsageTracker)
     totals: TokenTotals = attrs.field(factory=TokenTotals)
     events: list[AgentEvent] = attrs.field(factory=list)
@@ -143,6 +144,7 @@ class _Run:
             summary_model=self.summary_model,
             workspace=self.context.workspace,
             emit=self.emit,
+            applier=self.applier,
         )
 
     def emit(self, kind: str, detail: str = "") -> None:
@@ -348,6 +350,7 @@ async def run_agent(
     background: Callable[[], bool] | None = None,
     on_event: Callable[[AgentEvent], None] | None = None,
     env: Mapping[str, str] | None = None,
+    applier: MicroApplier | None = None,
 ) -> AgentResult:
     """Run the agent until Receive ends it; see the module docstring.
 
@@ -355,7 +358,8 @@ async def run_agent(
     own ``transcript`` to keep it even if the run is cancelled (it is consistent whenever the
     run stops). Errors that end the run (model errors after retries, a failing hook whose
     policy is to fail, the iteration budget, compaction that cannot recover) come back as a
-    ``failed`` result; cancellation propagates.
+    ``failed`` result; cancellation propagates. ``applier`` applies micro compaction plans
+    (default: in this task; the agent worker passes one that asks the runtime's Compactor).
     """
     config = config or AgentConfig()
     transcript = transcript if transcript is not None else Transcript()
@@ -379,6 +383,7 @@ async def run_agent(
         hooks=hooks,
         background=background,
         on_event=on_event,
+        applier=applier or apply_locally,
     )
     error: str | None = None
     try:

@@ -16,7 +16,8 @@ import msgspec
 import trio
 
 from ..actors import Actor, ErrorReply, PendingReply
-from ..errors import ActorError, StoreError
+from ..agent import apply_micro
+from ..errors import ActorError, AgentError, StoreError
 from ..ledger import (
     Attempt,
     BreakerConfig,
@@ -27,12 +28,14 @@ from ..ledger import (
 from ..loops._model import LoopState, RoundRecord
 from ..loops._rules import Verdict, build_prompt, check_before_round
 from ..messages import (
+    ApplyCompaction,
     BuildPrompt,
     CheckRound,
     Commit,
     Escalate,
     ForgetLedger,
     Forward,
+    GetCompactorStatistics,
     GetEvents,
     GetLoop,
     GetRounds,
@@ -235,13 +238,33 @@ class Breaker(Actor[Any]):
 
 
 class Compactor(Actor[Any]):
-    """Builds each round's prompt (inherit seed or fresh) and hands it to the loop's runner."""
+    """Builds each round's prompt (inherit seed or fresh) and hands it to the loop's runner,
+    and applies agents' micro compaction plans (:class:`ApplyCompaction`, the pure
+    :func:`~loopactors.agent.apply_micro`; the agent commits the result)."""
 
     mailbox_size = 16_384
 
+    def __init__(self) -> None:
+        self.prompts_built = 0
+        self.compactions_applied = 0
+
     async def handle(self, message: Any) -> Any:
-        if type(message) is not BuildPrompt:
-            return ErrorReply(TypeError(f"the compactor does not accept {type(message).__name__}"))
+        kind = type(message)
+        if kind is ApplyCompaction:
+            try:
+                applied = apply_micro(message.view, message.plan)
+            except AgentError as exc:  # a plan that does not fit its view: the caller's error
+                return ErrorReply(exc)
+            self.compactions_applied += 1
+            return applied
+        if kind is GetCompactorStatistics:
+            return {
+                "prompts_built": self.prompts_built,
+                "compactions_applied": self.compactions_applied,
+            }
+        if kind is not BuildPrompt:
+            return ErrorReply(TypeError(f"the compactor does not accept {kind.__name__}"))
+        self.prompts_built += 1
         state = message.state
         prompt = build_prompt(state)
         if message.ledger is not None and message.ledger.attempts:

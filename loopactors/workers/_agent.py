@@ -31,8 +31,11 @@ from ..agent import (
     AgentConfig,
     ChatClient,
     CompactionConfig,
+    Entry,
     McpServer,
     MessageQueue,
+    MicroApplier,
+    MicroPlan,
     ModelSettings,
     SubAgentRun,
     ToolSet,
@@ -156,6 +159,27 @@ class _ChildLoopSubAgent:
         )
 
 
+#: How long an agent waits for the Compactor to apply a plan before applying it itself.
+COMPACTOR_TIMEOUT = 30.0
+
+
+def compactor_applier(node: Any) -> MicroApplier:
+    """An applier that has the runtime's Compactor actor (on ``node``) apply a micro plan.
+    Its failures are :class:`~loopactors.errors.ActorError` (the agent then applies the
+    plan itself)."""
+    from ..messages import ApplyCompaction  # noqa: PLC0415 - messages imports workers
+
+    compactor = node.ref("compactor")
+
+    async def apply(plan: MicroPlan, view: tuple[Entry, ...]) -> tuple[Entry, ...]:
+        applied: tuple[Entry, ...] = await compactor.call(
+            ApplyCompaction(plan, view), timeout=COMPACTOR_TIMEOUT
+        )
+        return applied
+
+    return apply
+
+
 @attrs.frozen(kw_only=True)
 class AgentWorker(Worker):
     """Runs the agent loop once per round, in ``workspace`` with the core tools."""
@@ -251,8 +275,10 @@ class AgentWorker(Worker):
             starter = _ChildLoopSubAgent(context, spec) if spec is not None else None
             tools = ToolSet([*core_tools(), subagent_tool(model, starter=starter), *mcp_tools])
             loops = None
+            applier = None
             if in_runtime:
                 loops = RoundLoops(context, nursery=nursery, queue=queue)
+                applier = compactor_applier(loops.context.runtime.node)
                 # Deferred: reached through search_tools/execute_tool, the offered list stays small.
                 for tool in loop_tools(loops):
                     tools.add(attrs.evolve(tool, deferred=True))
@@ -265,6 +291,7 @@ class AgentWorker(Worker):
                 queue=queue,
                 background=loops.pending if loops is not None else None,
                 env=request.env,
+                applier=applier,
             )
             nursery.cancel_scope.cancel()
         output = result.output
