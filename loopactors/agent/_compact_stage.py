@@ -1,19 +1,19 @@
 """The Compact stage's work: apply the planner's decision to the transcript.
 
-Micro is planned here and applied by an :data:`MicroApplier` (the pure :func:`apply_micro`;
+Micro is planned here and applied by a :data:`MicroApplier` (the pure :func:`apply_micro`;
 inside the runtime, the Compactor actor runs it). The stage commits the applied entries'
 projections with a compare-and-swap on the revision it planned on. An applier that fails
-(an :class:`~loopactors.errors.ActorError`: the Compactor crashed or was not there) is not
-fatal: the plan is applied locally, the same pure function, and ``compaction_failed`` says
-so. A stale revision (the transcript changed meanwhile) drops the plan; the next reading
-plans again. Full asks the summary model,
-then commits with a compare-and-swap on the transcript's revision; a failed attempt (empty,
-unclosed, cut or tool-asking summary, model error) leaves history untouched and is retried up
-to ``max_full_failures`` times, then is terminal at high pressure
-(:class:`CompactRetriesExhausted`). The failure counter is this stage's own (never shared with
-tool failures). Two successful full compactions in a row without new work (a user prompt or a
-tool round) that leave the provider-reported usage at or above the full threshold end the run
-(:class:`CompactBudgetUnrecovered`): compacting again could not help.
+(the Compactor crashed, was restarting, or refused) is not fatal: the plan is applied locally,
+the same pure function, and ``compaction_failed`` says so. A stale revision (the transcript
+changed meanwhile) drops the plan; the next reading plans again.
+
+Full asks the summary model, then commits with a compare-and-swap on the transcript's
+revision; a failed attempt (empty, unclosed, cut or tool-asking summary, model error) leaves
+history untouched and is retried up to ``max_full_failures`` times, then is terminal at high
+pressure (:class:`CompactRetriesExhausted`). The failure counter is this stage's own (never
+shared with tool failures). Two successful full compactions in a row without new work (a user
+prompt or a tool round) that leave the provider-reported usage at or above the full threshold
+end the run (:class:`CompactBudgetUnrecovered`): compacting again could not help.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import attrs
 
-from ..errors import ActorError, ModelError
+from ..errors import ModelError
 from ._compaction import (
     CompactBudgetUnrecovered,
     CompactionConfig,
@@ -110,9 +110,12 @@ class CompactStage:
         view = tuple(self.transcript.entries)
         try:
             applied = await self.applier(plan, view)
-        except ActorError as exc:
-            self.emit("compaction_failed", f"micro: the applier failed ({exc}); applied locally")
-            applied = apply_micro(view, plan)
+        except Exception as exc:  # the applier may be an actor elsewhere: never fatal here
+            self.emit(
+                "compaction_failed",
+                f"micro: the applier failed ({type(exc).__name__}: {exc}); applied locally",
+            )
+            applied = apply_micro(view, plan)  # a bad plan raises here as it would have
         if len(applied) != len(view):
             raise TranscriptError(f"the applier returned {len(applied)} of {len(view)} entries")
         projections = {

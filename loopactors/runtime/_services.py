@@ -17,7 +17,7 @@ import trio
 
 from ..actors import Actor, ErrorReply, PendingReply
 from ..agent import apply_micro
-from ..errors import ActorError, AgentError, StoreError
+from ..errors import ActorError, StoreError
 from ..ledger import (
     Attempt,
     BreakerConfig,
@@ -253,7 +253,9 @@ class Compactor(Actor[Any]):
         if kind is ApplyCompaction:
             try:
                 applied = apply_micro(message.view, message.plan)
-            except AgentError as exc:  # a plan that does not fit its view: the caller's error
+            except Exception as exc:
+                # Refused, never a crash: a crash here restarts (rest_for_one) the dispatcher
+                # and every round in flight. The agent then applies the plan itself.
                 return ErrorReply(exc)
             self.compactions_applied += 1
             return applied

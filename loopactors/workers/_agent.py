@@ -165,8 +165,8 @@ COMPACTOR_TIMEOUT = 30.0
 
 def compactor_applier(node: Any) -> MicroApplier:
     """An applier that has the runtime's Compactor actor (on ``node``) apply a micro plan.
-    Its failures are :class:`~loopactors.errors.ActorError` (the agent then applies the
-    plan itself)."""
+    When the call fails (the Compactor refused, crashed or is restarting) the agent applies
+    the plan itself."""
     from ..messages import ApplyCompaction  # noqa: PLC0415 - messages imports workers
 
     compactor = node.ref("compactor")

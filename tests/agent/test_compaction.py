@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from loopactors.agent import (
     CompactionConfig,
     CompactRetriesExhausted,
     ContextReading,
+    Entry,
     Message,
+    MicroPlan,
     ModelUsage,
+    Projection,
     ToolCall,
     Transcript,
+    TranscriptError,
     UsageTracker,
+    apply_micro,
     decide,
     plan_micro,
 )
@@ -238,3 +244,37 @@ def test_summary_request_and_injection() -> None:
     assert first.index("the summary") < first.index(CONTINUATION_HINT)
     assert "A" * 20 + "\n" in injected[1].content
     assert "A" * 21 not in injected[1].content
+
+
+def test_apply_micro_equals_the_transcripts_own_commit_and_leaves_its_input_alone() -> None:
+    transcript = Transcript()
+    for n in range(5):
+        add_turn(transcript, n)
+    plan = plan_micro(transcript, CompactionConfig())
+    assert plan.projections
+    view = tuple(transcript.entries)
+    before = msgspec.to_builtins(view)
+    applied = apply_micro(view, plan)
+    assert msgspec.to_builtins(view) == before  # the input is data, never changed
+    # Round-tripped as plain data, as across a wire: the same result.
+    wire = msgspec.convert(msgspec.to_builtins(view), tuple[Entry, ...])
+    assert apply_micro(wire, plan) == applied
+    transcript.apply_projections(plan.projections, revision=plan.revision)
+    assert list(applied) == list(transcript.entries)
+    assert [i for i, e in enumerate(applied) if e.truncated] == sorted(plan.projections)
+
+
+def test_apply_micro_refuses_a_plan_that_does_not_fit_its_view() -> None:
+    transcript = Transcript([Message(role="user", content="inherited")])
+    add_turn(transcript, 0)
+    view = tuple(transcript.entries)
+    outside = MicroPlan(
+        revision=0, projections={9: Projection(content="x")}, estimated_tokens_saved=0
+    )
+    with pytest.raises(TranscriptError, match="entry 9 is not in a view of 5 entries"):
+        apply_micro(view, outside)
+    ancestor = MicroPlan(
+        revision=0, projections={0: Projection(content="x")}, estimated_tokens_saved=0
+    )
+    with pytest.raises(TranscriptError, match="ancestor or excluded"):
+        apply_micro(view, ancestor)
