@@ -24,8 +24,7 @@ from loopactors.agent import (
     run_agent,
 )
 from loopactors.messages import ApplyCompaction, GetCompactorStatistics
-from loopactors.runtime import RuntimeConfig, open_runtime
-from loopactors.runtime import _services
+from loopactors.runtime import RuntimeConfig, _services, open_runtime
 from loopactors.runtime._services import Compactor
 from loopactors.workers import AgentWorker, RoundContext, RoundRequest, RoundResult
 from loopactors.workers._agent import compactor_applier
