@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .agent._compaction import MicroPlan
+from .agent._compaction import FullPlan, MicroPlan
 from .agent._transcript import Entry
 from .ledger import Attempt, Ledger
 from .loops._model import LoopSpec, LoopState, StopMode
@@ -120,11 +120,12 @@ class BuildPrompt(msgspec.Struct, gc=False, frozen=True):
 
 
 class ApplyCompaction(msgspec.Struct, frozen=True):
-    """An agent asks the Compactor to apply a micro compaction ``plan`` to ``view`` (the
-    transcript's entries the plan was made on). The reply is the applied view (a tuple of
-    entries); the agent commits it against ``plan.revision``."""
+    """An agent asks the Compactor to apply a compaction ``plan`` (micro, or full with its
+    summary already written) to ``view`` (the transcript's entries the plan was made on).
+    The reply is the applied view (a tuple of entries); the agent commits it against
+    ``plan.revision``."""
 
-    plan: MicroPlan
+    plan: MicroPlan | FullPlan
     view: tuple[Entry, ...]
 
 

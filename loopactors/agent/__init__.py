@@ -17,8 +17,11 @@ from ._compaction import CompactionAction as CompactionAction
 from ._compaction import CompactionConfig as CompactionConfig
 from ._compaction import CompactRetriesExhausted as CompactRetriesExhausted
 from ._compaction import Decision as Decision
+from ._compaction import FullPlan as FullPlan
 from ._compaction import MicroPlan as MicroPlan
+from ._compaction import apply_full as apply_full
 from ._compaction import apply_micro as apply_micro
+from ._compaction import apply_plan as apply_plan
 from ._compaction import decide as decide
 from ._compaction import plan_micro as plan_micro
 from ._core_tools import core_tools as core_tools
@@ -86,6 +89,7 @@ __all__ = [
     "ContextReading",
     "Decision",
     "Entry",
+    "FullPlan",
     "HookError",
     "LoopControl",
     "MaxIterationsExceeded",
@@ -115,8 +119,10 @@ __all__ = [
     "Transcript",
     "TranscriptError",
     "UsageTracker",
+    "apply_full",
     "apply_locally",
     "apply_micro",
+    "apply_plan",
     "approve",
     "core_tools",
     "decide",

@@ -28,8 +28,11 @@ from ._compaction import (
     CompactBudgetUnrecovered,
     CompactionConfig,
     CompactRetriesExhausted,
+    FullPlan,
     MicroPlan,
+    apply_full,
     apply_micro,
+    apply_plan,
     decide,
 )
 from ._llm import ChatModel
@@ -46,13 +49,14 @@ from ._usage import ContextReading, TokenTotals, UsageTracker
 
 __all__ = ["CompactStage", "MicroApplier", "apply_locally"]
 
-#: Applies a micro plan to the entries it was planned on: ``(plan, view) -> applied view``.
-MicroApplier = Callable[[MicroPlan, tuple[Entry, ...]], Awaitable[tuple[Entry, ...]]]
+#: Applies a micro or full plan to the entries it was planned on: ``(plan, view) -> applied
+#: view``. Inside the runtime it is the Compactor actor; here, by default, the agent itself.
+MicroApplier = Callable[[MicroPlan | FullPlan, tuple[Entry, ...]], Awaitable[tuple[Entry, ...]]]
 
 
-async def apply_locally(plan: MicroPlan, view: tuple[Entry, ...]) -> tuple[Entry, ...]:
-    """The default applier: :func:`apply_micro` in the agent's own task."""
-    return apply_micro(view, plan)
+async def apply_locally(plan: MicroPlan | FullPlan, view: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    """The default applier: :func:`apply_plan` in the agent's own task."""
+    return apply_plan(view, plan)
 
 
 @attrs.define(kw_only=True)
@@ -161,7 +165,17 @@ class CompactStage:
         summary = parse_summary(reply.content)
         paths = recently_read_paths(self.transcript.entries)
         injected = injected_messages(summary, paths, self._read, config)
-        excluded = self.transcript.commit_full(injected, revision=revision)
+        plan = FullPlan(revision=revision, injected=tuple(injected))
+        view = tuple(self.transcript.entries)
+        try:
+            applied = await self.applier(plan, view)
+        except Exception as exc:  # the applier may be an actor elsewhere: never fatal here
+            self.emit(
+                "compaction_failed",
+                f"full: the applier failed ({type(exc).__name__}: {exc}); applied locally",
+            )
+            applied = apply_full(view, plan)
+        excluded = self.transcript.commit_view(applied, revision=revision)
         self.usage.reset()
         self.emit(
             "compacted",

@@ -38,7 +38,14 @@ from typing import Literal
 import msgspec
 
 from ..errors import AgentError
-from ._transcript import Entry, Projection, Transcript, TranscriptError
+from ._transcript import (
+    Entry,
+    Message,
+    Projection,
+    Transcript,
+    TranscriptError,
+    excluded_view,
+)
 from ._usage import CHARS_PER_TOKEN, ContextReading
 
 __all__ = [
@@ -108,6 +115,14 @@ class MicroPlan(msgspec.Struct, frozen=True, kw_only=True):
     projections: dict[int, Projection]
     #: An estimate (chars / 4 of what the projections remove), never a provider number.
     estimated_tokens_saved: int
+
+
+class FullPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """A full compaction, planned at ``revision``: the summary and re-read files to inject
+    (user messages) after every own, non-system message is excluded."""
+
+    revision: int
+    injected: tuple[Message, ...]
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -213,6 +228,16 @@ def apply_micro(view: Sequence[Entry], plan: MicroPlan) -> tuple[Entry, ...]:
             raise TranscriptError(f"entry {index} is ancestor or excluded: cannot truncate")
         applied[index] = msgspec.structs.replace(entry, truncated=True, projection=projection)
     return tuple(applied)
+
+
+def apply_full(view: Sequence[Entry], plan: FullPlan) -> tuple[Entry, ...]:
+    """``view`` with the full compaction ``plan`` applied (see :func:`excluded_view`)."""
+    return excluded_view(view, plan.injected)
+
+
+def apply_plan(view: Sequence[Entry], plan: MicroPlan | FullPlan) -> tuple[Entry, ...]:
+    """Either kind of plan applied to ``view``; pure."""
+    return apply_micro(view, plan) if isinstance(plan, MicroPlan) else apply_full(view, plan)
 
 
 def decide(

@@ -78,6 +78,25 @@ class Entry(msgspec.Struct, kw_only=True, omit_defaults=True):
     projection: Projection | None = None
 
 
+def excluded_view(view: Sequence[Entry], injected: Sequence[Message]) -> tuple[Entry, ...]:
+    """Full compaction applied to ``view``: every own, non-system entry excluded, then the
+    ``injected`` user messages appended; ``view`` itself is unchanged. Pure.
+
+    Raises:
+        TranscriptError: an injected message is not a user message.
+    """
+    for message in injected:
+        if message.role != "user":
+            raise TranscriptError("full compaction injects user messages only")
+    kept = tuple(
+        entry
+        if entry.ancestor or entry.excluded or entry.message.role == "system"
+        else msgspec.structs.replace(entry, excluded=True)
+        for entry in view
+    )
+    return kept + tuple(Entry(message=message) for message in injected)
+
+
 def _render(entry: Entry) -> Message:
     message, projection = entry.message, entry.projection
     if projection is None:
@@ -170,16 +189,29 @@ class Transcript:
         Raises:
             StaleTranscript: the transcript changed since ``revision``.
         """
+        return self.commit_view(excluded_view(self._entries, injected), revision=revision)
+
+    def commit_view(self, applied: Sequence[Entry], *, revision: int) -> int:
+        """Commit a full compaction applied elsewhere (see :func:`excluded_view`): ``applied``
+        is this transcript's entries, some now excluded, then the injected ones. Returns how
+        many entries it excluded.
+
+        Raises:
+            StaleTranscript: the transcript changed since ``revision``.
+            TranscriptError: ``applied`` is not this transcript's entries plus new ones.
+        """
         self._check_revision(revision)
-        for message in injected:
-            if message.role != "user":
-                raise TranscriptError("full compaction injects user messages only")
+        known = len(self._entries)
+        if len(applied) < known or any(
+            new.message != old.message for new, old in zip(applied, self._entries, strict=False)
+        ):
+            raise TranscriptError("the applied view does not extend this transcript's entries")
         count = 0
-        for entry in self._entries:
-            if not (entry.ancestor or entry.excluded or entry.message.role == "system"):
+        for entry, new in zip(self._entries, applied, strict=False):
+            if new.excluded and not entry.excluded:
                 entry.excluded = True
                 count += 1
-        self._entries.extend(Entry(message=message) for message in injected)
+        self._entries.extend(Entry(message=new.message) for new in applied[known:])
         self.revision += 1
         return count
 

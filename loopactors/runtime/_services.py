@@ -16,7 +16,7 @@ import msgspec
 import trio
 
 from ..actors import Actor, ErrorReply, PendingReply
-from ..agent import apply_micro
+from ..agent import apply_plan
 from ..errors import ActorError, StoreError
 from ..ledger import (
     Attempt,
@@ -239,8 +239,8 @@ class Breaker(Actor[Any]):
 
 class Compactor(Actor[Any]):
     """Builds each round's prompt (inherit seed or fresh) and hands it to the loop's runner,
-    and applies agents' micro compaction plans (:class:`ApplyCompaction`, the pure
-    :func:`~loopactors.agent.apply_micro`; the agent commits the result)."""
+    and applies agents' compaction plans, micro and full (:class:`ApplyCompaction`, the pure
+    :func:`~loopactors.agent.apply_plan`; the agent commits the result)."""
 
     mailbox_size = 16_384
 
@@ -252,7 +252,7 @@ class Compactor(Actor[Any]):
         kind = type(message)
         if kind is ApplyCompaction:
             try:
-                applied = apply_micro(message.view, message.plan)
+                applied = apply_plan(message.view, message.plan)
             except Exception as exc:
                 # Refused, never a crash: a crash here restarts (rest_for_one) the dispatcher
                 # and every round in flight. The agent then applies the plan itself.

@@ -32,6 +32,7 @@ from ..agent import (
     ChatClient,
     CompactionConfig,
     Entry,
+    FullPlan,
     McpServer,
     MessageQueue,
     MicroApplier,
@@ -164,14 +165,14 @@ COMPACTOR_TIMEOUT = 30.0
 
 
 def compactor_applier(node: Any) -> MicroApplier:
-    """An applier that has the runtime's Compactor actor (on ``node``) apply a micro plan.
-    When the call fails (the Compactor refused, crashed or is restarting) the agent applies
-    the plan itself."""
+    """An applier that has the runtime's Compactor actor (on ``node``) apply a compaction
+    plan (micro or full). When the call fails (the Compactor refused, crashed or is
+    restarting) the agent applies the plan itself."""
     from ..messages import ApplyCompaction  # noqa: PLC0415 - messages imports workers
 
     compactor = node.ref("compactor")
 
-    async def apply(plan: MicroPlan, view: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    async def apply(plan: MicroPlan | FullPlan, view: tuple[Entry, ...]) -> tuple[Entry, ...]:
         applied: tuple[Entry, ...] = await compactor.call(
             ApplyCompaction(plan, view), timeout=COMPACTOR_TIMEOUT
         )

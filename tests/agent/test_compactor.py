@@ -101,7 +101,7 @@ async def test_an_apply_that_fails_in_the_compactor_is_refused_and_done_by_the_a
     def broken(*args: object) -> object:
         raise RuntimeError("apply bug")
 
-    monkeypatch.setattr(_services, "apply_micro", broken)
+    monkeypatch.setattr(_services, "apply_plan", broken)
     transcript, statistics = await runtime_round(tmp_path)
     # Not crashed (a crash would restart the dispatcher and its rounds): same incarnation.
     assert statistics == {"prompts_built": 1, "compactions_applied": 0}

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from loopactors.agent import (
     AgentConfig,
     AgentResult,
     ChatClient,
     CompactionConfig,
+    FullPlan,
     Message,
     ModelSettings,
     ToolCall,
     ToolSet,
     Transcript,
+    apply_plan,
     core_tools,
     run_agent,
 )
@@ -42,7 +45,9 @@ def earlier_work(workspace: Path) -> Transcript:
     return transcript
 
 
-async def run(server: ChatServer, workspace: Path, transcript: Transcript) -> AgentResult:
+async def run(
+    server: ChatServer, workspace: Path, transcript: Transcript, **options: Any
+) -> AgentResult:
     settings = ModelSettings(base_url=server.base_url, model="m", backoff=0.01)
     async with ChatClient(settings) as model:
         return await run_agent(
@@ -52,6 +57,7 @@ async def run(server: ChatServer, workspace: Path, transcript: Transcript) -> Ag
             config=CONFIG,
             transcript=transcript,
             workspace=workspace,
+            **options,
         )
 
 
@@ -117,6 +123,31 @@ async def test_full_compaction_at_the_full_threshold(tmp_path: Path) -> None:
     excluded = [e for e in transcript.entries if e.excluded]
     assert len(excluded) == 4 * 4 + 3  # the old turns, the new prompt and its tool round
     assert excluded[0].message.content == "turn 0"
+
+
+async def test_a_full_compaction_is_applied_by_the_applier(tmp_path: Path) -> None:
+    """The plan (summary and files to inject) goes to the applier (the Compactor actor in a
+    runtime); the agent commits what it returns. The same result as applied in the agent."""
+    replies = [
+        completion(calls=[("g", "glob", {"pattern": "*.md"})], prompt_tokens=9600),
+        completion("<analysis>thinking</analysis><summary>Read f0-f3; now globbing.</summary>"),
+        completion("finished after compaction"),
+    ]
+    plans: list[Any] = []
+
+    async def counting(plan: Any, view: tuple[Any, ...]) -> tuple[Any, ...]:
+        plans.append(plan)
+        return apply_plan(view, plan)
+
+    applied = earlier_work(tmp_path)
+    with ChatServer(replies) as server:
+        assert (await run(server, tmp_path, applied, applier=counting)).status == "completed"
+    local = earlier_work(tmp_path)
+    with ChatServer(replies) as server:
+        assert (await run(server, tmp_path, local)).status == "completed"
+    assert isinstance(plans[-1], FullPlan)  # after a micro plan, when micro could not do it
+    assert len(plans[-1].injected) == 5  # the summary and four re-read files
+    assert applied.to_builtins() == local.to_builtins()
 
 
 async def test_full_compaction_failing_at_high_pressure_is_terminal(tmp_path: Path) -> None:

@@ -144,3 +144,28 @@ def test_full_commit_excludes_own_non_system_only_and_round_trips() -> None:
     copy = Transcript.from_builtins(transcript.to_builtins())
     assert copy.model_view() == transcript.model_view()
     assert [e.excluded for e in copy.entries] == [e.excluded for e in transcript.entries]
+
+
+def test_a_full_compaction_applied_elsewhere_commits_like_one_applied_here() -> None:
+    from loopactors.agent._transcript import excluded_view
+
+    def sample() -> Transcript:
+        transcript = Transcript()
+        transcript.append(Message(role="system", content="rules"))
+        transcript.append(Message(role="user", content="task"))
+        transcript.append(Message(role="assistant", content="done"))
+        return transcript
+
+    here, there = sample(), sample()
+    summary = [Message(role="user", content="summary")]
+    view = excluded_view(there.entries, summary)
+    assert [e.excluded for e in there.entries] == [False, False, False]  # pure
+    assert there.commit_view(view, revision=there.revision) == here.commit_full(
+        summary, revision=here.revision
+    )
+    assert there.to_builtins() == here.to_builtins()
+    other = sample()
+    with pytest.raises(TranscriptError, match="does not extend"):
+        other.commit_view(view[1:], revision=other.revision)
+    with pytest.raises(StaleTranscript):
+        other.commit_view(view, revision=other.revision - 1)
