@@ -21,7 +21,7 @@ import trio
 
 from ..actors import Actor, ErrorReply, Node
 from ..messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
-from ..transport import InProcessTransport, RoundTransport
+from ..transport import InProcessTransport, RemoteTransport, RoundTransport
 from ..workers import RoundContext, RoundRequest, RoundResult, Worker
 from ._delivery import deliver, runner_name
 
@@ -45,7 +45,8 @@ class Dispatcher(Actor[Any]):
         transport: Callable[[], RoundTransport] = InProcessTransport,
     ) -> None:
         self._transport = transport()
-        self._remote = self._transport.remote
+        made = self._transport
+        self._remote = made if isinstance(made, RemoteTransport) else None
         self._limit = Slots(max_concurrent)
         self._kind_limits = {kind: Slots(n) for kind, n in max_per_kind.items()}
         self._kill_grace = kill_grace
@@ -71,7 +72,7 @@ class Dispatcher(Actor[Any]):
             scope = trio.CancelScope()
             self._running[key] = scope
             self.rounds_started += 1
-            run = self._run_remote if self._remote else self._run
+            run = self._run_remote if self._remote is not None else self._run
             self.nursery.start_soon(run, message, scope, name=f"round {key}")
             return None
         if kind is WhereIsRound:
@@ -83,8 +84,8 @@ class Dispatcher(Actor[Any]):
             return RoundWhere(running_for=trio.current_time() - started)
         if kind is CancelRound:
             running = self._running.get(message.key)
-            if self._remote:
-                self._transport.cancel(message.key)
+            if self._remote is not None:
+                self._remote.cancel(message.key)
             if running is not None:
                 self._stopping.add(message.key)
                 running.cancel()
@@ -184,7 +185,8 @@ class Dispatcher(Actor[Any]):
         started = time.monotonic()
         try:
             with scope:
-                result = await self._transport.run_remote(request, dispatch.timeout)
+                assert self._remote is not None  # only remote rounds come here
+                result = await self._remote.run_remote(request, dispatch.timeout)
         except Exception as exc:  # a transport bug must not crash the Dispatcher
             result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
         finally:

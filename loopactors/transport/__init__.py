@@ -13,6 +13,7 @@ import importlib
 
 from .._util import fix_public_module
 from ._base import InProcessTransport as InProcessTransport
+from ._base import RemoteTransport as RemoteTransport
 from ._base import RoundTransport as RoundTransport
 from ._local import LocalRedis as LocalRedis
 from ._local import local_redis as local_redis
@@ -32,6 +33,7 @@ __all__ = [
     "InProcessTransport",
     "LocalRedis",
     "RedisTransport",
+    "RemoteTransport",
     "RoundTransport",
     "WorkerSettings",
     "check_transport",

@@ -15,7 +15,7 @@ import trio
 
 from ..workers import RoundRequest, RoundResult, Worker, parse_worker
 
-__all__ = ["InProcessTransport", "RoundTransport"]
+__all__ = ["InProcessTransport", "RemoteTransport", "RoundTransport"]
 
 
 class RoundTransport(abc.ABC):
@@ -30,12 +30,20 @@ class RoundTransport(abc.ABC):
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Background work for the Dispatcher's lifetime (started in its nursery)."""
 
+
+class RemoteTransport(RoundTransport):
+    """Rounds run in other processes: the Dispatcher hands each over and waits for its result
+    (in process, a round's cancel scope is all a stop needs; here it must reach the round)."""
+
+    remote = True
+
+    @abc.abstractmethod
     async def run_remote(self, request: RoundRequest, timeout: float) -> RoundResult:
         """Run the round elsewhere and return its result; cancelling the caller abandons it
         (call :meth:`cancel` to stop it there)."""
-        raise NotImplementedError(f"{type(self).__name__} runs rounds in process")
 
-    def cancel(self, key: str) -> None:  # noqa: B027 - in process, the cancel scope is enough
+    @abc.abstractmethod
+    def cancel(self, key: str) -> None:
         """Stop the round with this idempotency key wherever it runs."""
 
 

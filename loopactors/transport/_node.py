@@ -25,7 +25,7 @@ from coredis.tokens import PureToken
 
 from ..workers import RoundRequest, RoundResult
 from ._backoff import Backoff
-from ._base import RoundTransport
+from ._base import RemoteTransport
 from ._redis import NO_GROUP, RETRIED, create_group, open_redis, retry
 from ._url import redact_url
 from ._wire import (
@@ -35,7 +35,6 @@ from ._wire import (
     RESULTS_STREAM,
     RoundOrder,
     StopOrder,
-    WireRequest,
     cancelled_key,
     decode_report,
     encode,
@@ -65,10 +64,8 @@ class _Waiter:
         self.done = trio.Event()
 
 
-class RedisTransport(RoundTransport):
+class RedisTransport(RemoteTransport):
     """Rounds run on worker processes that share a Redis with the node."""
-
-    remote = True
 
     def __init__(self, url: str, *, consumer: str = "node") -> None:
         self.url = url
@@ -105,7 +102,7 @@ class RedisTransport(RoundTransport):
         # One wait per key: the Dispatcher runs a key once at a time.
         waiter = self._waiting[key] = _Waiter(
             stream,
-            RoundOrder(request=WireRequest.of(request), timeout=timeout, published_at=time.time()),
+            RoundOrder(request=request, timeout=timeout, published_at=time.time()),
         )
         try:
             await self._connected.wait()
@@ -201,7 +198,7 @@ class RedisTransport(RoundTransport):
         if waiter is None:
             self.reports_dropped += 1  # nobody waits for it any more: drop it safely
             return
-        waiter.result = report.result.to_result()
+        waiter.result = report.result
         waiter.done.set()
 
     async def _ensure_group(self) -> None:

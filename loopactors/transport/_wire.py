@@ -7,12 +7,9 @@ hash value, so ``redis-cli`` shows them readably.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
-from ..loops._model import Mode
-from ..workers import RoundRequest, RoundResult, WorkerStatus
+from ..workers import RoundRequest, RoundResult
 
 __all__ = [
     "CONTROL_STREAM",
@@ -25,8 +22,6 @@ __all__ = [
     "RoundOrder",
     "RoundReport",
     "StopOrder",
-    "WireRequest",
-    "WireResult",
     "cancelled_key",
     "rounds_stream",
 ]
@@ -56,67 +51,21 @@ def cancelled_key(key: str) -> str:
     return f"{PREFIX}:cancelled:{key}"
 
 
-class WireRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """A :class:`RoundRequest` on the wire: the same fields, decodable here (msgspec resolves
-    a struct's annotations in its public module, which does not define the names they use)."""
-
-    loop_id: str
-    round: int
-    rounds: int
-    mode: Mode
-    prompt: str
-    task: str
-    worker: str
-    objective: str | None = None
-    cwd: str | None = None
-    env: dict[str, str] = msgspec.field(default_factory=dict)
-
-    @classmethod
-    def of(cls, request: RoundRequest) -> WireRequest:
-        return cls(**msgspec.structs.asdict(request))
-
-    def to_request(self) -> RoundRequest:
-        return RoundRequest(**msgspec.structs.asdict(self))
-
-    @property
-    def key(self) -> str:
-        return f"{self.loop_id}:{self.round}"
-
-
 class RoundOrder(msgspec.Struct, frozen=True, kw_only=True):
     """Run this round: the request (idempotency key ``loop_id:round``, worker spec, prompt)
     and the seconds it may run once a worker starts it (its deadline is start + timeout)."""
 
-    request: WireRequest
+    request: RoundRequest
     timeout: float
     #: Wall-clock time the node published it (for backlog ages in status).
     published_at: float
-
-
-class WireResult(msgspec.Struct, frozen=True, kw_only=True):
-    """A :class:`RoundResult` on the wire (the same fields, decodable here)."""
-
-    status: WorkerStatus
-    output: str = ""
-    error: str | None = None
-    tokens: int = 0
-    duration: float = 0.0
-    done: bool = False
-    transcript: tuple[dict[str, Any], ...] = ()
-
-    @classmethod
-    def of(cls, result: RoundResult) -> WireResult:
-        return cls(**msgspec.structs.asdict(result))
-
-    def to_result(self) -> RoundResult:
-        return RoundResult(**msgspec.structs.asdict(self))
 
 
 class RoundReport(msgspec.Struct, frozen=True, kw_only=True):
     """The result of one round, from the worker that ran it."""
 
     key: str
-    result: WireResult
+    result: RoundResult
     worker: str
 
 

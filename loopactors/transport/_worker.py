@@ -34,7 +34,6 @@ from ._wire import (
     Heartbeat,
     RoundOrder,
     RoundReport,
-    WireResult,
     cancelled_key,
     decode_order,
     decode_stop,
@@ -288,9 +287,7 @@ class _WorkerProcess:
             self._wake()
 
     async def _report(self, held: _Held, result: RoundResult) -> None:
-        report = RoundReport(
-            key=held.order.request.key, result=WireResult.of(result), worker=self.s.name
-        )
+        report = RoundReport(key=held.order.request.key, result=result, worker=self.s.name)
         # Acknowledged only once the report is safely on the results stream.
         await retry(
             "publishing a report",
@@ -302,7 +299,7 @@ class _WorkerProcess:
         await self._forget(held.stream, held.entry_id)
 
     async def _result_of(self, held: _Held) -> RoundResult:
-        request = held.order.request.to_request()
+        request = held.order.request
         if request.key in self.stops or await retry(
             "checking for a stop", self.s.url, self.client.exists, [cancelled_key(request.key)]
         ):

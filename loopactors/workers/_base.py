@@ -8,12 +8,13 @@ a cancel scope with the round's timeout, measures the duration and turns a timeo
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 import msgspec
 
-if TYPE_CHECKING:
-    from ..loops._model import Mode
+# At run time, not only for type checkers: msgspec resolves RoundRequest's annotations (so
+# the transport can decode one) in this module.
+from ..loops._model import Mode
 
 __all__ = ["RoundContext", "RoundRequest", "RoundResult", "Worker", "WorkerStatus"]
 

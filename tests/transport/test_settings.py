@@ -19,8 +19,6 @@ from loopactors.transport._wire import (
     Heartbeat,
     RoundOrder,
     RoundReport,
-    WireRequest,
-    WireResult,
     decode_order,
     decode_report,
     encode,
@@ -112,16 +110,16 @@ def test_an_order_and_a_report_cross_the_wire_unchanged() -> None:
         cwd="/srv/work",
         env={"LOOPACTORS_BRANCH": "loop/s/r001"},
     )
-    order = RoundOrder(request=WireRequest.of(request), timeout=30.0, published_at=1.5)
+    order = RoundOrder(request=request, timeout=30.0, published_at=1.5)
     back = decode_order(encode(order))
-    assert back.request.to_request() == request
+    assert back.request == request
     assert back.request.key == request.key == "l1:2"
     assert (back.timeout, back.published_at) == (30.0, 1.5)
     result = RoundResult(status="completed", output="ok", transcript=({"role": "user"},))
-    report = RoundReport(key="l1:2", result=WireResult.of(result), worker="w")
+    report = RoundReport(key="l1:2", result=result, worker="w")
     back_report = decode_report(encode(report))
     assert back_report == report
-    assert back_report.result.to_result() == result
+    assert back_report.result == result
     assert rounds_stream("command") == "loopactors:rounds:command"
 
 
