@@ -4,9 +4,11 @@
     python bench/loops.py --loops 1000    # smaller
 
 Each case runs in a fresh process (so peak RSS is its own): the runtime with the memory
-store, the runtime with SQLite, and a plain-trio baseline that runs the same rounds with
-direct function calls and no actors. A last case measures stop-to-cancelled latency. Prints
-one table and, last, one JSON line.
+store, the runtime with SQLite, and two plain-trio baselines, one task per loop and direct
+function calls, no actors. The baseline does the runtime's work for the same rounds (spec,
+breaker checks, prompt, records and events in the in-memory store backend, each round in its
+own cancel scope); the bare baseline only calls the worker. Last, stop-to-cancelled latency
+and the scheduling floor. Prints one table and, last, one JSON line.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +31,21 @@ import trio
 import trio.testing
 
 from loopactors.actors import Actor, open_node
-from loopactors.loops._events import RoundFinished, RoundStarted
-from loopactors.loops._model import LoopSpec, LoopState
-from loopactors.loops._rules import build_prompt
+from loopactors.ledger import Ledger, check_circuit_breaker
+from loopactors.loops._events import (
+    AnyEvent,
+    LoopFinished,
+    LoopStarted,
+    RoundFinished,
+    RoundStarted,
+    RoundSummary,
+)
+from loopactors.loops._model import LoopSpec, LoopState, RoundRecord
+from loopactors.loops._rules import build_prompt, check_before_round, next_phase, normalize_output
 from loopactors.runtime import RuntimeConfig, open_runtime
+from loopactors.runtime._ledger import attempt_of, breaker_config
+from loopactors.runtime._spec import build_spec
+from loopactors.storage import MemoryBackend, Write
 from loopactors.workers import RoundRequest, parse_worker
 
 ROUNDS = 5
@@ -101,8 +115,9 @@ async def runtime_case(loops: int, store: str) -> dict[str, Any]:
     }
 
 
-async def baseline_case(loops: int) -> dict[str, Any]:
-    """The same rounds with plain trio: one task per loop, direct calls, no actors, no store."""
+async def bare_baseline_case(loops: int) -> dict[str, Any]:
+    """The worker calls alone: one task per loop, a prompt, a request and a state per round,
+    no spec checks, no breaker, no records, no store, no events."""
     worker = parse_worker("scripted")
     gaps: list[float] = []
 
@@ -125,6 +140,132 @@ async def baseline_case(loops: int) -> dict[str, Any]:
             )  # fmt: skip
             previous_end = time.perf_counter()
 
+    return await _timed_loops(loops, one_loop, gaps)
+
+
+async def baseline_case(loops: int) -> dict[str, Any]:  # noqa: PLR0915 - one loop, in order
+    """The runtime's work for the same rounds, done with direct function calls in one plain
+    trio task per loop: no actors, no messages, no scheduling between steps.
+
+    Per loop, what the runtime does: the spec built from the same ``|loop|`` text, and per
+    round the loop breaker and the ledger breaker, the prompt, the round's intent (state,
+    running record, events) written to the in-memory store backend, the worker run in its own
+    cancel scope with the round timeout, the record, the ledger attempt, the no-progress
+    comparison, the next state and the events, written again; the events go to a list, as
+    the runtime's go to the subscriber. Only what exists because of the actors is left out.
+    """
+    config = RuntimeConfig(store="memory")
+    worker = parse_worker("scripted")
+    backend = MemoryBackend()
+    published: list[AnyEvent] = []
+    gaps: list[float] = []
+
+    def commit(write: Write) -> None:
+        backend.commit((write,))
+        published.extend(write.events)
+
+    async def one_loop(i: int) -> None:
+        spec = build_spec(config, f"|loop:{ROUNDS},fresh| task {i}")
+        state = LoopState(loop_id=f"l{i}", spec=spec, created_at=time.time())
+        commit(Write(state=state))
+        breaker = breaker_config(spec)
+        attempts: list[Any] = []
+        summary: list[RoundSummary] = []
+        normalized: str | None = None
+        previous_end = None
+        while True:
+            now = time.time()
+            if previous_end is not None:
+                gaps.append(time.perf_counter() - previous_end)
+            state = state.moved("dispatching", started_at=state.started_at or now)
+            assert check_before_round(state, now) is None
+            ledger = Ledger(goal=spec.task, attempts=tuple(attempts))
+            assert not check_circuit_breaker(ledger, breaker).escalate
+            prompt = build_prompt(state)
+            state = state.moved("awaiting_worker")
+            commit(_intent(state, prompt.seed_source, now))
+            request = RoundRequest(
+                loop_id=state.loop_id, round=state.round, rounds=spec.rounds, mode=spec.mode,
+                prompt=prompt.text, task=spec.task, worker=spec.worker,
+            )  # fmt: skip
+            started = time.monotonic()
+            with trio.move_on_after(spec.round_timeout):
+                result = await worker.run(request, None)
+            record = RoundRecord(
+                loop_id=state.loop_id, round=state.round, status=result.status,
+                seed_source=prompt.seed_source, output=result.output, tokens=result.tokens,
+                started_at=now, duration=time.monotonic() - started,
+            )  # fmt: skip
+            attempts.append(attempt_of(record, spec.task))
+            summary.append(RoundSummary(round=record.round, status="completed"))
+            current = normalize_output(result.output)
+            state = state.moved(
+                "summarizing", completed_rounds=state.completed_rounds + 1,
+                last_output=result.output, consecutive_failures=0,
+                stale_rounds=state.stale_rounds + 1 if current == normalized else 0,
+                tokens_used=state.tokens_used + result.tokens,
+            )  # fmt: skip
+            normalized = current
+            finished = RoundFinished(
+                loop_id=state.loop_id, at=time.time(), round=record.round, rounds=spec.rounds,
+                status=record.status, duration=record.duration, tokens=record.tokens,
+            )  # fmt: skip
+            previous_end = time.perf_counter()
+            if next_phase(state) != "complete":
+                state = state.moved("dispatching", round=state.round + 1)
+                commit(Write(state=state, round=record, events=(finished,)))
+                continue
+            final = state.moved("finalizing").moved("complete")
+            done = LoopFinished(
+                loop_id=state.loop_id, at=time.time(), phase="complete", rounds=spec.rounds,
+                completed_rounds=final.completed_rounds, summary=tuple(summary),
+            )  # fmt: skip
+            commit(Write(state=final, round=record, events=(finished, done)))
+            return
+
+    result = await _timed_loops(loops, one_loop, gaps)
+    assert backend.statistics().rounds == loops * ROUNDS
+    assert len(published) == loops * (2 * ROUNDS + 2)
+    return result
+
+
+def _intent(state: LoopState, seed_source: str, now: float) -> Write:
+    """The write of a round's intent, as a runner commits it: state, running record, events."""
+    spec = state.spec
+    events: list[AnyEvent] = []
+    if state.round == 1:
+        events.append(
+            LoopStarted(
+                loop_id=state.loop_id,
+                at=now,
+                rounds=spec.rounds,
+                mode=spec.mode,
+                worker=spec.worker,
+                parent_id=spec.parent_id,
+            )
+        )
+    events.append(
+        RoundStarted(
+            loop_id=state.loop_id,
+            at=now,
+            round=state.round,
+            rounds=spec.rounds,
+            seed_source=seed_source,
+        )
+    )
+    running = RoundRecord(
+        loop_id=state.loop_id,
+        round=state.round,
+        status="running",
+        seed_source=seed_source,
+        started_at=now,
+    )
+    return Write(state=state, round=running, events=tuple(events))
+
+
+async def _timed_loops(
+    loops: int, one_loop: Callable[[int], Awaitable[None]], gaps: list[float]
+) -> dict[str, Any]:
     start = time.perf_counter()
     cpu_start = time.process_time()
     async with trio.open_nursery() as nursery:
@@ -237,6 +378,8 @@ def run_case(case: str, loops: int) -> dict[str, Any]:
         result = trio.run(runtime_case, loops, "sqlite")
     elif case == "baseline":
         result = trio.run(baseline_case, loops)
+    elif case == "bare":
+        result = trio.run(bare_baseline_case, loops)
     elif case == "floor":
         result = trio.run(floor_case, loops)
     else:
@@ -258,33 +401,43 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--loops", type=int, default=10_000)
     parser.add_argument("--stop-loops", type=int, default=1_000)
-    parser.add_argument("--case", choices=["memory", "sqlite", "baseline", "stop", "floor"])
+    parser.add_argument("--case", choices=["memory", "sqlite", "baseline", "bare", "stop", "floor"])
     args = parser.parse_args()
     if args.case:
         print(json.dumps(run_case(args.case, args.loops)))
         return
     results = {
         "baseline": in_subprocess("baseline", args.loops),
+        "bare": in_subprocess("bare", args.loops),
         "memory": in_subprocess("memory", args.loops),
         "sqlite": in_subprocess("sqlite", args.loops),
         "stop": in_subprocess("stop", args.stop_loops),
         "floor": in_subprocess("floor", args.loops),
     }
     base = results["baseline"]["rounds_per_s"]
+    bare = results["bare"]["rounds_per_s"]
     machine = f"{platform.machine()}, {os.cpu_count()} cores"
     print(f"machine: {machine}, Python {platform.python_version()}, trio {trio.__version__}")
     print(f"{args.loops:,} concurrent loops x {ROUNDS} rounds, scripted worker, zero latency")
-    header = "{:<26}{:>12}{:>14}{:>14}{:>12}{:>14}".format(
-        "case", "rounds/s", "p50 step ms", "p99 step ms", "peak MB", "vs baseline"
+    header = "{:<30}{:>10}{:>10}{:>10}{:>10}{:>9}{:>13}{:>9}".format(
+        "case", "rounds/s", "CPU us/r", "p50 step", "p99 step", "peak MB", "vs baseline", "vs bare"
     )
     print(header)
     print("-" * len(header))
-    for name in ("baseline", "memory", "sqlite"):
+    rounds = args.loops * ROUNDS
+    labels = {
+        "baseline": "baseline (same work)",
+        "bare": "bare baseline (worker calls)",
+        "memory": "loopactors, memory store",
+        "sqlite": "loopactors, SQLite store",
+    }
+    for name, label in labels.items():
         r = results[name]
         print(
-            f"{name:<26}{r['rounds_per_s']:>12,.0f}{r['p50_transition_ms']:>14.2f}"
-            f"{r['p99_transition_ms']:>14.2f}{r['peak_rss_mb']:>12.0f}"
-            f"{r['rounds_per_s'] / base:>14.2f}"
+            f"{label:<30}{r['rounds_per_s']:>10,.0f}{r['cpu_seconds'] / rounds * 1e6:>10.1f}"
+            f"{r['p50_transition_ms']:>8.2f}ms{r['p99_transition_ms']:>8.2f}ms"
+            f"{r['peak_rss_mb']:>9.0f}{r['rounds_per_s'] / base:>13.2f}"
+            f"{r['rounds_per_s'] / bare:>9.2f}"
         )
     stop = results["stop"]
     print(

@@ -57,14 +57,14 @@ __all__ = [
 # -- Store -----------------------------------------------------------------------------------
 
 
-class Forward(msgspec.Struct, frozen=True):
+class Forward(msgspec.Struct, gc=False, frozen=True):
     """Cast ``message`` to the actor registered as ``name``."""
 
     name: str
     message: Any
 
 
-class Commit(msgspec.Struct, frozen=True):
+class Commit(msgspec.Struct, gc=False, frozen=True):
     """Make ``write`` durable, then act on it.
 
     Once the batch holding it has committed, the Store publishes the write's events and
@@ -162,7 +162,7 @@ class PromptReady(msgspec.Struct, gc=False, frozen=True):
 # -- Dispatcher ------------------------------------------------------------------------------
 
 
-class Dispatch(msgspec.Struct, frozen=True):
+class Dispatch(msgspec.Struct, gc=False, frozen=True):
     """Run one round; the result goes to the loop's runner as :class:`RoundDone`.
 
     Dispatching a key that is already running attaches to that run (idempotency key).

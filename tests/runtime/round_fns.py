@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 import trio
@@ -99,3 +100,18 @@ async def same_action(request: RoundRequest, context: RoundContext | None) -> Ro
         output="apply the usual fix to the parser",
         error=f"{word} {word.upper()} {word[::-1]} quite different failure {word * 3}",
     )
+
+
+#: Set by `set_context_var`; a round must never see an earlier round's value.
+ROUND_VAR: contextvars.ContextVar[str | None] = contextvars.ContextVar("round_var", default=None)
+#: What `set_context_var` saw at its start, and the trio task each round ran in, per call.
+SEEN_VAR: list[str | None] = []
+ROUND_TASKS: list[int] = []
+
+
+async def set_context_var(request: RoundRequest, context: RoundContext | None) -> str:
+    SEEN_VAR.append(ROUND_VAR.get())
+    ROUND_TASKS.append(id(trio.lowlevel.current_task()))
+    ROUND_VAR.set(f"{request.loop_id}:{request.round}")
+    await trio.lowlevel.checkpoint()
+    return f"set in round {request.round} {'v' * request.round}"
