@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import trio
 import trio.testing
@@ -229,7 +229,7 @@ async def baseline_case(loops: int) -> dict[str, Any]:  # noqa: PLR0915 - one lo
     return result
 
 
-def _intent(state: LoopState, seed_source: str, now: float) -> Write:
+def _intent(state: LoopState, seed_source: Literal["task", "previous_output"], now: float) -> Write:
     """The write of a round's intent, as a runner commits it: state, running record, events."""
     spec = state.spec
     events: list[AnyEvent] = []

@@ -19,7 +19,7 @@ WORKER = "python:tests.runtime.round_fns:set_context_var"
 def idle_round_tasks(rt: Runtime) -> int:
     ref = rt.node.whereis("dispatcher")
     assert ref is not None
-    actor = ref._cell.actor  # type: ignore[attr-defined]
+    actor = ref._cell.actor
     assert isinstance(actor, _dispatcher.Dispatcher)
     return len(actor._idle)
 
