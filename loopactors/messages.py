@@ -29,6 +29,7 @@ __all__ = [
     "ApplyCompaction",
     "BuildPrompt",
     "CancelRound",
+    "CancelTimers",
     "CheckRound",
     "Commit",
     "ControlLoop",
@@ -43,6 +44,7 @@ __all__ = [
     "GetLoop",
     "GetRounds",
     "GetStoreStatistics",
+    "GetTimersStatistics",
     "ListLoops",
     "LoopEnded",
     "PromptReady",
@@ -205,6 +207,16 @@ class Schedule(msgspec.Struct, frozen=True):
     deadline: float
     name: str
     message: Any
+
+
+class CancelTimers(msgspec.Struct, gc=False, frozen=True):
+    """Drop every timer pending for ``name`` (its receiver has ended)."""
+
+    name: str
+
+
+class GetTimersStatistics(msgspec.Struct, gc=False, frozen=True):
+    """How many timers are pending. Reply: a dict of counts."""
 
 
 # -- Coordinator and LoopRunners -------------------------------------------------------------

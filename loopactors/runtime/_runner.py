@@ -14,6 +14,7 @@ transition in one class, read top to bottom, is what makes it checkable.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from typing import TYPE_CHECKING, Any, Literal
@@ -22,7 +23,7 @@ import msgspec
 import trio
 
 from ..actors import Actor, ErrorReply
-from ..errors import ActorNotRunning, CallFailed
+from ..errors import ActorError, ActorNotRunning, CallFailed
 from ..loops._events import (
     AnyEvent,
     LoopFinished,
@@ -40,6 +41,7 @@ from ..loops._rules import Prompt, build_prompt, next_phase, normalize_output
 from ..messages import (
     Advance,
     CancelRound,
+    CancelTimers,
     CheckRound,
     Commit,
     ControlLoop,
@@ -536,6 +538,9 @@ class LoopRunner(Actor[Any]):
         ended = Forward("coordinator", LoopEnded(final))
         forget = Forward("breaker", ForgetLedger(self.loop_id))
         await self._commit(final, record, (*events, done), then=(ended, forget), wait=wait)
+        # Its pending timers (a watchdog, an inter-round delay) would go off for nobody.
+        with contextlib.suppress(ActorError):
+            self.svc.timers.cast_nowait(CancelTimers(runner_name(self.loop_id)))
         self.stop()
 
     # -- commands --------------------------------------------------------------------------

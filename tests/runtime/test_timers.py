@@ -1,0 +1,89 @@
+"""The Timers actor: messages delivered at their deadline, in order; a receiver's timers
+cancelled at once when it ends, so the heap holds live loops' timers only (rolebox's W21)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from loopactors.actors import Actor, open_node
+from loopactors.messages import CancelTimers, GetTimersStatistics, Schedule
+from loopactors.runtime import open_runtime
+from loopactors.runtime._services import Timers
+
+from .conftest import memory_config
+
+
+class Inbox(Actor[Any]):
+    def __init__(self, seen: list[tuple[float, Any]]) -> None:
+        self.seen = seen
+
+    async def handle(self, message: Any) -> None:
+        self.seen.append((trio.current_time(), message))
+
+
+async def test_timers_go_off_at_their_deadlines_in_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[tuple[float, Any]] = []
+    async with open_node() as node:
+        timers = await node.spawn(Timers, name="timers")
+        await node.spawn(lambda: Inbox(seen), name="inbox")
+        start = trio.current_time()
+        for delay, label in [(3.0, "c"), (1.0, "a"), (2.0, "b"), (1.0, "a2")]:
+            await timers.cast(Schedule(start + delay, "inbox", label))
+        await trio.sleep(5)
+        assert [m for _, m in seen] == ["a", "a2", "b", "c"]
+        assert [round(t - start) for t, _ in seen] == [1, 1, 2, 3]
+        assert await timers.call(GetTimersStatistics()) == {"pending": 0, "heap": 0}
+
+
+async def test_cancelled_timers_never_go_off_and_leave_the_heap(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[tuple[float, Any]] = []
+    async with open_node() as node:
+        timers = await node.spawn(Timers, name="timers")
+        await node.spawn(lambda: Inbox(seen), name="keep")
+        start = trio.current_time()
+        for i in range(10):
+            await timers.cast(Schedule(start + 100 + i, f"gone-{i}", "never"))
+        await timers.cast(Schedule(start + 50, "keep", "kept"))
+        stats = await timers.call(GetTimersStatistics())
+        assert stats == {"pending": 11, "heap": 11}
+        for i in range(4):
+            await timers.cast(CancelTimers(f"gone-{i}"))
+        # Fewer than half cancelled: marked, still in the heap, no longer pending.
+        assert await timers.call(GetTimersStatistics()) == {"pending": 7, "heap": 11}
+        for i in range(4, 10):
+            await timers.cast(CancelTimers(f"gone-{i}"))
+            stats = await timers.call(GetTimersStatistics())
+            # Past half, the heap is rebuilt without them: it never holds more cancelled
+            # timers than pending ones.
+            assert stats["heap"] - stats["pending"] <= stats["heap"] // 2
+        assert stats["pending"] == 1
+        assert stats["heap"] <= 2
+        await timers.cast(CancelTimers("nobody"))  # nothing pending for it: nothing happens
+        await trio.sleep(200)
+        assert [m for _, m in seen] == ["kept"]
+        assert await timers.call(GetTimersStatistics()) == {"pending": 0, "heap": 0}
+
+
+async def test_an_ended_loop_leaves_no_timer_behind(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    config = memory_config(round_timeout=600.0, inter_round_delay=30.0)
+    async with open_runtime(config) as rt:
+        timers = rt.node.ref("timers")
+        done = await rt.start("|loop:2| finishes", worker="scripted")
+        stopped = await rt.start("|loop:3| stopped mid-round", worker="scripted:latency=100")
+        await trio.sleep(1)
+        # Each loop has its watchdog pending (and the first its inter-round delay).
+        assert (await timers.call(GetTimersStatistics()))["pending"] >= 2
+        await stopped.stop()
+        assert (await done.wait()).phase == "complete"
+        await trio.testing.wait_all_tasks_blocked()
+        # The watchdogs were due in 630 s; they are gone now, not when they go off.
+        assert (await timers.call(GetTimersStatistics()))["pending"] == 0
