@@ -14,7 +14,7 @@ import msgspec
 from ..loops._events import AnyEvent
 from ..loops._model import LoopState, RoundRecord
 
-__all__ = ["StoreBackend", "StoreStatistics", "Write"]
+__all__ = ["PruneReport", "StoreBackend", "StoreStatistics", "Write"]
 
 
 class Write(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -36,6 +36,27 @@ class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     events: int
     commits: int
     writes: int
+
+
+class PruneReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What :meth:`StoreBackend.prune` removed, or with ``dry_run`` would have removed."""
+
+    #: Finished loops whose last change was before this (epoch seconds).
+    before: float
+    dry_run: bool = False
+    loops: int = 0
+    rounds: int = 0
+    events: int = 0
+
+    @property
+    def removed_any(self) -> bool:
+        return bool(self.loops or self.rounds or self.events)
+
+    def note(self) -> str:
+        """One line for people: ``removed 3 loops, 12 rounds, 40 events``."""
+        verb = "would remove" if self.dry_run else "removed"
+        counts = ((self.loops, "loop"), (self.rounds, "round"), (self.events, "event"))
+        return f"{verb} " + ", ".join(f"{n} {what}{'s' * (n != 1)}" for n, what in counts)
 
 
 class StoreBackend(abc.ABC):
@@ -66,6 +87,15 @@ class StoreBackend(abc.ABC):
     @abc.abstractmethod
     def events(self, loop_id: str) -> list[AnyEvent]:
         """A loop's event log, in the order it was appended."""
+
+    @abc.abstractmethod
+    def prune(self, before: float, *, dry_run: bool = False) -> PruneReport:
+        """Remove the terminal loops last updated before ``before`` (epoch seconds), with
+        their rounds and events, in one transaction; with ``dry_run`` only count them.
+
+        A live loop (paused included) is never removed, however old: only a loop in one of
+        ``TERMINAL_PHASES`` is. ``updated_at`` of a terminal loop is when it ended.
+        """
 
     @abc.abstractmethod
     def statistics(self) -> StoreStatistics: ...

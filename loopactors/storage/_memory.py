@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from ..errors import StoreError
 from ..loops._events import AnyEvent
 from ..loops._model import TERMINAL_PHASES, LoopState, RoundRecord
-from ._base import StoreBackend, StoreStatistics, Write
+from ._base import PruneReport, StoreBackend, StoreStatistics, Write
 
 __all__ = ["MemoryBackend"]
 
@@ -70,6 +70,27 @@ class MemoryBackend(StoreBackend):
     def events(self, loop_id: str) -> list[AnyEvent]:
         self._check_open()
         return list(self._events.get(loop_id, ()))
+
+    def prune(self, before: float, *, dry_run: bool = False) -> PruneReport:
+        self._check_open()
+        doomed = [
+            s.loop_id
+            for s in self._loops.values()
+            if s.phase in TERMINAL_PHASES and s.updated_at < before
+        ]
+        report = PruneReport(
+            before=before,
+            dry_run=dry_run,
+            loops=len(doomed),
+            rounds=sum(len(self._rounds.get(loop_id, ())) for loop_id in doomed),
+            events=sum(len(self._events.get(loop_id, ())) for loop_id in doomed),
+        )
+        if not dry_run:
+            for loop_id in doomed:
+                del self._loops[loop_id]
+                self._rounds.pop(loop_id, None)
+                self._events.pop(loop_id, None)
+        return report
 
     def statistics(self) -> StoreStatistics:
         self._check_open()

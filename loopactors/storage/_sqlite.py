@@ -16,7 +16,7 @@ import msgspec
 from ..errors import StoreError
 from ..loops._events import AnyEvent, event_decoder
 from ..loops._model import TERMINAL_PHASES, LoopState, RoundRecord
-from ._base import StoreBackend, StoreStatistics, Write
+from ._base import PruneReport, StoreBackend, StoreStatistics, Write
 
 __all__ = ["SqliteBackend"]
 
@@ -62,6 +62,22 @@ _UPSERT_ROUND = """
 _APPEND_EVENT = "INSERT INTO events (loop_id, type, event) VALUES (?, ?, ?)"
 _TERMINAL = tuple(sorted(TERMINAL_PHASES))
 _NOT_TERMINAL = f"phase NOT IN ({', '.join('?' * len(_TERMINAL))})"
+# Finished loops that prune() removes. Their ids stay in SQL, never in Python parameters: each
+# statement has six parameters however many loops go. loops_by_phase finds the terminal ones;
+# the rounds' primary key and events_by_loop find the rows of each.
+_PRUNABLE = (
+    f"SELECT loop_id FROM loops WHERE phase IN ({', '.join('?' * len(_TERMINAL))}) "
+    "AND updated_at < ?"
+)
+_COUNT_PRUNABLE = f"""SELECT (SELECT count(*) FROM ({_PRUNABLE})),
+    (SELECT count(*) FROM rounds WHERE loop_id IN ({_PRUNABLE})),
+    (SELECT count(*) FROM events WHERE loop_id IN ({_PRUNABLE}))"""
+_PRUNE = (
+    # Rounds and events first: their subquery reads the loops rows the last one deletes.
+    f"DELETE FROM rounds WHERE loop_id IN ({_PRUNABLE})",
+    f"DELETE FROM events WHERE loop_id IN ({_PRUNABLE})",
+    f"DELETE FROM loops WHERE loop_id IN ({_PRUNABLE})",
+)
 
 
 def _event_type(event: AnyEvent) -> str:
@@ -214,6 +230,24 @@ class SqliteBackend(StoreBackend):
         query = "SELECT event FROM events WHERE loop_id = ? ORDER BY seq"
         with self._reading():
             return [decode(event) for (event,) in self._conn.execute(query, (loop_id,))]
+
+    def prune(self, before: float, *, dry_run: bool = False) -> PruneReport:
+        params = (*_TERMINAL, before)
+        execute = self._conn.execute
+        try:
+            if dry_run:
+                # One statement reads one snapshot: the three counts agree with each other.
+                loops, rounds, events = execute(_COUNT_PRUNABLE, params * 3).fetchone()
+            else:
+                # One write transaction: a crash leaves the loops and all their rows, or none.
+                with self._transaction():
+                    rounds, events, loops = [execute(sql, params).rowcount for sql in _PRUNE]
+        except sqlite3.Error as exc:
+            action = "count what to prune in" if dry_run else "prune"
+            raise StoreError(f"cannot {action} the store {self.path}: {exc}") from exc
+        return PruneReport(
+            before=before, dry_run=dry_run, loops=loops, rounds=rounds, events=events
+        )
 
     def statistics(self) -> StoreStatistics:
         query = f"""SELECT (SELECT count(*) FROM loops),
