@@ -48,6 +48,7 @@ __all__ = [
     "ListLoops",
     "LoopEnded",
     "PromptReady",
+    "PruneLoops",
     "RecordAttempt",
     "RoundDone",
     "RoundWhere",
@@ -98,6 +99,14 @@ class GetEvents(msgspec.Struct, frozen=True):
 
 class GetStoreStatistics(msgspec.Struct, frozen=True):
     pass
+
+
+class PruneLoops(msgspec.Struct, frozen=True):
+    """Remove the finished loops last updated before ``before`` (epoch seconds), with their
+    rounds and events (only count them if ``dry_run``). Answered with a ``PruneReport``."""
+
+    before: float
+    dry_run: bool = False
 
 
 # -- Breaker and Compactor -------------------------------------------------------------------

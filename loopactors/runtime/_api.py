@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ import msgspec
 import trio
 
 from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
-from ..errors import ActorNotRunning, CallFailed, LoopNotFound
+from ..errors import ActorNotRunning, CallFailed, ConfigError, LoopNotFound
 from ..loops._events import AnyEvent, LoopFinished
 from ..loops._model import (
     TERMINAL_PHASES,
@@ -37,9 +38,10 @@ from ..messages import (
     GetRounds,
     GetStoreStatistics,
     ListLoops,
+    PruneLoops,
     StartLoop,
 )
-from ..storage import StoreBackend, StoreStatistics, open_backend
+from ..storage import PruneReport, StoreBackend, StoreStatistics, open_backend
 from ..transport import transport_for
 from ._config import RuntimeConfig, load_config
 from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
@@ -218,6 +220,23 @@ class Runtime:
         stats: StoreStatistics = await self._ask(self._store, GetStoreStatistics())
         return stats
 
+    async def prune(self, older_than: float, *, dry_run: bool = False) -> PruneReport:
+        """Remove the loops that finished more than ``older_than`` seconds ago, with their
+        rounds and events (with ``dry_run``, only count them). Live and paused loops are
+        never removed. A pruned loop is gone: ``get`` and ``history`` raise
+        :class:`LoopNotFound` for it. See ``retention_days`` to have this done periodically.
+        """
+        if isinstance(older_than, bool) or not isinstance(older_than, int | float):
+            raise ConfigError(f"older_than must be a number of seconds >= 0, got {older_than!r}")
+        if not older_than >= 0:  # NaN included
+            raise ConfigError(f"older_than must be >= 0 seconds, got {older_than!r}")
+        before = time.time() - older_than
+        # No call timeout: the first prune of a large store may take a while.
+        report: PruneReport = await self._ask(
+            self._store, PruneLoops(before, dry_run), timeout=None
+        )
+        return report
+
     def subscribe(
         self, loop_id: str | None = None, *, queue_size: int | None = None
     ) -> Subscription:
@@ -236,7 +255,7 @@ class Runtime:
         state: LoopState = await self._ask(self._coordinator, message)
         return state
 
-    async def _ask(self, ref: NamedRef[Any], message: Any) -> Any:
+    async def _ask(self, ref: NamedRef[Any], message: Any, timeout: float | None = 60.0) -> Any:
         """Call a runtime actor, riding out a restart of it (up to ``RESTART_PATIENCE`` s).
 
         Only for requests that may safely be asked twice (reads, stop, pause, resume): one
@@ -245,7 +264,7 @@ class Runtime:
         deadline = trio.current_time() + RESTART_PATIENCE
         while True:
             try:
-                return await ref.call(message, timeout=60.0)
+                return await ref.call(message, timeout=timeout)
             except (ActorNotRunning, CallFailed):
                 if trio.current_time() >= deadline:
                     raise
@@ -271,7 +290,13 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
     return [
         ChildSpec(
             "store",
-            functools.partial(Store, backend, deps.bus, shared=config.store == "memory"),
+            functools.partial(
+                Store,
+                backend,
+                deps.bus,
+                shared=config.store == "memory",
+                retention_days=config.retention_days,
+            ),
             name="store",
             shutdown=30.0,
         ),

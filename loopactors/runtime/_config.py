@@ -136,6 +136,9 @@ class RuntimeConfig:
     transport: str = attrs.field(default="inprocess", validator=_transport, repr=_redacted)
     #: The standalone node's listening address and limits (`loopactors node`, docs/node.md).
     node: NodeSettings = attrs.field(factory=NodeSettings)
+    #: Days a finished loop (with its rounds and events) is kept in the store; None keeps
+    #: everything. Pruned at start, then hourly (or every tenth of this if shorter).
+    retention_days: float | None = attrs.field(default=None, validator=_positive)
 
     def replace(self, **changes: Any) -> RuntimeConfig:
         """A copy with ``changes``; ``None`` values are ignored (flags that were not given)."""

@@ -7,6 +7,7 @@ pure rules in :mod:`loopactors.loops._rules`, Timers over a heap of deadlines.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from ..messages import (
     GetTimersStatistics,
     ListLoops,
     PromptReady,
+    PruneLoops,
     RecordAttempt,
     Schedule,
 )
@@ -51,6 +53,7 @@ from ..storage import StoreBackend, Write
 from ._delivery import deliver, runner_name
 from ._events import EventBus
 from ._ledger import attempt_of, breaker_config
+from ._retention import keep_pruning
 
 __all__ = ["Breaker", "Compactor", "Store", "Timers"]
 
@@ -78,16 +81,24 @@ class Store(Actor[Any]):
     """
 
     mailbox_size = 16_384
-    uses_nursery = True  # for the commit-delay timer
+    uses_nursery = True  # for the commit-delay timer and the retention task
 
     def __init__(
-        self, open_backend: Callable[[], StoreBackend], bus: EventBus, *, shared: bool = False
+        self,
+        open_backend: Callable[[], StoreBackend],
+        bus: EventBus,
+        *,
+        shared: bool = False,
+        retention_days: float | None = None,
     ) -> None:
         """``open_backend`` is called at each (re)start. A ``shared`` backend (the in-memory
-        one, which must outlive a restart of this actor) is not closed when it stops."""
+        one, which must outlive a restart of this actor) is not closed when it stops. With
+        ``retention_days``, finished loops older than that are pruned at start and then
+        periodically (see :mod:`._retention`)."""
         self._open_backend = open_backend
         self._bus = bus
         self._shared = shared
+        self._retention_days = retention_days
         self.backend: StoreBackend
         self._batch: list[Write] = []
         self._waiting: list[PendingReply] = []
@@ -96,6 +107,8 @@ class Store(Actor[Any]):
 
     async def on_start(self) -> None:
         self.backend = self._open_backend()
+        if self._retention_days is not None:
+            self.nursery.start_soon(keep_pruning, self.ref, self._retention_days)
 
     async def handle(self, message: Any) -> Any:
         kind = type(message)
@@ -124,7 +137,21 @@ class Store(Actor[Any]):
             return await self._run(backend.events, message.loop_id)
         if kind is GetStoreStatistics:
             return await self._run(backend.statistics)
+        if kind is PruneLoops:
+            return await self._prune(message)
         return ErrorReply(TypeError(f"the store does not accept {kind.__name__}"))
+
+    async def _prune(self, message: PruneLoops) -> Any:
+        prune = functools.partial(self.backend.prune, message.before, dry_run=message.dry_run)
+        try:
+            if self.backend.kind == "memory":
+                return prune()
+            # Unlike a commit, a prune may take seconds (the first one on a large file): in a
+            # thread, so that the other actors run meanwhile. This actor waits for it, so
+            # nothing else touches the backend; the commits queue up in its mailbox.
+            return await trio.to_thread.run_sync(prune)
+        except StoreError as exc:
+            return ErrorReply(exc)  # rolled back whole: refuse it, no need to crash
 
     async def on_drained(self) -> None:
         batch = len(self._batch)

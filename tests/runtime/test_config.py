@@ -49,6 +49,7 @@ def test_defaults() -> None:
     assert config.max_restarts == 10
     assert config.max_restart_seconds == 10.0
     assert config.loop_max_restarts == 1_000
+    assert config.retention_days is None
 
 
 def test_no_file_gives_the_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -221,6 +222,8 @@ def test_a_wrong_type_in_the_breaker_section_is_named(tmp_path: Path) -> None:
         ("max_restarts = -1", "max_restarts"),
         ("[breaker]\nmax_tokens = -5", "max_tokens"),
         ("[breaker]\nmax_consecutive_failures = 0", "max_consecutive_failures"),
+        ("retention_days = 0", "retention_days"),
+        ("retention_days = -7", "retention_days"),
     ],
 )
 def test_validators_reject_bad_values_naming_the_key_and_the_file(
@@ -229,6 +232,20 @@ def test_validators_reject_bad_values_naming_the_key_and_the_file(
     path = _write(tmp_path / "loopactors.toml", text + "\n")
     message = _config_error(path)
     assert key in message
+    assert str(path) in message
+
+
+def test_retention_days_from_pyproject(tmp_path: Path) -> None:
+    path = _write(tmp_path / "pyproject.toml", "[tool.loopactors]\nretention_days = 30\n")
+    assert load_config(path).retention_days == 30.0
+    _write(path, "[tool.loopactors]\nretention_days = 0.5\n")
+    assert load_config(path).retention_days == 0.5
+
+
+def test_retention_days_of_the_wrong_type_names_the_key_and_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", 'retention_days = "30d"\n')
+    message = _config_error(path)
+    assert "expected float | None @ loopactors.retention_days" in message
     assert str(path) in message
 
 

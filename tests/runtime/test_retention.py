@@ -1,0 +1,139 @@
+"""Pruning finished loops through the runtime: `Runtime.prune` and `retention_days`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from loopactors.errors import ConfigError, LoopNotFound
+from loopactors.loops._events import LoopFinished
+from loopactors.loops._model import LoopSpec, LoopState, Phase, RoundRecord
+from loopactors.messages import Commit
+from loopactors.runtime import Runtime, open_runtime
+from loopactors.runtime._retention import CHECK_EVERY, DAY, retention_interval
+from loopactors.storage import Write, open_backend
+
+from .conftest import memory_config, sqlite_config
+
+SPEC = LoopSpec(task="an old task", rounds=2, worker="scripted")
+
+
+def finished_long_ago(loop_id: str, days: float, phase: Phase = "complete") -> Write:
+    """A loop that ended ``days`` ago, with one round and its final event."""
+    ended = time.time() - days * DAY
+    state = LoopState(
+        loop_id=loop_id, spec=SPEC, phase=phase, round=1, created_at=ended, updated_at=ended
+    )
+    return Write(
+        state=state,
+        round=RoundRecord(loop_id=loop_id, round=1, status="completed", output="old"),
+        events=(
+            LoopFinished(loop_id=loop_id, at=ended, phase=phase, rounds=2, completed_rounds=1),
+        ),
+    )
+
+
+def test_retention_interval() -> None:
+    assert retention_interval(30) == CHECK_EVERY == 3_600
+    assert retention_interval(0.01) == pytest.approx(86.4)  # a tenth of a short retention
+
+
+async def finish_two(rt: Runtime) -> list[str]:
+    done = [await rt.start(f"|loop:2| task {n}") for n in range(2)]
+    for handle in done:
+        await handle.wait()
+    ended = max([(await handle.status()).updated_at for handle in done])
+    while time.time() <= ended:  # the cutoff is strict: let the wall clock move past the end
+        await trio.sleep(0.001)
+    return [handle.loop_id for handle in done]
+
+
+async def test_prune_removes_finished_loops_and_keeps_live_ones(rt: Runtime) -> None:
+    finished = await finish_two(rt)
+    paused = await rt.start("|loop:5| paused", worker="scripted:latency=0.05")
+    await paused.pause()
+    await paused.wait_phase("paused")
+
+    recent = await rt.prune(3_600)
+    assert (recent.loops, recent.rounds, recent.events) == (0, 0, 0)
+    assert recent.before == pytest.approx(time.time() - 3_600, abs=60)
+    dry = await rt.prune(0, dry_run=True)
+    assert (dry.loops, dry.rounds, dry.dry_run) == (2, 4, True)
+    assert dry.events > 0
+    assert len(await rt.loops()) == 3  # a dry run removes nothing
+
+    report = await rt.prune(0)
+    assert (report.loops, report.rounds, report.events) == (dry.loops, dry.rounds, dry.events)
+    assert not report.dry_run
+    for loop_id in finished:
+        with pytest.raises(LoopNotFound):
+            await rt.history(loop_id)
+        with pytest.raises(LoopNotFound):
+            await rt.stored_events(loop_id)
+    assert [s.loop_id for s in await rt.loops()] == [paused.loop_id]
+    assert (await paused.status()).phase == "paused"
+    await paused.resume()
+    assert (await paused.wait()).phase == "complete"
+    assert len(await paused.history()) == 5
+
+
+async def test_prune_an_empty_store(rt: Runtime) -> None:
+    report = await rt.prune(0)
+    assert (report.loops, report.rounds, report.events) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("older_than", [-1, -0.5, math.nan, "5", None, True])
+async def test_prune_refuses_a_bad_age(rt: Runtime, older_than: object) -> None:
+    with pytest.raises(ConfigError, match="older_than must be"):
+        await rt.prune(older_than)  # type: ignore[arg-type]
+
+
+async def test_retention_prunes_at_start_on_sqlite(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="loopactors.runtime")
+    backend = open_backend("sqlite", tmp_path)
+    backend.commit([finished_long_ago("old", 10), finished_long_ago("recent", 2, "error")])
+    backend.close()
+    async with open_runtime(sqlite_config(tmp_path, retention_days=7)) as rt:
+        with trio.fail_after(10):
+            while (await rt.store_statistics()).loops > 1:
+                await trio.sleep(0.01)
+        assert [s.loop_id for s in await rt.loops()] == ["recent"]
+        with pytest.raises(LoopNotFound):
+            await rt.history("old")
+        assert len(await rt.history("recent")) == 1
+    lines = [r.getMessage() for r in caplog.records if "retention" in r.getMessage()]
+    assert lines == ["retention_days=7: removed 1 loop, 1 round, 1 event"]
+
+
+async def test_retention_prunes_periodically(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="loopactors.runtime")
+    async with open_runtime(memory_config(retention_days=1)) as rt:
+        store = rt.node.ref("store")
+        await trio.sleep(1)  # the prune at start has run: it found nothing, and said nothing
+        await store.call(Commit(finished_long_ago("old", 3)))
+        await store.call(Commit(finished_long_ago("young", 0.5)))
+        await trio.sleep(CHECK_EVERY - 2)
+        assert {s.loop_id for s in await rt.loops()} == {"old", "young"}  # not yet
+        await trio.sleep(2)
+        assert [s.loop_id for s in await rt.loops()] == ["young"]
+        await trio.sleep(10 * CHECK_EVERY)  # later prunes find nothing more, say nothing
+        assert [s.loop_id for s in await rt.loops()] == ["young"]
+    lines = [r.getMessage() for r in caplog.records if "retention" in r.getMessage()]
+    assert lines == ["retention_days=1: removed 1 loop, 1 round, 1 event"]
+
+
+async def test_no_retention_keeps_everything(autojump_clock: trio.testing.MockClock) -> None:
+    async with open_runtime(memory_config()) as rt:
+        await rt.node.ref("store").call(Commit(finished_long_ago("old", 3_000)))
+        await trio.sleep(100 * CHECK_EVERY)
+        assert [s.loop_id for s in await rt.loops()] == ["old"]
