@@ -16,7 +16,7 @@ import msgspec
 import trio
 from rich.console import Console
 
-from . import __version__, _cli_remote
+from . import __version__, _cli_prune, _cli_remote
 from ._demo import run_demo
 from ._follow import PHASE_EXIT, follow
 from ._progress import JsonLines, Progress, final_table
@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     _connect_options(history)
 
     _cli_remote.add_parsers(commands, _state_options, _connect_options)
+    _cli_prune.add_parser(commands, _state_options)
     _cli_transport.add_parsers(commands)  # --transport on run/resume/node/status; `worker`
     stress_cli.add_parser(commands)
 
@@ -200,6 +201,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _history(args)
     if args.command == "stop":
         return _cli_remote.stop(args, _config(args))
+    if args.command == "prune":
+        return _cli_prune.prune(args, _config(args))
     if args.command == "node":
         return _cli_remote.run_node(args, _config(args, worker=args.worker))
     if args.command == "repl":

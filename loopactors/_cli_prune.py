@@ -1,0 +1,98 @@
+"""`loopactors prune`: remove finished loops from a state directory's store, offline."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .errors import ConfigError, StoreError
+from .runtime import RuntimeConfig
+from .runtime._lock import lock_state_dir
+from .storage import DB_FILENAME, PruneReport, open_backend
+
+__all__ = ["add_parser", "parse_duration", "prune"]
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3_600.0, "d": 86_400.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)")
+ACCEPTED = "a number of seconds, or a number followed by s, m, h or d (30d, 12h, 90m, 3600s)"
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: ``30d``, ``12h``, ``90m``, ``3600s`` or plain seconds (``3600``)."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None:
+        raise ConfigError(f"invalid duration {text!r}; accepted: {ACCEPTED}")
+    number, unit = match.groups()
+    return float(number) * _UNITS[unit]
+
+
+def _duration_argument(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None  # a usage error, exit 64
+
+
+def add_parser(commands: Any, state_options: Any) -> None:
+    parser = commands.add_parser(
+        "prune", help="remove finished loops older than a duration from a state directory"
+    )
+    parser.add_argument(
+        "--older-than",
+        required=True,
+        type=_duration_argument,
+        metavar="DURATION",
+        help="loops that finished longer ago than this: 30d, 12h, 90m, 3600s or seconds",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="only count what would be removed")
+    state_options(parser, allow_memory=False)
+
+
+def prune(args: argparse.Namespace, config: RuntimeConfig) -> int:
+    """Prune the SQLite store of ``config.state_dir`` directly (no runtime is started).
+
+    A dry run only reads, like `status`, so it works beside a running node. A real prune
+    writes, so, like an offline `stop`, it takes the state directory's lock: a running node
+    prunes its own store with ``retention_days``.
+    """
+    state_dir = Path(config.state_dir)
+    before = time.time() - args.older_than
+    stored = (state_dir / DB_FILENAME).exists()
+    if not stored:
+        report = PruneReport(before=before, dry_run=args.dry_run)  # nothing stored, nothing made
+    elif args.dry_run:
+        report = _prune(state_dir, before, dry_run=True)
+    else:
+        try:
+            lock = lock_state_dir(state_dir)
+            lock.__enter__()
+        except StoreError as exc:
+            raise StoreError(
+                f"{exc}; a running node prunes its own store with retention_days "
+                "(docs/configuration.md)"
+            ) from None
+        try:
+            report = _prune(state_dir, before, dry_run=False)
+        finally:
+            lock.__exit__(None, None, None)
+    if args.json:
+        print(msgspec.json.encode(report).decode())
+    elif not stored:
+        print(f"nothing to prune: no store in {state_dir}")
+    else:
+        cutoff = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(before))
+        print(f"{report.note()} (loops that finished before {cutoff}) in {state_dir}")
+    return 0
+
+
+def _prune(state_dir: Path, before: float, *, dry_run: bool) -> PruneReport:
+    backend = open_backend("sqlite", state_dir)
+    try:
+        return backend.prune(before, dry_run=dry_run)
+    finally:
+        backend.close()
