@@ -90,6 +90,15 @@ def test_embedded_loops() -> None:
     assert lines[7].endswith(":cancelled")
 
 
+def test_retention() -> None:
+    assert run_example("retention.py").splitlines() == [
+        "dry run: would remove 2 loops, 4 rounds, 12 events",
+        "prune: removed 2 loops, 4 rounds, 12 events",
+        "a pruned loop's history: not found",
+        "left: ['paused']",
+    ]
+
+
 def test_agent_loop_explains_how_without_a_model_server() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPACTORS_LLM_")}
     result = subprocess.run(
