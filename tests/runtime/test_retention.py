@@ -11,13 +11,13 @@ import pytest
 import trio
 import trio.testing
 
-from loopactors.errors import ConfigError, LoopNotFound
+from loopactors.errors import ConfigError, LoopNotFound, StoreError
 from loopactors.loops._events import LoopFinished
 from loopactors.loops._model import LoopSpec, LoopState, Phase, RoundRecord
 from loopactors.messages import Commit
 from loopactors.runtime import Runtime, open_runtime
 from loopactors.runtime._retention import CHECK_EVERY, DAY, retention_interval
-from loopactors.storage import Write, open_backend
+from loopactors.storage import MemoryBackend, PruneReport, Write, open_backend
 
 from .conftest import memory_config, sqlite_config
 
@@ -137,3 +137,51 @@ async def test_no_retention_keeps_everything(autojump_clock: trio.testing.MockCl
         await rt.node.ref("store").call(Commit(finished_long_ago("old", 3_000)))
         await trio.sleep(100 * CHECK_EVERY)
         assert [s.loop_id for s in await rt.loops()] == ["old"]
+
+
+def fail_once(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Make the memory backend's next prune fail as a broken disk would; record the calls."""
+    calls: list[float] = []
+    real = MemoryBackend.prune
+
+    def prune(self: MemoryBackend, before: float, *, dry_run: bool = False) -> PruneReport:
+        calls.append(before)
+        if len(calls) == 1:
+            raise StoreError("cannot prune the store: disk on fire")
+        return real(self, before, dry_run=dry_run)
+
+    monkeypatch.setattr(MemoryBackend, "prune", prune)
+    return calls
+
+
+async def test_a_failed_prune_is_refused_and_the_store_goes_on(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await rt.node.ref("store").call(Commit(finished_long_ago("old", 3)))
+    store = rt.node.whereis("store")
+    fail_once(monkeypatch)
+    with pytest.raises(StoreError, match="disk on fire"):
+        await rt.prune(DAY)
+    assert rt.node.whereis("store") is store  # refused, not crashed: no restart
+    assert [s.loop_id for s in await rt.loops()] == ["old"]
+    assert (await rt.prune(DAY)).loops == 1
+
+
+async def test_retention_logs_a_failed_prune_and_tries_again(
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    caplog.set_level(logging.INFO, logger="loopactors.runtime")
+    calls = fail_once(monkeypatch)
+    async with open_runtime(memory_config(retention_days=1)) as rt:
+        await trio.sleep(1)
+        await rt.node.ref("store").call(Commit(finished_long_ago("old", 3)))
+        await trio.sleep(CHECK_EVERY)
+        assert await rt.loops() == []
+    assert len(calls) == 2
+    lines = [r.getMessage() for r in caplog.records if "retention" in r.getMessage()]
+    assert lines == [
+        f"retention: cannot prune the store: disk on fire; trying again in {CHECK_EVERY:.0f} s",
+        "retention_days=1: removed 1 loop, 1 round, 1 event",
+    ]
