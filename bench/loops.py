@@ -178,9 +178,11 @@ async def baseline_case(loops: int) -> dict[str, Any]:  # noqa: PLR0915 - one lo
             if previous_end is not None:
                 gaps.append(time.perf_counter() - previous_end)
             state = state.moved("dispatching", started_at=state.started_at or now)
-            assert check_before_round(state, now) is None
+            verdict = check_before_round(state, now)
             ledger = Ledger(goal=spec.task, attempts=tuple(attempts))
-            assert not check_circuit_breaker(ledger, breaker).escalate
+            decision = check_circuit_breaker(ledger, breaker)
+            if verdict is not None or decision.escalate:  # work not inside an assert (-O)
+                raise RuntimeError(f"the baseline's loop {state.loop_id} escalated")
             prompt = build_prompt(state)
             state = state.moved("awaiting_worker")
             commit(_intent(state, prompt.seed_source, now))

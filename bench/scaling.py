@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 # bench/ is on sys.path when this file runs as a script: the baseline is shared with loops.py.
-from loops import ROUNDS, baseline_case
+from loops import ROUNDS, bare_baseline_case
 
 from loopactors.stress import StressOptions, run_stress
 from loopactors.stress._run import peak_rss_mb
@@ -61,7 +61,7 @@ async def runtime_case(loops: int, store: str) -> dict[str, Any]:
 
 def run_case(case: str, loops: int) -> dict[str, Any]:
     if case == "baseline":
-        result: dict[str, Any] = trio.run(baseline_case, loops)
+        result: dict[str, Any] = trio.run(bare_baseline_case, loops)
     else:
         result = trio.run(runtime_case, loops, case)
     result["peak_rss_mb"] = peak_rss_mb()

@@ -6,7 +6,9 @@ websocket gateway encode anything.
 Those that hold only data (strings, numbers, other such Structs) are made with ``gc=False``:
 they cannot be part of a reference cycle, and the garbage collector need not track the
 several of them every round makes (fewer and shorter collections with 10,000 loops). Those
-with an ``Any`` field stay tracked.
+with an ``Any`` field stay tracked, and so do those that hold one (``Commit`` holds
+``Forward``s): an ``Any`` may be a mutable object that refers back, and a cycle through an
+untracked Struct is never collected.
 """
 
 from __future__ import annotations
@@ -60,14 +62,14 @@ __all__ = [
 # -- Store -----------------------------------------------------------------------------------
 
 
-class Forward(msgspec.Struct, gc=False, frozen=True):
+class Forward(msgspec.Struct, frozen=True):
     """Cast ``message`` to the actor registered as ``name``."""
 
     name: str
     message: Any
 
 
-class Commit(msgspec.Struct, gc=False, frozen=True):
+class Commit(msgspec.Struct, frozen=True):
     """Make ``write`` durable, then act on it.
 
     Once the batch holding it has committed, the Store publishes the write's events and
@@ -181,7 +183,6 @@ class Dispatch(msgspec.Struct, gc=False, frozen=True):
 
     request: RoundRequest
     timeout: float
-    context: Any = None
 
 
 class WhereIsRound(msgspec.Struct, frozen=True):

@@ -66,7 +66,7 @@ class Dispatcher(Actor[Any]):
         self.rounds_started = 0
         #: Round tasks waiting for their next round, the most recently idle last.
         self._idle: list[trio.lowlevel.Task] = []
-        self._context = contextvars.copy_context()  # what a round task starts from
+        self._context: contextvars.Context  # what a round task starts from (set in on_start)
 
     async def handle(self, message: Any) -> Any:
         kind = type(message)
@@ -144,7 +144,9 @@ class Dispatcher(Actor[Any]):
         """Run this round, then the ones handed over while it waits idle.
 
         At most MAX_IDLE_ROUND_TASKS wait: a burst of rounds leaves that many tasks behind at
-        most, each a few kilobytes. They end with the Dispatcher.
+        most, each a few kilobytes. An idle task keeps nothing of its last round (not its
+        request, whose prompt may be large, nor its context variables). They end with the
+        Dispatcher.
         """
         idle = self._idle
         task = trio.lowlevel.current_task()
@@ -153,12 +155,16 @@ class Dispatcher(Actor[Any]):
             idle.remove(task)
             return trio.lowlevel.Abort.SUCCEEDED
 
-        while True:
-            await self._run(dispatch, scope)
+        job: tuple[Dispatch, trio.CancelScope] | None = (dispatch, scope)
+        del dispatch, scope
+        while job is not None:
+            await self._run(*job)
+            job = None
             if len(idle) >= MAX_IDLE_ROUND_TASKS:
                 return
+            task.context = self._context  # from its next step on; handle() gives it a copy
             idle.append(task)  # handle() hands it a round with reschedule()
-            dispatch, scope = await trio.lowlevel.wait_task_rescheduled(abort)
+            job = await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def _run(self, dispatch: Dispatch, scope: trio.CancelScope) -> None:
         request = dispatch.request

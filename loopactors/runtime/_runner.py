@@ -174,6 +174,12 @@ class LoopRunner(Actor[Any]):
     async def on_stop(self, reason: BaseException | None) -> None:
         if isinstance(reason, SERVICE_DOWN):
             self._excuse()
+        # Its pending timers (a watchdog, an inter-round delay) would go off for nobody, or,
+        # after a crash, for the next incarnation, whose epochs start again at 0. That one
+        # registers under this name only once this one has exited, so its own timers are
+        # scheduled after this cancellation.
+        with contextlib.suppress(ActorError):
+            services_of(self.node).timers.cast_nowait(CancelTimers(runner_name(self.loop_id)))
 
     def _excuse(self) -> None:
         if self.factory is not None:
@@ -538,9 +544,6 @@ class LoopRunner(Actor[Any]):
         ended = Forward("coordinator", LoopEnded(final))
         forget = Forward("breaker", ForgetLedger(self.loop_id))
         await self._commit(final, record, (*events, done), then=(ended, forget), wait=wait)
-        # Its pending timers (a watchdog, an inter-round delay) would go off for nobody.
-        with contextlib.suppress(ActorError):
-            self.svc.timers.cast_nowait(CancelTimers(runner_name(self.loop_id)))
         self.stop()
 
     # -- commands --------------------------------------------------------------------------

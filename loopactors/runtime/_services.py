@@ -313,9 +313,10 @@ class Timers(Actor[Any]):
     Loop runners use it for inter-round delays and round watchdogs instead of sleeping in a
     handler (which would block a stop) or owning a task each (which would cost memory).
     A timer's message carries an epoch, so a timer that is no longer wanted is ignored by its
-    receiver. A runner whose loop ended cancels all of its timers (:class:`CancelTimers`), so
-    the heap holds timers of live loops only (rolebox's W21): a cancelled entry is marked,
-    and the heap is rebuilt without them once they are half of it.
+    receiver. A runner that exits (its loop ended, or it crashed) cancels all of its timers
+    (:class:`CancelTimers`), so nothing waits for an ended loop (rolebox's W21): a cancelled
+    timer is marked, and the heap is rebuilt without them once they are more than half of
+    it, so they never outnumber the pending ones.
     """
 
     uses_nursery = True
@@ -349,10 +350,7 @@ class Timers(Actor[Any]):
             for timer in self._by_name.pop(message.name, ()):
                 timer.cancelled = True
                 self._cancelled += 1
-            if self._cancelled > len(self._heap) // 2:
-                self._heap = [t for t in self._heap if not t.cancelled]
-                heapq.heapify(self._heap)
-                self._cancelled = 0
+            self._compact()
             return None
         if kind is GetTimersStatistics:
             return {"pending": self.pending, "heap": len(self._heap)}
@@ -382,6 +380,15 @@ class Timers(Actor[Any]):
                     ref.cast_nowait(timer.message)
                 except ActorError:
                     self.nursery.start_soon(self._deliver_later, timer.name, timer.message)
+            self._compact()  # timers that went off may leave the cancelled ones a majority
+
+    def _compact(self) -> None:
+        """Rebuild the heap without its cancelled timers once they are more than half of it,
+        so they never outnumber the pending ones."""
+        if self._cancelled > len(self._heap) // 2:
+            self._heap = [t for t in self._heap if not t.cancelled]
+            heapq.heapify(self._heap)
+            self._cancelled = 0
 
     def _forget(self, timer: _Timer) -> None:
         timers = self._by_name.get(timer.name)

@@ -16,12 +16,16 @@ from .conftest import memory_config
 WORKER = "python:tests.runtime.round_fns:set_context_var"
 
 
-def idle_round_tasks(rt: Runtime) -> int:
+def dispatcher_of(rt: Runtime) -> _dispatcher.Dispatcher:
     ref = rt.node.whereis("dispatcher")
     assert ref is not None
     actor = ref._cell.actor
     assert isinstance(actor, _dispatcher.Dispatcher)
-    return len(actor._idle)
+    return actor
+
+
+def idle_round_tasks(rt: Runtime) -> int:
+    return len(dispatcher_of(rt)._idle)
 
 
 async def test_rounds_reuse_tasks_in_fresh_contexts() -> None:
@@ -55,16 +59,36 @@ async def test_a_stop_cancels_a_round_running_in_a_reused_task(
         assert idle_round_tasks(rt) == 1  # and is back, ready for the next
 
 
-async def test_idle_round_tasks_are_capped(
+async def test_idle_round_tasks_are_capped_and_end_with_the_runtime(
     monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
 ) -> None:
     monkeypatch.setattr(_dispatcher, "MAX_IDLE_ROUND_TASKS", 2)
+    with trio.fail_after(60):  # idle tasks that outlived the Dispatcher would hang the exit
+        async with open_runtime(memory_config()) as rt:
+            handles = [
+                await rt.start(f"|loop:1| burst {i}", worker="scripted:latency=1") for i in range(5)
+            ]
+            for h in handles:
+                await h.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            assert idle_round_tasks(rt) == 2
+            tasks = list(dispatcher_of(rt)._idle)
+    assert all(task.coro.cr_frame is None for task in tasks)  # ended: their coroutines closed
+
+
+async def test_an_idle_round_task_keeps_nothing_of_its_last_round() -> None:
+    big_task = "x" * 100_000
     async with open_runtime(memory_config()) as rt:
-        handles = [
-            await rt.start(f"|loop:1| burst {i}", worker="scripted:latency=1") for i in range(5)
-        ]
-        for h in handles:
-            await h.wait()
+        handle = await rt.start(f"|loop:1| {big_task}", worker=WORKER)
+        assert (await handle.wait()).phase == "complete"
         await trio.testing.wait_all_tasks_blocked()
-        assert idle_round_tasks(rt) == 2
-    # Leaving the block ended the idle tasks with the Dispatcher (the nursery closed).
+        dispatcher = dispatcher_of(rt)
+        [task] = dispatcher._idle
+        parked = task.coro.cr_frame
+        assert parked is not None
+        assert parked.f_locals["job"] is None
+        assert "dispatch" not in parked.f_locals
+        assert "scope" not in parked.f_locals
+        # Not the last round's context (where the worker set a variable): the Dispatcher's.
+        assert task.context is dispatcher._context
+        assert task.context.get(round_fns.ROUND_VAR) is None
