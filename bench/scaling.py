@@ -27,7 +27,8 @@ from typing import Any
 
 import trio
 
-# bench/ is on sys.path when this file runs as a script: the baseline is shared with loops.py.
+# bench/ is on sys.path when this file runs as a script: the bare baseline of loops.py (the
+# one these figures were recorded against: no store, no events).
 from loops import ROUNDS, bare_baseline_case
 
 from loopactors.stress import StressOptions, run_stress
