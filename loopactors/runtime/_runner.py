@@ -237,7 +237,8 @@ class LoopRunner(Actor[Any]):
                 self._timer_at = None
                 if state.phase == "awaiting_worker":
                     if trio.current_time() < self._watchdog_due:
-                        self._schedule_watchdog(self._watchdog_due)  # a later round's wait
+                        # Early: it was armed for an earlier round. Wait for this one's.
+                        await self._schedule_watchdog(self._watchdog_due)
                     else:
                         await self._watchdog_fired()
         elif kind is ControlLoop:
@@ -268,11 +269,11 @@ class LoopRunner(Actor[Any]):
             WhereIsRound(self._key), self.deps.call_timeout
         )
         if where.queued:
-            self._arm_watchdog()
+            await self._arm_watchdog()
             return
         budget = spec.round_timeout + WATCHDOG_GRACE
         if where.running_for is not None and where.running_for < budget:
-            self._arm_watchdog(budget - where.running_for)
+            await self._arm_watchdog(budget - where.running_for)
             return
         await self.svc.dispatcher.cast(CancelRound(self._key))
         await self._round_done(
@@ -328,7 +329,7 @@ class LoopRunner(Actor[Any]):
             prompt = build_prompt(self.state)
             self.seed_source = prompt.seed_source
             await self.svc.dispatcher.cast(self._dispatch_message(prompt))
-            self._arm_watchdog()
+            await self._arm_watchdog()
             if self._unsaved:
                 await self._commit(self.state)
         elif phase in ("summarizing", "finalizing"):
@@ -389,7 +390,7 @@ class LoopRunner(Actor[Any]):
         # The Store dispatches the round once its intent is durable.
         dispatch = Forward("dispatcher", self._dispatch_message(prompt))
         await self._commit(state.moved("awaiting_worker"), record, events, then=(dispatch,))
-        self._arm_watchdog()
+        await self._arm_watchdog()
 
     def _dispatch_message(self, prompt: Prompt) -> Dispatch:
         state = self.state
@@ -406,7 +407,7 @@ class LoopRunner(Actor[Any]):
         )
         return Dispatch(request, spec.round_timeout)
 
-    def _arm_watchdog(self, after: float | None = None) -> None:
+    async def _arm_watchdog(self, after: float | None = None) -> None:
         """(Re)arm the watchdog of the round in flight: it goes off ``after`` seconds from now.
 
         A timer already pending that goes off no later is kept (when it goes off before the
@@ -418,14 +419,17 @@ class LoopRunner(Actor[Any]):
             after = self.state.spec.round_timeout + WATCHDOG_GRACE
         due = self._watchdog_due = trio.current_time() + after
         if self._timer_at is None or self._timer_at > due:
-            self._schedule_watchdog(due)
+            await self._schedule_watchdog(due)
 
-    def _schedule_watchdog(self, deadline: float) -> None:
+    async def _schedule_watchdog(self, deadline: float) -> None:
         self._timer_id = next(_TIMER_IDS)  # the timer pending until now, if any, is superseded
         self._timer_at = deadline
-        self.svc.timers.cast_nowait(
-            Schedule(deadline, runner_name(self.loop_id), Watchdog(self._timer_id))
-        )
+        await self._schedule(deadline, Watchdog(self._timer_id))
+
+    async def _schedule(self, deadline: float, message: Watchdog | Advance) -> None:
+        # Waits only when the Timers mailbox is full (a burst of starts): backpressure, where
+        # cast_nowait would crash this runner and, repeated, end its loop in error.
+        await self.svc.timers.cast(Schedule(deadline, runner_name(self.loop_id), message))
 
     async def _round_done(self, result: RoundResult) -> None:
         state = self.state
@@ -509,9 +513,7 @@ class LoopRunner(Actor[Any]):
             return
         self.epoch += 1
         deadline = trio.current_time() + delay
-        self.svc.timers.cast_nowait(
-            Schedule(deadline, runner_name(self.loop_id), Advance(self.epoch))
-        )
+        await self._schedule(deadline, Advance(self.epoch))
 
     async def _finish(
         self,

@@ -3,12 +3,15 @@ cancelled at once when it ends, so the heap holds live loops' timers only (roleb
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
 from loopactors.actors import Actor, open_node
+from loopactors.loops._events import LoopRecovered
 from loopactors.messages import CancelTimers, GetTimersStatistics, Schedule
 from loopactors.runtime import open_runtime
 from loopactors.runtime._services import Timers
@@ -109,3 +112,23 @@ async def test_an_ended_loop_leaves_no_timer_behind(
         await trio.testing.wait_all_tasks_blocked()
         # The watchdogs were due in 630 s; they are gone now, not when they go off.
         assert (await timers.call(GetTimersStatistics()))["pending"] == 0
+
+
+async def test_a_full_timers_mailbox_holds_runners_back_instead_of_crashing_them(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    monkeypatch.setattr(Timers, "mailbox_size", 1)
+    async with open_runtime(memory_config(inter_round_delay=1.0)) as rt:
+        with rt.subscribe() as events:
+            handles = [
+                await rt.start(f"|loop:3| burst {i}", worker="scripted:latency=2")
+                for i in range(30)
+            ]
+            states = [await h.wait() for h in handles]
+            seen = []
+            with contextlib.suppress(trio.WouldBlock):
+                while True:
+                    seen.append(events.receive_nowait())
+    assert [s.phase for s in states] == ["complete"] * 30
+    # No runner crashed and came back: a recovery would have said so.
+    assert not [e for e in seen if isinstance(e, LoopRecovered)]
