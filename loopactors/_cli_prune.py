@@ -12,6 +12,7 @@ import msgspec
 
 from .errors import ConfigError, StoreError
 from .runtime import RuntimeConfig
+from .runtime._api import MAX_AGE
 from .runtime._lock import lock_state_dir
 from .storage import DB_FILENAME, PruneReport, open_backend
 
@@ -19,16 +20,22 @@ __all__ = ["add_parser", "parse_duration", "prune"]
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3_600.0, "d": 86_400.0}
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)")
-ACCEPTED = "a number of seconds, or a number followed by s, m, h or d (30d, 12h, 90m, 3600s)"
+ACCEPTED = (
+    "a number of seconds, or a number followed by s, m, h or d (30d, 12h, 90m, 3600s), up to 36500d"
+)
 
 
 def parse_duration(text: str) -> float:
     """Seconds in ``text``: ``30d``, ``12h``, ``90m``, ``3600s`` or plain seconds (``3600``)."""
     match = _DURATION.fullmatch(text.strip().lower())
+    shown = text if len(text) <= 40 else text[:40] + "..."
     if match is None:
-        raise ConfigError(f"invalid duration {text!r}; accepted: {ACCEPTED}")
+        raise ConfigError(f"invalid duration {shown!r}; accepted: {ACCEPTED}")
     number, unit = match.groups()
-    return float(number) * _UNITS[unit]
+    seconds = float(number) * _UNITS[unit]
+    if not seconds <= MAX_AGE:  # also catches inf from a very long number
+        raise ConfigError(f"duration {shown!r} is too long; accepted: {ACCEPTED}")
+    return seconds
 
 
 def _duration_argument(text: str) -> float:
@@ -72,6 +79,8 @@ def prune(args: argparse.Namespace, config: RuntimeConfig) -> int:
             lock = lock_state_dir(state_dir)
             lock.__enter__()
         except StoreError as exc:
+            if "in use" not in str(exc):
+                raise
             raise StoreError(
                 f"{exc}; a running node prunes its own store with retention_days "
                 "(docs/configuration.md)"

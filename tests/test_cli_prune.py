@@ -46,6 +46,13 @@ def test_parse_duration_refuses_naming_what_is_accepted(text: str) -> None:
         parse_duration(text)
 
 
+@pytest.mark.parametrize("text", ["36501d", "99999999999999d", "9" * 400])
+def test_parse_duration_refuses_more_than_a_hundred_years(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"is too long; accepted: .*up to 36500d") as info:
+        parse_duration(text)
+    assert len(str(info.value)) < 200  # a long input is cut in the message
+
+
 def loop(loop_id: str, phase: Phase, days_ago: float) -> list[Write]:
     at = time.time() - days_ago * DAY
     state = LoopState(

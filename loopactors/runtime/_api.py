@@ -59,6 +59,9 @@ Command = Literal["stop", "pause", "resume", "status"]
 #: How long a runtime call waits for a restarting actor to come back before giving up.
 RESTART_PATIENCE = 10.0
 
+#: The largest ``older_than`` of a prune: a hundred years, in seconds.
+MAX_AGE = 36_500 * 86_400.0
+
 
 class LoopHandle:
     """One loop, seen from the program that started (or found) it."""
@@ -228,8 +231,11 @@ class Runtime:
         """
         if isinstance(older_than, bool) or not isinstance(older_than, int | float):
             raise ConfigError(f"older_than must be a number of seconds >= 0, got {older_than!r}")
-        if not older_than >= 0:  # NaN included
-            raise ConfigError(f"older_than must be >= 0 seconds, got {older_than!r}")
+        if not 0 <= older_than <= MAX_AGE:  # NaN and infinity included
+            raise ConfigError(
+                f"older_than must be >= 0 and <= {MAX_AGE:.0f} seconds (100 years), "
+                f"got {older_than!r}"
+            )
         before = time.time() - older_than
         # No call timeout: the first prune of a large store may take a while.
         report: PruneReport = await self._ask(

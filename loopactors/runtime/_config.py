@@ -28,6 +28,19 @@ def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> N
         raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
 
 
+#: The shortest and longest ``retention_days``: a minute, a hundred years.
+MIN_RETENTION_DAYS = 1 / 1440
+MAX_RETENTION_DAYS = 36_500.0
+
+
+def _retention(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not MIN_RETENTION_DAYS <= value <= MAX_RETENTION_DAYS:
+        raise ValueError(
+            f"{attribute.name} must be from {MIN_RETENTION_DAYS:.6f} (one minute) to "
+            f"{MAX_RETENTION_DAYS:.0f} days, got {value!r}"
+        )
+
+
 def _fraction(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
     if not 0 < value <= 1:
         raise ValueError(f"{attribute.name} must be > 0 and <= 1, got {value!r}")
@@ -138,7 +151,7 @@ class RuntimeConfig:
     node: NodeSettings = attrs.field(factory=NodeSettings)
     #: Days a finished loop (with its rounds and events) is kept in the store; None keeps
     #: everything. Pruned at start, then hourly (or every tenth of this if shorter).
-    retention_days: float | None = attrs.field(default=None, validator=_positive)
+    retention_days: float | None = attrs.field(default=None, validator=_retention)
 
     def replace(self, **changes: Any) -> RuntimeConfig:
         """A copy with ``changes``; ``None`` values are ignored (flags that were not given)."""

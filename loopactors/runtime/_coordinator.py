@@ -31,6 +31,7 @@ from ..messages import (
     Admitted,
     Commit,
     ControlLoop,
+    ForgetLedger,
     Forward,
     GetLoop,
     ListLoops,
@@ -281,8 +282,11 @@ class Coordinator(Actor[Any]):
             completed_rounds=state.completed_rounds,
             reason=reason,
         )
+        # The Breaker may hold its ledger (it ran rounds before a Coordinator restart).
+        forget = Forward("breaker", ForgetLedger(state.loop_id))
         await self.svc.store.call(
-            Commit(Write(state=final, round=record, events=(done,))), self.deps.call_timeout
+            Commit(Write(state=final, round=record, events=(done,)), (forget,)),
+            self.deps.call_timeout,
         )
         self._forget(state.loop_id)
         return final

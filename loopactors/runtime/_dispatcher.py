@@ -29,8 +29,11 @@ from ._delivery import deliver, runner_name
 
 __all__ = ["Dispatcher"]
 
-#: How many not-yet-dispatched cancelled round keys the Dispatcher remembers.
+#: How many not-yet-dispatched cancelled round keys the Dispatcher remembers, and for how
+#: long (seconds): a stop overtakes its round's Dispatch by a group commit at most, and a
+#: key must not outlive its loop (an id may be used again once the loop is pruned).
 CANCELLED_MEMORY = 100_000
+CANCELLED_TTL = 600.0
 
 #: Round tasks kept waiting for the next round.
 MAX_IDLE_ROUND_TASKS = 1024
@@ -62,7 +65,7 @@ class Dispatcher(Actor[Any]):
         self._started: dict[str, float] = {}  # when each running round got its slots
         # Keys cancelled before their Dispatch arrived (a stop can overtake the Dispatch,
         # which the Store forwards only once the round's intent is durable).
-        self._cancelled: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._cancelled: collections.OrderedDict[str, float] = collections.OrderedDict()
         self.rounds_started = 0
         #: Round tasks waiting for their next round, the most recently idle last.
         self._idle: list[trio.lowlevel.Task] = []
@@ -74,8 +77,8 @@ class Dispatcher(Actor[Any]):
             key = message.request.key
             if key in self._running:
                 return None  # same idempotency key: the running round will report once
-            if key in self._cancelled:
-                del self._cancelled[key]
+            cancelled_at = self._cancelled.pop(key, None)
+            if cancelled_at is not None and trio.current_time() - cancelled_at < CANCELLED_TTL:
                 return None
             scope = trio.CancelScope()
             self._running[key] = scope
@@ -108,9 +111,15 @@ class Dispatcher(Actor[Any]):
                 self._stopping.add(message.key)
                 running.cancel()
             else:
-                self._cancelled[message.key] = None
-                if len(self._cancelled) > CANCELLED_MEMORY:
-                    self._cancelled.popitem(last=False)
+                now = trio.current_time()
+                self._cancelled[message.key] = now
+                self._cancelled.move_to_end(message.key)
+                cancelled = self._cancelled
+                while cancelled and (
+                    len(cancelled) > CANCELLED_MEMORY
+                    or now - next(iter(cancelled.values())) >= CANCELLED_TTL
+                ):
+                    cancelled.popitem(last=False)  # the oldest first
             return None
         return ErrorReply(TypeError(f"the dispatcher does not accept {kind.__name__}"))
 

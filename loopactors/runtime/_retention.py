@@ -10,39 +10,47 @@ from typing import Any, NoReturn
 import trio
 
 from ..actors import ActorRef
-from ..errors import StoreError
+from ..errors import ActorError, StoreError
 from ..messages import PruneLoops
 from ..storage import PruneReport
 
-__all__ = ["CHECK_EVERY", "DAY", "keep_pruning", "retention_interval"]
+__all__ = ["CHECK_EVERY", "DAY", "FIRST_PRUNE_AFTER", "keep_pruning", "retention_interval"]
 
 log = logging.getLogger("loopactors.runtime")
 
 DAY = 86_400.0
 #: The longest wait between two prunes. Each removes what finished since the last one, so
-#: prunes stay small; a short retention is checked ten times per period instead.
+#: prunes stay small; a short retention is checked ten times per period instead, but never
+#: more often than once a minute.
 CHECK_EVERY = 3_600.0
+MIN_CHECK_EVERY = 60.0
+#: The first prune waits this long after the start: recovery goes first.
+FIRST_PRUNE_AFTER = 60.0
 
 
 def retention_interval(retention_days: float) -> float:
-    """Seconds between two prunes: an hour, or a tenth of the retention if that is shorter."""
-    return min(CHECK_EVERY, retention_days * DAY / 10)
+    """Seconds between two prunes: an hour, or a tenth of the retention if that is shorter,
+    but at least a minute."""
+    return min(CHECK_EVERY, max(MIN_CHECK_EVERY, retention_days * DAY / 10))
 
 
 async def keep_pruning(store: ActorRef[Any], retention_days: float) -> NoReturn:
-    """Prune now, then every :func:`retention_interval`, until cancelled (with the Store).
+    """Prune a minute after the start, then every :func:`retention_interval`, until
+    cancelled (with the Store).
 
-    Through the Store's mailbox, so a prune never runs alongside another backend call. A
-    prune that fails is logged and tried again at the next interval: it was rolled back
-    whole, so nothing is lost by waiting.
+    Through the Store's mailbox, so a prune never runs alongside another backend call (and
+    the Store serves other messages between its batches). A prune that fails is logged and
+    tried again at the next interval: its failed batch was rolled back whole, so nothing is
+    lost by waiting.
     """
     interval = retention_interval(retention_days)
+    await trio.sleep(min(FIRST_PRUNE_AFTER, interval))
     while True:
         # Loops are stamped with the wall clock, so the cutoff is one too.
         before = time.time() - retention_days * DAY
         try:
             report: PruneReport = await store.call(PruneLoops(before), timeout=None)
-        except StoreError as exc:
+        except (StoreError, ActorError) as exc:  # ActorError: the Store crashed meanwhile
             log.warning("retention: %s; trying again in %.0f s", exc, interval)
         else:
             if report.removed_any:

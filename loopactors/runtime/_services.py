@@ -7,7 +7,6 @@ pure rules in :mod:`loopactors.loops._rules`, Timers over a heap of deadlines.
 from __future__ import annotations
 
 import contextlib
-import functools
 import heapq
 import itertools
 from collections.abc import Callable
@@ -49,7 +48,7 @@ from ..messages import (
     RecordAttempt,
     Schedule,
 )
-from ..storage import StoreBackend, Write
+from ..storage import PRUNE_BATCH, PruneReport, StoreBackend, Write
 from ._delivery import deliver, runner_name
 from ._events import EventBus
 from ._ledger import attempt_of, breaker_config
@@ -69,6 +68,18 @@ class _FlushNow:
     __slots__ = ()
 
 
+class _PruneNext:
+    """The rest of a prune, sent to the back of the Store's own mailbox between batches."""
+
+    __slots__ = ("after", "dry_run", "reply", "total")
+
+    def __init__(self, total: PruneReport, after: str, reply: PendingReply | None) -> None:
+        self.total = total
+        self.after = after
+        self.dry_run = total.dry_run
+        self.reply = reply
+
+
 class Store(Actor[Any]):
     """Durable state with group commit, and the side effects that wait for it.
 
@@ -81,7 +92,9 @@ class Store(Actor[Any]):
     """
 
     mailbox_size = 16_384
-    uses_nursery = True  # for the commit-delay timer and the retention task
+    uses_nursery = True  # for the commit-delay timer, the retention task, prune batches
+    #: Loops removed per transaction (and per turn of the mailbox) by a prune.
+    prune_batch_size = PRUNE_BATCH
 
     def __init__(
         self,
@@ -116,6 +129,10 @@ class Store(Actor[Any]):
             self._flush_due = False
             await self._flush()
             return None
+        if kind is _PruneNext:
+            await self._flush()
+            await self._prune(message.total, message.after, message.reply)
+            return None
         if kind is Commit:
             self._batch.append(message.write)
             if message.then:
@@ -138,20 +155,38 @@ class Store(Actor[Any]):
         if kind is GetStoreStatistics:
             return await self._run(backend.statistics)
         if kind is PruneLoops:
-            return await self._prune(message)
+            total = PruneReport(before=message.before, dry_run=message.dry_run)
+            await self._prune(total, "", self.defer_reply() if self.in_call else None)
+            return None
         return ErrorReply(TypeError(f"the store does not accept {kind.__name__}"))
 
-    async def _prune(self, message: PruneLoops) -> Any:
-        prune = functools.partial(self.backend.prune, message.before, dry_run=message.dry_run)
+    async def _prune(self, total: PruneReport, after: str, reply: PendingReply | None) -> None:
+        """One batch of a prune (PRUNE_BATCH loops, milliseconds), then the rest at the back
+        of the mailbox: commits and reads are served between batches, so a prune of a large
+        store never holds the runtime up. The caller is answered with the total at the end.
+        """
         try:
-            if self.backend.kind == "memory":
-                return prune()
-            # Unlike a commit, a prune may take seconds (the first one on a large file): in a
-            # thread, so that the other actors run meanwhile. This actor waits for it, so
-            # nothing else touches the backend; the commits queue up in its mailbox.
-            return await trio.to_thread.run_sync(prune)
+            report, cursor = self.backend.prune_batch(
+                total.before, after=after, limit=self.prune_batch_size, dry_run=total.dry_run
+            )
         except StoreError as exc:
-            return ErrorReply(exc)  # rolled back whole: refuse it, no need to crash
+            # That batch was rolled back whole (earlier ones stay done): refused, no crash.
+            if reply is not None:
+                done = f"; before that, this prune {total.note()}" if total.removed_any else ""
+                reply.fail(StoreError(f"{exc}{done}"))
+            return
+        total = total.plus(report)
+        if cursor is None:
+            if reply is not None:
+                reply.reply(total)
+            return
+        self.nursery.start_soon(self._prune_later, _PruneNext(total, cursor, reply))
+
+    async def _prune_later(self, rest: _PruneNext) -> None:
+        # From another task, a cast joins the back of the mailbox (a self-cast would jump
+        # the queue). The Store gone, the caller's pending reply fails with it.
+        with contextlib.suppress(ActorError):
+            await self.ref.cast(rest)
 
     async def on_drained(self) -> None:
         batch = len(self._batch)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .._util import fix_public_module
 from ..errors import StoreError
+from ._base import PRUNE_BATCH as PRUNE_BATCH
 from ._base import PruneReport as PruneReport
 from ._base import StoreBackend as StoreBackend
 from ._base import StoreStatistics as StoreStatistics
@@ -19,6 +20,7 @@ from ._memory import MemoryBackend as MemoryBackend
 from ._sqlite import SqliteBackend as SqliteBackend
 
 __all__ = [
+    "PRUNE_BATCH",
     "MemoryBackend",
     "PruneReport",
     "SqliteBackend",

@@ -38,6 +38,11 @@ class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     writes: int
 
 
+#: Loops removed per transaction by a prune: a batch keeps the store (and, in a runtime, the
+#: Store actor, which handles other messages between batches) busy for milliseconds.
+PRUNE_BATCH = 500
+
+
 class PruneReport(msgspec.Struct, frozen=True, kw_only=True):
     """What :meth:`StoreBackend.prune` removed, or with ``dry_run`` would have removed."""
 
@@ -51,6 +56,15 @@ class PruneReport(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def removed_any(self) -> bool:
         return bool(self.loops or self.rounds or self.events)
+
+    def plus(self, other: PruneReport) -> PruneReport:
+        """The counts of both (a prune done in batches)."""
+        return msgspec.structs.replace(
+            self,
+            loops=self.loops + other.loops,
+            rounds=self.rounds + other.rounds,
+            events=self.events + other.events,
+        )
 
     def note(self) -> str:
         """One line for people: ``removed 3 loops, 12 rounds, 40 events``."""
@@ -89,13 +103,27 @@ class StoreBackend(abc.ABC):
         """A loop's event log, in the order it was appended."""
 
     @abc.abstractmethod
-    def prune(self, before: float, *, dry_run: bool = False) -> PruneReport:
-        """Remove the terminal loops last updated before ``before`` (epoch seconds), with
-        their rounds and events, in one transaction; with ``dry_run`` only count them.
+    def prune_batch(
+        self, before: float, *, after: str = "", limit: int = PRUNE_BATCH, dry_run: bool = False
+    ) -> tuple[PruneReport, str | None]:
+        """Remove up to ``limit`` terminal loops last updated before ``before`` (epoch
+        seconds), with their rounds and events, in one transaction; with ``dry_run`` only
+        count them. Loops are taken in ``loop_id`` order from past ``after``; the second
+        value is where the next batch starts, ``None`` once there are no more.
 
         A live loop (paused included) is never removed, however old: only a loop in one of
         ``TERMINAL_PHASES`` is. ``updated_at`` of a terminal loop is when it ended.
         """
+
+    def prune(self, before: float, *, dry_run: bool = False) -> PruneReport:
+        """:meth:`prune_batch` until done. Each batch is one transaction: a crash leaves
+        every loop with all of its rounds and events, or none of them."""
+        total = PruneReport(before=before, dry_run=dry_run)
+        after: str | None = ""
+        while after is not None:
+            report, after = self.prune_batch(before, after=after, dry_run=dry_run)
+            total = total.plus(report)
+        return total
 
     @abc.abstractmethod
     def statistics(self) -> StoreStatistics: ...

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from ..errors import StoreError
 from ..loops._events import AnyEvent
 from ..loops._model import TERMINAL_PHASES, LoopState, RoundRecord
-from ._base import PruneReport, StoreBackend, StoreStatistics, Write
+from ._base import PRUNE_BATCH, PruneReport, StoreBackend, StoreStatistics, Write
 
 __all__ = ["MemoryBackend"]
 
@@ -71,13 +71,16 @@ class MemoryBackend(StoreBackend):
         self._check_open()
         return list(self._events.get(loop_id, ()))
 
-    def prune(self, before: float, *, dry_run: bool = False) -> PruneReport:
+    def prune_batch(
+        self, before: float, *, after: str = "", limit: int = PRUNE_BATCH, dry_run: bool = False
+    ) -> tuple[PruneReport, str | None]:
         self._check_open()
-        doomed = [
+        candidates = sorted(
             s.loop_id
             for s in self._loops.values()
-            if s.phase in TERMINAL_PHASES and s.updated_at < before
-        ]
+            if s.loop_id > after and s.phase in TERMINAL_PHASES and s.updated_at < before
+        )
+        doomed = candidates[:limit]
         report = PruneReport(
             before=before,
             dry_run=dry_run,
@@ -90,7 +93,7 @@ class MemoryBackend(StoreBackend):
                 del self._loops[loop_id]
                 self._rounds.pop(loop_id, None)
                 self._events.pop(loop_id, None)
-        return report
+        return report, (doomed[-1] if len(candidates) > limit else None)
 
     def statistics(self) -> StoreStatistics:
         self._check_open()

@@ -16,7 +16,7 @@ import msgspec
 from ..errors import StoreError
 from ..loops._events import AnyEvent, event_decoder
 from ..loops._model import TERMINAL_PHASES, LoopState, RoundRecord
-from ._base import PruneReport, StoreBackend, StoreStatistics, Write
+from ._base import PRUNE_BATCH, PruneReport, StoreBackend, StoreStatistics, Write
 
 __all__ = ["SqliteBackend"]
 
@@ -62,21 +62,14 @@ _UPSERT_ROUND = """
 _APPEND_EVENT = "INSERT INTO events (loop_id, type, event) VALUES (?, ?, ?)"
 _TERMINAL = tuple(sorted(TERMINAL_PHASES))
 _NOT_TERMINAL = f"phase NOT IN ({', '.join('?' * len(_TERMINAL))})"
-# Finished loops that prune() removes. Their ids stay in SQL, never in Python parameters: each
-# statement has six parameters however many loops go. loops_by_phase finds the terminal ones;
-# the rounds' primary key and events_by_loop find the rows of each.
+# A batch of finished loops that prune_batch() takes, in loop_id order from a cursor. The
+# unary + keeps SQLite off the phase index, so it walks the primary key from the cursor:
+# all the batches of one prune read each loop once, instead of sorting every finished
+# loop for each batch.
 _PRUNABLE = (
-    f"SELECT loop_id FROM loops WHERE phase IN ({', '.join('?' * len(_TERMINAL))}) "
-    "AND updated_at < ?"
-)
-_COUNT_PRUNABLE = f"""SELECT (SELECT count(*) FROM ({_PRUNABLE})),
-    (SELECT count(*) FROM rounds WHERE loop_id IN ({_PRUNABLE})),
-    (SELECT count(*) FROM events WHERE loop_id IN ({_PRUNABLE}))"""
-_PRUNE = (
-    # Rounds and events first: their subquery reads the loops rows the last one deletes.
-    f"DELETE FROM rounds WHERE loop_id IN ({_PRUNABLE})",
-    f"DELETE FROM events WHERE loop_id IN ({_PRUNABLE})",
-    f"DELETE FROM loops WHERE loop_id IN ({_PRUNABLE})",
+    "SELECT loop_id FROM loops WHERE loop_id > ? "
+    f"AND +phase IN ({', '.join('?' * len(_TERMINAL))}) AND updated_at < ? "
+    "ORDER BY loop_id LIMIT ?"
 )
 
 
@@ -231,23 +224,38 @@ class SqliteBackend(StoreBackend):
         with self._reading():
             return [decode(event) for (event,) in self._conn.execute(query, (loop_id,))]
 
-    def prune(self, before: float, *, dry_run: bool = False) -> PruneReport:
-        params = (*_TERMINAL, before)
+    def prune_batch(
+        self, before: float, *, after: str = "", limit: int = PRUNE_BATCH, dry_run: bool = False
+    ) -> tuple[PruneReport, str | None]:
         execute = self._conn.execute
         try:
-            if dry_run:
-                # One statement reads one snapshot: the three counts agree with each other.
-                loops, rounds, events = execute(_COUNT_PRUNABLE, params * 3).fetchone()
+            # One more than the batch: whether another batch follows.
+            found = [row[0] for row in execute(_PRUNABLE, (after, *_TERMINAL, before, limit + 1))]
+            doomed = found[:limit]
+            marks = ", ".join("?" * len(doomed))
+            if not doomed:
+                rounds = events = 0
+            elif dry_run:
+                # One statement reads one snapshot: the counts agree with each other.
+                rounds, events = execute(
+                    f"SELECT (SELECT count(*) FROM rounds WHERE loop_id IN ({marks})), "
+                    f"(SELECT count(*) FROM events WHERE loop_id IN ({marks}))",
+                    (*doomed, *doomed),
+                ).fetchone()
             else:
-                # One write transaction: a crash leaves the loops and all their rows, or none.
+                # One write transaction: a crash leaves each loop with all its rows, or none.
                 with self._transaction():
-                    rounds, events, loops = [execute(sql, params).rowcount for sql in _PRUNE]
+                    rounds, events, _ = [
+                        execute(f"DELETE FROM {table} WHERE loop_id IN ({marks})", doomed).rowcount
+                        for table in ("rounds", "events", "loops")
+                    ]
         except sqlite3.Error as exc:
             action = "count what to prune in" if dry_run else "prune"
             raise StoreError(f"cannot {action} the store {self.path}: {exc}") from exc
-        return PruneReport(
-            before=before, dry_run=dry_run, loops=loops, rounds=rounds, events=events
+        report = PruneReport(
+            before=before, dry_run=dry_run, loops=len(doomed), rounds=rounds, events=events
         )
+        return report, (doomed[-1] if len(found) > limit else None)
 
     def statistics(self) -> StoreStatistics:
         query = f"""SELECT (SELECT count(*) FROM loops),

@@ -224,6 +224,10 @@ def test_a_wrong_type_in_the_breaker_section_is_named(tmp_path: Path) -> None:
         ("[breaker]\nmax_consecutive_failures = 0", "max_consecutive_failures"),
         ("retention_days = 0", "retention_days"),
         ("retention_days = -7", "retention_days"),
+        ("retention_days = 1e-9", "retention_days"),  # under a minute: pruned at once
+        ("retention_days = inf", "retention_days"),
+        ("retention_days = nan", "retention_days"),
+        ("retention_days = 40000", "retention_days"),
     ],
 )
 def test_validators_reject_bad_values_naming_the_key_and_the_file(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -14,8 +15,10 @@ from loopactors.actors import SupervisorRef
 from loopactors.errors import LoopactorsError
 from loopactors.loops._events import LoopStarted
 from loopactors.loops._model import LoopSpec, LoopState, RoundRecord
+from loopactors.messages import ForgetLedger
 from loopactors.runtime import open_runtime
 from loopactors.runtime._delivery import runner_name
+from loopactors.runtime._services import Breaker
 from loopactors.storage import Write, open_backend
 from loopactors.testing import inject_crash
 
@@ -97,7 +100,9 @@ async def test_recovered_round_records_its_real_seed_source(tmp_path: Path) -> N
 
 
 # --- 4. a child of a finished parent is resumed on restart and runs on --------------------
-async def test_a_child_of_a_finished_parent_does_not_run_after_restart(tmp_path: Path) -> None:
+async def test_a_child_of_a_finished_parent_does_not_run_after_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     now = time.time()
     parent = LoopState(
         loop_id="parent",
@@ -118,9 +123,20 @@ async def test_a_child_of_a_finished_parent_does_not_run_after_restart(tmp_path:
         started_at=now + 1,
     )
     seed_store(tmp_path, [Write(state=parent), Write(state=child)])
+    forgotten: list[str] = []
+    real = Breaker.handle
+
+    async def handle(self: Breaker, message: Any) -> Any:
+        if isinstance(message, ForgetLedger):
+            forgotten.append(message.loop_id)
+        return await real(self, message)
+
+    monkeypatch.setattr(Breaker, "handle", handle)
     async with open_runtime(sqlite_config(tmp_path)) as rt:
         final = await rt.handle("child").wait()
+        await trio.testing.wait_all_tasks_blocked()
     assert final.phase == "cancelled", f"child of a cancelled parent ended {final.phase}"
+    assert forgotten == ["child"]  # and the Breaker drops whatever ledger it kept for it
 
 
 # --- 5. watchdog fires on a round that only waited for a concurrency slot -----------------

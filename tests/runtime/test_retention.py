@@ -6,6 +6,7 @@ import logging
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -16,8 +17,9 @@ from loopactors.loops._events import LoopFinished
 from loopactors.loops._model import LoopSpec, LoopState, Phase, RoundRecord
 from loopactors.messages import Commit
 from loopactors.runtime import Runtime, open_runtime
-from loopactors.runtime._retention import CHECK_EVERY, DAY, retention_interval
-from loopactors.storage import MemoryBackend, PruneReport, Write, open_backend
+from loopactors.runtime._retention import CHECK_EVERY, DAY, FIRST_PRUNE_AFTER, retention_interval
+from loopactors.runtime._services import Store
+from loopactors.storage import MemoryBackend, PruneReport, SqliteBackend, Write, open_backend
 
 from .conftest import memory_config, sqlite_config
 
@@ -42,6 +44,7 @@ def finished_long_ago(loop_id: str, days: float, phase: Phase = "complete") -> W
 def test_retention_interval() -> None:
     assert retention_interval(30) == CHECK_EVERY == 3_600
     assert retention_interval(0.01) == pytest.approx(86.4)  # a tenth of a short retention
+    assert retention_interval(0.001) == 60  # never more often than once a minute
 
 
 async def finish_two(rt: Runtime) -> list[str]:
@@ -88,23 +91,25 @@ async def test_prune_an_empty_store(rt: Runtime) -> None:
     assert (report.loops, report.rounds, report.events) == (0, 0, 0)
 
 
-@pytest.mark.parametrize("older_than", [-1, -0.5, math.nan, "5", None, True])
+@pytest.mark.parametrize(
+    "older_than", [-1, -0.5, math.nan, math.inf, 10**400, 4e9, "5", None, True]
+)
 async def test_prune_refuses_a_bad_age(rt: Runtime, older_than: object) -> None:
     with pytest.raises(ConfigError, match="older_than must be"):
         await rt.prune(older_than)  # type: ignore[arg-type]
 
 
-async def test_retention_prunes_at_start_on_sqlite(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+async def test_retention_prunes_a_minute_after_start_on_sqlite(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
 ) -> None:
     caplog.set_level(logging.INFO, logger="loopactors.runtime")
     backend = open_backend("sqlite", tmp_path)
     backend.commit([finished_long_ago("old", 10), finished_long_ago("recent", 2, "error")])
     backend.close()
     async with open_runtime(sqlite_config(tmp_path, retention_days=7)) as rt:
-        with trio.fail_after(10):
-            while (await rt.store_statistics()).loops > 1:
-                await trio.sleep(0.01)
+        await trio.sleep(FIRST_PRUNE_AFTER - 1)  # recovery first: nothing pruned yet
+        assert (await rt.store_statistics()).loops == 2
+        await trio.sleep(2)
         assert [s.loop_id for s in await rt.loops()] == ["recent"]
         with pytest.raises(LoopNotFound):
             await rt.history("old")
@@ -119,7 +124,7 @@ async def test_retention_prunes_periodically(
     caplog.set_level(logging.INFO, logger="loopactors.runtime")
     async with open_runtime(memory_config(retention_days=1)) as rt:
         store = rt.node.ref("store")
-        await trio.sleep(1)  # the prune at start has run: it found nothing, and said nothing
+        await trio.sleep(FIRST_PRUNE_AFTER + 1)  # the first prune found nothing, said nothing
         await store.call(Commit(finished_long_ago("old", 3)))
         await store.call(Commit(finished_long_ago("young", 0.5)))
         await trio.sleep(CHECK_EVERY - 2)
@@ -132,6 +137,49 @@ async def test_retention_prunes_periodically(
     assert lines == ["retention_days=1: removed 1 loop, 1 round, 1 event"]
 
 
+async def test_a_large_prune_goes_in_batches_and_the_store_serves_others_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Store, "prune_batch_size", 3)
+    batches: list[int] = []
+    real = SqliteBackend.prune_batch
+
+    def counted(self: SqliteBackend, before: float, **options: Any) -> Any:
+        batches.append(options["limit"])
+        return real(self, before, **options)
+
+    monkeypatch.setattr(SqliteBackend, "prune_batch", counted)
+    backend = open_backend("sqlite", tmp_path)
+    backend.commit([finished_long_ago(f"old-{n:02}", 10) for n in range(40)])
+    backend.commit([finished_long_ago("kept", 0.1)])
+    backend.close()
+    async with open_runtime(sqlite_config(tmp_path)) as rt:
+        read_after: list[int] = []
+
+        async def prune() -> None:
+            report = await rt.prune(DAY)
+            assert (report.loops, report.rounds, report.events) == (40, 40, 40)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(prune)
+            while not batches:  # the prune has begun
+                await trio.lowlevel.checkpoint()
+            await rt.store_statistics()
+            read_after.append(len(batches))
+        assert batches == [3] * 14  # 40 loops, 3 a batch
+        # The read, sent after the first batch, was answered long before the last one.
+        assert read_after[0] <= 3
+        assert [s.loop_id for s in await rt.loops()] == ["kept"]
+
+
+async def test_a_prune_sees_the_writes_queued_before_it(rt: Runtime) -> None:
+    # Cast, not called: the write waits in the Store's batch when the prune arrives.
+    await rt.node.ref("store").cast(Commit(finished_long_ago("just queued", 3)))
+    report = await rt.prune(DAY)
+    assert report.loops == 1
+    assert await rt.loops() == []
+
+
 async def test_no_retention_keeps_everything(autojump_clock: trio.testing.MockClock) -> None:
     async with open_runtime(memory_config()) as rt:
         await rt.node.ref("store").call(Commit(finished_long_ago("old", 3_000)))
@@ -140,17 +188,20 @@ async def test_no_retention_keeps_everything(autojump_clock: trio.testing.MockCl
 
 
 def fail_once(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Make the memory backend's next prune fail as a broken disk would; record the calls."""
+    """Make the memory backend's next prune batch fail as a broken disk would; record the
+    calls."""
     calls: list[float] = []
-    real = MemoryBackend.prune
+    real = MemoryBackend.prune_batch
 
-    def prune(self: MemoryBackend, before: float, *, dry_run: bool = False) -> PruneReport:
+    def prune_batch(
+        self: MemoryBackend, before: float, **options: Any
+    ) -> tuple[PruneReport, str | None]:
         calls.append(before)
         if len(calls) == 1:
             raise StoreError("cannot prune the store: disk on fire")
-        return real(self, before, dry_run=dry_run)
+        return real(self, before, **options)
 
-    monkeypatch.setattr(MemoryBackend, "prune", prune)
+    monkeypatch.setattr(MemoryBackend, "prune_batch", prune_batch)
     return calls
 
 
@@ -175,8 +226,9 @@ async def test_retention_logs_a_failed_prune_and_tries_again(
     caplog.set_level(logging.INFO, logger="loopactors.runtime")
     calls = fail_once(monkeypatch)
     async with open_runtime(memory_config(retention_days=1)) as rt:
-        await trio.sleep(1)
         await rt.node.ref("store").call(Commit(finished_long_ago("old", 3)))
+        await trio.sleep(FIRST_PRUNE_AFTER + 1)  # the first prune failed
+        assert [s.loop_id for s in await rt.loops()] == ["old"]
         await trio.sleep(CHECK_EVERY)
         assert await rt.loops() == []
     assert len(calls) == 2

@@ -8,6 +8,7 @@ import pytest
 import trio
 import trio.testing
 
+from loopactors.messages import CancelRound
 from loopactors.runtime import Runtime, _dispatcher, open_runtime
 
 from . import round_fns
@@ -92,3 +93,24 @@ async def test_an_idle_round_task_keeps_nothing_of_its_last_round() -> None:
         # Not the last round's context (where the worker set a variable): the Dispatcher's.
         assert task.context is dispatcher._context
         assert task.context.get(round_fns.ROUND_VAR) is None
+
+
+async def test_a_cancelled_key_is_remembered_for_a_while_only(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_runtime(memory_config(round_timeout=5.0)) as rt:
+        dispatcher = rt.node.ref("dispatcher")
+        # A stop that overtook its round's Dispatch: the round is not run when it arrives.
+        await dispatcher.cast(CancelRound("early:1"))
+        swallowed = await rt.start("|loop:1| overtaken", loop_id="early", worker="scripted")
+        await swallowed.wait()
+        [record] = await rt.history("early")
+        assert record.status == "timed_out"  # the runner's watchdog found it lost
+        # A key cancelled longer ago than CANCELLED_TTL is forgotten: a loop that uses the
+        # id again (after the first was pruned) runs its rounds.
+        await dispatcher.cast(CancelRound("again:1"))
+        await trio.sleep(_dispatcher.CANCELLED_TTL + 1)
+        handle = await rt.start("|loop:1| later", loop_id="again", worker="scripted")
+        await handle.wait()
+        [record] = await rt.history("again")
+        assert record.status == "completed"

@@ -150,6 +150,26 @@ def test_a_pruned_loop_id_can_be_used_again(backend: StoreBackend) -> None:
     assert len(backend.events("a")) == 1  # none of the old loop's events come back
 
 
+def test_prune_batches_walk_the_loops_in_id_order(backend: StoreBackend) -> None:
+    for n in range(7):
+        backend.commit(write(f"old-{n}", "complete", OLD, 1))
+        backend.commit(write(f"old-{n}-live", "paused", OLD, 1))  # between them, never taken
+        backend.commit(write(f"old-{n}-recent", "complete", RECENT, 1))
+    # A dry run walks the same batches and removes nothing.
+    counted, cursor = backend.prune_batch(CUTOFF, limit=3, dry_run=True)
+    assert (counted.loops, cursor) == (3, "old-2")
+    assert backend.statistics().loops == 21
+    sizes, cursor = [], ""
+    while cursor is not None:
+        report, cursor = backend.prune_batch(CUTOFF, after=cursor, limit=3)
+        sizes.append(report.loops)
+        assert report.rounds == report.loops
+        assert report.events == 2 * report.loops
+    assert sizes == [3, 3, 1]
+    left = {s.loop_id for s in backend.list_loops()}
+    assert left == {f"old-{n}-{kind}" for n in range(7) for kind in ("live", "recent")}
+
+
 def test_closed_store_refuses_to_prune(backend: StoreBackend) -> None:
     backend.close()
     with pytest.raises(StoreError):
@@ -225,7 +245,7 @@ def test_sqlite_prune_fails_midway_and_rolls_back(tmp_path: Path) -> None:
 
 
 def test_sqlite_many_loops_in_one_prune(tmp_path: Path) -> None:
-    # More loops than SQLite's historical 999-parameter limit: ids never become parameters.
+    # More loops than a batch (500 ids, under SQLite's historical 999-parameter limit).
     store = SqliteBackend(tmp_path / "loopactors.db")
     try:
         store.commit([w for n in range(1_500) for w in write(f"l{n}", "complete", OLD, 1)])
