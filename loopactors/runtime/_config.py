@@ -36,8 +36,8 @@ MAX_RETENTION_DAYS = 36_500.0
 def _retention(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
     if value is not None and not MIN_RETENTION_DAYS <= value <= MAX_RETENTION_DAYS:
         raise ValueError(
-            f"{attribute.name} must be from {MIN_RETENTION_DAYS:.6f} (one minute) to "
-            f"{MAX_RETENTION_DAYS:.0f} days, got {value!r}"
+            f"{attribute.name} must be from one minute (1/1440 = 0.000694... days; 0.000695 "
+            f"will do) to {MAX_RETENTION_DAYS:.0f} days, got {value!r}"
         )
 
 
@@ -150,7 +150,8 @@ class RuntimeConfig:
     #: The standalone node's listening address and limits (`loopactors node`, docs/node.md).
     node: NodeSettings = attrs.field(factory=NodeSettings)
     #: Days a finished loop (with its rounds and events) is kept in the store; None keeps
-    #: everything. Pruned at start, then hourly (or every tenth of this if shorter).
+    #: everything. Pruned at the start, then hourly (or every tenth of this if shorter, at most
+    #: once a minute).
     retention_days: float | None = attrs.field(default=None, validator=_retention)
 
     def replace(self, **changes: Any) -> RuntimeConfig:

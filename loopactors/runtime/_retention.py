@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, NoReturn
+from typing import Any
 
 import trio
 
@@ -14,7 +14,7 @@ from ..errors import ActorError, StoreError
 from ..messages import PruneLoops
 from ..storage import PruneReport
 
-__all__ = ["CHECK_EVERY", "DAY", "FIRST_PRUNE_AFTER", "keep_pruning", "retention_interval"]
+__all__ = ["CHECK_EVERY", "DAY", "keep_pruning", "retention_interval"]
 
 log = logging.getLogger("loopactors.runtime")
 
@@ -24,8 +24,6 @@ DAY = 86_400.0
 #: more often than once a minute.
 CHECK_EVERY = 3_600.0
 MIN_CHECK_EVERY = 60.0
-#: The first prune waits this long after the start: recovery goes first.
-FIRST_PRUNE_AFTER = 60.0
 
 
 def retention_interval(retention_days: float) -> float:
@@ -34,9 +32,9 @@ def retention_interval(retention_days: float) -> float:
     return min(CHECK_EVERY, max(MIN_CHECK_EVERY, retention_days * DAY / 10))
 
 
-async def keep_pruning(store: ActorRef[Any], retention_days: float) -> NoReturn:
-    """Prune a minute after the start, then every :func:`retention_interval`, until
-    cancelled (with the Store).
+async def keep_pruning(store: ActorRef[Any], retention_days: float) -> None:
+    """Prune at the start, then every :func:`retention_interval`, until cancelled (with the
+    Store). A runtime that lives a few seconds (`loopactors run`) prunes too.
 
     Through the Store's mailbox, so a prune never runs alongside another backend call (and
     the Store serves other messages between its batches). A prune that fails is logged and
@@ -44,14 +42,15 @@ async def keep_pruning(store: ActorRef[Any], retention_days: float) -> NoReturn:
     lost by waiting.
     """
     interval = retention_interval(retention_days)
-    await trio.sleep(min(FIRST_PRUNE_AFTER, interval))
     while True:
         # Loops are stamped with the wall clock, so the cutoff is one too.
         before = time.time() - retention_days * DAY
         try:
             report: PruneReport = await store.call(PruneLoops(before), timeout=None)
-        except (StoreError, ActorError) as exc:  # ActorError: the Store crashed meanwhile
+        except StoreError as exc:
             log.warning("retention: %s; trying again in %.0f s", exc, interval)
+        except ActorError:
+            return  # the Store stopped or crashed: its next incarnation starts its own task
         else:
             if report.removed_any:
                 log.info("retention_days=%g: %s", retention_days, report.note())

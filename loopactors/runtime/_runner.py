@@ -178,8 +178,8 @@ class LoopRunner(Actor[Any]):
         # after a crash, for the next incarnation, whose epochs start again at 0. That one
         # registers under this name only once this one has exited, so its own timers are
         # scheduled after this cancellation.
-        with contextlib.suppress(ActorError):
-            services_of(self.node).timers.cast_nowait(CancelTimers(runner_name(self.loop_id)))
+        with contextlib.suppress(ActorError):  # waits only when full; Timers never waits
+            await services_of(self.node).timers.cast(CancelTimers(runner_name(self.loop_id)))
 
     def _excuse(self) -> None:
         if self.factory is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -71,13 +72,17 @@ class _FlushNow:
 class _PruneNext:
     """The rest of a prune, sent to the back of the Store's own mailbox between batches."""
 
-    __slots__ = ("after", "dry_run", "reply", "total")
+    __slots__ = ("after", "reply", "total")
 
     def __init__(self, total: PruneReport, after: str, reply: PendingReply | None) -> None:
         self.total = total
         self.after = after
-        self.dry_run = total.dry_run
         self.reply = reply
+
+
+#: How long a prune batch may take (seconds), past the loop in hand: a loop with thousands of
+#: events takes milliseconds on its own, a hundred light ones take a few.
+PRUNE_BATCH_SECONDS = 0.02
 
 
 class Store(Actor[Any]):
@@ -93,7 +98,7 @@ class Store(Actor[Any]):
 
     mailbox_size = 16_384
     uses_nursery = True  # for the commit-delay timer, the retention task, prune batches
-    #: Loops removed per transaction (and per turn of the mailbox) by a prune.
+    #: The most loops removed per transaction (and per turn of the mailbox) by a prune.
     prune_batch_size = PRUNE_BATCH
 
     def __init__(
@@ -106,8 +111,8 @@ class Store(Actor[Any]):
     ) -> None:
         """``open_backend`` is called at each (re)start. A ``shared`` backend (the in-memory
         one, which must outlive a restart of this actor) is not closed when it stops. With
-        ``retention_days``, finished loops older than that are pruned at start and then
-        periodically (see :mod:`._retention`)."""
+        ``retention_days``, finished loops older than that are pruned at the start and
+        then periodically (see :mod:`._retention`)."""
         self._open_backend = open_backend
         self._bus = bus
         self._shared = shared
@@ -161,25 +166,31 @@ class Store(Actor[Any]):
         return ErrorReply(TypeError(f"the store does not accept {kind.__name__}"))
 
     async def _prune(self, total: PruneReport, after: str, reply: PendingReply | None) -> None:
-        """One batch of a prune (PRUNE_BATCH loops, milliseconds), then the rest at the back
-        of the mailbox: commits and reads are served between batches, so a prune of a large
-        store never holds the runtime up. The caller is answered with the total at the end.
+        """One batch of a prune (at most PRUNE_BATCH loops removed, PRUNE_SCAN looked at, and
+        PRUNE_BATCH_SECONDS past the loop in hand), then the rest at the back of the
+        mailbox: commits and reads are served between batches, so a prune of a large store
+        never holds the runtime up. The caller is answered with the total at the end.
         """
         try:
             report, cursor = self.backend.prune_batch(
-                total.before, after=after, limit=self.prune_batch_size, dry_run=total.dry_run
+                total.before,
+                after=after,
+                limit=self.prune_batch_size,
+                dry_run=total.dry_run,
+                deadline=time.perf_counter() + PRUNE_BATCH_SECONDS,
             )
         except StoreError as exc:
             # That batch was rolled back whole (earlier ones stay done): refused, no crash.
             if reply is not None:
-                done = f"; before that, this prune {total.note()}" if total.removed_any else ""
-                reply.fail(StoreError(f"{exc}{done}"))
+                reply.fail(StoreError(f"{exc}{total.so_far()}"))
             return
         total = total.plus(report)
         if cursor is None:
             if reply is not None:
                 reply.reply(total)
             return
+        if reply is not None and reply.done:
+            return  # the caller gave up (timed out, cancelled): so does the prune
         self.nursery.start_soon(self._prune_later, _PruneNext(total, cursor, reply))
 
     async def _prune_later(self, rest: _PruneNext) -> None:

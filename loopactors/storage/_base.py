@@ -1,7 +1,8 @@
 """The store backend interface: durable loops, rounds and event logs.
 
-Backends are plain blocking objects; the Store actor calls them from a worker thread and
-batches the writes of many loops into one :meth:`StoreBackend.commit` (group commit).
+Backends are plain blocking objects; the Store actor calls them in the event loop's thread,
+one call at a time, and batches the writes of many loops into one
+:meth:`StoreBackend.commit` (group commit).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from ..errors import StoreError
 from ..loops._events import AnyEvent
 from ..loops._model import LoopState, RoundRecord
 
@@ -38,9 +40,11 @@ class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     writes: int
 
 
-#: Loops removed per transaction by a prune: a batch keeps the store (and, in a runtime, the
-#: Store actor, which handles other messages between batches) busy for milliseconds.
-PRUNE_BATCH = 500
+#: Loops removed per transaction by a prune, and loops looked at per batch: a batch keeps
+#: the store (and, in a runtime, the Store actor, which handles other messages between
+#: batches) busy for tens of milliseconds at most, however large the store.
+PRUNE_BATCH = 100
+PRUNE_SCAN = 2_000
 
 
 class PruneReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,6 +61,10 @@ class PruneReport(msgspec.Struct, frozen=True, kw_only=True):
     def removed_any(self) -> bool:
         return bool(self.loops or self.rounds or self.events)
 
+    def so_far(self) -> str:
+        """``; before that, this prune removed ...`` when earlier batches did something."""
+        return f"; before that, this prune {self.note()}" if self.removed_any else ""
+
     def plus(self, other: PruneReport) -> PruneReport:
         """The counts of both (a prune done in batches)."""
         return msgspec.structs.replace(
@@ -71,6 +79,11 @@ class PruneReport(msgspec.Struct, frozen=True, kw_only=True):
         verb = "would remove" if self.dry_run else "removed"
         counts = ((self.loops, "loop"), (self.rounds, "round"), (self.events, "event"))
         return f"{verb} " + ", ".join(f"{n} {what}{'s' * (n != 1)}" for n, what in counts)
+
+
+def check_limit(limit: int) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"a prune batch takes at least 1 loop, got limit={limit!r}")
 
 
 class StoreBackend(abc.ABC):
@@ -104,12 +117,20 @@ class StoreBackend(abc.ABC):
 
     @abc.abstractmethod
     def prune_batch(
-        self, before: float, *, after: str = "", limit: int = PRUNE_BATCH, dry_run: bool = False
+        self,
+        before: float,
+        *,
+        after: str = "",
+        limit: int = PRUNE_BATCH,
+        dry_run: bool = False,
+        deadline: float | None = None,
     ) -> tuple[PruneReport, str | None]:
         """Remove up to ``limit`` terminal loops last updated before ``before`` (epoch
         seconds), with their rounds and events, in one transaction; with ``dry_run`` only
-        count them. Loops are taken in ``loop_id`` order from past ``after``; the second
-        value is where the next batch starts, ``None`` once there are no more.
+        count them. Loops are looked at in ``loop_id`` order from past ``after``, at most
+        :data:`PRUNE_SCAN` of them; the second value is where the next batch starts,
+        ``None`` once every loop was looked at. Past ``deadline`` (a ``time.perf_counter()``
+        value) the batch ends after the loop in hand (at least one is taken).
 
         A live loop (paused included) is never removed, however old: only a loop in one of
         ``TERMINAL_PHASES`` is. ``updated_at`` of a terminal loop is when it ended.
@@ -121,7 +142,10 @@ class StoreBackend(abc.ABC):
         total = PruneReport(before=before, dry_run=dry_run)
         after: str | None = ""
         while after is not None:
-            report, after = self.prune_batch(before, after=after, dry_run=dry_run)
+            try:
+                report, after = self.prune_batch(before, after=after, dry_run=dry_run)
+            except StoreError as exc:
+                raise StoreError(f"{exc}{total.so_far()}") from exc
             total = total.plus(report)
         return total
 

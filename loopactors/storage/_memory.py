@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from ..errors import StoreError
 from ..loops._events import AnyEvent
 from ..loops._model import TERMINAL_PHASES, LoopState, RoundRecord
-from ._base import PRUNE_BATCH, PruneReport, StoreBackend, StoreStatistics, Write
+from ._base import PRUNE_BATCH, PruneReport, StoreBackend, StoreStatistics, Write, check_limit
 
 __all__ = ["MemoryBackend"]
 
@@ -72,9 +72,18 @@ class MemoryBackend(StoreBackend):
         return list(self._events.get(loop_id, ()))
 
     def prune_batch(
-        self, before: float, *, after: str = "", limit: int = PRUNE_BATCH, dry_run: bool = False
+        self,
+        before: float,
+        *,
+        after: str = "",
+        limit: int = PRUNE_BATCH,
+        dry_run: bool = False,
+        deadline: float | None = None,
     ) -> tuple[PruneReport, str | None]:
         self._check_open()
+        check_limit(limit)
+        # In memory a batch costs microseconds a loop: every loop past the cursor is looked
+        # at at once, and the deadline is not needed.
         candidates = sorted(
             s.loop_id
             for s in self._loops.values()

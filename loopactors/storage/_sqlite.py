@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -16,7 +17,15 @@ import msgspec
 from ..errors import StoreError
 from ..loops._events import AnyEvent, event_decoder
 from ..loops._model import TERMINAL_PHASES, LoopState, RoundRecord
-from ._base import PRUNE_BATCH, PruneReport, StoreBackend, StoreStatistics, Write
+from ._base import (
+    PRUNE_BATCH,
+    PRUNE_SCAN,
+    PruneReport,
+    StoreBackend,
+    StoreStatistics,
+    Write,
+    check_limit,
+)
 
 __all__ = ["SqliteBackend"]
 
@@ -62,14 +71,17 @@ _UPSERT_ROUND = """
 _APPEND_EVENT = "INSERT INTO events (loop_id, type, event) VALUES (?, ?, ?)"
 _TERMINAL = tuple(sorted(TERMINAL_PHASES))
 _NOT_TERMINAL = f"phase NOT IN ({', '.join('?' * len(_TERMINAL))})"
-# A batch of finished loops that prune_batch() takes, in loop_id order from a cursor. The
-# unary + keeps SQLite off the phase index, so it walks the primary key from the cursor:
-# all the batches of one prune read each loop once, instead of sorting every finished
-# loop for each batch.
-_PRUNABLE = (
-    "SELECT loop_id FROM loops WHERE loop_id > ? "
-    f"AND +phase IN ({', '.join('?' * len(_TERMINAL))}) AND updated_at < ? "
-    "ORDER BY loop_id LIMIT ?"
+# The loops a prune batch looks at: the next ones by primary key from the cursor, each with
+# whether it is due (finished, and last changed before the cutoff). A batch reads at most
+# PRUNE_SCAN rows, however few of them are due.
+_PRUNE_SCAN = (
+    f"SELECT loop_id, phase IN ({', '.join('?' * len(_TERMINAL))}) AND updated_at < ? "
+    "FROM loops WHERE loop_id > ? ORDER BY loop_id LIMIT ?"
+)
+# A loop's rows, counted (a dry run) or, with DELETE for SELECT count(*), removed.
+_COUNT_ROWS = (
+    "SELECT count(*) FROM rounds WHERE loop_id = ?",
+    "SELECT count(*) FROM events WHERE loop_id = ?",
 )
 
 
@@ -225,37 +237,47 @@ class SqliteBackend(StoreBackend):
             return [decode(event) for (event,) in self._conn.execute(query, (loop_id,))]
 
     def prune_batch(
-        self, before: float, *, after: str = "", limit: int = PRUNE_BATCH, dry_run: bool = False
+        self,
+        before: float,
+        *,
+        after: str = "",
+        limit: int = PRUNE_BATCH,
+        dry_run: bool = False,
+        deadline: float | None = None,
     ) -> tuple[PruneReport, str | None]:
+        check_limit(limit)
         execute = self._conn.execute
+        taken: list[str] = []
+        rounds = events = 0
         try:
-            # One more than the batch: whether another batch follows.
-            found = [row[0] for row in execute(_PRUNABLE, (after, *_TERMINAL, before, limit + 1))]
-            doomed = found[:limit]
-            marks = ", ".join("?" * len(doomed))
-            if not doomed:
-                rounds = events = 0
-            elif dry_run:
-                # One statement reads one snapshot: the counts agree with each other.
-                rounds, events = execute(
-                    f"SELECT (SELECT count(*) FROM rounds WHERE loop_id IN ({marks})), "
-                    f"(SELECT count(*) FROM events WHERE loop_id IN ({marks}))",
-                    (*doomed, *doomed),
-                ).fetchone()
-            else:
-                # One write transaction: a crash leaves each loop with all its rows, or none.
-                with self._transaction():
-                    rounds, events, _ = [
-                        execute(f"DELETE FROM {table} WHERE loop_id IN ({marks})", doomed).rowcount
-                        for table in ("rounds", "events", "loops")
+            scanned = execute(_PRUNE_SCAN, (*_TERMINAL, before, after, PRUNE_SCAN)).fetchall()
+            due = [loop_id for loop_id, is_due in scanned if is_due][:limit]
+            # Loop by loop, so that a deadline can end the batch early: a loop with many
+            # thousands of events takes milliseconds on its own.
+            with contextlib.nullcontext() if dry_run else self._transaction():
+                for loop_id in due:
+                    if taken and deadline is not None and time.perf_counter() > deadline:
+                        break
+                    counts = [
+                        execute(sql, (loop_id,)).fetchone()[0]
+                        if dry_run
+                        else execute(sql.replace("SELECT count(*)", "DELETE"), (loop_id,)).rowcount
+                        for sql in _COUNT_ROWS
                     ]
+                    rounds += counts[0]
+                    events += counts[1]
+                    if not dry_run:
+                        execute("DELETE FROM loops WHERE loop_id = ?", (loop_id,))
+                    taken.append(loop_id)
         except sqlite3.Error as exc:
             action = "count what to prune in" if dry_run else "prune"
             raise StoreError(f"cannot {action} the store {self.path}: {exc}") from exc
         report = PruneReport(
-            before=before, dry_run=dry_run, loops=len(doomed), rounds=rounds, events=events
+            before=before, dry_run=dry_run, loops=len(taken), rounds=rounds, events=events
         )
-        return report, (doomed[-1] if len(found) > limit else None)
+        if sum(1 for _, is_due in scanned if is_due) > len(taken):
+            return report, taken[-1]  # the due loops after it are taken by the next batch
+        return report, (scanned[-1][0] if len(scanned) == PRUNE_SCAN else None)
 
     def statistics(self) -> StoreStatistics:
         query = f"""SELECT (SELECT count(*) FROM loops),

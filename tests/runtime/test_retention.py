@@ -17,7 +17,7 @@ from loopactors.loops._events import LoopFinished
 from loopactors.loops._model import LoopSpec, LoopState, Phase, RoundRecord
 from loopactors.messages import Commit
 from loopactors.runtime import Runtime, open_runtime
-from loopactors.runtime._retention import CHECK_EVERY, DAY, FIRST_PRUNE_AFTER, retention_interval
+from loopactors.runtime._retention import CHECK_EVERY, DAY, retention_interval
 from loopactors.runtime._services import Store
 from loopactors.storage import MemoryBackend, PruneReport, SqliteBackend, Write, open_backend
 
@@ -99,17 +99,17 @@ async def test_prune_refuses_a_bad_age(rt: Runtime, older_than: object) -> None:
         await rt.prune(older_than)  # type: ignore[arg-type]
 
 
-async def test_retention_prunes_a_minute_after_start_on_sqlite(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+async def test_retention_prunes_at_start_on_sqlite(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="loopactors.runtime")
     backend = open_backend("sqlite", tmp_path)
     backend.commit([finished_long_ago("old", 10), finished_long_ago("recent", 2, "error")])
     backend.close()
     async with open_runtime(sqlite_config(tmp_path, retention_days=7)) as rt:
-        await trio.sleep(FIRST_PRUNE_AFTER - 1)  # recovery first: nothing pruned yet
-        assert (await rt.store_statistics()).loops == 2
-        await trio.sleep(2)
+        with trio.fail_after(10):
+            while (await rt.store_statistics()).loops > 1:
+                await trio.sleep(0.01)
         assert [s.loop_id for s in await rt.loops()] == ["recent"]
         with pytest.raises(LoopNotFound):
             await rt.history("old")
@@ -124,7 +124,7 @@ async def test_retention_prunes_periodically(
     caplog.set_level(logging.INFO, logger="loopactors.runtime")
     async with open_runtime(memory_config(retention_days=1)) as rt:
         store = rt.node.ref("store")
-        await trio.sleep(FIRST_PRUNE_AFTER + 1)  # the first prune found nothing, said nothing
+        await trio.sleep(1)  # the prune at start has run: it found nothing, and said nothing
         await store.call(Commit(finished_long_ago("old", 3)))
         await store.call(Commit(finished_long_ago("young", 0.5)))
         await trio.sleep(CHECK_EVERY - 2)
@@ -170,6 +170,46 @@ async def test_a_large_prune_goes_in_batches_and_the_store_serves_others_between
         # The read, sent after the first batch, was answered long before the last one.
         assert read_after[0] <= 3
         assert [s.loop_id for s in await rt.loops()] == ["kept"]
+
+
+async def test_a_dry_run_goes_in_batches_through_the_store_and_removes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Store, "prune_batch_size", 4)
+    backend = open_backend("sqlite", tmp_path)
+    backend.commit([finished_long_ago(f"old-{n:02}", 10) for n in range(10)])
+    backend.close()
+    async with open_runtime(sqlite_config(tmp_path)) as rt:
+        report = await rt.prune(DAY, dry_run=True)
+        assert (report.dry_run, report.loops, report.rounds, report.events) == (True, 10, 10, 10)
+        assert (await rt.store_statistics()).loops == 10
+
+
+async def test_a_prune_whose_caller_gave_up_stops_after_the_batch_in_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Store, "prune_batch_size", 2)
+    batches: list[int] = []
+    real = SqliteBackend.prune_batch
+
+    def counted(self: SqliteBackend, before: float, **options: Any) -> Any:
+        batches.append(options["limit"])
+        return real(self, before, **options)
+
+    monkeypatch.setattr(SqliteBackend, "prune_batch", counted)
+    backend = open_backend("sqlite", tmp_path)
+    backend.commit([finished_long_ago(f"old-{n:02}", 10) for n in range(40)])
+    backend.close()
+    async with open_runtime(sqlite_config(tmp_path)) as rt:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(rt.prune, DAY)
+                while not batches:
+                    await trio.lowlevel.checkpoint()
+                scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(batches) <= 2  # not the 20 a whole prune takes
+        assert (await rt.store_statistics()).loops >= 36
 
 
 async def test_a_prune_sees_the_writes_queued_before_it(rt: Runtime) -> None:
@@ -227,7 +267,7 @@ async def test_retention_logs_a_failed_prune_and_tries_again(
     calls = fail_once(monkeypatch)
     async with open_runtime(memory_config(retention_days=1)) as rt:
         await rt.node.ref("store").call(Commit(finished_long_ago("old", 3)))
-        await trio.sleep(FIRST_PRUNE_AFTER + 1)  # the first prune failed
+        await trio.sleep(1)  # the first prune failed
         assert [s.loop_id for s in await rt.loops()] == ["old"]
         await trio.sleep(CHECK_EVERY)
         assert await rt.loops() == []

@@ -125,6 +125,9 @@ async def test_a_full_timers_mailbox_holds_runners_back_instead_of_crashing_them
                 for i in range(30)
             ]
             states = [await h.wait() for h in handles]
+            await trio.testing.wait_all_tasks_blocked()
+            # Every ended runner's cancellation got through the one-slot mailbox too.
+            timers = await rt.node.ref("timers").call(GetTimersStatistics())
             seen = []
             with contextlib.suppress(trio.WouldBlock):
                 while True:
@@ -132,3 +135,4 @@ async def test_a_full_timers_mailbox_holds_runners_back_instead_of_crashing_them
     assert [s.phase for s in states] == ["complete"] * 30
     # No runner crashed and came back: a recovery would have said so.
     assert not [e for e in seen if isinstance(e, LoopRecovered)]
+    assert timers == {"pending": 0, "heap": 0}

@@ -20,6 +20,7 @@ from loopactors.loops._model import (
     RoundRecord,
 )
 from loopactors.storage import PruneReport, SqliteBackend, StoreBackend, Write, open_backend
+from loopactors.storage import _sqlite as sqlite_backend
 
 SPEC = LoopSpec(task="tidy the docs", rounds=3)
 OLD, CUTOFF, RECENT = 100.0, 1_000.0, 5_000.0
@@ -256,3 +257,97 @@ def test_sqlite_many_loops_in_one_prune(tmp_path: Path) -> None:
         assert store.statistics().loops == 0
     finally:
         store.close()
+
+
+def test_sqlite_a_batch_reads_a_bounded_number_of_loops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_backend, "PRUNE_SCAN", 5)
+    store = SqliteBackend(tmp_path / "loopactors.db")
+    try:
+        for n in range(12):  # recent finished loops, not due, before the due ones in id order
+            store.commit(write(f"a-recent-{n:02}", "complete", RECENT, 1))
+        for n in range(3):
+            store.commit(write(f"z-old-{n}", "complete", OLD, 1))
+        cursors, total = [], 0
+        cursor: str | None = ""
+        while cursor is not None:
+            report, cursor = store.prune_batch(CUTOFF, after=cursor, limit=2)
+            cursors.append(cursor)
+            total += report.loops
+        # Five loops looked at per batch: the due ones at the end are still all found.
+        assert cursors == ["a-recent-04", "a-recent-09", "z-old-1", None]
+        assert total == 3
+        assert store.statistics().loops == 12
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_sqlite_prune_stays_under_an_old_sqlite_parameter_limit(
+    tmp_path: Path, dry_run: bool
+) -> None:
+    # SQLite before 3.32 allows 999 parameters a statement (still the system library of
+    # some distributions); a full batch of ids fits.
+    store = SqliteBackend(tmp_path / "loopactors.db")
+    store._conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+    try:
+        store.commit([w for n in range(600) for w in write(f"l{n:03}", "complete", OLD, 1)])
+        assert store.prune(CUTOFF, dry_run=dry_run).loops == 600
+    finally:
+        store.close()
+
+
+def test_an_exact_multiple_of_the_batch_is_pruned_whole(backend: StoreBackend) -> None:
+    for n in range(6):
+        backend.commit(write(f"old-{n}", "complete", OLD, 1))
+    report, cursor = backend.prune_batch(CUTOFF, limit=3)
+    assert (report.loops, cursor) == (3, "old-2")
+    report, cursor = backend.prune_batch(CUTOFF, after="old-2", limit=3)
+    assert report.loops == 3
+    assert backend.prune_batch(CUTOFF, after=cursor or "", limit=3)[0].loops == 0
+    assert backend.statistics().loops == 0
+
+
+@pytest.mark.parametrize("limit", [0, -1, True, 2.5])
+def test_a_batch_takes_at_least_one_loop(backend: StoreBackend, limit: object) -> None:
+    with pytest.raises(ValueError, match="at least 1 loop"):
+        backend.prune_batch(CUTOFF, limit=limit)  # type: ignore[arg-type]
+
+
+def test_a_failure_in_a_later_batch_says_what_the_earlier_ones_removed(
+    backend: StoreBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(3):
+        backend.commit(write(f"old-{n}", "complete", OLD, 1))
+    real = type(backend).prune_batch
+    calls = []
+
+    def prune_batch(self: StoreBackend, before: float, **options: object) -> object:
+        calls.append(options)
+        if len(calls) == 2:
+            raise StoreError("cannot prune the store: disk on fire")
+        return real(self, before, **{**options, "limit": 2})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(backend), "prune_batch", prune_batch)
+    with pytest.raises(StoreError) as info:
+        backend.prune(CUTOFF)
+    assert str(info.value) == (
+        "cannot prune the store: disk on fire; "
+        "before that, this prune removed 2 loops, 2 rounds, 4 events"
+    )
+
+
+def test_a_batch_past_its_deadline_ends_after_the_loop_in_hand(backend: StoreBackend) -> None:
+    for n in range(3):
+        backend.commit(write(f"old-{n}", "complete", OLD, 2))
+    sizes: list[int] = []
+    cursor: str | None = ""
+    while cursor is not None:
+        report, cursor = backend.prune_batch(CUTOFF, after=cursor, deadline=0.0)  # long past
+        sizes.append(report.loops)
+        assert report.rounds == 2 * report.loops
+    # One loop a batch on SQLite (at least one is always taken); in memory a batch costs
+    # microseconds a loop, and takes them all.
+    assert sizes == ([1, 1, 1] if backend.kind == "sqlite" else [3])
+    assert backend.statistics().loops == 0
