@@ -49,8 +49,9 @@ from ._delivery import RunnerDeps
 from ._dispatcher import Dispatcher
 from ._events import EventBus, Gap, Subscription
 from ._lock import lock_state_dir
-from ._services import Breaker, Compactor, Store, Timers
+from ._services import Breaker, Compactor, Store
 from ._spec import build_spec
+from ._timers import Timers
 
 __all__ = ["LoopHandle", "Runtime", "open_runtime"]
 
