@@ -78,11 +78,12 @@ _PRUNE_SCAN = (
     f"SELECT loop_id, phase IN ({', '.join('?' * len(_TERMINAL))}) AND updated_at < ? "
     "FROM loops WHERE loop_id > ? ORDER BY loop_id LIMIT ?"
 )
-# A loop's rows, counted (a dry run) or, with DELETE for SELECT count(*), removed.
+# A loop's rounds and events: counted by a dry run, removed by a prune.
 _COUNT_ROWS = (
     "SELECT count(*) FROM rounds WHERE loop_id = ?",
     "SELECT count(*) FROM events WHERE loop_id = ?",
 )
+_DELETE_ROWS = ("DELETE FROM rounds WHERE loop_id = ?", "DELETE FROM events WHERE loop_id = ?")
 
 
 def _event_type(event: AnyEvent) -> str:
@@ -258,16 +259,13 @@ class SqliteBackend(StoreBackend):
                 for loop_id in due:
                     if taken and deadline is not None and time.perf_counter() > deadline:
                         break
-                    counts = [
-                        execute(sql, (loop_id,)).fetchone()[0]
-                        if dry_run
-                        else execute(sql.replace("SELECT count(*)", "DELETE"), (loop_id,)).rowcount
-                        for sql in _COUNT_ROWS
-                    ]
+                    if dry_run:
+                        counts = [execute(sql, (loop_id,)).fetchone()[0] for sql in _COUNT_ROWS]
+                    else:
+                        counts = [execute(sql, (loop_id,)).rowcount for sql in _DELETE_ROWS]
+                        execute("DELETE FROM loops WHERE loop_id = ?", (loop_id,))
                     rounds += counts[0]
                     events += counts[1]
-                    if not dry_run:
-                        execute("DELETE FROM loops WHERE loop_id = ?", (loop_id,))
                     taken.append(loop_id)
         except sqlite3.Error as exc:
             action = "count what to prune in" if dry_run else "prune"
