@@ -92,9 +92,10 @@ class Dispatcher(Actor[Any]):
                 # context variables.
                 task = self._idle.pop()
                 task.context = self._context.copy()
+                task.name = f"round {key}"  # as a new task would be named, for task dumps
                 trio.lowlevel.reschedule(task, outcome.Value((message, scope)))
             else:
-                self.nursery.start_soon(self._round_task, message, scope, name="round")
+                self.nursery.start_soon(self._round_task, message, scope, name=f"round {key}")
             return None
         if kind is WhereIsRound:
             if message.key not in self._running:

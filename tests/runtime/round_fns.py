@@ -107,11 +107,14 @@ ROUND_VAR: contextvars.ContextVar[str | None] = contextvars.ContextVar("round_va
 #: What `set_context_var` saw at its start, and the trio task each round ran in, per call.
 SEEN_VAR: list[str | None] = []
 ROUND_TASKS: list[int] = []
+#: The name of the trio task each round ran in.
+ROUND_TASK_NAMES: list[str] = []
 
 
 async def set_context_var(request: RoundRequest, context: RoundContext | None) -> str:
     SEEN_VAR.append(ROUND_VAR.get())
     ROUND_TASKS.append(id(trio.lowlevel.current_task()))
+    ROUND_TASK_NAMES.append(trio.lowlevel.current_task().name)
     ROUND_VAR.set(f"{request.loop_id}:{request.round}")
     await trio.lowlevel.checkpoint()
     return f"set in round {request.round} {'v' * request.round}"

@@ -32,6 +32,7 @@ def idle_round_tasks(rt: Runtime) -> int:
 async def test_rounds_reuse_tasks_in_fresh_contexts() -> None:
     round_fns.SEEN_VAR.clear()
     round_fns.ROUND_TASKS.clear()
+    round_fns.ROUND_TASK_NAMES.clear()
     async with open_runtime(memory_config()) as rt:
         handles = [await rt.start(f"|loop:4,fresh| job {i}", worker=WORKER) for i in range(3)]
         states = [await h.wait() for h in handles]
@@ -41,6 +42,11 @@ async def test_rounds_reuse_tasks_in_fresh_contexts() -> None:
     assert round_fns.SEEN_VAR == [None] * 12
     # Fewer tasks than rounds: rounds after the first ones ran in tasks already made.
     assert len(set(round_fns.ROUND_TASKS)) < 12
+    # Each named after the round it runs, reused or not (task dumps stay readable).
+    ids = [h.loop_id for h in handles]
+    assert sorted(round_fns.ROUND_TASK_NAMES) == sorted(
+        f"round {loop_id}:{n}" for loop_id in ids for n in range(1, 5)
+    )
 
 
 async def test_a_stop_cancels_a_round_running_in_a_reused_task(
