@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import trio
 import trio.testing
@@ -35,13 +35,18 @@ from loopactors.ledger import Ledger, check_circuit_breaker
 from loopactors.loops._events import (
     AnyEvent,
     LoopFinished,
-    LoopStarted,
     RoundFinished,
     RoundStarted,
     RoundSummary,
 )
 from loopactors.loops._model import LoopSpec, LoopState, RoundRecord
-from loopactors.loops._rules import build_prompt, check_before_round, next_phase, normalize_output
+from loopactors.loops._rules import (
+    build_prompt,
+    check_before_round,
+    next_phase,
+    normalize_output,
+    round_intent,
+)
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.runtime._ledger import attempt_of, breaker_config
 from loopactors.runtime._spec import build_spec
@@ -185,7 +190,8 @@ async def baseline_case(loops: int) -> dict[str, Any]:  # noqa: PLR0915 - one lo
                 raise RuntimeError(f"the baseline's loop {state.loop_id} escalated")
             prompt = build_prompt(state)
             state = state.moved("awaiting_worker")
-            commit(_intent(state, prompt.seed_source, now))
+            running, events = round_intent(state, prompt, now, first=state.round == 1)
+            commit(Write(state=state, round=running, events=tuple(events)))
             request = RoundRequest(
                 loop_id=state.loop_id, round=state.round, rounds=spec.rounds, mode=spec.mode,
                 prompt=prompt.text, task=spec.task, worker=spec.worker,
@@ -229,40 +235,6 @@ async def baseline_case(loops: int) -> dict[str, Any]:  # noqa: PLR0915 - one lo
     assert backend.statistics().rounds == loops * ROUNDS
     assert len(published) == loops * (2 * ROUNDS + 2)
     return result
-
-
-def _intent(state: LoopState, seed_source: Literal["task", "previous_output"], now: float) -> Write:
-    """The write of a round's intent, as a runner commits it: state, running record, events."""
-    spec = state.spec
-    events: list[AnyEvent] = []
-    if state.round == 1:
-        events.append(
-            LoopStarted(
-                loop_id=state.loop_id,
-                at=now,
-                rounds=spec.rounds,
-                mode=spec.mode,
-                worker=spec.worker,
-                parent_id=spec.parent_id,
-            )
-        )
-    events.append(
-        RoundStarted(
-            loop_id=state.loop_id,
-            at=now,
-            round=state.round,
-            rounds=spec.rounds,
-            seed_source=seed_source,
-        )
-    )
-    running = RoundRecord(
-        loop_id=state.loop_id,
-        round=state.round,
-        status="running",
-        seed_source=seed_source,
-        started_at=now,
-    )
-    return Write(state=state, round=running, events=tuple(events))
 
 
 async def _timed_loops(
@@ -390,9 +362,11 @@ def run_case(case: str, loops: int) -> dict[str, Any]:
     return result
 
 
-def in_subprocess(case: str, loops: int) -> dict[str, Any]:
+def in_subprocess(case: str, loops: int, script: str = __file__) -> dict[str, Any]:
+    """Run ``script --case CASE --loops N`` in a fresh process (its own peak RSS); its last
+    line of output is the case's result as JSON."""
     out = subprocess.run(
-        [sys.executable, __file__, "--case", case, "--loops", str(loops)],
+        [sys.executable, script, "--case", case, "--loops", str(loops)],
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])

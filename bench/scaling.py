@@ -19,8 +19,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ import trio
 
 # bench/ is on sys.path when this file runs as a script: the bare baseline of loops.py (the
 # one these figures were recorded against: no store, no events).
-from loops import ROUNDS, bare_baseline_case
+from loops import ROUNDS, bare_baseline_case, in_subprocess
 
 from loopactors.stress import StressOptions, run_stress
 from loopactors.stress._run import peak_rss_mb
@@ -66,15 +64,6 @@ def run_case(case: str, loops: int) -> dict[str, Any]:
     else:
         result = trio.run(runtime_case, loops, case)
     result["peak_rss_mb"] = peak_rss_mb()
-    return result
-
-
-def in_subprocess(case: str, loops: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--case", case, "--loops", str(loops)],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
 
 
@@ -142,7 +131,7 @@ def main() -> None:
     results: dict[str, dict[int, dict[str, Any]]] = {case: {} for case in CASES}
     for loops in sizes:
         for case in CASES:
-            r = results[case][loops] = in_subprocess(case, loops)
+            r = results[case][loops] = in_subprocess(case, loops, __file__)
             print(
                 f"{case:<10}{loops:>9,}{r['rounds_per_s']:>12,.0f}{r['p50_transition_ms']:>12.2f}"
                 f"{r['p99_transition_ms']:>12.2f}{r['peak_rss_mb']:>10.0f}",

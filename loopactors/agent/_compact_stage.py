@@ -30,8 +30,6 @@ from ._compaction import (
     CompactRetriesExhausted,
     FullPlan,
     MicroPlan,
-    apply_full,
-    apply_micro,
     apply_plan,
     decide,
 )
@@ -112,14 +110,7 @@ class CompactStage:
     async def _micro(self, plan: MicroPlan) -> bool:
         """Apply ``plan`` through the applier and commit it; False when it went stale."""
         view = tuple(self.transcript.entries)
-        try:
-            applied = await self.applier(plan, view)
-        except Exception as exc:  # the applier may be an actor elsewhere: never fatal here
-            self.emit(
-                "compaction_failed",
-                f"micro: the applier failed ({type(exc).__name__}: {exc}); applied locally",
-            )
-            applied = apply_micro(view, plan)  # a bad plan raises here as it would have
+        applied = await self._apply(plan, view)
         if len(applied) != len(view):
             raise TranscriptError(f"the applier returned {len(applied)} of {len(view)} entries")
         projections = {
@@ -166,15 +157,7 @@ class CompactStage:
         paths = recently_read_paths(self.transcript.entries)
         injected = injected_messages(summary, paths, self._read, config)
         plan = FullPlan(revision=revision, injected=tuple(injected))
-        view = tuple(self.transcript.entries)
-        try:
-            applied = await self.applier(plan, view)
-        except Exception as exc:  # the applier may be an actor elsewhere: never fatal here
-            self.emit(
-                "compaction_failed",
-                f"full: the applier failed ({type(exc).__name__}: {exc}); applied locally",
-            )
-            applied = apply_full(view, plan)
+        applied = await self._apply(plan, tuple(self.transcript.entries))
         excluded = self.transcript.commit_view(applied, revision=revision)
         self.usage.reset()
         self.emit(
@@ -182,6 +165,20 @@ class CompactStage:
             f"full: {excluded} message(s) excluded, summary of {len(summary)} chars, "
             f"{len(injected) - 1} file(s) re-injected",
         )
+
+    async def _apply(
+        self, plan: MicroPlan | FullPlan, view: tuple[Entry, ...]
+    ) -> tuple[Entry, ...]:
+        """``plan`` applied to ``view`` by the applier or, if it fails, here."""
+        try:
+            return await self.applier(plan, view)
+        except Exception as exc:  # the applier may be an actor elsewhere: never fatal here
+            kind = "micro" if isinstance(plan, MicroPlan) else "full"
+            self.emit(
+                "compaction_failed",
+                f"{kind}: the applier failed ({type(exc).__name__}: {exc}); applied locally",
+            )
+            return apply_plan(view, plan)  # a bad plan raises here as it would have
 
     def _read(self, path: str) -> str | None:
         try:

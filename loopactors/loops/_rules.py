@@ -11,7 +11,8 @@ from typing import Literal
 
 import msgspec
 
-from ._model import LoopState
+from ._events import AnyEvent, LoopStarted, RoundStarted
+from ._model import LoopState, RoundRecord
 
 __all__ = [
     "SEPARATOR",
@@ -21,6 +22,7 @@ __all__ = [
     "check_before_round",
     "next_phase",
     "normalize_output",
+    "round_intent",
     "same_output",
 ]
 
@@ -46,6 +48,43 @@ def build_prompt(state: LoopState) -> Prompt:
     return Prompt(
         text=seed[-spec.seed_cap :] + SEPARATOR + spec.task, seed_source="previous_output"
     )
+
+
+def round_intent(
+    state: LoopState, prompt: Prompt, now: float, *, first: bool
+) -> tuple[RoundRecord, list[AnyEvent]]:
+    """What round ``state.round``'s intent commits besides the state: its record, still
+    ``running``, and its events (the loop's start first, if ``first``)."""
+    spec = state.spec
+    record = RoundRecord(
+        loop_id=state.loop_id,
+        round=state.round,
+        status="running",
+        seed_source=prompt.seed_source,
+        started_at=now,
+    )
+    events: list[AnyEvent] = []
+    if first:
+        events.append(
+            LoopStarted(
+                loop_id=state.loop_id,
+                at=now,
+                rounds=spec.rounds,
+                mode=spec.mode,
+                worker=spec.worker,
+                parent_id=spec.parent_id,
+            )
+        )
+    events.append(
+        RoundStarted(
+            loop_id=state.loop_id,
+            at=now,
+            round=state.round,
+            rounds=spec.rounds,
+            seed_source=prompt.seed_source,
+        )
+    )
+    return record, events
 
 
 _TIMESTAMP = re.compile(

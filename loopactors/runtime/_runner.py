@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 import trio
@@ -31,13 +31,11 @@ from ..loops._events import (
     LoopPaused,
     LoopRecovered,
     LoopResumed,
-    LoopStarted,
     RoundFinished,
-    RoundStarted,
     RoundSummary,
 )
 from ..loops._model import LoopState, Phase, RoundRecord, RoundStatus
-from ..loops._rules import Prompt, build_prompt, next_phase, normalize_output
+from ..loops._rules import Prompt, build_prompt, next_phase, normalize_output, round_intent
 from ..messages import (
     Advance,
     CancelRound,
@@ -63,9 +61,6 @@ from ..storage import Write
 from ..workers import RoundRequest, RoundResult, check_worker_spec
 from ._delivery import RunnerDeps, runner_name, services_of
 from ._ledger import attempt_of
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["LoopRunner", "RunnerFactory", "Watchdog"]
 
@@ -355,36 +350,8 @@ class LoopRunner(Actor[Any]):
     async def _dispatch_round(self, prompt: Prompt) -> None:
         state = self.state
         now = time.time()
-        record = RoundRecord(
-            loop_id=self.loop_id,
-            round=state.round,
-            status="running",
-            seed_source=prompt.seed_source,
-            started_at=now,
-        )
-        events: list[AnyEvent] = []
-        if self._first_round:
-            self._first_round = False
-            spec = state.spec
-            events.append(
-                LoopStarted(
-                    loop_id=self.loop_id,
-                    at=now,
-                    rounds=spec.rounds,
-                    mode=spec.mode,
-                    worker=spec.worker,
-                    parent_id=spec.parent_id,
-                )
-            )
-        events.append(
-            RoundStarted(
-                loop_id=self.loop_id,
-                at=now,
-                round=state.round,
-                rounds=state.spec.rounds,
-                seed_source=prompt.seed_source,
-            )
-        )
+        record, events = round_intent(state, prompt, now, first=self._first_round)
+        self._first_round = False
         self.round_started = now
         self.seed_source = prompt.seed_source
         # The Store dispatches the round once its intent is durable.

@@ -137,10 +137,8 @@ async def test_retention_prunes_periodically(
     assert lines == ["retention_days=1: removed 1 loop, 1 round, 1 event"]
 
 
-async def test_a_large_prune_goes_in_batches_and_the_store_serves_others_between(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(Store, "prune_batch_size", 3)
+def count_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The limit of each SQLite prune batch run from now on, in order."""
     batches: list[int] = []
     real = SqliteBackend.prune_batch
 
@@ -149,6 +147,14 @@ async def test_a_large_prune_goes_in_batches_and_the_store_serves_others_between
         return real(self, before, **options)
 
     monkeypatch.setattr(SqliteBackend, "prune_batch", counted)
+    return batches
+
+
+async def test_a_large_prune_goes_in_batches_and_the_store_serves_others_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Store, "prune_batch_size", 3)
+    batches = count_batches(monkeypatch)
     backend = open_backend("sqlite", tmp_path)
     backend.commit([finished_long_ago(f"old-{n:02}", 10) for n in range(40)])
     backend.commit([finished_long_ago("kept", 0.1)])
@@ -189,14 +195,7 @@ async def test_a_prune_whose_caller_gave_up_stops_after_the_batch_in_progress(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(Store, "prune_batch_size", 2)
-    batches: list[int] = []
-    real = SqliteBackend.prune_batch
-
-    def counted(self: SqliteBackend, before: float, **options: Any) -> Any:
-        batches.append(options["limit"])
-        return real(self, before, **options)
-
-    monkeypatch.setattr(SqliteBackend, "prune_batch", counted)
+    batches = count_batches(monkeypatch)
     backend = open_backend("sqlite", tmp_path)
     backend.commit([finished_long_ago(f"old-{n:02}", 10) for n in range(40)])
     backend.close()
