@@ -64,26 +64,33 @@ def test_bad_options_are_refused_by_name(text: str, words: str) -> None:
 
 def test_claude_pipe_epoch_limit() -> None:
     limit = detect_limit("Claude AI usage limit reached|1767225600")
-    assert limit is not None and limit.until == 1767225600.0
+    assert limit is not None
+    assert limit.until == 1767225600.0
 
 
 def test_resets_clock_time_is_the_next_such_time() -> None:
     now = time.mktime((2026, 1, 1, 14, 0, 0, 0, 0, -1))
     limit = detect_limit("5-hour limit reached ∙ resets 3pm", now=now)
-    assert limit is not None and limit.until == now + 3600
+    assert limit is not None
+    assert limit.until == now + 3600
     limit = detect_limit("5-hour limit reached ∙ resets 1pm", now=now)
-    assert limit is not None and limit.until == now + 23 * 3600
+    assert limit is not None
+    assert limit.until == now + 23 * 3600
 
 
 def test_iso_reset_and_retry_after() -> None:
     limit = detect_limit("usage limit reached, resets at 2026-01-01T00:00:00Z")
-    assert limit is not None and limit.until == 1767225600.0
+    assert limit is not None
+    assert limit.until == 1767225600.0
     limit = detect_limit('429 {"type":"rate_limit_error"} retry-after: 30', now=100.0)
-    assert limit is not None and limit.until == 130.0
+    assert limit is not None
+    assert limit.until == 130.0
     limit = detect_limit("Too many requests, try again in 2 minutes", now=0.0)
-    assert limit is not None and limit.until == 120.0
+    assert limit is not None
+    assert limit.until == 120.0
     limit = detect_limit("API Error: 429 rate_limit_error", now=0.0)
-    assert limit is not None and limit.until is None  # no time given: backoff
+    assert limit is not None
+    assert limit.until is None  # no time given: backoff
 
 
 def test_other_errors_are_not_limits() -> None:
