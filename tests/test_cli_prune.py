@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from loopactors._cli import main
-from loopactors._cli_prune import parse_duration
+from loopactors.cli._commands import main
+from loopactors.cli._prune import parse_duration
 from loopactors.errors import ConfigError
 from loopactors.loops._events import LoopFinished, RoundStarted
 from loopactors.loops._model import TERMINAL_PHASES, LoopSpec, LoopState, Phase, RoundRecord
