@@ -192,7 +192,7 @@ class Runtime:
             except (ActorNotRunning, CallFailed):
                 if trio.current_time() >= deadline:
                     raise
-                message = msgspec.structs.replace(message, check_existing=True, retry=True)
+                message = msgspec.structs.replace(message, check_existing=True)
                 await trio.sleep(0.05)
                 continue
             return LoopHandle(self, state.loop_id)

@@ -67,6 +67,8 @@ class _StartMore:
 #: than 1 (one request per runner); 8 and more gave less, and longer steps between rounds,
 #: as more loops in flight together make the garbage collector's full passes longer.
 START_BATCH = 4
+#: _known's answer for a loop id nobody has used (None there means "answered later").
+_NEW = object()
 
 
 @attrs.frozen
@@ -157,7 +159,7 @@ class Coordinator(Actor[Any]):
         loop_id = message.loop_id or new_loop_id()
         if message.loop_id is not None:
             known = await self._known(message)
-            if known is not None:
+            if known is not _NEW:
                 return known
         refusal = self._refusal(message)
         if refusal is not None:
@@ -173,29 +175,37 @@ class Coordinator(Actor[Any]):
         return None
 
     async def _known(self, message: StartLoop) -> Any:
-        """The answer for a loop id seen before, or None for a new one.
+        """The answer for a loop id seen before, ``_NEW`` for a new one.
 
-        A retry (the first attempt's answer was lost to a crash) gets the loop as it is, so
-        a start is never done twice. Otherwise an id in use is refused: a finished loop's
+        A start that names a loop id is idempotent: the same spec under an id already used
+        gets that loop as it is (a retry whose first answer was lost, over the wire or to a
+        crash), so a start is never done twice; a retry while the first is still being
+        admitted waits for it. A different spec under a used id is refused: a loop's
         history is never overwritten (rolebox's W10).
         """
         loop_id = message.loop_id
         assert loop_id is not None
-        if not isinstance(loop_id, str) or not loop_id.strip() or loop_id in self._admitting:
-            return ErrorReply(AdmissionRefused(f"loop id {loop_id!r} is empty or being started"))
-        existing: LoopState | None = None
-        if loop_id in self._live or message.check_existing:
+        if not isinstance(loop_id, str) or not loop_id.strip():
+            return ErrorReply(AdmissionRefused(f"loop id {loop_id!r} is empty"))
+        admitting = self._admitting.get(loop_id)
+        existing: LoopState | None = admitting[0] if admitting is not None else None
+        if existing is None and (loop_id in self._live or message.check_existing):
             existing = await self.svc.store.call(GetLoop(loop_id), self.deps.call_timeout)
         if existing is None:
-            return None
-        if message.retry and existing.spec == message.spec:
-            return existing
-        return ErrorReply(
-            AdmissionRefused(
-                f"loop id {loop_id!r} is already used by a loop that is {existing.phase}; "
-                "choose another id"
+            return _NEW
+        if existing.spec != message.spec:
+            return ErrorReply(
+                AdmissionRefused(
+                    f"loop id {loop_id!r} is already used by a loop that is {existing.phase} "
+                    "with another spec; choose another id (the same spec gets that loop)"
+                )
             )
-        )
+        if loop_id in self._admitting:
+            # Answered with the loop's state once its runner exists (see _start_ready).
+            status = ControlLoop(loop_id=loop_id, command="status")
+            self._held.setdefault(loop_id, []).append((status, self.defer_reply()))
+            return None
+        return existing
 
     async def on_drained(self) -> None:
         if self._ready:

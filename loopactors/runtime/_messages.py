@@ -235,10 +235,9 @@ class StartLoop(msgspec.Struct, gc=False, frozen=True, kw_only=True):
 
     spec: LoopSpec
     loop_id: str | None = None
-    #: Look the id up in the store first (an id chosen by the caller may be in use).
+    #: Look the id up in the store first (an id chosen by the caller may be in use; the
+    #: same spec under a used id gets that loop, another spec is refused).
     check_existing: bool = False
-    #: Sent again after a lost answer: a loop already admitted under this id is the answer.
-    retry: bool = False
 
 
 class ControlLoop(msgspec.Struct, gc=False, frozen=True, kw_only=True):
