@@ -24,6 +24,7 @@ from ._model import LoopState as LoopState
 from ._model import Mode as Mode
 from ._model import Phase as Phase
 from ._model import RoundRecord as RoundRecord
+from ._model import StopMode as StopMode
 from ._model import check_transition as check_transition
 from ._rules import Prompt as Prompt
 from ._rules import Verdict as Verdict
@@ -55,6 +56,7 @@ __all__ = [
     "RoundRecord",
     "RoundStarted",
     "RoundSummary",
+    "StopMode",
     "Verdict",
     "build_prompt",
     "check_before_round",

@@ -1,8 +1,10 @@
 """The loop runtime: supervised actors that run |loop| iteration loops.
 
 General layout: ``_api`` (open_runtime, Runtime, LoopHandle), ``_coordinator``, ``_runner``
-(one LoopRunner per live loop), ``_dispatcher``, ``_services`` (Store, Breaker, Compactor,
-Timers), ``_events`` (subscriber fan-out), ``_config`` (configuration files).
+(one LoopRunner per live loop), ``_dispatcher``, one module per service actor (``_store``,
+``_breaker``, ``_context_builder``, ``_timers``), ``_messages`` (every message they exchange),
+``_wiring`` (their names and how they reach each other), ``_events`` (subscriber fan-out),
+``_config`` (configuration files).
 """
 
 from ._api import LoopHandle as LoopHandle

@@ -27,7 +27,9 @@ from ..errors import (
 )
 from ..loops._events import LoopFinished
 from ..loops._model import LoopState, RoundRecord
-from ..messages import (
+from ..storage import Write
+from ..workers import check_worker_spec
+from ._messages import (
     Admitted,
     Commit,
     ControlLoop,
@@ -38,10 +40,8 @@ from ..messages import (
     LoopEnded,
     StartLoop,
 )
-from ..storage import Write
-from ..workers import check_worker_spec
-from ._delivery import RunnerDeps, runner_name, services_of
 from ._runner import RunnerFactory
+from ._wiring import BREAKER, COORDINATOR, RunnerDeps, runner_name, services_of
 
 __all__ = ["Coordinator", "CoordinatorLimits"]
 
@@ -170,7 +170,7 @@ class Coordinator(Actor[Any]):
         # from many callers thus share the Store's batches instead of waiting in line.
         self._index(state)
         self._admitting[loop_id] = (state, self.defer_reply())
-        admitted = Forward("coordinator", Admitted(loop_id))
+        admitted = Forward(COORDINATOR, Admitted(loop_id))
         await self.svc.store.cast(Commit(Write(state=state), (admitted,)))
         return None
 
@@ -293,7 +293,7 @@ class Coordinator(Actor[Any]):
             reason=reason,
         )
         # The Breaker may hold its ledger (it ran rounds before a Coordinator restart).
-        forget = Forward("breaker", ForgetLedger(state.loop_id))
+        forget = Forward(BREAKER, ForgetLedger(state.loop_id))
         await self.svc.store.call(
             Commit(Write(state=final, round=record, events=(done,)), (forget,)),
             self.deps.call_timeout,
