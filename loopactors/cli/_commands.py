@@ -19,10 +19,16 @@ from rich.console import Console
 from .. import __version__
 from ..errors import ConfigError, LoopactorsError, LoopNotFound, StoreError
 from ..ledger import encode_json
-from ..loops._model import LoopState, RoundRecord
-from ..runtime import LoopHandle, Runtime, RuntimeConfig, load_config, open_runtime
-from ..runtime._coordinator import new_loop_id
-from ..runtime._ledger import ledger_of
+from ..loops import LoopState, RoundRecord
+from ..runtime import (
+    LoopHandle,
+    Runtime,
+    RuntimeConfig,
+    ledger_of,
+    load_config,
+    new_loop_id,
+    open_runtime,
+)
 from ..storage import DB_FILENAME, SqliteBackend
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport

@@ -11,9 +11,7 @@ from typing import Any
 import msgspec
 
 from ..errors import ConfigError, StoreError
-from ..runtime import RuntimeConfig
-from ..runtime._api import MAX_AGE
-from ..runtime._lock import lock_state_dir
+from ..runtime import MAX_AGE, RuntimeConfig, lock_state_dir
 from ..storage import DB_FILENAME, PruneReport, open_backend
 
 __all__ = ["add_parser", "parse_duration", "prune"]

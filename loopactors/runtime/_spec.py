@@ -8,8 +8,7 @@ from typing import Any
 import msgspec
 
 from ..errors import LoopSyntaxError
-from ..loops._model import MAX_ROUNDS, LoopSpec
-from ..loops._syntax import parse_loop
+from ..loops import MAX_ROUNDS, LoopSpec, parse_loop
 from ._config import RuntimeConfig
 
 __all__ = ["build_spec", "validate_spec"]

@@ -15,8 +15,7 @@ from pathlib import Path
 import msgspec
 
 from ..errors import StoreError
-from ..loops._events import AnyEvent, event_decoder
-from ..loops._model import TERMINAL_PHASES, LoopState, RoundRecord
+from ..loops import TERMINAL_PHASES, AnyEvent, LoopState, RoundRecord, event_decoder
 from ._base import (
     PRUNE_BATCH,
     PRUNE_SCAN,
