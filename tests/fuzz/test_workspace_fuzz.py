@@ -10,6 +10,7 @@ exception. CI runs a short version; ``just fuzz`` runs long (LOOPACTORS_FUZZ_EXA
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,7 @@ def outside_state(outside: Path) -> list[tuple[str, str]]:
     )
 
 
-async def answer(context: ToolContext, tool_name: str, arguments: dict[str, object]) -> None:
+async def answer(context: ToolContext, tool_name: str, arguments: Mapping[str, object]) -> None:
     tool = context.tools.get(tool_name)
     assert tool is not None
     with trio.fail_after(10):  # blocking on a FIFO would fail here
