@@ -17,7 +17,7 @@ import trio
 
 from ..actors import ChildSpec, NamedRef
 from ..errors import SupervisorError
-from ..loops._events import AnyEvent, LoopFinished, LoopRecovered, LoopStarted
+from ..loops import AnyEvent, LoopFinished, LoopRecovered, LoopStarted
 from ..runtime import Runtime, RuntimeConfig, open_runtime
 from ._auth import check_listen, load_token
 from ._gateway import Gateway, GatewayStatistics

@@ -22,9 +22,10 @@ import trio
 
 from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
 from ..errors import ActorNotRunning, CallFailed, ConfigError, LoopNotFound
-from ..loops._events import AnyEvent, LoopFinished
-from ..loops._model import (
+from ..loops import (
     TERMINAL_PHASES,
+    AnyEvent,
+    LoopFinished,
     LoopSpec,
     LoopState,
     Phase,

@@ -25,8 +25,7 @@ from ..errors import (
     LoopNotFound,
     WorkerSpecError,
 )
-from ..loops._events import LoopFinished
-from ..loops._model import LoopState, RoundRecord
+from ..loops import LoopFinished, LoopState, RoundRecord
 from ..storage import Write
 from ..workers import check_worker_spec
 from ._messages import (

@@ -24,18 +24,25 @@ import trio
 
 from ..actors import Actor, ErrorReply
 from ..errors import ActorError, ActorNotRunning, CallFailed
-from ..loops._events import (
+from ..loops import (
     AnyEvent,
     LoopFinished,
     LoopInterrupted,
     LoopPaused,
     LoopRecovered,
     LoopResumed,
+    LoopState,
+    Phase,
+    Prompt,
     RoundFinished,
+    RoundRecord,
+    RoundStatus,
     RoundSummary,
+    build_prompt,
+    next_phase,
+    normalize_output,
+    round_intent,
 )
-from ..loops._model import LoopState, Phase, RoundRecord, RoundStatus
-from ..loops._rules import Prompt, build_prompt, next_phase, normalize_output, round_intent
 from ..storage import Write
 from ..workers import RoundRequest, RoundResult, check_worker_spec
 from ._ledger import attempt_of

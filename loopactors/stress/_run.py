@@ -19,10 +19,8 @@ import attrs
 import trio
 
 from ..errors import ConfigError, LoopactorsError
-from ..loops._events import AnyEvent, LoopFinished, RoundFinished, RoundStarted
-from ..loops._model import MAX_ROUNDS, LoopState
-from ..runtime import Runtime, RuntimeConfig, open_runtime
-from ..runtime._coordinator import new_loop_id
+from ..loops import MAX_ROUNDS, AnyEvent, LoopFinished, LoopState, RoundFinished, RoundStarted
+from ..runtime import Runtime, RuntimeConfig, new_loop_id, open_runtime
 from ..storage import DB_FILENAME, open_backend
 from ..testing import FaultInjection, inject_faults
 from ._report import StoredLoop, StressReport, check_loops, percentile, phase_counts
