@@ -17,9 +17,9 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
 
 from ..actors import Actor
-from ..messages import GatewayShutdown, GetGatewayStatistics
 from ..runtime import Runtime
 from ._connection import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, Connection, frame_text
+from ._messages import GatewayShutdown, GetGatewayStatistics
 from ._protocol import Error
 from ._settings import GatewaySettings
 
