@@ -14,10 +14,23 @@ from typing import Any
 
 import msgspec
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
+from trio_websocket import (
+    ConnectionClosed,
+    WebSocketConnection,
+    WebSocketRequest,
+    wrap_server_stream,
+)
 
 from ..actors import Actor
 from ..runtime import Runtime
+from ._admission import (
+    Admission,
+    ReplayStream,
+    descriptor_budget,
+    is_websocket_upgrade,
+    peer_of,
+    read_head,
+)
 from ._auth import token_matches
 from ._connection import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, Connection, frame_text
 from ._messages import GatewayShutdown, GetGatewayStatistics
@@ -42,6 +55,14 @@ class GatewayStatistics(msgspec.Struct, frozen=True, kw_only=True):
     auth_failures: int
     refused_connections: int
     gaps: int
+    #: TCP connections open (websocket or still handshaking), and the most there may be.
+    sockets: int = 0
+    socket_capacity: int = 0
+    #: Connections closed for sending no whole request head in time, or dropped (oldest
+    #: first) to make room for new ones; accepts that failed for want of descriptors.
+    handshake_timeouts: int = 0
+    dropped_connections: int = 0
+    accept_errors: int = 0
 
 
 class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
@@ -65,27 +86,49 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         self.unauthenticated = 0
         self.gaps = 0
         self._listener = trio.CancelScope()
+        self.admission = Admission(settings, descriptor_budget(settings.fd_reserve))
 
     async def on_start(self) -> None:
-        server = await self.nursery.start(self._listen)
-        self.port = server.port
+        self.port = await self.nursery.start(self._listen)
         self.accepting = True
         log.info("listening on ws://%s:%d", _host_text(self.settings.host), self.port)
 
-    async def _listen(self, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _listen(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self.settings.port, host=self.settings.host)
         with self._listener:
-            await serve_websocket(
-                self._serve,
-                self.settings.host,
-                self.settings.port,
-                ssl_context=None,
-                handler_nursery=self.nursery,  # connections outlive the listener at shutdown
-                # Frames over max_frame_bytes get an error and the connection goes on; only a
-                # far larger one is cut off by the websocket layer itself (close code 1009).
-                max_message_size=4 * self.settings.max_frame_bytes,
-                message_queue_size=16,
-                task_status=task_status,
-            )
+            task_status.started(listeners[0].socket.getsockname()[1])
+            # Connections run in the gateway's nursery: they outlive the listener at shutdown.
+            await self.admission.serve(listeners, self._serve_tcp, self.nursery)
+
+    async def _serve_tcp(self, stream: trio.SocketStream) -> None:
+        """One TCP connection: its request head within the handshake limits, then the
+        websocket (the admission closes the stream when this returns)."""
+        remote = peer_of(stream)
+        head = None
+        with self.admission.handshake():
+            head = await read_head(stream)
+        if head is None or not self.accepting:
+            return  # timed out, dropped, closed by the peer, oversized: closed at once
+        if not is_websocket_upgrade(head):
+            with trio.move_on_after(2.0), contextlib.suppress(trio.BrokenResourceError):
+                await stream.send_all(_UPGRADE_REQUIRED)
+            return
+        async with trio.open_nursery() as nursery:
+            request = None
+            with trio.move_on_after(self.settings.handshake_timeout):
+                request = await wrap_server_stream(
+                    nursery,
+                    ReplayStream(stream, head, remote),
+                    # Frames over max_frame_bytes get an error and the connection goes on;
+                    # only a far larger one is cut off by the websocket layer (code 1009).
+                    max_message_size=4 * self.settings.max_frame_bytes,
+                    message_queue_size=16,
+                )
+            try:
+                if request is not None:  # else not a valid upgrade: closed
+                    await self._serve(request)
+            finally:
+                nursery.cancel_scope.cancel()  # the websocket's reader task
 
     async def handle(self, message: GetGatewayStatistics | GatewayShutdown) -> Any:
         if isinstance(message, GetGatewayStatistics):
@@ -105,6 +148,11 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
             auth_failures=self.auth_failures,
             refused_connections=self.refused_connections,
             gaps=self.gaps,
+            sockets=self.admission.open,
+            socket_capacity=self.admission.budget.capacity,
+            handshake_timeouts=self.admission.timed_out,
+            dropped_connections=self.admission.dropped,
+            accept_errors=self.admission.accept_errors,
         )
 
     async def _shutdown(self, reason: str) -> int:
@@ -137,7 +185,8 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         refusal = self._refusal(proven=proven)
         if refusal is not None:
             self.refused_connections += 1
-            log.warning("refused %s: %s", _endpoint(ws), refusal)
+            # One line per condition every 10 s: a flood must not flood the log too.
+            self.admission.notice("refused", f"refused {_endpoint(ws)}: {refusal}")
             error = Error(id=None, code="too_many_connections", message=refusal)
             with trio.move_on_after(2.0), contextlib.suppress(ConnectionClosed):
                 await ws.send_message(frame_text(error))
@@ -160,11 +209,11 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         right token in its upgrade request)."""
         if len(self.connections) >= self.settings.max_connections:
             return f"the node serves at most {self.settings.max_connections} connections"
-        if not proven and self.unauthenticated >= self.settings.max_unauthenticated:
+        if not proven and self.unauthenticated >= self.admission.max_unauthenticated:
             # Connections that never say hello must not crowd out those that do.
             return (
                 f"{self.unauthenticated} connections are still to say hello "
-                f"(at most {self.settings.max_unauthenticated}); try again later"
+                f"(at most {self.admission.max_unauthenticated}); try again later"
             )
         return None
 
@@ -173,6 +222,13 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
             connection.counted_unauthenticated = False
             self.unauthenticated -= 1
         log.info("client %s connected from %s", client or "?", connection.remote)
+
+
+_UPGRADE_REQUIRED = (
+    b"HTTP/1.1 426 Upgrade Required\r\nUpgrade: websocket\r\nConnection: close\r\n"
+    b"Content-Type: text/plain\r\nContent-Length: 55\r\n\r\n"
+    b"this port speaks the loopactors protocol on websockets\n"
+)
 
 
 def _bearer(request: WebSocketRequest) -> str | None:

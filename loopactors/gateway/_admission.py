@@ -1,0 +1,252 @@
+"""How the gateway admits TCP connections (docs/security.md, "Gateway").
+
+Every connection is counted from accept to close. Together they never hold more descriptors
+than the :class:`~._limits.DescriptorBudget` allows, so the runtime keeps a reserve for its
+own work whatever the load on the port: at the budget, the oldest connection still sending its
+request head is dropped to make room, and when there is none, accepting pauses (new
+connections wait in the kernel's backlog) until one closes. A connection has
+``handshake_timeout`` seconds to send its whole request head, at most ``max_handshaking`` are
+doing so at once (a new one drops the oldest: it has had the most time), and one whose peer
+closes is closed at once. ``accept`` failing for want of descriptors or memory pauses
+accepting briefly. Each of these conditions is one log line, at most every 10 s, with a count
+of what happened since; never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterator
+from typing import NoReturn
+
+import trio
+
+from ._limits import DescriptorBudget, Notices
+from ._settings import GatewaySettings
+
+__all__ = [
+    "Admission",
+    "ReplayStream",
+    "descriptor_budget",
+    "is_websocket_upgrade",
+    "peer_of",
+    "read_head",
+]
+
+log = logging.getLogger("loopactors.gateway")
+
+#: A request head (request line and headers) larger than this ends the connection.
+MAX_HEAD_BYTES = 16 * 1024
+#: ``accept`` errors that mean the process or system is out of something: wait, then retry.
+_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_ACCEPT_PAUSE = 0.1
+#: What a limit that is not set, or absurdly high, counts as.
+_UNLIMITED = 1 << 20
+
+Handler = Callable[[trio.SocketStream], Awaitable[None]]
+
+
+def descriptor_budget(reserve: int) -> DescriptorBudget:
+    """This process's budget: its ``RLIMIT_NOFILE`` soft limit and the descriptors open now."""
+    limit = _UNLIMITED
+    with contextlib.suppress(ImportError, OSError, ValueError):
+        import resource  # noqa: PLC0415 - POSIX only
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if 0 < soft != resource.RLIM_INFINITY:
+            limit = min(soft, _UNLIMITED)
+    in_use = 0
+    for directory in ("/proc/self/fd", "/dev/fd"):
+        with contextlib.suppress(OSError):
+            in_use = len(os.listdir(directory))
+            break
+    return DescriptorBudget(limit=limit, in_use=in_use, reserve=reserve)
+
+
+class Admission:
+    """The gateway's TCP connections, from accept to close (see the module docstring)."""
+
+    def __init__(self, settings: GatewaySettings, budget: DescriptorBudget) -> None:
+        self.budget = budget
+        #: Each kind of connection that has not proven itself gets a quarter of the budget at
+        #: most, so that half of it is always left for token holders.
+        self.max_handshaking = budget.share(0.25, settings.max_handshaking)
+        self.max_unauthenticated = budget.share(0.25, settings.max_unauthenticated)
+        self.handshake_timeout = settings.handshake_timeout
+        self.open = 0
+        self._handshaking: dict[int, trio.CancelScope] = {}
+        self._evicted: set[int] = set()
+        self._ids = itertools.count()
+        self._room = trio.Event()
+        self._notices = Notices()
+        # Counted since this gateway incarnation started.
+        self.dropped = 0
+        self.timed_out = 0
+        self.accept_errors = 0
+        self.budget_waits = 0
+
+    def notice(self, condition: str, message: str) -> None:
+        """Log ``message`` as a warning unless ``condition`` was told less than 10 s ago."""
+        untold = self._notices.due(condition, trio.current_time())
+        if untold is not None:
+            log.warning(
+                "%s%s", message, f" ({untold} more since the last such line)" * bool(untold)
+            )
+
+    async def serve(
+        self, listeners: list[trio.SocketListener], handler: Handler, nursery: trio.Nursery
+    ) -> NoReturn:
+        """Accept on every listener for ever, each connection's ``handler`` in ``nursery``."""
+        async with trio.open_nursery() as accepters:
+            for listener in listeners:
+                accepters.start_soon(self._accept_loop, listener, handler, nursery)
+        raise AssertionError("accept loops never end")  # pragma: no cover
+
+    async def _accept_loop(
+        self, listener: trio.SocketListener, handler: Handler, nursery: trio.Nursery
+    ) -> None:
+        async with listener:
+            while True:
+                while self.open >= self.budget.capacity:
+                    self.budget_waits += 1
+                    if self._handshaking:
+                        self._drop_oldest(f"the gateway holds all {self.budget.describe()}")
+                    else:
+                        self.notice(
+                            "budget",
+                            f"the gateway holds all {self.budget.describe()}: new connections "
+                            "wait until one closes (raise 'ulimit -n' to serve more)",
+                        )
+                    self._room = trio.Event()
+                    await self._room.wait()
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in _CAPACITY_ERRNOS:
+                        raise
+                    self.accept_errors += 1
+                    self.notice(
+                        "accept",
+                        f"cannot accept connections: {os.strerror(exc.errno)}; "
+                        f"retrying every {_ACCEPT_PAUSE:g}s",
+                    )
+                    await trio.sleep(_ACCEPT_PAUSE)
+                    continue
+                self.open += 1
+                nursery.start_soon(self._run, stream, handler)
+
+    async def _run(self, stream: trio.SocketStream, handler: Handler) -> None:
+        try:
+            await handler(stream)
+        finally:
+            await trio.aclose_forcefully(stream)  # closes at once, even when cancelled
+            self.open -= 1
+            self._room.set()
+
+    @contextlib.contextmanager
+    def handshake(self) -> Iterator[trio.CancelScope]:
+        """Around reading a connection's request head: cancelled after ``handshake_timeout``
+        or when the connection is dropped to make room (see the module docstring)."""
+        if len(self._handshaking) >= self.max_handshaking:
+            self._drop_oldest(
+                f"more than {self.max_handshaking} connections are still to send their "
+                "request (idle, half-open or slow clients)"
+            )
+        key = next(self._ids)
+        scope = trio.CancelScope(deadline=trio.current_time() + self.handshake_timeout)
+        self._handshaking[key] = scope
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._handshaking.pop(key, None)
+            dropped = key in self._evicted
+            self._evicted.discard(key)
+        if scope.cancelled_caught and not dropped:
+            self.timed_out += 1
+            self.notice(
+                "handshake",
+                f"closed a connection that sent no whole request within "
+                f"{self.handshake_timeout:g}s",
+            )
+
+    def _drop_oldest(self, why: str) -> None:
+        key, scope = next(iter(self._handshaking.items()))
+        del self._handshaking[key]
+        self._evicted.add(key)
+        scope.cancel()
+        self.dropped += 1
+        self.notice("drop", f"dropped the oldest connection still to send its request: {why}")
+
+
+async def read_head(stream: trio.abc.ReceiveStream) -> bytes | None:
+    """The bytes of a request head (through its blank line, plus whatever came after it), or
+    None when the peer closed first or the head is larger than ``MAX_HEAD_BYTES``."""
+    raw = bytearray()
+    while b"\r\n\r\n" not in raw:
+        if len(raw) > MAX_HEAD_BYTES:
+            return None
+        try:
+            data = await stream.receive_some(4096)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return None
+        if not data:
+            return None  # the peer closed: so do we, at once
+        raw += data
+    return bytes(raw)
+
+
+def is_websocket_upgrade(head: bytes) -> bool:
+    for line in head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"upgrade" and b"websocket" in value.lower():
+            return True
+    return False
+
+
+class ReplayStream(trio.abc.Stream):
+    """A TCP stream whose first bytes (the request head, already read) are given again.
+
+    Its ``repr`` is the peer's address, which is what the websocket layer shows for a stream
+    that is not a socket: it never asks a closed socket for its peer (an ``EBADF``).
+    """
+
+    def __init__(self, stream: trio.SocketStream, buffered: bytes, remote: str) -> None:
+        self.stream = stream
+        self._buffered = buffered
+        self._remote = remote
+
+    def __repr__(self) -> str:
+        return self._remote
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._buffered:
+            size = len(self._buffered) if max_bytes is None else max_bytes
+            data, self._buffered = self._buffered[:size], self._buffered[size:]
+            await trio.lowlevel.checkpoint()
+            return data
+        return await self.stream.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self.stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+def peer_of(stream: trio.SocketStream) -> str:
+    """``host:port`` of the peer, asked once at accept (``?`` when it is already gone)."""
+    try:
+        host, port, *_ = stream.socket.getpeername()
+    except (OSError, ValueError):
+        return "?"
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
