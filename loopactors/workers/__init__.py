@@ -21,6 +21,7 @@ from ._base import Worker as Worker
 from ._base import WorkerStatus as WorkerStatus
 from ._command import CommandWorker as CommandWorker
 from ._command import GroupStopper as GroupStopper
+from ._command import kill_worker_groups as kill_worker_groups
 from ._python import PythonWorker as PythonWorker
 from ._scripted import ScriptedWorker as ScriptedWorker
 
@@ -37,6 +38,7 @@ __all__ = [
     "WorkerStatus",
     "check_worker_spec",
     "in_workspace",
+    "kill_worker_groups",
     "parse_worker",
 ]
 
