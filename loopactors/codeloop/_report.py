@@ -111,17 +111,17 @@ async def loop_status(ledger: CodeLedger, git: LoopGit) -> CodeLoopStatus:
     )
 
 
-def rounds_finished(ledger: Ledger, *, after: int = 0) -> list[RoundFinished]:
+def rounds_finished(ledger: CodeLedger, *, after: int = 0) -> list[CodeRoundFinished]:
     """The outcome of each round numbered above ``after``, in order (the last record of a
     round counts)."""
-    found: dict[int, RoundFinished] = {}
+    found: dict[int, CodeRoundFinished] = {}
     for event in ledger.read_events():
-        if isinstance(event, RoundFinished) and event.round > after:
+        if isinstance(event, CodeRoundFinished) and event.round > after:
             found[event.round] = event
     return [found[number] for number in sorted(found)]
 
 
-def run_summary(state: CodeLoopState, finished: list[RoundFinished]) -> str:
+def run_summary(state: CodeLoopState, finished: list[CodeRoundFinished]) -> str:
     """The last line of ``loopactors code run``: where the loop stands, and what the rounds of
     this run did, naming each one not merged and why (a gate's reason, such as the round
     limit, would otherwise be all that shows of the last round)."""
