@@ -22,7 +22,7 @@ import trio
 
 from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
 from ..errors import ActorNotRunning, CallFailed, ConfigError, LoopNotFound
-from ..loops._events import AnyEvent, LoopFinished
+from ..loops._events import AgentStep, AnyEvent, LoopFinished
 from ..loops._model import (
     TERMINAL_PHASES,
     LoopSpec,
@@ -360,6 +360,14 @@ class RoundContextImpl:
         """Start a child loop: it is stopped with this loop, and may not repeat an ancestor's
         task."""
         return await self.runtime.start(text, parent_id=self.loop_id, **options)
+
+    def agent_step(self, tool: str, detail: str) -> None:
+        """A tool call of a coding-agent CLI in this round: published live, not stored."""
+        self._bus.publish(
+            AgentStep(
+                loop_id=self.loop_id, at=time.time(), round=self.round, tool=tool, detail=detail
+            )
+        )
 
 
 @asynccontextmanager

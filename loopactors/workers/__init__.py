@@ -19,12 +19,16 @@ from ._base import RoundRequest as RoundRequest
 from ._base import RoundResult as RoundResult
 from ._base import Worker as Worker
 from ._base import WorkerStatus as WorkerStatus
+from ._cli_adapter import cli_adapter, cli_kinds, parse_cli_options, register_cli_kind
+from ._cli_claude import ClaudeAdapter
+from ._cli_worker import CliAgentWorker as CliAgentWorker
 from ._command import CommandWorker as CommandWorker
 from ._python import PythonWorker as PythonWorker
 from ._scripted import ScriptedWorker as ScriptedWorker
 
 __all__ = [
     "AgentWorker",
+    "CliAgentWorker",
     "CommandWorker",
     "PythonWorker",
     "RoundContext",
@@ -36,6 +40,7 @@ __all__ = [
     "check_worker_spec",
     "in_workspace",
     "parse_worker",
+    "worker_kinds",
 ]
 
 # kind -> build(text after "kind:", kill_grace)
@@ -45,6 +50,14 @@ _KINDS: dict[str, Callable[[str, float], Worker]] = {
     "python": lambda rest, grace: PythonWorker.from_spec(rest),
     "scripted": lambda rest, grace: ScriptedWorker.from_spec(rest),
 }
+
+# The coding-agent CLI kinds (docs/agent-clis.md): one adapter each, one shared worker.
+register_cli_kind(ClaudeAdapter())
+
+
+def worker_kinds() -> tuple[str, ...]:
+    """Every worker kind a spec may name."""
+    return tuple(sorted({*_KINDS, *cli_kinds()}))
 
 
 def parse_worker(spec: str, *, kill_grace: float = 5.0) -> Worker:
@@ -63,8 +76,10 @@ def parse_worker(spec: str, *, kill_grace: float = 5.0) -> Worker:
     kind, _, rest = spec.partition(":")
     build = _KINDS.get(kind)
     if build is None:
+        if kind in cli_kinds():
+            return CliAgentWorker.from_spec(kind, rest, kill_grace=kill_grace)
         raise WorkerSpecError(
-            f"unknown worker kind {kind!r} in {spec!r}; accepted kinds: {', '.join(sorted(_KINDS))}"
+            f"unknown worker kind {kind!r} in {spec!r}; accepted kinds: {', '.join(worker_kinds())}"
         )
     return build(rest, kill_grace)
 
@@ -78,6 +93,10 @@ def check_worker_spec(spec: str, *, kill_grace: float = 5.0, here: bool = True) 
     must read ``module:function``.
     """
     kind, _, rest = spec.partition(":")
+    adapter = cli_adapter(kind)
+    if adapter is not None and not here:  # the binary must exist where the rounds run
+        parse_cli_options(adapter, rest)
+        return kind
     if here or kind not in ("command", "python"):
         return parse_worker(spec, kill_grace=kill_grace).kind
     if kind == "command":
