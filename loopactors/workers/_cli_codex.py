@@ -22,6 +22,8 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
+
 from ..errors import WorkerSpecError
 from ._cli_adapter import (
     COMMON_KEYS,
@@ -169,16 +171,17 @@ class _CodexStream(CliStreamParser):
                 usage = own
         usage = usage or {}
         cached = _int(usage.get("cached_input_tokens"))
-        tokens = {
+        counted = CliOutcome(
+            reply=self.reply or "",
             # OpenAI counts cached input inside input_tokens; the outcome keeps them apart.
-            "input_tokens": max(0, _int(usage.get("input_tokens")) - cached),
-            "output_tokens": _int(usage.get("output_tokens")),
-            "cache_read_tokens": cached,
-            "cache_write_tokens": _int(usage.get("cache_write_input_tokens")),
-        }
-        failed = self.failure is not None or returncode != 0 or self.reply is None
-        if not failed:
-            return CliOutcome(reply=self.reply or "", session_id=self.thread_id, **tokens)
+            input_tokens=max(0, _int(usage.get("input_tokens")) - cached),
+            output_tokens=_int(usage.get("output_tokens")),
+            cache_read_tokens=cached,
+            cache_write_tokens=_int(usage.get("cache_write_input_tokens")),
+            session_id=self.thread_id,
+        )
+        if self.failure is None and returncode == 0 and self.reply is not None:
+            return counted
         error = self.failure or (self.errors[-1] if self.errors else None)
         if error is None:
             tail = stderr.strip()[-500:]
@@ -188,14 +191,7 @@ class _CodexStream(CliStreamParser):
                 error = f"codex exited with code {returncode}" + (f": {tail}" if tail else "")
             else:
                 error = "codex finished without a reply" + (f": {tail}" if tail else "")
-        return CliOutcome(
-            reply=self.reply or "",
-            session_id=self.thread_id,
-            is_error=True,
-            error=error,
-            limit=codex_limit(error),
-            **tokens,
-        )
+        return attrs.evolve(counted, is_error=True, error=error, limit=codex_limit(error))
 
 
 def codex_limit(text: str, *, now: float | None = None) -> UsageLimit | None:

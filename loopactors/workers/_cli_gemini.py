@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
+
 from ..errors import WorkerSpecError
 from ._cli_adapter import (
     COMMON_KEYS,
@@ -77,7 +79,9 @@ def gemini_limit(text: str, *, now: float | None = None) -> UsageLimit | None:
     match = _RETRY_AFTER.search(text)
     if match is not None and _QUOTA.search(text):
         seconds = float(match[1]) / (1000.0 if match[2] == "ms" else 1.0)
-        return UsageLimit(until=(time.time() if now is None else now) + seconds, reason=_short(text))
+        return UsageLimit(
+            until=(time.time() if now is None else now) + seconds, reason=_short(text)
+        )
     if _QUOTA.search(text):
         return detect_limit(text, now=now) or UsageLimit(until=None, reason=_short(text))
     return detect_limit(text, now=now)
@@ -124,18 +128,18 @@ class _GeminiStream(CliStreamParser):
         stats = result.get("stats") if isinstance(result.get("stats"), dict) else {}
         assert isinstance(stats, dict)
         cached = _int(stats.get("cached"))
-        tokens = {
+        counted = CliOutcome(
+            reply="".join(self.reply),
             # stats.input is the uncached input; input_tokens includes the cached part.
-            "input_tokens": _int(stats.get("input"))
+            input_tokens=_int(stats.get("input"))
             if "input" in stats
             else max(0, _int(stats.get("input_tokens")) - cached),
-            "output_tokens": _int(stats.get("output_tokens")),
-            "cache_read_tokens": cached,
-        }
-        reply = "".join(self.reply)
-        failed = self.result is None or result.get("status") != "success" or returncode != 0
-        if not failed:
-            return CliOutcome(reply=reply, session_id=self.session_id, **tokens)
+            output_tokens=_int(stats.get("output_tokens")),
+            cache_read_tokens=cached,
+            session_id=self.session_id,
+        )
+        if self.result is not None and result.get("status") == "success" and returncode == 0:
+            return counted
         error_field = result.get("error")
         error = error_field.get("message") if isinstance(error_field, dict) else None
         if not error and self.errors:
@@ -148,13 +152,8 @@ class _GeminiStream(CliStreamParser):
                 error = f"gemini exited with code {returncode} without a result" + (
                     f": {tail}" if tail else ""
                 )
-        return CliOutcome(
-            reply=reply,
-            session_id=self.session_id,
-            is_error=True,
-            error=str(error),
-            limit=gemini_limit(str(error)),
-            **tokens,
+        return attrs.evolve(
+            counted, is_error=True, error=str(error), limit=gemini_limit(str(error))
         )
 
 
