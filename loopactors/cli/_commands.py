@@ -17,13 +17,19 @@ import trio
 from rich.console import Console
 
 from .. import __version__
-from ..errors import ConfigError, LoopactorsError, LoopNotFound
+from ..errors import ConfigError, LoopactorsError, LoopNotFound, StoreError
 from ..ledger import encode_json
-from ..loops._model import LoopState, RoundRecord
-from ..runtime import LoopHandle, Runtime, RuntimeConfig, load_config, open_runtime
-from ..runtime._coordinator import new_loop_id
-from ..runtime._ledger import ledger_of
-from ..storage import DB_FILENAME, open_backend
+from ..loops import LoopState, RoundRecord
+from ..runtime import (
+    LoopHandle,
+    Runtime,
+    RuntimeConfig,
+    ledger_of,
+    load_config,
+    new_loop_id,
+    open_runtime,
+)
+from ..storage import DB_FILENAME, SqliteBackend
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport
 from ..workers import in_workspace
@@ -275,7 +281,7 @@ async def _resume(args: argparse.Namespace) -> int:
     display: JsonLines | Progress = JsonLines() if args.json else Progress()
     # Read before the runtime starts: it resumes these at once, and some may end (or be
     # found impossible to resume) before a query made afterwards could see them live.
-    backend = _read_store(args)
+    backend = _read_store(args, missing_ok=True)
     live = backend.list_loops(live_only=True) if backend is not None else []
     if backend is not None:
         backend.close()
@@ -307,12 +313,23 @@ async def _follow(
     return await follow([h.loop_id for h in handles], events, display, get=rt.get, stop=stop)
 
 
-def _read_store(args: argparse.Namespace) -> Any:
+def _read_store(args: argparse.Namespace, *, missing_ok: bool = False) -> Any:
+    """The state directory's store, opened read-only (a read-only disk will do); None if the
+    directory has none yet. A path that is not a directory is an error, and so is a missing
+    directory unless ``missing_ok``."""
     config = _config(args)
     state_dir = Path(config.state_dir)
+    if state_dir.exists() and not state_dir.is_dir():
+        raise StoreError(f"the state directory {state_dir} is not a directory")
+    if not state_dir.exists():
+        if missing_ok:
+            return None
+        raise StoreError(
+            f"no state directory {state_dir} (give the one a runtime used: --state DIR)"
+        )
     if not (state_dir / DB_FILENAME).exists():
         return None
-    return open_backend("sqlite", state_dir)
+    return SqliteBackend(state_dir / DB_FILENAME, read_only=True)
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from ..actors import SupervisorRef
-from ..loops._events import LoopFinished, RoundFinished
+from ..loops import LoopFinished, RoundFinished
 from ..runtime import RuntimeConfig, open_runtime
 from ..testing import inject_crash
 from ._progress import Progress, final_table

@@ -8,8 +8,7 @@ from typing import Any
 
 import trio
 
-from ..loops._events import LoopFinished
-from ..loops._model import LoopState, Phase
+from ..loops import LoopFinished, LoopState, Phase
 from ..runtime import Gap
 from ._progress import JsonLines, Progress, final_table
 

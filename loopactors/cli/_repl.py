@@ -23,8 +23,7 @@ from prompt_toolkit.patch_stdout import patch_stdout
 
 from ..client import connect
 from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
-from ..loops._events import LoopFinished, LoopStarted
-from ..loops._model import LoopState
+from ..loops import LoopFinished, LoopStarted, LoopState
 from ..runtime import Gap, RuntimeConfig, open_runtime
 from ..workers import parse_worker
 from ._remote import read_token

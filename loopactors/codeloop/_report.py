@@ -13,7 +13,18 @@ from ._lease import LeaseRecord, read_lease
 from ._ledger import Ledger
 from ._model import CodeLoopState
 
-__all__ = ["CodeLoopStatus", "build_handoff", "loop_status", "rejected_branches", "write_handoff"]
+__all__ = [
+    "CodeLoopStatus",
+    "build_handoff",
+    "loop_status",
+    "rejected_branches",
+    "rounds_finished",
+    "run_summary",
+    "write_handoff",
+]
+
+#: How much of a round's reason the run's summary line quotes.
+_REASON_HEAD = 200
 
 
 async def rejected_branches(git: LoopGit) -> list[str]:
@@ -98,3 +109,38 @@ async def loop_status(ledger: Ledger, git: LoopGit) -> CodeLoopStatus:
         pending_control=ledger.pending_control(),
         rejected_branches=tuple(await rejected_branches(git)),
     )
+
+
+def rounds_finished(ledger: Ledger, *, after: int = 0) -> list[RoundFinished]:
+    """The outcome of each round numbered above ``after``, in order (the last record of a
+    round counts)."""
+    found: dict[int, RoundFinished] = {}
+    for event in ledger.read_events():
+        if isinstance(event, RoundFinished) and event.round > after:
+            found[event.round] = event
+    return [found[number] for number in sorted(found)]
+
+
+def run_summary(state: CodeLoopState, finished: list[RoundFinished]) -> str:
+    """The last line of ``loopactors code run``: where the loop stands, and what the rounds of
+    this run did, naming each one not merged and why (a gate's reason, such as the round
+    limit, would otherwise be all that shows of the last round)."""
+    gate = f" ({state.active_gate}: {state.reason})" if state.active_gate else ""
+    line = f"{state.slug}: {state.status}{gate} after round {state.round}"
+    if finished:
+        merged = sum(1 for event in finished if event.merged)
+        count = len(finished)
+        line += f"; this run: {count} round{'s' if count != 1 else ''}, {merged} merged"
+        failed = [event for event in finished if not event.merged]
+        if failed:
+            reasons = "; ".join(
+                f"round {event.round}: {_head(event.reason or 'no reason recorded')}"
+                for event in failed
+            )
+            line += f"; not merged: {reasons}"
+    return line + "; not pushed"
+
+
+def _head(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _REASON_HEAD else text[: _REASON_HEAD - 3] + "..."

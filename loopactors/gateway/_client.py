@@ -26,8 +26,7 @@ from trio_websocket import (
 )
 
 from ..errors import ConnectionLost, RemoteError
-from ..loops._events import LoopFinished
-from ..loops._model import LoopSpec, LoopState, RoundRecord
+from ..loops import LoopFinished, LoopSpec, LoopState, RoundRecord
 from ..runtime import Gap
 from ._protocol import (
     PROTOCOL_VERSION,
@@ -248,7 +247,14 @@ class NodeClient:
 
     async def _handshake(self, nursery: trio.Nursery) -> None:
         try:
-            ws = await connect_websocket_url(nursery, self.url, max_message_size=64 << 20)
+            ws = await connect_websocket_url(
+                nursery,
+                self.url,
+                max_message_size=64 << 20,
+                # The token in the upgrade request too: a node never counts such a connection
+                # against its cap of connections still to say hello (docs/node.md).
+                extra_headers=[(b"authorization", f"Bearer {self._token}".encode())],
+            )
         except (OSError, HandshakeError, trio.TooSlowError) as exc:
             raise ConnectionLost(f"cannot connect to {self.url}: {exc}") from None
         hello = Hello(id=0, protocol=PROTOCOL_VERSION, token=self._token, client=self.client_name)

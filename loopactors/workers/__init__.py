@@ -19,13 +19,15 @@ from ._base import RoundRequest as RoundRequest
 from ._base import RoundResult as RoundResult
 from ._base import Worker as Worker
 from ._base import WorkerStatus as WorkerStatus
-from ._cli_adapter import cli_adapter, cli_kinds, parse_cli_options, register_cli_kind
+from ._cli_adapter import cli_adapter, parse_cli_options, register_cli_kind
+from ._cli_adapter import cli_kinds as cli_kinds
 from ._cli_aider import AiderAdapter
 from ._cli_claude import ClaudeAdapter
 from ._cli_codex import CodexAdapter
 from ._cli_gemini import GeminiAdapter
 from ._cli_worker import CliAgentWorker as CliAgentWorker
 from ._command import CommandWorker as CommandWorker
+from ._command import GroupStopper as GroupStopper
 from ._python import PythonWorker as PythonWorker
 from ._scripted import ScriptedWorker as ScriptedWorker
 
@@ -33,6 +35,7 @@ __all__ = [
     "AgentWorker",
     "CliAgentWorker",
     "CommandWorker",
+    "GroupStopper",
     "PythonWorker",
     "RoundContext",
     "RoundRequest",
@@ -41,6 +44,7 @@ __all__ = [
     "Worker",
     "WorkerStatus",
     "check_worker_spec",
+    "cli_kinds",
     "in_workspace",
     "parse_worker",
     "worker_kinds",

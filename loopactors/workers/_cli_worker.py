@@ -37,7 +37,7 @@ from ._cli_adapter import (
     cli_adapter,
     parse_cli_options,
 )
-from ._command import _GroupStopper
+from ._command import GroupStopper
 
 __all__ = ["CliAgentWorker", "clear_limit_holds", "limit_hold", "promise_instruction"]
 
@@ -315,7 +315,7 @@ class CliAgentWorker(Worker):
     ) -> CliOutcome:
         parser = self.adapter.parser()
         publish = _step_publisher(context)
-        stopper = _GroupStopper(self.kill_grace)
+        stopper = GroupStopper(self.kill_grace)
         stderr_tail = bytearray()
         try:
             process = await trio.lowlevel.open_process(
