@@ -22,7 +22,10 @@ from ._base import Worker as Worker
 from ._base import WorkerStatus as WorkerStatus
 from ._cli_adapter import cli_adapter, parse_cli_options, register_cli_kind
 from ._cli_adapter import cli_kinds as cli_kinds
+from ._cli_aider import AiderAdapter
 from ._cli_claude import ClaudeAdapter
+from ._cli_codex import CodexAdapter
+from ._cli_gemini import GeminiAdapter
 from ._cli_worker import CliAgentWorker as CliAgentWorker
 from ._command import CommandWorker as CommandWorker
 from ._command import GroupStopper as GroupStopper
@@ -58,6 +61,9 @@ _KINDS: dict[str, Callable[[str, float], Worker]] = {
 
 # The coding-agent CLI kinds (docs/agent-clis.md): one adapter each, one shared worker.
 register_cli_kind(ClaudeAdapter())
+register_cli_kind(CodexAdapter())
+register_cli_kind(GeminiAdapter())
+register_cli_kind(AiderAdapter())
 
 
 def worker_kinds() -> tuple[str, ...]:
