@@ -24,6 +24,7 @@ from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
 from ..errors import ActorNotRunning, CallFailed, ConfigError, LoopNotFound
 from ..loops import (
     TERMINAL_PHASES,
+    AgentStep,
     AnyEvent,
     LoopFinished,
     LoopSpec,
@@ -371,6 +372,14 @@ class RoundContextImpl:
         """Start a child loop: it is stopped with this loop, and may not repeat an ancestor's
         task."""
         return await self.runtime.start(text, parent_id=self.loop_id, **options)
+
+    def agent_step(self, tool: str, detail: str) -> None:
+        """A tool call of a coding-agent CLI in this round: published live, not stored."""
+        self._bus.publish(
+            AgentStep(
+                loop_id=self.loop_id, at=time.time(), round=self.round, tool=tool, detail=detail
+            )
+        )
 
 
 @asynccontextmanager

@@ -27,8 +27,10 @@ import attrs
 import trio
 
 from ..agent import (
+    BASH_MODES,
     SUBAGENT_MAX_ITERATIONS,
     AgentConfig,
+    BashMode,
     ChatClient,
     CompactionConfig,
     Entry,
@@ -41,6 +43,7 @@ from ..agent import (
     SubAgentRun,
     ToolSet,
     core_tools,
+    find_bwrap,
     load_mcp_config,
     loop_tools,
     open_mcp_tools,
@@ -55,10 +58,11 @@ __all__ = ["AgentWorker", "in_workspace"]
 
 _FORM = (
     "agent[:model=NAME,base_url=URL,max_iterations=N,workspace=DIR,context_window=N,"
-    "stream=true|false,timeout=SECONDS,mcp=CONFIG.json]"
+    "stream=true|false,timeout=SECONDS,mcp=CONFIG.json,bash=on|sandbox|off]"
 )
 _OPTIONS = (
     "base_url",
+    "bash",
     "context_window",
     "max_iterations",
     "mcp",
@@ -194,6 +198,9 @@ class AgentWorker(Worker):
     workspace: Path = attrs.field(factory=Path.cwd, converter=Path)
     #: MCP servers started for each round; their tools are deferred.
     mcp_servers: tuple[McpServer, ...] = ()
+    #: How the bash tool runs commands: ``on`` (as the node's user), ``sandbox``
+    #: (bubblewrap: docs/agent.md), ``off`` (no bash tool).
+    bash: BashMode = "on"
 
     @classmethod
     def from_spec(cls, text: str) -> AgentWorker:
@@ -238,8 +245,22 @@ class AgentWorker(Worker):
                 servers = load_mcp_config(values["mcp"])
             except AgentError as exc:
                 raise WorkerSpecError(f"agent worker: {exc}") from None
+        bash = values.get("bash", "on")
+        if bash not in BASH_MODES:
+            raise WorkerSpecError(
+                f"agent worker bash must be one of {', '.join(BASH_MODES)}, got {bash!r}"
+            )
+        if bash == "sandbox":
+            try:
+                find_bwrap()
+            except AgentError as exc:
+                raise WorkerSpecError(f"agent worker: {exc}") from None
         return cls(
-            settings=settings, config=config, workspace=workspace, mcp_servers=tuple(servers)
+            settings=settings,
+            config=config,
+            workspace=workspace,
+            mcp_servers=tuple(servers),
+            bash=bash,
         )
 
     def subagent_spec(self) -> str | None:
@@ -257,6 +278,8 @@ class AgentWorker(Worker):
         window = self.config.compaction.context_window
         if window != CompactionConfig().context_window:
             values["context_window"] = str(window)
+        if self.bash != "on":
+            values["bash"] = self.bash
         if any("," in value for value in values.values()):
             return None
         spec = "agent:" + ",".join(f"{name}={value}" for name, value in values.items())
@@ -276,7 +299,13 @@ class AgentWorker(Worker):
             in_runtime = hasattr(context, "runtime")
             spec = self.subagent_spec() if in_runtime else None
             starter = _ChildLoopSubAgent(context, spec) if spec is not None else None
-            tools = ToolSet([*core_tools(), subagent_tool(model, starter=starter), *mcp_tools])
+            tools = ToolSet(
+                [
+                    *core_tools(bash=self.bash),
+                    subagent_tool(model, starter=starter, bash=self.bash),
+                    *mcp_tools,
+                ]
+            )
             loops = None
             applier = None
             if in_runtime:

@@ -18,7 +18,9 @@ from ..loops import Mode
 
 __all__ = ["RoundContext", "RoundRequest", "RoundResult", "Worker", "WorkerStatus"]
 
-WorkerStatus = Literal["completed", "failed", "timed_out", "cancelled"]
+#: ``deferred``: the provider's usage or rate limit said "not now"; the same round runs
+#: again at ``deferred_until`` (not a failure: see docs/agent-clis.md).
+WorkerStatus = Literal["completed", "failed", "timed_out", "cancelled", "deferred"]
 
 
 class RoundRequest(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -39,6 +41,9 @@ class RoundRequest(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     cwd: str | None = None
     #: Extra environment for the round (a code loop's ``LOOPACTORS_WORKTREE`` and friends).
     env: dict[str, str] = msgspec.field(default_factory=dict)
+    #: The agent session to resume (a coding-agent CLI's own session id, from the previous
+    #: round of an ``inherit`` loop), or ``None``.
+    session: str | None = None
 
     #: Idempotency key ``loop_id:round``: the same round dispatched again has the same key.
     @property
@@ -57,6 +62,18 @@ class RoundResult(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     #: What the round said and did, as plain data (the agent worker's conversation: one
     #: entry per message with its flags); kept with the round record. Empty for other workers.
     transcript: tuple[dict[str, Any], ...] = ()
+    #: What the round cost in US dollars, as the agent CLI reported it.
+    cost_usd: float = 0.0
+    #: The agent CLI's own session id (resumed by the next round of an ``inherit`` loop).
+    session_id: str | None = None
+    #: Workspace progress measured around the round (coding-agent CLI kinds): files changed
+    #: in the working tree, new commits, and whether anything moved. ``progress`` ``None``:
+    #: not measured, the no-progress rule compares outputs.
+    files_changed: int | None = None
+    commits: int | None = None
+    progress: bool | None = None
+    #: With status ``deferred``: UNIX time the round may run again.
+    deferred_until: float | None = None
 
 
 class RoundContext(Protocol):
