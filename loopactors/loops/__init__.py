@@ -7,6 +7,7 @@ General layout: ``_syntax`` (parser), ``_model`` (structs and the transition fun
 
 from ._events import AgentStep as AgentStep
 from ._events import AnyEvent as AnyEvent
+from ._events import Gap as Gap
 from ._events import LoopEvent as LoopEvent
 from ._events import LoopFinished as LoopFinished
 from ._events import LoopInterrupted as LoopInterrupted
@@ -50,6 +51,7 @@ __all__ = [
     "TERMINAL_PHASES",
     "AgentStep",
     "AnyEvent",
+    "Gap",
     "LoopEvent",
     "LoopFinished",
     "LoopInterrupted",

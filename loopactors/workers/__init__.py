@@ -15,6 +15,8 @@ from .._util import fix_public_module
 from ..errors import WorkerSpecError
 from ._agent import AgentWorker as AgentWorker
 from ._agent import in_workspace as _agent_in_workspace
+from ._base import ChildLoop as ChildLoop
+from ._base import LoopEvents as LoopEvents
 from ._base import RoundContext as RoundContext
 from ._base import RoundRequest as RoundRequest
 from ._base import RoundResult as RoundResult
@@ -34,9 +36,11 @@ from ._scripted import ScriptedWorker as ScriptedWorker
 
 __all__ = [
     "AgentWorker",
+    "ChildLoop",
     "CliAgentWorker",
     "CommandWorker",
     "GroupStopper",
+    "LoopEvents",
     "PythonWorker",
     "RoundContext",
     "RoundRequest",
