@@ -32,7 +32,7 @@ from ..runtime import (
 from ..storage import DB_FILENAME, SqliteBackend
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport
-from ..workers import in_workspace
+from ..workers import cli_kinds, in_workspace
 from . import _prune, _remote
 from ._demo import run_demo
 from ._follow import PHASE_EXIT, follow
@@ -67,10 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run one loop in the foreground")
     run.add_argument("text", help='the loop, e.g. "|loop:3,fresh| review this module"')
     run.add_argument(
-        "--worker", help="worker spec (scripted, command:ARGV, python:MOD:FN, agent[:...])"
+        "--worker",
+        help="worker spec (scripted, command:ARGV, python:MOD:FN, agent[:...], claude[:...])",
     )
     run.add_argument(
-        "--workspace", type=Path, metavar="DIR", help="the agent worker's directory (default: .)"
+        "--workspace",
+        type=Path,
+        metavar="DIR",
+        help="the agent's or coding-agent CLI's directory (default: .)",
     )
     _state_options(run, allow_memory=True)
     run.add_argument("--round-timeout", type=float, metavar="S")
@@ -265,6 +269,9 @@ async def _run(args: argparse.Namespace) -> int:
     worker = args.worker
     if args.workspace is not None:
         worker = in_workspace(worker or config.worker, args.workspace)
+    elif (worker or config.worker).partition(":")[0] in cli_kinds():
+        # Pinned at start, so a `resume` from another directory works in the same place.
+        worker = in_workspace(worker or config.worker, Path.cwd())
     async with open_runtime(config) as rt:
         loop_id = new_loop_id()
         display: JsonLines | Progress = JsonLines() if args.json else Progress()
