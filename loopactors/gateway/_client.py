@@ -25,6 +25,7 @@ from trio_websocket import (
     connect_websocket_url,
 )
 
+from .._util import backoff_delay
 from ..errors import ConnectionLost, RemoteError
 from ..loops import LoopFinished, LoopSpec, LoopState, RoundRecord
 from ..runtime import Gap
@@ -303,7 +304,7 @@ class NodeClient:
             await self._reconnect(nursery)
 
     async def _reconnect(self, nursery: trio.Nursery) -> None:
-        delay = 0.05
+        tries = 0
         while True:
             if self._closed:
                 return
@@ -311,8 +312,8 @@ class NodeClient:
                 await self._handshake(nursery)
                 break
             except (ConnectionLost, RemoteError):
-                await trio.sleep(delay)
-                delay = min(delay * 2, self.max_backoff)
+                tries += 1
+                await trio.sleep(backoff_delay(tries, first=0.05, cap=self.max_backoff))
         self.reconnects += 1
         subs = list(self._subscriptions.values())
         self._subscriptions.clear()

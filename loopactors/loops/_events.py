@@ -15,6 +15,7 @@ from ._model import Mode, Phase, RoundStatus
 
 __all__ = [
     "AgentStep",
+    "Gap",
     "LoopEvent",
     "LoopFinished",
     "LoopInterrupted",
@@ -28,6 +29,17 @@ __all__ = [
     "RoundSummary",
     "event_decoder",
 ]
+
+
+class Gap(msgspec.Struct, frozen=True, kw_only=True, tag="gap", tag_field="type"):
+    """``missed`` events were dropped because this subscriber fell behind (not an event of a
+    loop: a subscription yields it between events; the runtime's fan-out makes it)."""
+
+    missed: int
+    loop_id: str | None = None
+
+    def note(self) -> str:
+        return f"[loop-progress {self.missed} events missed: the reader fell behind]"
 
 
 class RoundSummary(msgspec.Struct, gc=False, frozen=True, kw_only=True):

@@ -9,11 +9,14 @@ worker.
 
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 
 from .._util import fix_public_module
 from ..errors import WorkerSpecError
 from ._agent import AgentWorker as AgentWorker
-from ._agent import in_workspace as in_workspace
+from ._agent import in_workspace as _agent_in_workspace
+from ._base import ChildLoop as ChildLoop
+from ._base import LoopEvents as LoopEvents
 from ._base import RoundContext as RoundContext
 from ._base import RoundRequest as RoundRequest
 from ._base import RoundResult as RoundResult
@@ -21,18 +24,24 @@ from ._base import Worker as Worker
 from ._base import WorkerStatus as WorkerStatus
 from ._cli_adapter import cli_adapter, parse_cli_options, register_cli_kind
 from ._cli_adapter import cli_kinds as cli_kinds
+from ._cli_aider import AiderAdapter
 from ._cli_claude import ClaudeAdapter
+from ._cli_codex import CodexAdapter
+from ._cli_gemini import GeminiAdapter
 from ._cli_worker import CliAgentWorker as CliAgentWorker
 from ._command import CommandWorker as CommandWorker
 from ._command import GroupStopper as GroupStopper
+from ._command import kill_worker_groups as kill_worker_groups
 from ._python import PythonWorker as PythonWorker
 from ._scripted import ScriptedWorker as ScriptedWorker
 
 __all__ = [
     "AgentWorker",
+    "ChildLoop",
     "CliAgentWorker",
     "CommandWorker",
     "GroupStopper",
+    "LoopEvents",
     "PythonWorker",
     "RoundContext",
     "RoundRequest",
@@ -43,6 +52,7 @@ __all__ = [
     "check_worker_spec",
     "cli_kinds",
     "in_workspace",
+    "kill_worker_groups",
     "parse_worker",
     "worker_kinds",
 ]
@@ -57,11 +67,37 @@ _KINDS: dict[str, Callable[[str, float], Worker]] = {
 
 # The coding-agent CLI kinds (docs/agent-clis.md): one adapter each, one shared worker.
 register_cli_kind(ClaudeAdapter())
+register_cli_kind(CodexAdapter())
+register_cli_kind(GeminiAdapter())
+register_cli_kind(AiderAdapter())
 
 
 def worker_kinds() -> tuple[str, ...]:
     """Every worker kind a spec may name."""
     return tuple(sorted({*_KINDS, *cli_kinds()}))
+
+
+def in_workspace(spec: str, directory: str | Path) -> str:
+    """``spec`` (an agent or coding-agent CLI worker spec) with ``workspace=`` set to
+    ``directory``, unless the spec names one already (the spec wins: it is what the loop was
+    started with).
+
+    Raises:
+        WorkerSpecError: ``spec`` is of a kind that has no workspace, or the path holds a comma.
+    """
+    kind, _, rest = spec.partition(":")
+    adapter = cli_adapter(kind)
+    if adapter is None:
+        return _agent_in_workspace(spec, directory)
+    if parse_cli_options(adapter, rest).workspace is not None:
+        return spec
+    path = Path(directory).resolve()
+    if "," in str(path):
+        raise WorkerSpecError(f"workspace {str(path)!r} contains a comma, which a spec cannot hold")
+    head, args, tail = rest.partition("args=")  # args= takes the rest: the workspace goes first
+    head = head.rstrip(",")
+    options = ",".join(part for part in (head, f"workspace={path}", args + tail) if part)
+    return f"{kind}:{options}"
 
 
 def parse_worker(spec: str, *, kill_grace: float = 5.0) -> Worker:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import re
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 import trio
@@ -33,12 +33,8 @@ from ..agent import (
     BashMode,
     ChatClient,
     CompactionConfig,
-    Entry,
-    FullPlan,
     McpServer,
     MessageQueue,
-    MicroApplier,
-    MicroPlan,
     ModelSettings,
     SubAgentRun,
     ToolSet,
@@ -130,9 +126,7 @@ def in_workspace(spec: str, directory: str | Path) -> str:
 class _ChildLoopSubAgent:
     """Runs a sub-agent as a one-round child loop of the round's loop and waits for it."""
 
-    #: The runtime's round context (``start_child``); typed loosely, workers may not import
-    #: the runtime.
-    context: Any
+    context: RoundContext
     spec: str
 
     async def __call__(self, task: str) -> SubAgentRun:
@@ -162,29 +156,6 @@ class _ChildLoopSubAgent:
             error=error,
             tokens=state.tokens_used,
         )
-
-
-#: How long an agent waits for the Compactor to apply a plan before applying it itself.
-COMPACTOR_TIMEOUT = 30.0
-
-
-def compactor_applier(node: Any) -> MicroApplier:
-    """An applier that has the runtime's Compactor actor (on ``node``) apply a compaction
-    plan (micro or full). When the call fails (the Compactor refused, crashed or is
-    restarting) the agent applies the plan itself."""
-    # The one upward import of workers (until RoundContext carries the applier): lazy,
-    # because the runtime's messages import workers.
-    from ..runtime._messages import ApplyCompaction  # noqa: PLC0415
-
-    compactor = node.ref("context_builder")
-
-    async def apply(plan: MicroPlan | FullPlan, view: tuple[Entry, ...]) -> tuple[Entry, ...]:
-        applied: tuple[Entry, ...] = await compactor.call(
-            ApplyCompaction(plan, view), timeout=COMPACTOR_TIMEOUT
-        )
-        return applied
-
-    return apply
 
 
 @attrs.frozen(kw_only=True)
@@ -296,9 +267,8 @@ class AgentWorker(Worker):
             open_mcp_tools(self.mcp_servers) as mcp_tools,
             trio.open_nursery() as nursery,
         ):
-            in_runtime = hasattr(context, "runtime")
-            spec = self.subagent_spec() if in_runtime else None
-            starter = _ChildLoopSubAgent(context, spec) if spec is not None else None
+            spec = self.subagent_spec() if context is not None else None
+            starter = _ChildLoopSubAgent(context, spec) if context and spec else None
             tools = ToolSet(
                 [
                     *core_tools(bash=self.bash),
@@ -308,9 +278,11 @@ class AgentWorker(Worker):
             )
             loops = None
             applier = None
-            if in_runtime:
+            if context is not None:
                 loops = RoundLoops(context, nursery=nursery, queue=queue)
-                applier = compactor_applier(loops.context.runtime.node)
+                # The runtime's ContextBuilder applies compaction plans (the agent applies
+                # one itself when that fails).
+                applier = context.apply_compaction
                 # Deferred: reached through search_tools/execute_tool, the offered list stays small.
                 for tool in loop_tools(loops):
                     tools.add(attrs.evolve(tool, deferred=True))

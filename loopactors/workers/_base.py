@@ -8,7 +8,7 @@ a cancel scope with the round's timeout, measures the duration and turns a timeo
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import msgspec
 
@@ -16,7 +16,22 @@ import msgspec
 # the transport can decode one) in this module.
 from ..loops import Mode
 
-__all__ = ["RoundContext", "RoundRequest", "RoundResult", "Worker", "WorkerStatus"]
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from types import TracebackType
+
+    from ..agent import Entry, FullPlan, MicroPlan
+    from ..loops import AnyEvent, Gap, LoopState, RoundRecord
+
+__all__ = [
+    "ChildLoop",
+    "LoopEvents",
+    "RoundContext",
+    "RoundRequest",
+    "RoundResult",
+    "Worker",
+    "WorkerStatus",
+]
 
 #: ``deferred``: the provider's usage or rate limit said "not now"; the same round runs
 #: again at ``deferred_until`` (not a failure: see docs/agent-clis.md).
@@ -76,13 +91,76 @@ class RoundResult(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     deferred_until: float | None = None
 
 
-class RoundContext(Protocol):
-    """What a round may do besides returning output: start child loops.
+class ChildLoop(Protocol):
+    """A loop started by a round (the runtime's ``LoopHandle`` is one)."""
 
-    The runtime implements it; a child loop started through it lives in its parent's scope.
+    @property
+    def loop_id(self) -> str: ...
+
+    async def status(self) -> LoopState: ...
+
+    async def wait(self) -> LoopState: ...
+
+    async def stop(self, *, after_round: bool = False) -> LoopState: ...
+
+    async def history(self) -> list[RoundRecord]: ...
+
+
+class LoopEvents(Protocol):
+    """Live events of loops: iterate with ``async for``; close by leaving the ``with``."""
+
+    def __enter__(self) -> LoopEvents: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+    def __aiter__(self) -> AsyncIterator[AnyEvent | Gap]: ...
+
+
+class RoundContext(Protocol):
+    """The one way a worker touches the runtime during a round: typed, implemented by the
+    runtime (``runtime/_api.py``). A worker gets ``None`` where there is no runtime (a
+    transport's worker process, a code loop's own round). Workers never import the runtime.
     """
 
-    async def start_child(self, text: str, **options: Any) -> Any: ...
+    #: The round's loop and its round number.
+    @property
+    def loop_id(self) -> str: ...
+
+    @property
+    def round(self) -> int: ...
+
+    async def start_child(self, text: str, **options: Any) -> ChildLoop:
+        """Start a child loop of the round's loop (``options``: ``LoopSpec`` fields and
+        ``worker``); it is stopped with its parent and may not repeat an ancestor's task."""
+        ...
+
+    async def get_loop(self, loop_id: str) -> LoopState: ...
+
+    async def list_loops(self) -> list[LoopState]: ...
+
+    async def loop_history(self, loop_id: str) -> list[RoundRecord]: ...
+
+    async def stop_loop(self, loop_id: str) -> LoopState: ...
+
+    def subscribe(self) -> LoopEvents:
+        """Live events of every loop from now on."""
+        ...
+
+    async def apply_compaction(
+        self, plan: MicroPlan | FullPlan, view: tuple[Entry, ...]
+    ) -> tuple[Entry, ...]:
+        """Have the runtime apply an agent's compaction plan to ``view`` (the entries it was
+        made on); raises when the runtime could not (the agent then applies it itself)."""
+        ...
+
+    def agent_step(self, tool: str, detail: str) -> None:
+        """A tool call of a coding-agent CLI in this round: published live, not stored."""
+        ...
 
 
 class Worker(abc.ABC):

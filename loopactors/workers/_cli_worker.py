@@ -188,9 +188,9 @@ async def progress_since(workspace: str, before: _Snapshot) -> tuple[int, int, b
 
 
 def _step_publisher(context: RoundContext | None) -> Callable[[AgentStep], None]:
-    publish = getattr(context, "agent_step", None)
-    if publish is None:
+    if context is None:
         return lambda step: None
+    publish = context.agent_step
     return lambda step: publish(step.tool, step.detail)
 
 

@@ -153,8 +153,8 @@ def test_constructor_validates(options: dict[str, object], message: str) -> None
     [
         (
             "",
-            r"unknown worker kind '' in ''; accepted kinds: agent, claude, command, python, "
-            "scripted",
+            r"unknown worker kind '' in ''; accepted kinds: agent, aider, claude, codex, command, "
+            "gemini, python, scripted",
         ),
         ("agents:x", r"unknown worker kind 'agents'"),
         ("Scripted", r"unknown worker kind 'Scripted'"),
