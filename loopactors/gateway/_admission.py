@@ -5,11 +5,11 @@ than the :class:`~._limits.DescriptorBudget` allows, so the runtime keeps a rese
 own work whatever the load on the port: at the budget, the oldest connection still sending its
 request head is dropped to make room, and when there is none, accepting pauses (new
 connections wait in the kernel's backlog) until one closes. A connection has
-``handshake_timeout`` seconds to send its whole request head, at most ``max_handshaking`` are
-doing so at once (a new one drops the oldest: it has had the most time), and one whose peer
-closes is closed at once. ``accept`` failing for want of descriptors or memory pauses
-accepting briefly. Each of these conditions is one log line, at most every 10 s, with a count
-of what happened since; never a traceback.
+``handshake_timeout`` seconds to send its whole request head; at most ``max_handshaking`` are
+doing so at once (a new one drops the oldest once that has had ``DROP_AGE`` seconds, else
+waits its turn); one whose peer closes is closed at once. ``accept`` failing for want of
+descriptors or memory pauses accepting briefly. Each of these conditions is one log line, at
+most every 10 s, with a count of what happened since; never a traceback.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import errno
 import itertools
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import NoReturn
 
 import trio
@@ -43,6 +43,8 @@ MAX_HEAD_BYTES = 16 * 1024
 #: ``accept`` errors that mean the process or system is out of something: wait, then retry.
 _CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_PAUSE = 0.1
+#: Seconds a connection must have been handshaking before it may be dropped for a new one.
+DROP_AGE = 1.0
 #: What a limit that is not set, or absurdly high, counts as.
 _UNLIMITED = 1 << 20
 
@@ -77,10 +79,12 @@ class Admission:
         self.max_unauthenticated = budget.share(0.25, settings.max_unauthenticated)
         self.handshake_timeout = settings.handshake_timeout
         self.open = 0
-        self._handshaking: dict[int, trio.CancelScope] = {}
+        #: Connections still sending their request head, oldest first: (scope, since).
+        self._handshaking: dict[int, tuple[trio.CancelScope, float]] = {}
         self._evicted: set[int] = set()
         self._ids = itertools.count()
-        self._room = trio.Event()
+        #: Set when a connection closes or ends its handshake (replaced by each waiter).
+        self._changed = trio.Event()
         self._notices = Notices()
         # Counted since this gateway incarnation started.
         self.dropped = 0
@@ -112,16 +116,16 @@ class Admission:
             while True:
                 while self.open >= self.budget.capacity:
                     self.budget_waits += 1
-                    if self._handshaking:
-                        self._drop_oldest(f"the gateway holds all {self.budget.describe()}")
-                    else:
+                    if not self._handshaking:
                         self.notice(
                             "budget",
                             f"the gateway holds all {self.budget.describe()}: new connections "
                             "wait until one closes (raise 'ulimit -n' to serve more)",
                         )
-                    self._room = trio.Event()
-                    await self._room.wait()
+                    elif self._drop_oldest(f"the gateway holds all {self.budget.describe()}"):
+                        await trio.lowlevel.checkpoint()  # the dropped one closes now
+                        continue
+                    await self._wait_for_change()
                 try:
                     stream = await listener.accept()
                 except OSError as exc:
@@ -144,20 +148,30 @@ class Admission:
         finally:
             await trio.aclose_forcefully(stream)  # closes at once, even when cancelled
             self.open -= 1
-            self._room.set()
+            self._changed.set()
 
-    @contextlib.contextmanager
-    def handshake(self) -> Iterator[trio.CancelScope]:
+    @contextlib.asynccontextmanager
+    async def handshake(self) -> AsyncIterator[trio.CancelScope]:
         """Around reading a connection's request head: cancelled after ``handshake_timeout``
-        or when the connection is dropped to make room (see the module docstring)."""
-        if len(self._handshaking) >= self.max_handshaking:
-            self._drop_oldest(
-                f"more than {self.max_handshaking} connections are still to send their "
-                "request (idle, half-open or slow clients)"
-            )
+        or when the connection is dropped to make room (see the module docstring).
+
+        Only a connection that has been handshaking for ``DROP_AGE`` seconds is dropped: a
+        burst of honest clients, whose heads arrive within milliseconds, waits its turn
+        instead of dropping one another.
+        """
+        deadline = trio.current_time() + self.handshake_timeout
+        with trio.move_on_at(deadline) as waiting:
+            while len(self._handshaking) >= self.max_handshaking:
+                if not self._drop_oldest(
+                    f"more than {self.max_handshaking} connections are still to send their "
+                    "request (idle, half-open or slow clients)"
+                ):
+                    await self._wait_for_change()
         key = next(self._ids)
-        scope = trio.CancelScope(deadline=trio.current_time() + self.handshake_timeout)
-        self._handshaking[key] = scope
+        scope = trio.CancelScope(deadline=deadline)
+        if waiting.cancelled_caught:
+            scope.cancel()
+        self._handshaking[key] = (scope, trio.current_time())
         try:
             with scope:
                 yield scope
@@ -165,6 +179,7 @@ class Admission:
             self._handshaking.pop(key, None)
             dropped = key in self._evicted
             self._evicted.discard(key)
+            self._changed.set()
         if scope.cancelled_caught and not dropped:
             self.timed_out += 1
             self.notice(
@@ -173,13 +188,30 @@ class Admission:
                 f"{self.handshake_timeout:g}s",
             )
 
-    def _drop_oldest(self, why: str) -> None:
-        key, scope = next(iter(self._handshaking.items()))
+    def _drop_oldest(self, why: str) -> bool:
+        """Drop the oldest connection still handshaking if it has been for ``DROP_AGE``."""
+        if not self._handshaking:
+            return False
+        key, (scope, started) = next(iter(self._handshaking.items()))
+        if trio.current_time() - started < DROP_AGE:
+            return False
         del self._handshaking[key]
         self._evicted.add(key)
         scope.cancel()
         self.dropped += 1
         self.notice("drop", f"dropped the oldest connection still to send its request: {why}")
+        return True
+
+    async def _wait_for_change(self) -> None:
+        """Until a connection finishes its handshake or closes, or the oldest one still
+        handshaking becomes old enough to drop."""
+        if self._changed.is_set():  # every waiter waits on the same event until it is set
+            self._changed = trio.Event()
+        oldest = min((started for _, started in self._handshaking.values()), default=None)
+        with trio.move_on_at(
+            oldest + DROP_AGE if oldest is not None else trio.current_time() + DROP_AGE
+        ):
+            await self._changed.wait()
 
 
 async def read_head(stream: trio.abc.ReceiveStream) -> bytes | None:

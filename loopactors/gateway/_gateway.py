@@ -105,7 +105,7 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         websocket (the admission closes the stream when this returns)."""
         remote = peer_of(stream)
         head = None
-        with self.admission.handshake():
+        async with self.admission.handshake():
             head = await read_head(stream)
         if head is None or not self.accepting:
             return  # timed out, dropped, closed by the peer, oversized: closed at once

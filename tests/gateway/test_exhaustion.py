@@ -16,7 +16,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 from loopactors.client import connect
-from loopactors.gateway import GatewaySettings, _gateway, open_gateway
+from loopactors.gateway import GatewaySettings, _admission, _gateway, open_gateway
 from loopactors.gateway._limits import DescriptorBudget
 from loopactors.runtime import open_runtime
 
@@ -101,23 +101,42 @@ async def wait_for(predicate: Callable[[], Awaitable[bool]]) -> None:
 async def test_idle_sockets_are_dropped_oldest_first_and_token_holders_get_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Sockets that never send a request: at most ``max_handshaking`` are held, a new one
-    drops the oldest, so a token holder always gets through; one log line, no traceback."""
+    """Sockets that never send a request: at most ``max_handshaking`` are held, and once the
+    oldest has had ``DROP_AGE`` a new one drops it, so a token holder always gets through;
+    one log line, no traceback."""
+    monkeypatch.setattr(_admission, "DROP_AGE", 0.05)
     async with node_with(
         tmp_path, monkeypatch, max_handshaking=4, handshake_timeout=60.0
     ) as live_node:
         idle = [await raw_socket(live_node) for _ in range(12)]
         async with connect(live_node.url, token=live_node.token) as node:
             assert await node.loops() == []
-        for stream in idle[:8]:  # the oldest were dropped to make room
-            assert await closed_by_peer(stream)
+        assert await closed_by_peer(idle[0])  # the oldest was dropped to make room
         statistics = await live_node.gateway.statistics()
-        assert statistics.dropped_connections >= 9
+        assert statistics.dropped_connections >= 1
+        assert statistics.sockets <= 4 + 9  # handshaking, or waiting for a turn
         for stream in idle:
             await stream.aclose()
     dropped = [r for r in caplog.records if "dropped the oldest connection" in r.getMessage()]
     assert len(dropped) == 1
     assert "Traceback" not in caplog.text
+
+
+async def test_a_burst_of_honest_clients_is_served_not_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """60 clients connecting at once through 4 handshake slots: each sends its request at
+    once, so none has been handshaking long enough to be dropped; they take turns."""
+    async with node_with(tmp_path, monkeypatch, max_handshaking=4) as live_node:
+
+        async def client() -> None:
+            async with connect(live_node.url, token=live_node.token) as node:
+                await node.ping()
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(60):
+                nursery.start_soon(client)
+        assert (await live_node.gateway.statistics()).dropped_connections == 0
 
 
 async def test_a_silent_or_slow_request_is_closed_after_the_handshake_timeout(
@@ -168,6 +187,7 @@ async def test_the_descriptor_budget_is_never_exceeded(
     """With room for 8 sockets: idle ones get at most a quarter (2) and are dropped for new
     ones; token holders fill the rest; past it a new connection waits (it is not accepted,
     so it costs the node no descriptor) until one closes, then it is served."""
+    monkeypatch.setattr(_admission, "DROP_AGE", 0.05)
     async with node_with(tmp_path, monkeypatch, capacity=8) as live_node:
         idle = [await raw_socket(live_node) for _ in range(6)]
         release, ninth_served = trio.Event(), trio.Event()
