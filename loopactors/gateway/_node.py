@@ -22,6 +22,7 @@ from ..messages import GatewayShutdown, GetGatewayStatistics
 from ..runtime import Runtime, RuntimeConfig, open_runtime
 from ._auth import check_listen, load_token
 from ._gateway import Gateway, GatewayStatistics
+from ._metrics import NodeMetrics
 from ._settings import GatewaySettings
 
 __all__ = ["GatewayHandle", "open_gateway", "serve_node"]
@@ -68,7 +69,8 @@ async def open_gateway(
     check_listen(settings.host, explicit_token_file=settings.token_file is not None)
     token, token_path = load_token(Path(runtime.config.state_dir), settings.token_file)
     node_id = secrets.token_hex(6)  # new at each start: a client can tell a restart
-    factory = functools.partial(Gateway, runtime, settings, token, node_id)
+    metrics = NodeMetrics(runtime)  # its counters outlive restarts of the gateway
+    factory = functools.partial(Gateway, runtime, settings, token, node_id, metrics)
     await runtime.node.start_child(ChildSpec("gateway", factory, name="gateway"))
     ref = runtime.node.ref("gateway")
     stats: GatewayStatistics = await ref.call(GetGatewayStatistics(), timeout=10.0)

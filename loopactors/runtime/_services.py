@@ -44,7 +44,7 @@ from ..messages import (
     PruneLoops,
     RecordAttempt,
 )
-from ..storage import PRUNE_BATCH, PruneReport, StoreBackend, Write
+from ..storage import PRUNE_BATCH, CommitLatency, PruneReport, StoreBackend, Write
 from ._delivery import deliver, runner_name
 from ._events import EventBus
 from ._ledger import attempt_of, breaker_config
@@ -117,6 +117,7 @@ class Store(Actor[Any]):
         self._waiting: list[PendingReply] = []
         self._forwards: list[Forward] = []
         self._flush_due = False
+        self.commit_latency = CommitLatency()
 
     async def on_start(self) -> None:
         self.backend = self._open_backend()
@@ -153,7 +154,8 @@ class Store(Actor[Any]):
         if kind is GetEvents:
             return await self._run(backend.events, message.loop_id)
         if kind is GetStoreStatistics:
-            return await self._run(backend.statistics)
+            stats = await self._run(backend.statistics)
+            return msgspec.structs.replace(stats, commit_seconds=self.commit_latency)
         if kind is PruneLoops:
             total = PruneReport(before=message.before, dry_run=message.dry_run)
             await self._prune(total, "", self.defer_reply() if self.in_call else None)
@@ -224,12 +226,14 @@ class Store(Actor[Any]):
             return
         writes, waiting, forwards = self._batch, self._waiting, self._forwards
         self._batch, self._waiting, self._forwards = [], [], []
+        started = time.perf_counter()
         try:
             await self._run(self.backend.commit, writes)
         except StoreError as exc:
             for pending in waiting:
                 pending.fail(exc)
             raise
+        self.commit_latency = self.commit_latency.observe(time.perf_counter() - started)
         publish = self._bus.publish
         for write in writes:
             for event in write.events:
