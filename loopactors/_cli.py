@@ -16,7 +16,7 @@ import msgspec
 import trio
 from rich.console import Console
 
-from . import __version__, _cli_prune, _cli_remote
+from . import __version__, _cli_dashboard, _cli_prune, _cli_remote
 from ._demo import run_demo
 from ._follow import PHASE_EXIT, follow
 from ._progress import JsonLines, Progress, final_table
@@ -115,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _cli_remote.add_parsers(commands, _state_options, _connect_options)
     _cli_prune.add_parser(commands, _state_options)
+    _cli_dashboard.add_parser(commands, _state_options, _connect_options)
     _cli_transport.add_parsers(commands)  # --transport on run/resume/node/status; `worker`
     stress_cli.add_parser(commands)
 
@@ -189,6 +190,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _cli_transport.run_worker(args)
     if args.command == "stress":
         return stress_cli.main(args)
+    if args.command == "dashboard":
+        return _cli_dashboard.dashboard(args, _config(args))
     if getattr(args, "connect", None) and args.command != "repl":
         return _remote(args)
     if args.command == "run":

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ._follow import PHASE_EXIT, follow
+from ._logs import add_log_format, configure_logging
 from ._progress import JsonLines, Progress, final_table
 from .agent import format_transcript
 from .client import NodeClient, connect
@@ -91,6 +90,7 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
         metavar="N",
         help="requests per second per connection (5000)",
     )
+    add_log_format(node)
     state_options(node, allow_memory=True, with_state=True)
 
     repl = commands.add_parser("repl", help="steer loops interactively (embedded or --connect)")
@@ -100,11 +100,7 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
 
 
 def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_format)
     host, port = parse_listen(args.listen) if args.listen else (None, None)
     settings = config.node.replace(  # the configuration's [node] table, then the flags
         host=host,

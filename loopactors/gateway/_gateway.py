@@ -22,6 +22,7 @@ from trio_websocket import (
     WebSocketServer,
 )
 
+from .._logs import log_fields
 from ..actors import Actor
 from ..messages import GatewayShutdown, GetGatewayStatistics
 from ..runtime import Runtime
@@ -87,8 +88,10 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         self.port = await self.nursery.start(self._listen)
         self.nursery.start_soon(self.metrics.run)
         self.accepting = True
-        log.info("listening on ws://%s:%d", _host_text(self.settings.host), self.port)
-        log.info("dashboard at http://%s:%d/", _host_text(self.settings.host), self.port)
+        host = _host_text(self.settings.host)
+        log.info("listening on ws://%s:%d", host, self.port, extra=log_fields("listening"))
+        # The address only: `loopactors dashboard` prints it with the token.
+        log.info("dashboard at http://%s:%d/", host, self.port, extra=log_fields("dashboard"))
 
     async def _listen(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self.settings.port, host=self.settings.host)

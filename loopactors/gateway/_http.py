@@ -237,9 +237,14 @@ async def _read_head(
                 return None, bytes(raw)
             if not data:
                 return None, bytes(raw)
-            if b"\r\n" not in raw + data and len(raw) + len(data) > MAX_REQUEST_LINE:
-                return HttpResponse.text(414, "the request line is too long"), bytes(raw)
             raw += data
+            line_end = raw.find(b"\r\n")
+            if (line_end if line_end >= 0 else len(raw)) > MAX_REQUEST_LINE:
+                return HttpResponse.text(
+                    414, f"the request line is longer than {MAX_REQUEST_LINE} bytes"
+                ), bytes(raw)
+            if len(raw) > MAX_HEAD_BYTES and b"\r\n\r\n" not in raw[: MAX_HEAD_BYTES + 4]:
+                return _too_large(), bytes(raw)
             parser.receive_data(data)
             continue
         if isinstance(event, h11.Request):
@@ -263,8 +268,12 @@ def _refusal(exc: h11.RemoteProtocolError, raw: bytes) -> HttpResponse:
     if status == 431 and len(first_line) > MAX_REQUEST_LINE:
         return HttpResponse.text(414, "the request line is too long")
     if status == 431:
-        return HttpResponse.text(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes")
+        return _too_large()
     return HttpResponse.text(400, f"malformed HTTP request: {exc}")
+
+
+def _too_large() -> HttpResponse:
+    return HttpResponse.text(431, f"the request head is larger than {MAX_HEAD_BYTES} bytes")
 
 
 async def _send(

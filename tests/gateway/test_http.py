@@ -29,6 +29,7 @@ async def raw_http(node: LiveNode, data: bytes) -> bytes:
     stream = await trio.open_tcp_stream("127.0.0.1", node.gateway.port)
     async with stream:
         await stream.send_all(data)
+        await stream.send_eof()  # all sent: a head cut short stays cut short
         answer = b""
         with trio.fail_after(10):
             while chunk := await stream.receive_some(65536):
@@ -144,7 +145,9 @@ async def test_metrics_count_connections(live_node: LiveNode, http: httpx.AsyncC
     async with open_raw(live_node), open_raw(live_node):
         text = (await http.get("/metrics", headers=headers)).text
     gauge = next(
-        f for f in text_string_to_metric_families(text) if f.name == "loopactors_gateway_connections"
+        f
+        for f in text_string_to_metric_families(text)
+        if f.name == "loopactors_gateway_connections"
     )
     assert gauge.samples[0].value == 2
 
@@ -198,7 +201,8 @@ async def test_path_traversal_is_refused(live_node: LiveNode, path: str) -> None
     status = answer.split(b" ", 2)[1]
     assert status == b"400", answer[:200]
     assert b"bad path" in answer
-    assert b"root:" not in answer and b"[project]" not in answer
+    assert b"root:" not in answer
+    assert b"[project]" not in answer
 
 
 async def test_oversized_and_malformed_heads_get_clean_errors(live_node: LiveNode) -> None:
@@ -240,7 +244,9 @@ async def test_bad_http_never_disturbs_websocket_clients(live_node: LiveNode) ->
     async with open_raw(live_node) as client:
         sub = await client.ask({"type": "subscribe", "id": 1})
         assert sub["type"] == "ok"
-        await raw_http(live_node, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+        await raw_http(
+            live_node, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+        )
         await raw_http(live_node, b"GET /%2e%2e/ HTTP/1.1\r\nHost: x\r\n\r\n")
         await raw_http(live_node, b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n")
         await raw_http(live_node, b"\r\n\r\n\r\n")
