@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loopactors._cli_dashboard import dashboard_url
+from loopactors.cli._dashboard import dashboard_url
 from loopactors.errors import ConfigError
 
 from .gateway.test_cli_node import LOOPACTORS, NodeProcess

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import attrs
 
 from ..errors import LoopactorsError
-from ..loops._model import LoopState, RoundRecord
+from ..loops import LoopState, RoundRecord
 from ._core_tools import core_tools
 from ._llm import ChatModel
 from ._loop import SUBAGENT_MAX_ITERATIONS, AgentConfig, AgentResult, run_agent

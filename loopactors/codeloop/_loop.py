@@ -15,8 +15,8 @@ from pathlib import Path
 import attrs
 
 from ..errors import CodeLoopExists, GateClosed, LeaseHeld, OrchestrationError
-from ..loops._events import RoundFinished as RuntimeRoundFinished
-from ..loops._model import MAX_ROUNDS, LoopSpec
+from ..loops import MAX_ROUNDS, LoopSpec
+from ..loops import RoundFinished as RuntimeRoundFinished
 from ..runtime import Runtime
 from ._events import GateTripped, Initialized, SettingsChanged, StatusChanged
 from ._gates import check_settings, dispatch_refusal

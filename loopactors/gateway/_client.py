@@ -26,8 +26,7 @@ from trio_websocket import (
 )
 
 from ..errors import ConnectionLost, RemoteError
-from ..loops._events import LoopFinished
-from ..loops._model import LoopSpec, LoopState, RoundRecord
+from ..loops import LoopFinished, LoopSpec, LoopState, RoundRecord
 from ..runtime import Gap
 from ._protocol import (
     PROTOCOL_VERSION,

@@ -19,7 +19,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from .. import __version__
-from ..loops._events import AnyEvent
+from ..loops import AnyEvent
 from ..runtime import Gap, Subscription
 from ._answers import answer, error_frame, is_refusal, kind_of
 from ._auth import token_matches

@@ -24,10 +24,10 @@ from trio_websocket import (
 
 from .._logs import log_fields
 from ..actors import Actor
-from ..messages import GatewayShutdown, GetGatewayStatistics
 from ..runtime import Runtime
 from ._connection import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, Connection, frame_text
 from ._http import SplitServer, UpgradeListener
+from ._messages import GatewayShutdown, GetGatewayStatistics
 from ._metrics import NodeMetrics
 from ._protocol import Error
 from ._settings import GatewaySettings
@@ -94,34 +94,32 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         log.info("dashboard at http://%s:%d/", host, self.port, extra=log_fields("dashboard"))
 
     async def _listen(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(self.settings.port, host=self.settings.host)
-        # Each connection's request head is read first (_http): websocket upgrades, on any
-        # path, go on to the websocket server; plain HTTP is answered by _web. At shutdown
-        # the websocket server stops and HTTP goes on (503 from /healthz) until the gateway
-        # itself stops.
-        upgrades = UpgradeListener()
-        server = WebSocketServer(
-            self._serve,
-            [upgrades],  # type: ignore[list-item]  # any trio Listener serves
-            handler_nursery=self.nursery,  # connections outlive the listener at shutdown
-            # Frames over max_frame_bytes get an error and the connection goes on; only a
-            # far larger one is cut off by the websocket layer itself (close code 1009).
-            max_message_size=4 * self.settings.max_frame_bytes,
-            message_queue_size=16,
-        )
-        self.http = SplitServer(upgrades, WebRoutes(self), lambda: self.accepting)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._serve_websockets, server)
-            await nursery.start(
-                functools.partial(
-                    trio.serve_listeners, self.http.serve, listeners, handler_nursery=self.nursery
-                )
-            )
-            task_status.started(listeners[0].socket.getsockname()[1])
-
-    async def _serve_websockets(self, server: WebSocketServer) -> None:
         with self._listener:
-            await server.run()
+            listeners = await trio.open_tcp_listeners(self.settings.port, host=self.settings.host)
+            # Each connection's request head is read first (_http): websocket upgrades, on any
+            # path, go on to the websocket server; plain HTTP is answered by _web.
+            upgrades = UpgradeListener()
+            server = WebSocketServer(
+                self._serve,
+                [upgrades],  # type: ignore[list-item]  # any trio Listener serves
+                handler_nursery=self.nursery,  # connections outlive the listener at shutdown
+                # Frames over max_frame_bytes get an error and the connection goes on; only a
+                # far larger one is cut off by the websocket layer itself (close code 1009).
+                max_message_size=4 * self.settings.max_frame_bytes,
+                message_queue_size=16,
+            )
+            self.http = SplitServer(upgrades, WebRoutes(self), lambda: self.accepting)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(server.run)
+                await nursery.start(
+                    functools.partial(
+                        trio.serve_listeners,
+                        self.http.serve,
+                        listeners,
+                        handler_nursery=self.nursery,
+                    )
+                )
+                task_status.started(listeners[0].socket.getsockname()[1])
 
     async def handle(self, message: GetGatewayStatistics | GatewayShutdown) -> Any:
         if isinstance(message, GetGatewayStatistics):

@@ -193,7 +193,7 @@ class SplitServer:
         if request is None:  # closed before a whole head came
             return
         if request.is_websocket_upgrade:
-            if not self.accepting():
+            if not self.accepting():  # shutting down: the listener closes in a moment
                 await _send(stream, HttpResponse.text(503, "the node is shutting down"))
                 return
             await self._hand_over(stream, raw, remote)

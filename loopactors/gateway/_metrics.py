@@ -28,8 +28,7 @@ from prometheus_client.registry import Collector
 
 from ..actors import SupervisorRef
 from ..errors import ActorError, LoopNotFound
-from ..loops._events import AnyEvent, LoopFinished, LoopStarted, RoundFinished
-from ..loops._model import Phase
+from ..loops import AnyEvent, LoopFinished, LoopStarted, Phase, RoundFinished
 from ..runtime import Gap, Runtime
 from ..storage import CommitLatency
 from ._protocol import ActorInfo, NodeStatistics

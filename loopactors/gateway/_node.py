@@ -18,11 +18,11 @@ import trio
 from .._logs import log_fields
 from ..actors import ChildSpec, NamedRef
 from ..errors import SupervisorError
-from ..loops._events import AnyEvent, LoopFinished, LoopRecovered, LoopStarted
-from ..messages import GatewayShutdown, GetGatewayStatistics
+from ..loops import AnyEvent, LoopFinished, LoopRecovered, LoopStarted
 from ..runtime import Runtime, RuntimeConfig, open_runtime
 from ._auth import check_listen, load_token
 from ._gateway import Gateway, GatewayStatistics
+from ._messages import GatewayShutdown, GetGatewayStatistics
 from ._metrics import NodeMetrics
 from ._settings import GatewaySettings
 

@@ -16,6 +16,7 @@ from ._events import LoopStarted as LoopStarted
 from ._events import RoundFinished as RoundFinished
 from ._events import RoundStarted as RoundStarted
 from ._events import RoundSummary as RoundSummary
+from ._events import event_decoder as event_decoder
 from ._model import LIVE_PHASES as LIVE_PHASES
 from ._model import MAX_ROUNDS as MAX_ROUNDS
 from ._model import TERMINAL_PHASES as TERMINAL_PHASES
@@ -24,12 +25,16 @@ from ._model import LoopState as LoopState
 from ._model import Mode as Mode
 from ._model import Phase as Phase
 from ._model import RoundRecord as RoundRecord
+from ._model import RoundStatus as RoundStatus
+from ._model import StopMode as StopMode
 from ._model import check_transition as check_transition
 from ._rules import Prompt as Prompt
 from ._rules import Verdict as Verdict
 from ._rules import build_prompt as build_prompt
 from ._rules import check_before_round as check_before_round
+from ._rules import next_phase as next_phase
 from ._rules import normalize_output as normalize_output
+from ._rules import round_intent as round_intent
 from ._syntax import ParsedLoop as ParsedLoop
 from ._syntax import parse_loop as parse_loop
 
@@ -54,11 +59,16 @@ __all__ = [
     "RoundFinished",
     "RoundRecord",
     "RoundStarted",
+    "RoundStatus",
     "RoundSummary",
+    "StopMode",
     "Verdict",
     "build_prompt",
     "check_before_round",
     "check_transition",
+    "event_decoder",
+    "next_phase",
     "normalize_output",
     "parse_loop",
+    "round_intent",
 ]

@@ -22,16 +22,26 @@ import trio
 
 from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
 from ..errors import ActorNotRunning, CallFailed, ConfigError, LoopNotFound
-from ..loops._events import AnyEvent, LoopFinished
-from ..loops._model import (
+from ..loops import (
     TERMINAL_PHASES,
+    AnyEvent,
+    LoopFinished,
     LoopSpec,
     LoopState,
     Phase,
     RoundRecord,
     StopMode,
 )
-from ..messages import (
+from ..storage import PruneReport, StoreBackend, StoreStatistics, open_backend
+from ..transport import transport_for
+from ._breaker import Breaker
+from ._config import RuntimeConfig, load_config
+from ._context_builder import ContextBuilder
+from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
+from ._dispatcher import Dispatcher
+from ._events import EventBus, Gap, Subscription
+from ._lock import lock_state_dir
+from ._messages import (
     ControlLoop,
     GetEvents,
     GetLoop,
@@ -41,17 +51,18 @@ from ..messages import (
     PruneLoops,
     StartLoop,
 )
-from ..storage import PruneReport, StoreBackend, StoreStatistics, open_backend
-from ..transport import transport_for
-from ._config import RuntimeConfig, load_config
-from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
-from ._delivery import RunnerDeps
-from ._dispatcher import Dispatcher
-from ._events import EventBus, Gap, Subscription
-from ._lock import lock_state_dir
-from ._services import Breaker, Compactor, Store
 from ._spec import build_spec
+from ._store import Store
 from ._timers import Timers
+from ._wiring import (
+    BREAKER,
+    CONTEXT_BUILDER,
+    COORDINATOR,
+    DISPATCHER,
+    STORE,
+    TIMERS,
+    RunnerDeps,
+)
 
 __all__ = ["LoopHandle", "Runtime", "open_runtime"]
 
@@ -150,8 +161,8 @@ class Runtime:
         self.node = node
         self.config = config
         self.bus = bus
-        self._coordinator = node.ref("coordinator")
-        self._store = node.ref("store")
+        self._coordinator = node.ref(COORDINATOR)
+        self._store = node.ref(STORE)
 
     async def start(
         self,
@@ -182,7 +193,7 @@ class Runtime:
             except (ActorNotRunning, CallFailed):
                 if trio.current_time() >= deadline:
                     raise
-                message = msgspec.structs.replace(message, check_existing=True, retry=True)
+                message = msgspec.structs.replace(message, check_existing=True)
                 await trio.sleep(0.05)
                 continue
             return LoopHandle(self, state.loop_id)
@@ -296,7 +307,7 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
     )
     return [
         ChildSpec(
-            "store",
+            STORE,
             functools.partial(
                 Store,
                 backend,
@@ -304,13 +315,13 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                 shared=config.store == "memory",
                 retention_days=config.retention_days,
             ),
-            name="store",
+            name=STORE,
             shutdown=30.0,
         ),
-        ChildSpec("breaker", Breaker, name="breaker"),
-        ChildSpec("compactor", Compactor, name="compactor"),
+        ChildSpec(BREAKER, Breaker, name=BREAKER),
+        ChildSpec(CONTEXT_BUILDER, ContextBuilder, name=CONTEXT_BUILDER),
         ChildSpec(
-            "dispatcher",
+            DISPATCHER,
             functools.partial(
                 Dispatcher,
                 max_concurrent=config.max_concurrent_rounds,
@@ -319,10 +330,10 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                 context_factory=functools.partial(RoundContextImpl, config, deps.bus),
                 transport=functools.partial(transport_for, config.transport),
             ),
-            name="dispatcher",
+            name=DISPATCHER,
             shutdown=config.kill_grace + 5.0,
         ),
-        ChildSpec("timers", Timers, name="timers"),
+        ChildSpec(TIMERS, Timers, name=TIMERS),
         ChildSpec(
             "loops",
             functools.partial(
@@ -333,7 +344,7 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
             ),
             name="loops",
         ),
-        ChildSpec("coordinator", functools.partial(Coordinator, deps, limits), name="coordinator"),
+        ChildSpec(COORDINATOR, functools.partial(Coordinator, deps, limits), name=COORDINATOR),
     ]
 
 

@@ -14,7 +14,7 @@ from types import TracebackType
 import msgspec
 import trio
 
-from ..loops._events import AnyEvent
+from ..loops import AnyEvent
 
 __all__ = ["EventBus", "Gap", "Subscription"]
 

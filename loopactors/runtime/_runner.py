@@ -24,19 +24,29 @@ import trio
 
 from ..actors import Actor, ErrorReply
 from ..errors import ActorError, ActorNotRunning, CallFailed
-from ..loops._events import (
+from ..loops import (
     AnyEvent,
     LoopFinished,
     LoopInterrupted,
     LoopPaused,
     LoopRecovered,
     LoopResumed,
+    LoopState,
+    Phase,
+    Prompt,
     RoundFinished,
+    RoundRecord,
+    RoundStatus,
     RoundSummary,
+    build_prompt,
+    next_phase,
+    normalize_output,
+    round_intent,
 )
-from ..loops._model import LoopState, Phase, RoundRecord, RoundStatus
-from ..loops._rules import Prompt, build_prompt, next_phase, normalize_output, round_intent
-from ..messages import (
+from ..storage import Write
+from ..workers import RoundRequest, RoundResult, check_worker_spec
+from ._ledger import attempt_of
+from ._messages import (
     Advance,
     CancelRound,
     CancelTimers,
@@ -57,10 +67,7 @@ from ..messages import (
     Schedule,
     WhereIsRound,
 )
-from ..storage import Write
-from ..workers import RoundRequest, RoundResult, check_worker_spec
-from ._delivery import RunnerDeps, runner_name, services_of
-from ._ledger import attempt_of
+from ._wiring import BREAKER, COORDINATOR, DISPATCHER, RunnerDeps, runner_name, services_of
 
 __all__ = ["LoopRunner", "RunnerFactory", "Watchdog"]
 
@@ -286,7 +293,7 @@ class LoopRunner(Actor[Any]):
 
     # -- driving the loop ------------------------------------------------------------------
     #
-    # One round is a pipeline of casts: runner -> Breaker -> Compactor -> runner (prompt) ->
+    # One round is a pipeline of casts: runner -> Breaker -> ContextBuilder -> runner (prompt) ->
     # Store (intent, durable) -> Dispatcher -> worker -> runner (result) -> Store. The runner
     # wakes twice per round and never waits on a reply; the Store performs the side effect
     # that must follow a commit (dispatching the round, publishing its events) only once the
@@ -333,7 +340,7 @@ class LoopRunner(Actor[Any]):
             await self._commit(self.state)
 
     async def _prepare_round(self) -> None:
-        """Ask the Breaker about the next round; it goes on to the Compactor if all is well."""
+        """Ask the Breaker about the next round; it goes on to the ContextBuilder if all is well."""
         state = self.state
         now = time.time()
         if state.phase == "activating":
@@ -355,7 +362,7 @@ class LoopRunner(Actor[Any]):
         self.round_started = now
         self.seed_source = prompt.seed_source
         # The Store dispatches the round once its intent is durable.
-        dispatch = Forward("dispatcher", self._dispatch_message(prompt))
+        dispatch = Forward(DISPATCHER, self._dispatch_message(prompt))
         await self._commit(state.moved("awaiting_worker"), record, events, then=(dispatch,))
         await self._arm_watchdog()
 
@@ -510,8 +517,8 @@ class LoopRunner(Actor[Any]):
             trigger=trigger,
         )
         self.epoch += 1
-        ended = Forward("coordinator", LoopEnded(final))
-        forget = Forward("breaker", ForgetLedger(self.loop_id))
+        ended = Forward(COORDINATOR, LoopEnded(final))
+        forget = Forward(BREAKER, ForgetLedger(self.loop_id))
         await self._commit(final, record, (*events, done), then=(ended, forget), wait=wait)
         self.stop()
 

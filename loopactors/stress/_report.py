@@ -11,8 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
-from ..loops._events import AnyEvent, RoundFinished
-from ..loops._model import LoopState, RoundRecord
+from ..loops import AnyEvent, LoopState, RoundFinished, RoundRecord
 
 __all__ = [
     "InvariantCheck",

@@ -129,12 +129,12 @@ def print_status(transport: str, *, console: Any) -> None:
     """The workers and per-stream backlog of a Redis transport (nothing for in-process)."""
     if transport == IN_PROCESS:
         return
-    from ._redis import RETRIED, open_redis  # noqa: PLC0415 - coredis loads only here
+    from ._redis import RETRIED, client_name, open_redis  # noqa: PLC0415 - coredis loads only here
     from ._status import collect, render  # noqa: PLC0415
 
     async def read() -> Any:
         with trio.move_on_after(5):
-            async with open_redis(transport) as client:
+            async with open_redis(transport, name=client_name("status")) as client:
                 try:  # inside the client's block, where errors are not yet grouped
                     return await collect(client)
                 except RETRIED as exc:

@@ -22,6 +22,7 @@ __all__ = [
     "RoundOrder",
     "RoundReport",
     "StopOrder",
+    "alive_key",
     "cancelled_key",
     "rounds_stream",
 ]
@@ -44,6 +45,12 @@ KNOWN_KINDS = ("agent", "command", "python", "scripted")
 def rounds_stream(kind: str) -> str:
     """The stream of round orders for one worker kind: only workers of that kind read it."""
     return f"{PREFIX}:rounds:{kind}"
+
+
+def alive_key(name: str) -> str:
+    """A worker's liveness flag: set with an expiry of its idle timeout on every heartbeat, so
+    it disappears on Redis's own clock once the worker stops beating (no clock skew)."""
+    return f"{PREFIX}:alive:{name}"
 
 
 def cancelled_key(key: str) -> str:
@@ -80,7 +87,11 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
     kinds: tuple[str, ...]
     slots: int
     in_flight: int
+    #: Wall-clock time of the beat (the worker's clock).
     at: float
+    #: Set by a sweep that found the worker's liveness flag gone (its beats stopped):
+    #: the time it was found dead. A beat from the worker clears it.
+    dead_since: float | None = None
 
 
 encode = msgspec.json.Encoder().encode

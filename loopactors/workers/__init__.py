@@ -20,12 +20,14 @@ from ._base import RoundResult as RoundResult
 from ._base import Worker as Worker
 from ._base import WorkerStatus as WorkerStatus
 from ._command import CommandWorker as CommandWorker
+from ._command import GroupStopper as GroupStopper
 from ._python import PythonWorker as PythonWorker
 from ._scripted import ScriptedWorker as ScriptedWorker
 
 __all__ = [
     "AgentWorker",
     "CommandWorker",
+    "GroupStopper",
     "PythonWorker",
     "RoundContext",
     "RoundRequest",

@@ -168,9 +168,11 @@ def compactor_applier(node: Any) -> MicroApplier:
     """An applier that has the runtime's Compactor actor (on ``node``) apply a compaction
     plan (micro or full). When the call fails (the Compactor refused, crashed or is
     restarting) the agent applies the plan itself."""
-    from ..messages import ApplyCompaction  # noqa: PLC0415 - messages imports workers
+    # The one upward import of workers (until RoundContext carries the applier): lazy,
+    # because the runtime's messages import workers.
+    from ..runtime._messages import ApplyCompaction  # noqa: PLC0415
 
-    compactor = node.ref("compactor")
+    compactor = node.ref("context_builder")
 
     async def apply(plan: MicroPlan | FullPlan, view: tuple[Entry, ...]) -> tuple[Entry, ...]:
         applied: tuple[Entry, ...] = await compactor.call(

@@ -17,8 +17,7 @@ import trio
 
 from ..agent import MessageQueue, QueuedMessage
 from ..errors import LoopNotFound
-from ..loops._events import LoopFinished
-from ..loops._model import LoopState, RoundRecord
+from ..loops import LoopFinished, LoopState, RoundRecord
 
 __all__ = ["RoundLoops"]
 

@@ -14,7 +14,7 @@ import msgspec
 
 # At run time, not only for type checkers: msgspec resolves RoundRequest's annotations (so
 # the transport can decode one) in this module.
-from ..loops._model import Mode
+from ..loops import Mode
 
 __all__ = ["RoundContext", "RoundRequest", "RoundResult", "Worker", "WorkerStatus"]
 

@@ -205,3 +205,19 @@ def test_cli_run_with_the_agent_worker_and_a_workspace(
     assert "remember the milk" in server.requests[1]["messages"][-1]["content"]
     assert main(["run", "|loop:1| x", "--workspace", str(tmp_path), "--store", "memory"]) != 0
     assert "agent worker only" in capsys.readouterr().err
+
+
+async def test_an_error_inside_the_model_stream_fails_the_round_with_its_message(
+    tmp_path: Path,
+) -> None:
+    from .chat_server import Reply
+
+    broken = Reply(chunks=[{"error": {"message": "upstream model overloaded", "type": "server"}}])
+    with ChatServer([broken]) as server:
+        worker = parse_worker(f"agent:model=m,base_url={server.base_url},workspace={tmp_path}")
+        result = await worker.run(make_request(), None)
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "upstream model overloaded" in result.error
+    assert "cut off" not in result.error
+    assert len(server.requests) == 1

@@ -52,6 +52,33 @@ for _ in range(600):
 open("calc.py", "w").write("VALUE = 42\\n")
 subprocess.run(["git", "commit", "-qam", "fix"], check=True)
 """,
+    # Fixes calc.py, then reaches outside its branches in the way TOY_TAMPER names.
+    "tamper": """import os, pathlib, subprocess
+def git(*args):
+    return subprocess.run(["git", *args], check=False, capture_output=True, text=True)
+open("calc.py", "w").write("VALUE = 42\\n")
+git("commit", "-qam", "fix")
+how = os.environ["TOY_TAMPER"]
+common = pathlib.Path(git("rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip())
+if how == "refs":
+    git("update-ref", "refs/heads/main", "HEAD")
+    git("branch", "stray", "HEAD")
+    git("tag", "v-evil", "HEAD")
+    git("update-ref", "refs/heads/loop/other/candidate", "HEAD")
+elif how == "hook":
+    hook = common / "hooks" / "post-checkout"
+    hook.write_text("#!/bin/sh\\necho ran >> " + os.environ["TOY_HOOK_MARK"] + "\\n")
+    hook.chmod(0o755)
+elif how == "hookspath":
+    git("config", "--file", str(common / "config"), "core.hooksPath", "/tmp")
+elif how == "push":
+    done = git("push", "origin", "HEAD:refs/heads/main")
+    open(os.environ["TOY_PUSH_OUT"], "w").write(str(done.returncode) + "\\n" + done.stderr)
+elif how == "push-no-env":
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG_")}
+    subprocess.run(["git", "push", "-q", "origin", "HEAD:refs/heads/main"], env=env, check=True)
+print("fixed, and tampered:", how)
+""",
     "approve": (
         "import sys; sys.stdin.read(); "
         "print('diff is fine\\nVERDICT: approve\\nsmall and tested')\n"

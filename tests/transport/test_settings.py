@@ -171,7 +171,7 @@ def test_public_names_are_exported_and_show_their_public_module() -> None:
 
 def test_the_runtime_and_the_cli_start_without_loading_the_redis_client() -> None:
     code = (
-        "import sys, loopactors.runtime, loopactors._cli; "
+        "import sys, loopactors.runtime, loopactors.cli._commands; "
         "from loopactors.runtime import RuntimeConfig; RuntimeConfig(transport='redis://h/0'); "
         "print('coredis' in sys.modules)"
     )

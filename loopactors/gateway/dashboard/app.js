@@ -100,7 +100,7 @@ const model = {
   fetching: new Set(),
   fetchQueue: [],
 };
-const stats = { batches: 0, events: 0, lastBatchMs: 0, maxBatchMs: 0, totalBatchMs: 0 };
+const stats = { batches: 0, events: 0, lastBatchMs: 0, maxBatchMs: 0, totalBatchMs: 0, recent: [] };
 window.__dashboard = stats; // read by the benchmark (bench/dashboard.py)
 
 let node = null;
@@ -234,6 +234,8 @@ function flush() {
     stats.lastBatchMs = took;
     stats.maxBatchMs = Math.max(stats.maxBatchMs, took);
     stats.totalBatchMs += took;
+    stats.recent.push(took);
+    if (stats.recent.length > 2000) stats.recent.shift();
   }
 }
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
-from ._cli_remote import read_token
-from .errors import ConfigError
-from .runtime import RuntimeConfig
+from ..errors import ConfigError
+from ..runtime import RuntimeConfig
+from ._remote import read_token
 
 __all__ = ["add_parser", "dashboard", "dashboard_url"]
 

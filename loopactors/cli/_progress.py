@@ -16,9 +16,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from .loops._events import AnyEvent, LoopFinished, LoopStarted, RoundFinished, RoundStarted
-from .loops._model import LoopState
-from .runtime import Gap
+from ..loops import AnyEvent, LoopFinished, LoopStarted, LoopState, RoundFinished, RoundStarted
+from ..runtime import Gap
 
 __all__ = ["JsonLines", "Progress", "final_table"]
 
