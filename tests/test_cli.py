@@ -60,6 +60,20 @@ def test_exit_codes_follow_the_final_phase(worker: str, code: int, phase: str) -
     assert json_lines(result.stdout)[-1]["phase"] == phase
 
 
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_a_loop_with_no_completed_round_is_not_a_success(rounds: int) -> None:
+    # Too few rounds for the failure breaker: the cap ends the loop, but not as `complete`.
+    result = cli(
+        "run", f"|loop:{rounds}| x", "--store", "memory", "--json", "--worker", "command:false"
+    )
+    assert result.returncode == 2, result.stderr
+    finished = json_lines(result.stdout)[-1]
+    assert (finished["phase"], finished["trigger"]) == ("escalated", "no_completed_round")
+    assert finished["completed_rounds"] == 0
+    assert finished["reason"].startswith("none of its ")
+    assert "exit code 1" in finished["reason"]
+
+
 def test_bad_input_is_a_clear_error_with_exit_1() -> None:
     result = cli("run", "|loop:abc| nope", "--store", "memory")
     assert result.returncode == 1
