@@ -19,7 +19,7 @@ from loopactors.workers import parse_worker
 from loopactors.workers._cli_aider import AiderAdapter, parse_token_count
 
 from ._fakes import git_workspace, quiet_env
-from ._loops import binary, events, git, of_type, run
+from ._loops import binary, events, git, of_type, off_loopback, run, traced
 from ._openai_fake import ChatCompletionsFake, ModelTurn, openai_error
 
 RECORDED = Path(__file__).with_name("recorded")
@@ -65,6 +65,7 @@ def env_for(home: Path, aider: Path) -> dict[str, str]:
 
 
 def spec(aider: Path, fake: ChatCompletionsFake) -> str:
+    """The worker spec; ``--file hello.txt`` puts the file in aider's chat."""
     return (
         f"aider:binary={aider},model=openai/gpt-4o,base_url={fake.url}/v1,"
         "args=--file hello.txt --map-tokens 0 --no-show-model-warnings"
@@ -105,6 +106,30 @@ def test_an_edit_lands_as_a_commit_with_tokens_and_cost_and_the_next_round_resum
     second = user_messages(fake.conversations[1])
     assert any("Changed it." in text for text in second), second
     assert sum("make it new" in text for text in second) >= 2, second
+
+
+def test_nothing_leaves_loopback(
+    aider: Path, fake: ChatCompletionsFake, workspace: Path, tmp_path: Path
+) -> None:
+    """Every connect(2) of aider, traced: only the fake (its model list cache is fresh)."""
+    log = tmp_path / "connect.log"
+    fake.turns = [ModelTurn(text=EDIT)]
+    result = run(
+        [
+            "run",
+            "|loop:1| hi",
+            "--store",
+            "memory",
+            "--json",
+            "--worker",
+            spec(traced(aider, log), fake),
+        ],
+        env_for(tmp_path / "home", aider),
+        cwd=workspace,
+    )
+    assert of_type(events(result.stdout), "round_finished")[0]["status"] == "completed"
+    assert "127.0.0.1" in log.read_text()
+    assert off_loopback(log) == []
 
 
 def test_an_error_fails_the_round_with_the_cli_message(

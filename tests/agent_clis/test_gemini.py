@@ -26,10 +26,12 @@ from ._loops import (
     git,
     kill_all,
     of_type,
+    off_loopback,
     processes_with,
     read_until,
     run,
     start,
+    traced,
     wait_for,
 )
 from ._openai_fake import ModelTurn
@@ -239,3 +241,22 @@ def test_bad_gemini_specs_are_refused_with_what_is_accepted(tmp_path: Path) -> N
         parse_worker("gemini:permission_mode=ask")
     with pytest.raises(Exception, match="max_turns"):
         parse_worker("gemini:max_turns=3")
+
+
+def test_nothing_leaves_loopback(
+    gemini: Path, fake: GeminiFake, home: Path, workspace: Path, tmp_path: Path
+) -> None:
+    """Every connect(2) of the Gemini CLI and its children, traced: only the fake."""
+    log = tmp_path / "connect.log"
+    hi = str(workspace / "hi.txt")
+    fake.turns = [ModelTurn(tools=[("write_file", {"file_path": hi, "content": "hi\n"})])]
+    worker = "gemini:" + spec(traced(gemini, log), fake)
+    result = run(
+        ["run", "|loop:1| hi", "--store", "memory", "--json", "--worker", worker],
+        env_for(home),
+        cwd=workspace,
+    )
+    assert of_type(events(result.stdout), "round_finished")[0]["status"] == "completed"
+    assert (workspace / "hi.txt").exists()
+    assert "127.0.0.1" in log.read_text()
+    assert off_loopback(log) == []
