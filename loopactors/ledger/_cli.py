@@ -11,12 +11,20 @@ import errno
 import sys
 from collections.abc import Sequence
 
-from ._breaker import apply_daily_budget, check_circuit_breaker, newest_attempt_tokens
+from ._breaker import apply_daily_budget, check_circuit_breaker, decide
 from ._cli_args import Options, parse_args
 from ._cli_budget import resolve_daily_cap, resolve_run_budget
 from ._cli_daily import HOOK_TIMEOUT, add_daily_spend, run_hook
+from ._facts import BreakerFacts, read_breaker_facts
 from ._js import encode_json, is_integer
-from ._model import BreakerConfig, BreakerDecision, Ledger, PruneConfig, parse_ledger
+from ._model import (
+    BreakerConfig,
+    BreakerDecision,
+    Ledger,
+    PruneConfig,
+    parse_ledger,
+    validate_breaker_config,
+)
 from ._summary import build_context_injection, format_summary, prune_ledger, summarize_attempts
 
 __all__ = ["HELP", "main"]
@@ -98,17 +106,19 @@ def _node_message(exc: OSError, syscall: str) -> str:
     return f"{code}: {reason}, {syscall} '{exc.filename if exc.filename is not None else ''}'"
 
 
-def _read_ledger(path: str | None) -> Ledger:
+def _read_bytes(path: str | None) -> bytes:
     if path:
         try:
             with open(path, "rb") as handle:
-                data = handle.read()
+                return handle.read()
         except OSError as exc:
             raise RuntimeError(_node_message(exc, "open")) from None
-    else:
-        data = b"" if sys.stdin is None else sys.stdin.buffer.read()
+    return b"" if sys.stdin is None else sys.stdin.buffer.read()
+
+
+def _read_ledger(path: str | None) -> Ledger:
     # Node's utf8 decoding replaces bad bytes instead of failing.
-    return parse_ledger(data.decode("utf-8", errors="replace"))
+    return parse_ledger(_read_bytes(path).decode("utf-8", errors="replace"))
 
 
 def _write(text: str) -> None:
@@ -136,13 +146,12 @@ def _configs(opts: Options, token_budget: int | float | None) -> tuple[BreakerCo
     return breaker, prune
 
 
-def _check(ledger: Ledger, breaker: BreakerConfig, opts: Options) -> BreakerDecision:
-    decision = check_circuit_breaker(ledger, breaker)
+def _check(facts: BreakerFacts, breaker: BreakerConfig, opts: Options) -> BreakerDecision:
+    validate_breaker_config(breaker)
+    decision = decide(facts, breaker)
     if opts.daily_pattern:
         # Recorded even when a per-run trigger already escalated (spec §10.2).
-        state = add_daily_spend(
-            opts.daily_state_dir, opts.daily_pattern, newest_attempt_tokens(ledger)
-        )
+        state = add_daily_spend(opts.daily_state_dir, opts.daily_pattern, facts.newest_tokens)
         if not decision.escalate:
             cap = resolve_daily_cap(opts.daily_pattern, opts)
             decision = apply_daily_budget(
@@ -157,16 +166,19 @@ def _run(opts: Options) -> int:
     token_budget: int | float | None = opts.token_budget
     if opts.budget_pattern and token_budget is None:
         token_budget = resolve_run_budget(opts)
-    ledger = _read_ledger(opts.ledger)
-    breaker, prune = _configs(opts, token_budget)
     if opts.operation == "check":
-        decision = _check(ledger, breaker, opts)
+        # The breaker reads only what its rules need, straight from the JSON (see _facts).
+        facts = read_breaker_facts(_read_bytes(opts.ledger), opts.similarity_threshold)
+        breaker, _ = _configs(opts, token_budget)
+        decision = _check(facts, breaker, opts)
         if opts.json:
             _write(encode_json(decision))
         else:
             verdict = "ESCALATE" if decision.escalate else "CONTINUE"
             _write(f"{verdict} [{decision.trigger}] \u2014 {decision.reason}")
         return EXIT_ESCALATE if decision.escalate else EXIT_CONTINUE
+    ledger = _read_ledger(opts.ledger)
+    breaker, prune = _configs(opts, token_budget)
     if opts.operation == "prune":
         _write(encode_json(prune_ledger(ledger, prune)))
         return EXIT_CONTINUE
