@@ -8,13 +8,12 @@ stays ``loop-context`` so scripts that grep for it keep working.
 from __future__ import annotations
 
 import errno
+import gc
 import sys
 from collections.abc import Sequence
 
 from ._breaker import apply_daily_budget, check_circuit_breaker, decide
 from ._cli_args import Options, parse_args
-from ._cli_budget import resolve_daily_cap, resolve_run_budget
-from ._cli_daily import HOOK_TIMEOUT, add_daily_spend, run_hook
 from ._facts import BreakerFacts, read_breaker_facts
 from ._js import encode_json, is_integer
 from ._model import (
@@ -25,7 +24,6 @@ from ._model import (
     parse_ledger,
     validate_breaker_config,
 )
-from ._summary import build_context_injection, format_summary, prune_ledger, summarize_attempts
 
 __all__ = ["HELP", "main"]
 
@@ -35,6 +33,10 @@ _DAILY_EXAMPLE = (
     "loopactors context --check --ledger run.json --daily-budget-from-pattern ci-sweeper "
     "--on-exceed ./on-exceed.sh"
 )
+
+# Seconds; _cli_daily.HOOK_TIMEOUT (a test checks they agree). That module, the budget lookups
+# and the summary load only when a flag or operation needs them: --check starts faster.
+_HOOK_TIMEOUT = 10.0
 
 HELP = f"""loop-context — stateful memory manager for agent loops
 
@@ -83,7 +85,7 @@ Options:
   --on-exceed <script>      On escalate, pipe the decision as JSON to this
                             script's stdin (its exit code is not checked and
                             does not change --check's own). --check waits for
-                            it at most {HOOK_TIMEOUT:g} s, then kills it.
+                            it at most {_HOOK_TIMEOUT:g} s, then kills it.
   --similarity-threshold <f> Fraction in (0, 1] to cluster similar errors (default: 0.85)
   --window <n>              Attempts kept when pruning (default: 5)
   --max-trace-lines <n>     Stack-trace lines kept (default: 8)
@@ -151,6 +153,9 @@ def _check(facts: BreakerFacts, breaker: BreakerConfig, opts: Options) -> Breake
     decision = decide(facts, breaker)
     if opts.daily_pattern:
         # Recorded even when a per-run trigger already escalated (spec §10.2).
+        from ._cli_budget import resolve_daily_cap  # noqa: PLC0415 - only when asked for
+        from ._cli_daily import add_daily_spend  # noqa: PLC0415
+
         state = add_daily_spend(opts.daily_state_dir, opts.daily_pattern, facts.newest_tokens)
         if not decision.escalate:
             cap = resolve_daily_cap(opts.daily_pattern, opts)
@@ -158,6 +163,8 @@ def _check(facts: BreakerFacts, breaker: BreakerConfig, opts: Options) -> Breake
                 decision, opts.daily_pattern, state.tokens_used_today, cap
             )
     if decision.escalate and opts.on_exceed:
+        from ._cli_daily import run_hook  # noqa: PLC0415 - only when asked for
+
         run_hook(opts.on_exceed, decision)
     return decision
 
@@ -165,6 +172,8 @@ def _check(facts: BreakerFacts, breaker: BreakerConfig, opts: Options) -> Breake
 def _run(opts: Options) -> int:
     token_budget: int | float | None = opts.token_budget
     if opts.budget_pattern and token_budget is None:
+        from ._cli_budget import resolve_run_budget  # noqa: PLC0415 - only when asked for
+
         token_budget = resolve_run_budget(opts)
     if opts.operation == "check":
         # The breaker reads only what its rules need, straight from the JSON (see _facts).
@@ -177,6 +186,13 @@ def _run(opts: Options) -> int:
             verdict = "ESCALATE" if decision.escalate else "CONTINUE"
             _write(f"{verdict} [{decision.trigger}] \u2014 {decision.reason}")
         return EXIT_ESCALATE if decision.escalate else EXIT_CONTINUE
+    from ._summary import (  # noqa: PLC0415 - not needed by --check
+        build_context_injection,
+        format_summary,
+        prune_ledger,
+        summarize_attempts,
+    )
+
     ledger = _read_ledger(opts.ledger)
     breaker, prune = _configs(opts, token_budget)
     if opts.operation == "prune":
@@ -200,6 +216,18 @@ def _run(opts: Options) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``loopactors context``; returns the exit code (0 continue, 2 escalate, 1 error)."""
+    # The ledger's objects form no reference cycles, and on a large ledger the collector's
+    # passes over every live object cost a third of the run: off while the command runs.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _main(argv)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         opts = parse_args(args)

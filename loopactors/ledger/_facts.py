@@ -157,7 +157,10 @@ class _SplitLedger(msgspec.Struct, kw_only=True, rename="camel"):
 
 
 _SPLIT = msgspec.json.Decoder(_SplitLedger)
-_ATTEMPT = msgspec.json.Decoder(Attempt)
+_ATTEMPTS = msgspec.json.Decoder(list[Attempt])
+#: Attempts decoded at a time: one decoder call per chunk instead of one per attempt, and
+#: never more than a chunk of them held as objects.
+_CHUNK = 512
 
 
 def read_breaker_facts(data: bytes, threshold: float) -> BreakerFacts:
@@ -167,34 +170,45 @@ def read_breaker_facts(data: bytes, threshold: float) -> BreakerFacts:
     (read as UTF-8 with bad bytes replaced). Whenever the quick path meets anything it does
     not accept, that slower path is taken, so errors carry the very same message.
     """
-    tokens = array("d")
+    # Each chunk's tokens (0.0 when absent), newest chunk first.
+    tokens: list[array[float]] = []
+    walking = [True]
     try:
         raws = _SPLIT.decode(data).attempts
-        newest_first = _decode_newest_first(raws, tokens)
+        newest_first = _decode_newest_first(raws, tokens, walking)
         walk = _walk(newest_first, threshold)
+        walking[0] = False
         for _ in newest_first:
-            pass  # the older attempts are still decoded: validated, and their tokens summed
+            pass  # older attempts are still decoded: validated, and their tokens summed
     except msgspec.MsgspecError:
         # Raises the reference's message; also serves text that is only valid once bad
         # UTF-8 bytes are replaced.
         ledger = parse_ledger(data.decode("utf-8", errors="replace"))
         return breaker_facts(ledger.attempts, threshold)
     total = 0.0
-    for value in reversed(tokens):  # oldest first: double addition is not associative
-        total += value
-    newest = _ATTEMPT.decode(raws[-1]) if raws else None
+    for chunk in reversed(tokens):  # oldest first: double addition is not associative
+        for value in chunk:
+            total += value
+    newest = _ATTEMPTS.decode(b"[" + raws[-1] + b"]")[0] if raws else None
     return _facts(len(raws), total, newest, walk)
 
 
-def _decode_newest_first(raws: list[msgspec.Raw], tokens: array[float]) -> Iterator[Attempt]:
-    """Decodes each attempt, newest first, and records its tokens (0.0 when absent).
+def _decode_newest_first(
+    raws: list[msgspec.Raw], tokens: list[array[float]], walking: list[bool]
+) -> Iterator[Attempt]:
+    """Decodes the attempts a chunk at a time from the newest, recording each chunk's tokens;
+    yields them one by one, newest first, while ``walking[0]`` holds.
 
-    Adding 0.0 to a sum that starts at +0.0 changes nothing, as skipping does.
+    Adding 0.0 to a sum that starts at +0.0 changes nothing, as skipping an attempt does.
     """
-    decode = _ATTEMPT.decode
-    append = tokens.append
-    for raw in reversed(raws):
-        attempt = decode(raw)
-        value = attempt.tokens_used
-        append(0.0 if value is None or value is UNSET else as_double(value))
-        yield attempt
+    for end in range(len(raws), 0, -_CHUNK):
+        attempts = _ATTEMPTS.decode(b"[" + b",".join(raws[max(0, end - _CHUNK) : end]) + b"]")
+        tokens.append(array("d", [_tokens(attempt.tokens_used) for attempt in attempts]))
+        if walking[0]:
+            yield from reversed(attempts)
+        else:
+            yield attempts[0]  # one step per chunk, just to go on
+
+
+def _tokens(value: int | float | UnsetType | None) -> float:
+    return 0.0 if value is None or value is UNSET else as_double(value)

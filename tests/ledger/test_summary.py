@@ -212,7 +212,7 @@ def test_two_thousand_distinct_cjk_errors_group_like_naive() -> None:
 
 
 def _vocabulary_errors(count: int, seed: int) -> list[str]:
-    import random  # noqa: PLC0415 - this helper only
+    import random
 
     rng = random.Random(seed)
     words = ["".join(rng.choice("abcdef") for _ in range(rng.randint(2, 6))) for _ in range(25)]
