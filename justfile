@@ -19,6 +19,7 @@ lint:
     ruff check .
     ruff format --check .
     mypy
+    lint-imports
 
 # Fuzz long: `loopactors context`, the |loop| parser, and a live node's websocket protocol
 # (CI runs a short version of the same suites).

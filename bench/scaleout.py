@@ -51,7 +51,7 @@ class Case:
 
 async def wait_for_workers(url: str, count: int) -> None:
     with trio.fail_after(30):
-        async with open_redis(url) as client:
+        async with open_redis(url, name="loopactors-bench") as client:
             # Polling Redis (another process's state): no event to wait for here.
             while len(await client.hgetall(WORKERS_HASH)) < count:  # noqa: ASYNC110
                 await trio.sleep(0.05)

@@ -198,6 +198,20 @@ def test_config_file_is_used(tmp_path: Path) -> None:
     assert "loopactors.toml" in bad.stderr
 
 
+def test_a_config_file_that_is_not_utf8_or_an_infinite_timeout_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "loopactors.toml").write_bytes(b"store = 'memory' # \xff\n")
+    bad = subprocess.run(
+        [*CLI, "run", "|loop:1| x"], capture_output=True, text=True, timeout=60, check=False,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 1
+    assert "not UTF-8 text" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    result = cli("run", "|loop:2| x", "--store", "memory", "--round-timeout", "inf")
+    assert result.returncode == 1
+    assert "round_timeout must be a finite number > 0" in result.stderr
+
+
 def test_resume_runs_a_paused_loop_to_its_end(tmp_path: Path) -> None:
     from loopactors.loops import LoopSpec, LoopState, RoundRecord
     from loopactors.storage import Write, open_backend
@@ -257,3 +271,37 @@ def test_stop_in_a_state_directory_no_runtime_runs(tmp_path: Path) -> None:
     missing = cli("stop", "nope", "--state", str(tmp_path))
     assert missing.returncode == 1
     assert "no loop 'nope'" in missing.stderr
+
+
+def test_status_of_a_path_that_is_no_state_directory_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loopactors.cli import main
+
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert main(["status", "--state", str(a_file)]) == 1
+    assert f"the state directory {a_file} is not a directory" in capsys.readouterr().err
+    assert main(["status", "--state", str(tmp_path / "missing")]) == 1
+    assert f"no state directory {tmp_path / 'missing'}" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["status", "--state", str(tmp_path / "empty")]) == 0
+    assert f"no loops in {tmp_path / 'empty'}" in capsys.readouterr().out
+
+
+def test_status_and_history_read_a_store_on_a_read_only_disk(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loopactors.cli import main
+    from tests.mounts import remount_read_only, small_tmpfs
+
+    with small_tmpfs(tmp_path / "disk", "16m") as disk:
+        state = disk / "state"
+        assert main(["run", "|loop:2| hello", "--state", str(state), "--json"]) == 0
+        loop_id = json_lines(capsys.readouterr().out)[0]["loop_id"]
+        remount_read_only(disk)
+        assert main(["status", "--state", str(state), "--json"]) == 0
+        assert [loop["loop_id"] for loop in json.loads(capsys.readouterr().out)] == [loop_id]
+        assert main(["history", loop_id, "--state", str(state), "--json"]) == 0
+        assert capsys.readouterr().out
+        assert sorted(os.listdir(state)) == ["loopactors.db", "runtime.lock"]  # nothing added

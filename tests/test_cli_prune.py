@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from loopactors._cli import main
-from loopactors._cli_prune import parse_duration
+from loopactors.cli._commands import main
+from loopactors.cli._prune import parse_duration
 from loopactors.errors import ConfigError
 from loopactors.loops._events import LoopFinished, RoundStarted
 from loopactors.loops._model import TERMINAL_PHASES, LoopSpec, LoopState, Phase, RoundRecord
@@ -40,7 +40,11 @@ def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "d", "-5", "5w", "1e3", "inf", "nan", "3 days", "1h30m"])
+@pytest.mark.parametrize(
+    "text",
+    # Digits of other scripts too (Arabic-Indic, fullwidth): float() would read them.
+    ["", "d", "-5", "5w", "1e3", "inf", "nan", "3 days", "1h30m", "\u0663\u0660d", "\uff13\uff10"],
+)
 def test_parse_duration_refuses_naming_what_is_accepted(text: str) -> None:
     with pytest.raises(ConfigError, match=r"invalid duration .*; accepted: a number of seconds"):
         parse_duration(text)

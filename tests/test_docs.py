@@ -21,8 +21,8 @@ from typing import Any
 import attrs
 import pytest
 
-from loopactors._cli import EXIT_ABORTED, EXIT_USAGE, build_parser
-from loopactors._follow import PHASE_EXIT
+from loopactors.cli._commands import EXIT_ABORTED, EXIT_USAGE, build_parser
+from loopactors.cli._follow import PHASE_EXIT
 from loopactors.codeloop._cli import build_parser as build_code_parser
 from loopactors.errors import LoopSyntaxError
 from loopactors.loops import parse_loop

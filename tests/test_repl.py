@@ -13,7 +13,7 @@ from pathlib import Path
 import pexpect  # type: ignore[import-untyped]
 import pytest
 
-from loopactors._repl_commands import Command, parse_line
+from loopactors.cli._repl_commands import Command, parse_line
 from loopactors.errors import LoopSyntaxError
 
 from .codeloop.toyrepo import VALIDATE, git, make_repo, worker

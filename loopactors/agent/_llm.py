@@ -1,7 +1,9 @@
 """The model client: OpenAI-compatible chat completions over httpx (which runs on trio).
 
-Retries with exponential backoff (and ``Retry-After`` when the server sends one) on 429, 5xx and
-connection failures that happened before any answer arrived; any other status fails at once.
+Retries with exponential backoff (and ``retry-after-ms`` / ``Retry-After`` when the server sends
+one) on 429, 5xx and connection failures that happened before any answer arrived; any other
+status fails at once. An ``error`` object inside a stream fails the call with the provider's
+message (it is not a cut reply).
 A stream cut after data arrived is not retried: the partial reply comes back flagged
 ``interrupted`` and the agent loop decides (it asks the model to continue).
 
@@ -11,6 +13,8 @@ or anything stored.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 import math
 import os
@@ -21,6 +25,7 @@ import attrs
 import httpx
 import trio
 
+from .._util import backoff_delay
 from ..errors import AgentError, ModelError
 from ._transcript import Message
 from ._wire import ChatReply, StreamAccumulator, decode_reply, encode_messages
@@ -109,11 +114,29 @@ def _provider_message(response: httpx.Response) -> str:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds the server asks us to wait: ``retry-after-ms`` first (as the official OpenAI
+    SDK reads it), then ``retry-after`` in seconds or as an HTTP date; None when absent or
+    unreadable (our own backoff then applies)."""
+    milliseconds = response.headers.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            return max(float(milliseconds) / 1000, 0.0)
+        except ValueError:
+            pass
     value = response.headers.get("retry-after")
+    if value is None:
+        return None
     try:
-        return float(value) if value is not None else None
+        return max(float(value), 0.0)
     except ValueError:
-        return None  # an HTTP date: fall back to our own backoff
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max((when - datetime.datetime.now(datetime.UTC)).total_seconds(), 0.0)
 
 
 class _Retry(Exception):
@@ -184,9 +207,9 @@ class ChatClient:
                     raise ModelError(
                         f"model call failed after {attempt} attempts: {retry}", retry.status
                     ) from None
-                delay = min(settings.backoff * 2 ** (attempt - 1), settings.backoff_cap)
-                if retry.after is not None:
-                    delay = min(max(delay, retry.after), settings.backoff_cap)
+                delay = backoff_delay(attempt, first=settings.backoff, cap=settings.backoff_cap)
+                if retry.after:  # the server's wait replaces ours (0 or absent: ours)
+                    delay = min(retry.after, settings.backoff_cap)
                 await trio.sleep(delay)
 
     def _check(self, response: httpx.Response, text: str | None = None) -> None:
@@ -226,10 +249,20 @@ class ChatClient:
                     delta = stream.feed_line(line)
                     if delta and on_text is not None:
                         on_text(delta)
+                delta = stream.end_event()  # a last event without its blank line
+                if delta and on_text is not None:
+                    on_text(delta)
         except httpx.TransportError as exc:
-            if stream.chunks == 0:
+            if stream.chunks == 0 and stream.error is None:
                 raise _Retry(f"{type(exc).__name__}: {exc}", None) from None
             # Cut mid-answer: keep what arrived (the reply says it was interrupted).
+        if stream.error is not None:
+            # The provider reported a failure inside the stream (as the official SDK does,
+            # this is the provider's error, not a cut reply to continue).
+            raise ModelError(
+                f"the model's stream from {self.settings.base_url} carried an error: "
+                f"{stream.error[:_ERROR_TAIL]}"
+            )
         if stream.chunks == 0 and not stream.done:
             raise _Retry("the stream ended before any answer arrived", None)
         return stream.reply()

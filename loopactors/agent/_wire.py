@@ -109,8 +109,30 @@ def _complete_json(text: str) -> bool:
     return True
 
 
+def _json_or_none(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _error_message(error: object) -> str:
+    """The provider's words from an ``error`` member (an object with ``message``, or text)."""
+    if isinstance(error, Mapping) and error.get("message"):
+        return str(error["message"])
+    if isinstance(error, str) and error:
+        return error
+    return f"an error without a message: {json.dumps(error)[:200]}"
+
+
 class StreamAccumulator:
-    """Builds a :class:`ChatReply` from ``data:`` lines of a streamed response."""
+    """Builds a :class:`ChatReply` from the lines of a streamed response (server-sent events).
+
+    Lines are assembled into events as the SSE format says: ``data:`` lines accumulate (joined
+    by newlines) until a blank line ends the event, so a JSON chunk may span several lines.
+    An event whose JSON is an object with an ``error`` member is the provider reporting a
+    failure mid-stream: it is kept in :attr:`error` and every later event is ignored.
+    """
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -119,20 +141,47 @@ class StreamAccumulator:
         self.usage: ModelUsage | None = None
         self.done = False
         self.chunks = 0
+        #: The provider's message when the stream carried an error object.
+        self.error: str | None = None
+        self._data: list[str] = []
+        self._event = ""
 
     def feed_line(self, line: str) -> str:
-        """Take one SSE line; returns the text delta it carried (possibly empty)."""
-        if not line.startswith("data:"):
-            return ""  # comments, ``event:`` and blank separators
-        payload = line[5:].strip()
+        """Take one SSE line; returns the text delta of the event it ended (possibly empty)."""
+        if not line:
+            return self.end_event()
+        if line.startswith(":"):
+            return ""  # a comment (keep-alive)
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        return ""  # ``id:``, ``retry:`` and unknown fields mean nothing here
+
+    def end_event(self) -> str:
+        """Dispatch the event assembled so far (a blank line, or the end of the body)."""
+        lines, event = self._data, self._event
+        self._data, self._event = [], ""
+        if not lines:
+            return ""
+        payload = "\n".join(lines).strip()
         if payload == "[DONE]":
             self.done = True
             return ""
         try:
-            chunk = json.loads(payload)
+            chunks = [json.loads(payload)]
         except ValueError:
+            # Not one JSON text: a lenient server may put one chunk per line in one event.
+            chunks = [_json_or_none(line) for line in lines]
+        return "".join(self._take(chunk, event) for chunk in chunks)
+
+    def _take(self, chunk: object, event: str) -> str:
+        if not isinstance(chunk, dict) or self.error is not None:
             return ""
-        if not isinstance(chunk, dict):
+        if chunk.get("error") or event == "error":
+            self.error = _error_message(chunk.get("error", chunk))
             return ""
         self.chunks += 1
         if chunk.get("usage"):

@@ -1,9 +1,9 @@
 """A thin layer over the real ``git`` command (``trio.run_process``, never a shell).
 
 Every ref it writes is checked to be under ``loop/<slug>/``: main and every other branch are
-never touched, and nothing is ever pushed. The repository root is found through the common git
-directory, so a call from inside a linked worktree finds the main working tree's ``.loop/``
-(CodeShell 6).
+never touched, and nothing is ever pushed. No hook runs in the loop's own git commands. The
+repository root is found through the common git directory, so a call from inside a linked
+worktree finds the main working tree's ``.loop/`` (CodeShell 6).
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from ._model import round_name
 __all__ = ["LoopGit", "git", "main_root"]
 
 _ERROR_TAIL = 1500
+#: The loop's own git commands run no hook and no fsmonitor command a worker may have planted
+#: (``git worktree add`` would run ``post-checkout``, ``git status`` an fsmonitor).
+_NO_HOOKS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
 async def git(args: list[str], *, cwd: Path, check: bool = True) -> tuple[int, str]:
@@ -28,7 +31,12 @@ async def git(args: list[str], *, cwd: Path, check: bool = True) -> tuple[int, s
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
     try:
         done = await trio.run_process(
-            ["git", *args], cwd=cwd, capture_stdout=True, capture_stderr=True, check=False, env=env
+            ["git", *_NO_HOOKS, *args],
+            cwd=cwd,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=env,
         )
     except OSError as exc:
         raise GitError(f"cannot run git in {cwd}: {exc}") from None

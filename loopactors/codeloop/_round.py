@@ -13,14 +13,24 @@ import time
 from collections.abc import Callable
 
 import attrs
+import msgspec
 import trio
 
 from ..errors import GitError, LoopactorsError
 from ..workers import RoundResult, in_workspace, parse_worker
-from ._events import GateTripped, RoundFinished, RoundInterrupted, RoundStarted, StatusChanged
+from ._events import CodeRoundFinished, GateTripped, RoundInterrupted, RoundStarted, StatusChanged
 from ._gates import Gate, check_gates, is_progress, parse_approvals, parse_verdict
 from ._git import LoopGit
-from ._ledger import Ledger
+from ._guard import (
+    RepoSnapshot,
+    breaches,
+    live_loops,
+    push_urls,
+    refuse_push_env,
+    take_snapshot,
+    undo,
+)
+from ._ledger import CodeLedger
 from ._model import IN_ROUND, CodeLoopState, round_name
 from ._orchestration import Orchestration
 from ._receipts import (
@@ -59,14 +69,16 @@ class RoundOutcome:
 class CodeRound:
     """Runs the next round of one loop; the caller holds the lease."""
 
-    ledger: Ledger
+    ledger: CodeLedger
     git: LoopGit
     orchestration: Orchestration
     actor: str
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
     state: CodeLoopState = attrs.field(init=False)
-    #: The ledger files as this round last wrote them (see :meth:`Ledger.fingerprint`).
+    #: The ledger files as this round last wrote them (see :meth:`CodeLedger.fingerprint`).
     _written: tuple[int, ...] = attrs.field(init=False, default=())
+    #: What a role's turn changed in the repository that it must not (see ``_guard``).
+    _breach: str | None = attrs.field(init=False, default=None)
 
     def _record(self, event_type: type, **fields: object) -> CodeLoopState:
         state = self.state
@@ -77,7 +89,10 @@ class CodeRound:
         return self.state
 
     async def _tampered(self, base: str) -> str | None:
-        """What a worker changed that it must not: the ledger, or the candidate branch."""
+        """What a worker changed that it must not: refs, hooks or config outside the loop's
+        branches, the ledger, or the candidate branch."""
+        if self._breach is not None:
+            return self._breach
         if self.ledger.fingerprint() != self._written:
             return "STATE.json or RUNS.jsonl changed during a worker's turn (only the loop may)"
         if await self.git.rev(self.git.candidate) != base:
@@ -172,6 +187,7 @@ class CodeRound:
         worktree = self.ledger.worktree(number)
         base = self._round_base(number) or self.state.candidate_commit
         tip = await self.git.rev(branch) or base
+        self._breach = None
         await self.git.remove_worktree(worktree)
         await self.git.add_worktree(worktree, branch)
         try:
@@ -191,6 +207,7 @@ class CodeRound:
         state = self.state
         number = state.round + 1
         branch = self.git.round_branch(number)
+        self._breach = None
         base = await self.git.rev(self.git.candidate)
         if base is None:
             await self._trip(
@@ -223,6 +240,8 @@ class CodeRound:
                         if _is_cancel(exc)
                         else f"{type(exc).__name__}: {exc}"
                     )
+                    if self._breach is not None:
+                        why += f"; {self._breach}"
                     await self._interrupt(number, why)
             if isinstance(exc, LoopactorsError | OSError):
                 return RoundOutcome(number, False, self.state, f"round {number} failed: {exc}")
@@ -250,7 +269,28 @@ class CodeRound:
         )
         if spec.partition(":")[0] == "agent":  # the agent worker works in its workspace
             spec = in_workspace(spec, self.ledger.worktree(number))
-        return await parse_worker(spec).run(request, None)
+        root = self.git.root
+        refuse = refuse_push_env(await push_urls(root))
+        request = msgspec.structs.replace(request, env={**request.env, **refuse})
+        before = await take_snapshot(root)
+        try:
+            return await parse_worker(spec).run(request, None)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._check_turn(role, before)
+
+    async def _check_turn(self, role: str, before: RepoSnapshot) -> None:
+        """Compare the repository with ``before``; put back and remember what the turn changed."""
+        root, slug = self.git.root, self.git.slug
+        after = await take_snapshot(root)
+        live = live_loops(root, slug)
+        found = breaches(before, after, slug, live=live)
+        if not found:
+            return
+        left = await undo(root, before, after, slug, live=live)
+        text = f"the {role} changed the repository outside loop/{slug}/: " + "; ".join(found)
+        text += ("; not put back: " + "; ".join(left)) if left else " (all put back)"
+        self._breach = self._breach or text
 
     async def _after_executor(self, number: int, base: str, tip: str, result: RoundResult) -> None:
         worktree = self.ledger.worktree(number)
@@ -401,7 +441,7 @@ class CodeRound:
         )
         candidate = tip if merged else state.candidate_commit
         self._record(
-            RoundFinished,
+            CodeRoundFinished,
             status="completed" if done else "ready",
             reason=reason,
             branch=self.git.round_branch(number),

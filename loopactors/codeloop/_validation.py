@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from ..workers._command import _GroupStopper
+from ..workers import GroupStopper
 from ._orchestration import Orchestration
 
 __all__ = ["run_validation"]
@@ -33,7 +33,7 @@ async def run_validation(
     if "/" in argv[0] and not os.path.isabs(argv[0]):
         argv[0] = str(worktree / argv[0])
     timeout = orchestration.validate_timeout
-    stopper = _GroupStopper(KILL_GRACE)
+    stopper = GroupStopper(KILL_GRACE)
     started = time.monotonic()
     with trio.move_on_after(timeout) as scope:
         try:

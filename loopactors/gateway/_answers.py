@@ -24,7 +24,7 @@ from ..errors import (
     LoopSyntaxError,
     WorkerSpecError,
 )
-from ..loops._model import RoundRecord
+from ..loops import RoundRecord
 from ._code import answer_code
 from ._errors import Refusal
 from ._protocol import (

@@ -17,11 +17,11 @@ import trio
 
 from ..actors import ChildSpec, NamedRef
 from ..errors import SupervisorError
-from ..loops._events import AnyEvent, LoopFinished, LoopRecovered, LoopStarted
-from ..messages import GatewayShutdown, GetGatewayStatistics
+from ..loops import AnyEvent, LoopFinished, LoopRecovered, LoopStarted
 from ..runtime import Runtime, RuntimeConfig, open_runtime
 from ._auth import check_listen, load_token
 from ._gateway import Gateway, GatewayStatistics
+from ._messages import GatewayShutdown, GetGatewayStatistics
 from ._settings import GatewaySettings
 
 __all__ = ["GatewayHandle", "open_gateway", "serve_node"]

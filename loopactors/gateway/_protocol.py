@@ -14,8 +14,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from ..codeloop import CodeLoopStatus
-from ..loops._events import AnyEvent
-from ..loops._model import LoopSpec, LoopState, RoundRecord
+from ..loops import AnyEvent, LoopSpec, LoopState, RoundRecord
 
 __all__ = [
     "CAPABILITIES",

@@ -6,7 +6,7 @@ The settings are the configuration's ``[node]`` table (:class:`~loopactors.runti
 
 from __future__ import annotations
 
-from ..runtime._config import NodeSettings
+from ..runtime import NodeSettings
 
 __all__ = ["GatewaySettings"]
 

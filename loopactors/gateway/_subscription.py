@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..errors import ConnectionLost, RemoteError
-from ..loops._events import AnyEvent
+from ..loops import AnyEvent
 from ..runtime import Gap
 from ._protocol import Unsubscribe, Unsubscribed
 

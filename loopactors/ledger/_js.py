@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from json.encoder import encode_basestring  # json.dumps(text, ensure_ascii=False), minus its set-up
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgspec
 
@@ -49,7 +49,7 @@ def trim_end(text: str) -> str:
     return text.rstrip(WHITESPACE)
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     """``typeof value === "number"``: bool is an int subclass in Python but not a number."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -62,11 +62,11 @@ def as_double(value: int | float) -> float:
         return math.inf if value > 0 else -math.inf
 
 
-def is_integer(value: object) -> bool:
-    """``Number.isInteger``: a finite number with no fraction."""
+def is_integer(value: object) -> TypeGuard[int | float]:
+    """``Number.isInteger``: a finite number with no fraction (a number, so the type narrows)."""
     if not is_number(value):
         return False
-    x = as_double(value)  # type: ignore[arg-type]
+    x = as_double(value)
     return math.isfinite(x) and x.is_integer()
 
 

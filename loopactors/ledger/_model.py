@@ -147,17 +147,17 @@ def parse_ledger(text: str | bytes) -> Ledger:
 
 def assert_similarity_threshold(value: object, label: str = "similarityThreshold") -> None:
     """Rule 4.1: a number with ``0 < value <= 1``; the message hints at percentages."""
-    if is_number(value) and 0 < value <= 1:  # type: ignore[operator]
+    if is_number(value) and 0 < value <= 1:
         return
     why = ""
-    if is_number(value) and value > 1:  # type: ignore[operator]
+    if is_number(value) and value > 1:
         why = (
             " Similarity is at most 1.0, so no two errors would ever match and the "
             "stagnation rule would never fire."
         )
-        if is_integer(value) and value <= 100:  # type: ignore[operator]
-            percent = format_number(value)  # type: ignore[arg-type]
-            why += f" If you meant {percent}%, use {format_number(value / 100)}."  # type: ignore[operator]
+        if is_integer(value) and value <= 100:
+            percent = format_number(value)
+            why += f" If you meant {percent}%, use {format_number(value / 100)}."
     raise ConfigError(
         f"{label} must be a fraction greater than 0 and at most 1 (default 0.85); "
         f"got {js_string(value)}.{why}"
@@ -166,7 +166,7 @@ def assert_similarity_threshold(value: object, label: str = "similarityThreshold
 
 def assert_positive_integer(value: object, label: str) -> None:
     """Rule 4.2: an integral number of at least 1 (so not NaN, Infinity or 2.5)."""
-    if is_integer(value) and value >= 1:  # type: ignore[operator]
+    if is_integer(value) and value >= 1:
         return
     raise ConfigError(
         f"{label} must be a positive integer; got {js_string(value)}. "

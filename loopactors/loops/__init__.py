@@ -5,7 +5,9 @@ General layout: ``_syntax`` (parser), ``_model`` (structs and the transition fun
 ``_events`` (typed progress events), ``_rules`` (prompt, breaker checks, next phase).
 """
 
+from ._events import AgentStep as AgentStep
 from ._events import AnyEvent as AnyEvent
+from ._events import Gap as Gap
 from ._events import LoopEvent as LoopEvent
 from ._events import LoopFinished as LoopFinished
 from ._events import LoopInterrupted as LoopInterrupted
@@ -13,9 +15,11 @@ from ._events import LoopPaused as LoopPaused
 from ._events import LoopRecovered as LoopRecovered
 from ._events import LoopResumed as LoopResumed
 from ._events import LoopStarted as LoopStarted
+from ._events import RoundDeferred as RoundDeferred
 from ._events import RoundFinished as RoundFinished
 from ._events import RoundStarted as RoundStarted
 from ._events import RoundSummary as RoundSummary
+from ._events import event_decoder as event_decoder
 from ._model import LIVE_PHASES as LIVE_PHASES
 from ._model import MAX_ROUNDS as MAX_ROUNDS
 from ._model import TERMINAL_PHASES as TERMINAL_PHASES
@@ -24,12 +28,19 @@ from ._model import LoopState as LoopState
 from ._model import Mode as Mode
 from ._model import Phase as Phase
 from ._model import RoundRecord as RoundRecord
+from ._model import RoundStatus as RoundStatus
+from ._model import StopMode as StopMode
 from ._model import check_transition as check_transition
 from ._rules import Prompt as Prompt
 from ._rules import Verdict as Verdict
 from ._rules import build_prompt as build_prompt
 from ._rules import check_before_round as check_before_round
+from ._rules import defer_round as defer_round
+from ._rules import deferred_wait as deferred_wait
+from ._rules import next_phase as next_phase
 from ._rules import normalize_output as normalize_output
+from ._rules import round_intent as round_intent
+from ._rules import stale_rounds_after as stale_rounds_after
 from ._syntax import ParsedLoop as ParsedLoop
 from ._syntax import parse_loop as parse_loop
 
@@ -37,7 +48,9 @@ __all__ = [
     "LIVE_PHASES",
     "MAX_ROUNDS",
     "TERMINAL_PHASES",
+    "AgentStep",
     "AnyEvent",
+    "Gap",
     "LoopEvent",
     "LoopFinished",
     "LoopInterrupted",
@@ -51,14 +64,23 @@ __all__ = [
     "ParsedLoop",
     "Phase",
     "Prompt",
+    "RoundDeferred",
     "RoundFinished",
     "RoundRecord",
     "RoundStarted",
+    "RoundStatus",
     "RoundSummary",
+    "StopMode",
     "Verdict",
     "build_prompt",
     "check_before_round",
     "check_transition",
+    "defer_round",
+    "deferred_wait",
+    "event_decoder",
+    "next_phase",
     "normalize_output",
     "parse_loop",
+    "round_intent",
+    "stale_rounds_after",
 ]

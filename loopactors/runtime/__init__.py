@@ -1,10 +1,13 @@
 """The loop runtime: supervised actors that run |loop| iteration loops.
 
 General layout: ``_api`` (open_runtime, Runtime, LoopHandle), ``_coordinator``, ``_runner``
-(one LoopRunner per live loop), ``_dispatcher``, ``_services`` (Store, Breaker, Compactor,
-Timers), ``_events`` (subscriber fan-out), ``_config`` (configuration files).
+(one LoopRunner per live loop), ``_dispatcher``, one module per service actor (``_store``,
+``_breaker``, ``_context_builder``, ``_timers``), ``_messages`` (every message they exchange),
+``_wiring`` (their names and how they reach each other), ``_events`` (subscriber fan-out),
+``_config`` (configuration files).
 """
 
+from ._api import MAX_AGE as MAX_AGE
 from ._api import LoopHandle as LoopHandle
 from ._api import Runtime as Runtime
 from ._api import open_runtime as open_runtime
@@ -13,11 +16,15 @@ from ._config import NodeSettings as NodeSettings
 from ._config import RuntimeConfig as RuntimeConfig
 from ._config import find_config as find_config
 from ._config import load_config as load_config
+from ._coordinator import new_loop_id as new_loop_id
 from ._events import Gap as Gap
 from ._events import Subscription as Subscription
+from ._ledger import ledger_of as ledger_of
+from ._lock import lock_state_dir as lock_state_dir
 from ._spec import build_spec as build_spec
 
 __all__ = [
+    "MAX_AGE",
     "BreakerSettings",
     "Gap",
     "LoopHandle",
@@ -27,6 +34,9 @@ __all__ = [
     "Subscription",
     "build_spec",
     "find_config",
+    "ledger_of",
     "load_config",
+    "lock_state_dir",
+    "new_loop_id",
     "open_runtime",
 ]

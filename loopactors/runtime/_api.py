@@ -15,23 +15,37 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import trio
 
 from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
+from ..agent import Entry, FullPlan, MicroPlan
 from ..errors import ActorNotRunning, CallFailed, ConfigError, LoopNotFound
-from ..loops._events import AnyEvent, LoopFinished
-from ..loops._model import (
+from ..loops import (
     TERMINAL_PHASES,
+    AgentStep,
+    AnyEvent,
+    LoopFinished,
     LoopSpec,
     LoopState,
     Phase,
     RoundRecord,
     StopMode,
 )
-from ..messages import (
+from ..storage import PruneReport, StoreBackend, StoreStatistics, open_backend
+from ..transport import transport_for
+from ..workers import RoundContext
+from ._breaker import Breaker
+from ._config import RuntimeConfig, load_config
+from ._context_builder import ContextBuilder
+from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
+from ._dispatcher import Dispatcher
+from ._events import EventBus, Gap, Subscription
+from ._lock import lock_state_dir
+from ._messages import (
+    ApplyCompaction,
     ControlLoop,
     GetEvents,
     GetLoop,
@@ -41,17 +55,19 @@ from ..messages import (
     PruneLoops,
     StartLoop,
 )
-from ..storage import PruneReport, StoreBackend, StoreStatistics, open_backend
-from ..transport import transport_for
-from ._config import RuntimeConfig, load_config
-from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
-from ._delivery import RunnerDeps
-from ._dispatcher import Dispatcher
-from ._events import EventBus, Gap, Subscription
-from ._lock import lock_state_dir
-from ._services import Breaker, Compactor, Store
 from ._spec import build_spec
+from ._store import Store
 from ._timers import Timers
+from ._wiring import (
+    BREAKER,
+    CONTEXT_BUILDER,
+    COORDINATOR,
+    DISPATCHER,
+    STORE,
+    TIMERS,
+    RunnerDeps,
+    services_of,
+)
 
 __all__ = ["LoopHandle", "Runtime", "open_runtime"]
 
@@ -59,6 +75,10 @@ Command = Literal["stop", "pause", "resume", "status"]
 
 #: How long a runtime call waits for a restarting actor to come back before giving up.
 RESTART_PATIENCE = 10.0
+
+#: How long an agent waits for the ContextBuilder to apply a compaction plan before it
+#: applies the plan itself.
+COMPACTION_TIMEOUT = 30.0
 
 #: The largest ``older_than`` of a prune: a hundred years, in seconds.
 MAX_AGE = 36_500 * 86_400.0
@@ -150,8 +170,8 @@ class Runtime:
         self.node = node
         self.config = config
         self.bus = bus
-        self._coordinator = node.ref("coordinator")
-        self._store = node.ref("store")
+        self._coordinator = node.ref(COORDINATOR)
+        self._store = node.ref(STORE)
 
     async def start(
         self,
@@ -182,7 +202,7 @@ class Runtime:
             except (ActorNotRunning, CallFailed):
                 if trio.current_time() >= deadline:
                     raise
-                message = msgspec.structs.replace(message, check_existing=True, retry=True)
+                message = msgspec.structs.replace(message, check_existing=True)
                 await trio.sleep(0.05)
                 continue
             return LoopHandle(self, state.loop_id)
@@ -296,7 +316,7 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
     )
     return [
         ChildSpec(
-            "store",
+            STORE,
             functools.partial(
                 Store,
                 backend,
@@ -304,25 +324,25 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                 shared=config.store == "memory",
                 retention_days=config.retention_days,
             ),
-            name="store",
+            name=STORE,
             shutdown=30.0,
         ),
-        ChildSpec("breaker", Breaker, name="breaker"),
-        ChildSpec("compactor", Compactor, name="compactor"),
+        ChildSpec(BREAKER, Breaker, name=BREAKER),
+        ChildSpec(CONTEXT_BUILDER, ContextBuilder, name=CONTEXT_BUILDER),
         ChildSpec(
-            "dispatcher",
+            DISPATCHER,
             functools.partial(
                 Dispatcher,
                 max_concurrent=config.max_concurrent_rounds,
                 max_per_kind=config.max_concurrent_per_kind,
                 kill_grace=config.kill_grace,
-                context_factory=functools.partial(RoundContextImpl, config, deps.bus),
+                context_factory=functools.partial(RuntimeRoundContext, config, deps.bus),
                 transport=functools.partial(transport_for, config.transport),
             ),
-            name="dispatcher",
+            name=DISPATCHER,
             shutdown=config.kill_grace + 5.0,
         ),
-        ChildSpec("timers", Timers, name="timers"),
+        ChildSpec(TIMERS, Timers, name=TIMERS),
         ChildSpec(
             "loops",
             functools.partial(
@@ -333,12 +353,13 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
             ),
             name="loops",
         ),
-        ChildSpec("coordinator", functools.partial(Coordinator, deps, limits), name="coordinator"),
+        ChildSpec(COORDINATOR, functools.partial(Coordinator, deps, limits), name=COORDINATOR),
     ]
 
 
-class RoundContextImpl:
-    """What a round may do besides returning output: start child loops in its loop's scope."""
+class RuntimeRoundContext:
+    """The runtime's side of :class:`~loopactors.workers.RoundContext`: what a round may do
+    besides returning output (child loops in its loop's scope, loops, events, compaction)."""
 
     __slots__ = ("_bus", "_config", "_node", "loop_id", "round")
 
@@ -354,12 +375,48 @@ class RoundContextImpl:
 
     @property
     def runtime(self) -> Runtime:
+        """The whole runtime, for a ``python:`` function that wants more than the protocol
+        offers (``context.runtime.start(...)`` starts an independent root loop). Not part of
+        ``RoundContext``: workers of the package use only the protocol."""
         return Runtime(self._node, self._config, self._bus)
 
     async def start_child(self, text: str, **options: Any) -> LoopHandle:
-        """Start a child loop: it is stopped with this loop, and may not repeat an ancestor's
-        task."""
         return await self.runtime.start(text, parent_id=self.loop_id, **options)
+
+    async def get_loop(self, loop_id: str) -> LoopState:
+        return await self.runtime.get(loop_id)
+
+    async def list_loops(self) -> list[LoopState]:
+        return await self.runtime.loops()
+
+    async def loop_history(self, loop_id: str) -> list[RoundRecord]:
+        return await self.runtime.history(loop_id)
+
+    async def stop_loop(self, loop_id: str) -> LoopState:
+        return await self.runtime.handle(loop_id).stop()
+
+    def subscribe(self) -> Subscription:
+        return self._bus.subscribe(None)
+
+    async def apply_compaction(
+        self, plan: MicroPlan | FullPlan, view: tuple[Entry, ...]
+    ) -> tuple[Entry, ...]:
+        builder = services_of(self._node).context_builder
+        applied: tuple[Entry, ...] = await builder.call(
+            ApplyCompaction(plan, view), timeout=COMPACTION_TIMEOUT
+        )
+        return applied
+
+    def agent_step(self, tool: str, detail: str) -> None:
+        self._bus.publish(
+            AgentStep(
+                loop_id=self.loop_id, at=time.time(), round=self.round, tool=tool, detail=detail
+            )
+        )
+
+
+if TYPE_CHECKING:  # the runtime implements the workers' protocol (checked by mypy)
+    _context: type[RoundContext] = RuntimeRoundContext
 
 
 @asynccontextmanager

@@ -6,6 +6,7 @@ a :class:`ConfigError` that names the key and the file.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,8 +25,9 @@ CONFIG_FILE = "loopactors.toml"
 
 
 def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+    # Finite too: an infinite timeout or delay would make a loop that never finishes.
+    if value is not None and not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{attribute.name} must be a finite number > 0, got {value!r}")
 
 
 #: The shortest and longest ``retention_days``: a minute, a hundred years.
@@ -47,8 +49,8 @@ def _fraction(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
 
 
 def _not_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not value >= 0:
-        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
 
 
 def _transport(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -251,3 +253,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read configuration file {path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"cannot read configuration file {path}: it is not UTF-8 text (byte "
+            f"0x{exc.object[exc.start]:02x} at offset {exc.start}); TOML files must be UTF-8"
+        ) from None

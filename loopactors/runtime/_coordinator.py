@@ -25,9 +25,10 @@ from ..errors import (
     LoopNotFound,
     WorkerSpecError,
 )
-from ..loops._events import LoopFinished
-from ..loops._model import LoopState, RoundRecord
-from ..messages import (
+from ..loops import LoopFinished, LoopState, RoundRecord
+from ..storage import Write
+from ..workers import check_worker_spec
+from ._messages import (
     Admitted,
     Commit,
     ControlLoop,
@@ -38,10 +39,8 @@ from ..messages import (
     LoopEnded,
     StartLoop,
 )
-from ..storage import Write
-from ..workers import check_worker_spec
-from ._delivery import RunnerDeps, runner_name, services_of
 from ._runner import RunnerFactory
+from ._wiring import BREAKER, COORDINATOR, RunnerDeps, runner_name, services_of
 
 __all__ = ["Coordinator", "CoordinatorLimits"]
 
@@ -67,6 +66,8 @@ class _StartMore:
 #: than 1 (one request per runner); 8 and more gave less, and longer steps between rounds,
 #: as more loops in flight together make the garbage collector's full passes longer.
 START_BATCH = 4
+#: _known's answer for a loop id nobody has used (None there means "answered later").
+_NEW = object()
 
 
 @attrs.frozen
@@ -157,7 +158,7 @@ class Coordinator(Actor[Any]):
         loop_id = message.loop_id or new_loop_id()
         if message.loop_id is not None:
             known = await self._known(message)
-            if known is not None:
+            if known is not _NEW:
                 return known
         refusal = self._refusal(message)
         if refusal is not None:
@@ -168,34 +169,42 @@ class Coordinator(Actor[Any]):
         # from many callers thus share the Store's batches instead of waiting in line.
         self._index(state)
         self._admitting[loop_id] = (state, self.defer_reply())
-        admitted = Forward("coordinator", Admitted(loop_id))
+        admitted = Forward(COORDINATOR, Admitted(loop_id))
         await self.svc.store.cast(Commit(Write(state=state), (admitted,)))
         return None
 
     async def _known(self, message: StartLoop) -> Any:
-        """The answer for a loop id seen before, or None for a new one.
+        """The answer for a loop id seen before, ``_NEW`` for a new one.
 
-        A retry (the first attempt's answer was lost to a crash) gets the loop as it is, so
-        a start is never done twice. Otherwise an id in use is refused: a finished loop's
+        A start that names a loop id is idempotent: the same spec under an id already used
+        gets that loop as it is (a retry whose first answer was lost, over the wire or to a
+        crash), so a start is never done twice; a retry while the first is still being
+        admitted waits for it. A different spec under a used id is refused: a loop's
         history is never overwritten (rolebox's W10).
         """
         loop_id = message.loop_id
         assert loop_id is not None
-        if not isinstance(loop_id, str) or not loop_id.strip() or loop_id in self._admitting:
-            return ErrorReply(AdmissionRefused(f"loop id {loop_id!r} is empty or being started"))
-        existing: LoopState | None = None
-        if loop_id in self._live or message.check_existing:
+        if not isinstance(loop_id, str) or not loop_id.strip():
+            return ErrorReply(AdmissionRefused(f"loop id {loop_id!r} is empty"))
+        admitting = self._admitting.get(loop_id)
+        existing: LoopState | None = admitting[0] if admitting is not None else None
+        if existing is None and (loop_id in self._live or message.check_existing):
             existing = await self.svc.store.call(GetLoop(loop_id), self.deps.call_timeout)
         if existing is None:
-            return None
-        if message.retry and existing.spec == message.spec:
-            return existing
-        return ErrorReply(
-            AdmissionRefused(
-                f"loop id {loop_id!r} is already used by a loop that is {existing.phase}; "
-                "choose another id"
+            return _NEW
+        if existing.spec != message.spec:
+            return ErrorReply(
+                AdmissionRefused(
+                    f"loop id {loop_id!r} is already used by a loop that is {existing.phase} "
+                    "with another spec; choose another id (the same spec gets that loop)"
+                )
             )
-        )
+        if loop_id in self._admitting:
+            # Answered with the loop's state once its runner exists (see _start_ready).
+            status = ControlLoop(loop_id=loop_id, command="status")
+            self._held.setdefault(loop_id, []).append((status, self.defer_reply()))
+            return None
+        return existing
 
     async def on_drained(self) -> None:
         if self._ready:
@@ -283,7 +292,7 @@ class Coordinator(Actor[Any]):
             reason=reason,
         )
         # The Breaker may hold its ledger (it ran rounds before a Coordinator restart).
-        forget = Forward("breaker", ForgetLedger(state.loop_id))
+        forget = Forward(BREAKER, ForgetLedger(state.loop_id))
         await self.svc.store.call(
             Commit(Write(state=final, round=record, events=(done,)), (forget,)),
             self.deps.call_timeout,

@@ -22,10 +22,10 @@ import outcome
 import trio
 
 from ..actors import Actor, ErrorReply, Node
-from ..messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
 from ..transport import InProcessTransport, RemoteTransport, RoundTransport
 from ..workers import RoundContext, RoundRequest, RoundResult, Worker
-from ._delivery import deliver, runner_name
+from ._messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
+from ._wiring import deliver, runner_name
 
 __all__ = ["Dispatcher"]
 

@@ -11,26 +11,15 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 
-import msgspec
 import trio
 
-from ..loops._events import AnyEvent
+from ..loops import AnyEvent, Gap
 
 __all__ = ["EventBus", "Gap", "Subscription"]
 
 DEFAULT_QUEUE_SIZE = 1000
 
 log = logging.getLogger("loopactors.runtime")
-
-
-class Gap(msgspec.Struct, frozen=True, kw_only=True, tag="gap", tag_field="type"):
-    """``missed`` events were dropped because this subscriber fell behind."""
-
-    missed: int
-    loop_id: str | None = None
-
-    def note(self) -> str:
-        return f"[loop-progress {self.missed} events missed: the reader fell behind]"
 
 
 class Subscription:

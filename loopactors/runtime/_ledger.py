@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from msgspec import UNSET
 
 from ..ledger import Attempt, BreakerConfig, Ledger
-from ..loops._model import LoopSpec, LoopState, RoundRecord
+from ..loops import LoopSpec, LoopState, RoundRecord
 
 __all__ = ["attempt_of", "breaker_config", "ledger_of"]
 

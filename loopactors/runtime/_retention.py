@@ -11,8 +11,8 @@ import trio
 
 from ..actors import ActorRef
 from ..errors import ActorError, StoreError
-from ..messages import PruneLoops
 from ..storage import PruneReport
+from ._messages import PruneLoops
 
 __all__ = ["CHECK_EVERY", "DAY", "keep_pruning", "retention_interval"]
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
 
 from ..errors import LoopSyntaxError
-from ..loops._model import MAX_ROUNDS, LoopSpec
-from ..loops._syntax import parse_loop
+from ..loops import MAX_ROUNDS, LoopSpec, parse_loop
 from ._config import RuntimeConfig
 
 __all__ = ["build_spec", "validate_spec"]
@@ -84,10 +84,12 @@ def validate_spec(spec: LoopSpec) -> LoopSpec:
         spec = msgspec.structs.replace(spec, rounds=MAX_ROUNDS, clamped=True)
     for name in ("round_timeout", "max_seconds"):
         value = getattr(spec, name)
-        if value is not None and not value > 0:
-            problems.append(f"{name} must be > 0 seconds, got {value}")
-    if not spec.inter_round_delay >= 0:
-        problems.append(f"inter_round_delay must be >= 0 seconds, got {spec.inter_round_delay}")
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            problems.append(f"{name} must be a finite number > 0 seconds, got {value}")
+    if not (spec.inter_round_delay >= 0 and math.isfinite(spec.inter_round_delay)):
+        problems.append(
+            f"inter_round_delay must be a finite number >= 0 seconds, got {spec.inter_round_delay}"
+        )
     for name in (
         "max_consecutive_failures",
         "stale_rounds_limit",

@@ -10,7 +10,7 @@ import trio
 
 from ..actors import Actor, ErrorReply
 from ..errors import ActorError
-from ..messages import CancelTimers, GetTimersStatistics, Schedule
+from ._messages import CancelTimers, GetTimersStatistics, Schedule
 
 __all__ = ["Timers"]
 

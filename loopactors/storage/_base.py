@@ -13,8 +13,7 @@ from collections.abc import Sequence
 import msgspec
 
 from ..errors import StoreError
-from ..loops._events import AnyEvent
-from ..loops._model import LoopState, RoundRecord
+from ..loops import AnyEvent, LoopState, RoundRecord
 
 __all__ = ["PruneReport", "StoreBackend", "StoreStatistics", "Write"]
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ..errors import StoreError
-from ..loops._events import AnyEvent
-from ..loops._model import TERMINAL_PHASES, LoopState, RoundRecord
+from ..loops import TERMINAL_PHASES, AnyEvent, LoopState, RoundRecord
 from ._base import PRUNE_BATCH, PruneReport, StoreBackend, StoreStatistics, Write, check_limit
 
 __all__ = ["MemoryBackend"]

@@ -15,8 +15,7 @@ from pathlib import Path
 import msgspec
 
 from ..errors import StoreError
-from ..loops._events import AnyEvent, event_decoder
-from ..loops._model import TERMINAL_PHASES, LoopState, RoundRecord
+from ..loops import TERMINAL_PHASES, AnyEvent, LoopState, RoundRecord, event_decoder
 from ._base import (
     PRUNE_BATCH,
     PRUNE_SCAN,
@@ -56,6 +55,8 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX events_by_loop ON events (loop_id, seq)",
     ),
+    # 2: what each round cost (coding-agent CLI kinds), queryable without decoding records.
+    ("ALTER TABLE rounds ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0",),
 ]
 
 _UPSERT_LOOP = """
@@ -65,8 +66,9 @@ _UPSERT_LOOP = """
         state = excluded.state
 """
 _UPSERT_ROUND = """
-    INSERT INTO rounds (loop_id, round, status, record) VALUES (?, ?, ?, ?)
-    ON CONFLICT (loop_id, round) DO UPDATE SET status = excluded.status, record = excluded.record
+    INSERT INTO rounds (loop_id, round, status, record, cost_usd) VALUES (?, ?, ?, ?, ?)
+    ON CONFLICT (loop_id, round) DO UPDATE SET status = excluded.status, record = excluded.record,
+        cost_usd = excluded.cost_usd
 """
 _APPEND_EVENT = "INSERT INTO events (loop_id, type, event) VALUES (?, ?, ?)"
 _TERMINAL = tuple(sorted(TERMINAL_PHASES))
@@ -86,6 +88,26 @@ _COUNT_ROWS = (
 _DELETE_ROWS = ("DELETE FROM rounds WHERE loop_id = ?", "DELETE FROM events WHERE loop_id = ?")
 
 
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that never writes. A WAL file in a read-only directory cannot get the
+    shared-memory file SQLite wants next to it; then, if no write-ahead log is left over (a
+    clean shutdown checkpoints it away), the file is opened as immutable, which needs none."""
+    uri = path.resolve().as_uri()
+    if not path.exists():
+        raise sqlite3.OperationalError(f"no such file: {path}")
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA user_version").fetchone()
+    except sqlite3.OperationalError:
+        conn.close()
+        wal = path.with_name(path.name + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise
+    else:
+        return conn
+    return sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
+
+
 def _event_type(event: AnyEvent) -> str:
     return str(type(event).__struct_config__.tag)
 
@@ -95,8 +117,11 @@ class SqliteBackend(StoreBackend):
 
     kind = "sqlite"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        """Open (and create, migrate) the file; ``read_only`` opens it only to read: nothing
+        is created, migrated or written, so a store on a read-only disk can be read."""
         self.path = path
+        self.read_only = read_only
         self._encoder = msgspec.json.Encoder()
         self._state_decoder = msgspec.json.Decoder(LoopState)
         self._round_decoder = msgspec.json.Decoder(RoundRecord)
@@ -105,11 +130,18 @@ class SqliteBackend(StoreBackend):
         try:
             # The Store actor calls in from worker threads, one call at a time, hence no
             # same-thread check. No implicit transactions: commit() issues its own.
-            self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._conn = (
+                _connect_read_only(path)
+                if read_only
+                else sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the store {path}: {exc}") from exc
         try:
-            self._open()
+            if read_only:
+                self._check_readable()
+            else:
+                self._open()
         except BaseException:
             self._conn.close()
             raise
@@ -131,6 +163,14 @@ class SqliteBackend(StoreBackend):
             if getattr(exc, "sqlite_errorname", None) == "SQLITE_NOTADB":
                 raise StoreError(f"{self.path} is not an SQLite database") from exc
             raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
+
+    def _check_readable(self) -> None:
+        try:
+            self._check_version(self._conn.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorname", None) == "SQLITE_NOTADB":
+                raise StoreError(f"{self.path} is not an SQLite database") from exc
+            raise StoreError(f"cannot read the store {self.path}: {exc}") from exc
 
     def _check_version(self, version: int) -> None:
         if version > len(_MIGRATIONS):
@@ -195,7 +235,10 @@ class SqliteBackend(StoreBackend):
                 )
                 executemany(
                     _UPSERT_ROUND,
-                    ((r.loop_id, r.round, r.status, encode(r)) for r in records.values()),
+                    (
+                        (r.loop_id, r.round, r.status, encode(r), r.cost_usd)
+                        for r in records.values()
+                    ),
                 )
                 executemany(
                     _APPEND_EVENT,

@@ -19,11 +19,8 @@ import attrs
 import trio
 
 from ..errors import ConfigError, LoopactorsError
-from ..loops._events import AnyEvent, LoopFinished, RoundFinished, RoundStarted
-from ..loops._model import MAX_ROUNDS, LoopState
-from ..messages import GetEvents, GetRounds
-from ..runtime import Runtime, RuntimeConfig, open_runtime
-from ..runtime._coordinator import new_loop_id
+from ..loops import MAX_ROUNDS, AnyEvent, LoopFinished, LoopState, RoundFinished, RoundStarted
+from ..runtime import Runtime, RuntimeConfig, new_loop_id, open_runtime
 from ..storage import DB_FILENAME, open_backend
 from ..testing import FaultInjection, inject_faults
 from ._report import StoredLoop, StressReport, check_loops, percentile, phase_counts
@@ -250,11 +247,10 @@ async def _show_progress(tally: Tally, progress: Progress, interval: float) -> N
 
 
 async def _read_from_runtime(rt: Runtime) -> list[StoredLoop]:
-    store = rt.node.ref("store")
     stored = []
     for state in await rt.loops():
-        rounds = await store.call(GetRounds(state.loop_id), timeout=60.0)
-        events = await store.call(GetEvents(state.loop_id), timeout=60.0)
+        rounds = await rt.history(state.loop_id)
+        events = await rt.stored_events(state.loop_id)
         stored.append(StoredLoop(state=state, rounds=tuple(rounds), events=tuple(events)))
     return stored
 

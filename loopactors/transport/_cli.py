@@ -16,7 +16,7 @@ import trio
 
 from ..errors import ConfigError
 from ._url import IN_PROCESS, check_transport, redact_url
-from ._wire import KNOWN_KINDS
+from ._wire import ALL_KINDS, KNOWN_KINDS
 
 __all__ = ["add_parsers", "print_status", "run_worker"]
 
@@ -47,7 +47,8 @@ def add_parsers(commands: Any) -> None:
         "--kinds",
         default=",".join(KNOWN_KINDS),
         metavar="K,K",
-        help=f"the worker kinds this process runs ({','.join(KNOWN_KINDS)})",
+        help=f"the worker kinds this process runs (default {','.join(KNOWN_KINDS)}; "
+        f"accepted: {','.join(ALL_KINDS)})",
     )
     worker.add_argument("--slots", type=int, default=4, metavar="N", help="rounds at once (4)")
     worker.add_argument("--name", metavar="NAME", help="consumer name (HOST-PID)")
@@ -84,11 +85,11 @@ def run_worker(args: argparse.Namespace) -> int:
     if check_transport(url) == IN_PROCESS:
         raise ConfigError("--redis takes a redis:// or rediss:// URL")
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
-    unknown = sorted(set(kinds) - set(KNOWN_KINDS))
+    unknown = sorted(set(kinds) - set(ALL_KINDS))
     if unknown or not kinds:
         raise ConfigError(
             f"unknown worker kind(s) {', '.join(unknown) or '(none given)'} in --kinds; "
-            f"accepted: {', '.join(KNOWN_KINDS)}"
+            f"accepted: {', '.join(ALL_KINDS)}"
         )
     try:
         settings = WorkerSettings(
@@ -133,12 +134,12 @@ def print_status(transport: str, *, console: Any) -> None:
     """The workers and per-stream backlog of a Redis transport (nothing for in-process)."""
     if transport == IN_PROCESS:
         return
-    from ._redis import RETRIED, open_redis  # noqa: PLC0415 - coredis loads only here
+    from ._redis import RETRIED, client_name, open_redis  # noqa: PLC0415 - coredis loads only here
     from ._status import collect, render  # noqa: PLC0415
 
     async def read() -> Any:
         with trio.move_on_after(5):
-            async with open_redis(transport) as client:
+            async with open_redis(transport, name=client_name("status")) as client:
                 try:  # inside the client's block, where errors are not yet grouped
                     return await collect(client)
                 except RETRIED as exc:

@@ -24,9 +24,18 @@ import trio
 from coredis.tokens import PureToken
 
 from ..workers import RoundRequest, RoundResult
-from ._backoff import Backoff
+from ._backoff import RetryDelays
 from ._base import RemoteTransport
-from ._redis import NO_GROUP, RETRIED, create_group, open_redis, retry
+from ._redis import (
+    NO_GROUP,
+    RETRIED,
+    RETRIED_OR_NO_GROUP,
+    client_name,
+    create_group,
+    open_redis,
+    retry,
+)
+from ._sweep import expire_dead_workers
 from ._url import redact_url
 from ._wire import (
     CONTROL_STREAM,
@@ -51,6 +60,8 @@ CANCEL_FLAG_SECONDS = 24 * 3600
 CONTROL_MAXLEN = 10_000
 #: How long one blocking read of the results stream waits before it looks again.
 BLOCK_MS = 1000
+#: Seconds between the node's sweeps for dead workers (live workers sweep too).
+SWEEP_SECONDS = 5.0
 
 
 class _Waiter:
@@ -87,13 +98,24 @@ class RedisTransport(RemoteTransport):
         Started at once (rounds wait for the connection on their own), so a node starts while
         Redis is still down.
         """
-        async with open_redis(self.url) as client:
+        async with open_redis(self.url, name=client_name("node")) as client:
             self._client = client
             self._connected.set()
             task_status.started()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_reports)
                 nursery.start_soon(self._publish_stops)
+                nursery.start_soon(self._sweep_dead_workers)
+
+    async def _sweep_dead_workers(self) -> None:
+        """Workers that stopped beating are marked dead, then removed (see ``_sweep``), even
+        when no live worker is left to do it."""
+        while True:
+            await trio.sleep(SWEEP_SECONDS)
+            try:
+                await expire_dead_workers(self._client)
+            except RETRIED_OR_NO_GROUP:
+                continue  # the report reader says when Redis is away
 
     async def run_remote(self, request: RoundRequest, timeout: float) -> RoundResult:
         """Publish the round's order and wait for its report (cancel the scope to stop it)."""
@@ -136,7 +158,7 @@ class RedisTransport(RemoteTransport):
         # Reports delivered to an earlier incarnation and never acknowledged come first.
         start = "0"
         outage = True  # the epoch is checked (and set) on the first pass
-        backoff = Backoff()
+        backoff = RetryDelays()
         while True:
             try:
                 if outage:

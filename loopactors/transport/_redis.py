@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +18,7 @@ import coredis
 import coredis.exceptions
 import trio
 
-from ._backoff import Backoff
+from ._backoff import RetryDelays
 from ._url import redact_url
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "NO_GROUP",
     "RETRIED",
     "RETRIED_OR_NO_GROUP",
+    "client_name",
     "create_group",
     "open_redis",
     "retry",
@@ -66,10 +69,20 @@ def find_error(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> Ba
     return None
 
 
+def client_name(role: str, name: str | None = None) -> str:
+    """The name every connection of this process gives Redis (``CLIENT LIST`` shows it):
+    ``loopactors-<role>-<name>``, by default the host and process id. Redis takes no spaces
+    or control characters in a name: they become ``_``."""
+    name = name if name is not None else f"{socket.gethostname()}-{os.getpid()}"
+    raw = f"loopactors-{role}-{name}"
+    return "".join(c if "!" <= c <= "~" else "_" for c in raw)
+
+
 @contextlib.asynccontextmanager
-async def open_redis(url: str) -> AsyncIterator[Any]:
-    """A client for ``url`` (``redis://`` or ``rediss://``); strings decoded as UTF-8."""
-    client: Any = coredis.Redis.from_url(url, decode_responses=True)
+async def open_redis(url: str, *, name: str) -> AsyncIterator[Any]:
+    """A client for ``url`` (``redis://`` or ``rediss://``); strings decoded as UTF-8; each of
+    its connections named ``name`` (see :func:`client_name`)."""
+    client: Any = coredis.Redis.from_url(url, decode_responses=True, client_name=name)
     async with client:
         yield client
 
@@ -79,7 +92,7 @@ async def retry(what: str, url: str, op: Any, *args: Any, **kwargs: Any) -> Any:
 
     The log names the Redis URL without its password.
     """
-    backoff = Backoff()
+    backoff = RetryDelays()
     while True:
         try:
             return await op(*args, **kwargs)

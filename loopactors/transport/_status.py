@@ -18,6 +18,7 @@ from ._wire import (
     WORKER_GROUP,
     WORKERS_HASH,
     Heartbeat,
+    alive_key,
     decode_heartbeat,
     rounds_stream,
 )
@@ -38,14 +39,20 @@ class TransportStatus(msgspec.Struct, frozen=True, kw_only=True):
     streams: list[StreamBacklog]
 
 
-async def collect(client: Any) -> TransportStatus:
+async def collect(client: Any, *, now: float | None = None) -> TransportStatus:
+    """Read-only: a worker whose liveness flag is gone shows as dead (``dead_since``) even
+    before a sweep marked it (no node or worker may be running to sweep)."""
+    now = time.time() if now is None else now
     raw = await client.hgetall(WORKERS_HASH)
     workers = []
     for value in raw.values():
         try:
-            workers.append(decode_heartbeat(value))
+            beat = decode_heartbeat(value)
         except msgspec.DecodeError:
             continue
+        if beat.dead_since is None and not await client.exists([alive_key(beat.name)]):
+            beat = msgspec.structs.replace(beat, dead_since=now)
+        workers.append(beat)
     workers.sort(key=lambda w: w.name)
     kinds = sorted({*KNOWN_KINDS, *(k for w in workers for k in w.kinds)})
     streams = [(rounds_stream(kind), WORKER_GROUP) for kind in kinds]
@@ -68,11 +75,17 @@ async def collect(client: Any) -> TransportStatus:
 def render(status: TransportStatus, *, now: float | None = None) -> list[Table]:
     now = time.time() if now is None else now
     workers = Table(title="workers")
-    for column in ("name", "kinds", "slots", "in flight", "last heartbeat"):
+    for column in ("name", "state", "kinds", "slots", "in flight", "last heartbeat"):
         workers.add_column(column)
     for w in status.workers:
+        state = "alive" if w.dead_since is None else "dead"
         workers.add_row(
-            w.name, ",".join(w.kinds), str(w.slots), str(w.in_flight), f"{now - w.at:.1f} s ago"
+            w.name,
+            state,
+            ",".join(w.kinds),
+            str(w.slots),
+            str(w.in_flight),
+            f"{now - w.at:.1f} s ago",
         )
     backlog = Table(title="streams")
     for column in ("stream", "waiting", "pending"):

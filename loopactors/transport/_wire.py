@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..workers import RoundRequest, RoundResult
+from ..workers import RoundRequest, RoundResult, cli_kinds
 
 __all__ = [
     "CONTROL_STREAM",
@@ -22,6 +22,7 @@ __all__ = [
     "RoundOrder",
     "RoundReport",
     "StopOrder",
+    "alive_key",
     "cancelled_key",
     "rounds_stream",
 ]
@@ -37,13 +38,22 @@ WORKERS_HASH = f"{PREFIX}:workers"
 EPOCH_KEY = f"{PREFIX}:epoch"
 WORKER_GROUP = "workers"
 NODE_GROUP = "nodes"
-#: The kinds a worker process can run.
+#: The kinds a worker process runs unless told otherwise.
 KNOWN_KINDS = ("agent", "command", "python", "scripted")
+#: Every kind a worker process can run: those and the coding-agent CLI kinds, which run only
+#: when named (``--kinds claude``): their binary must be installed where the rounds run.
+ALL_KINDS = (*KNOWN_KINDS, *cli_kinds())
 
 
 def rounds_stream(kind: str) -> str:
     """The stream of round orders for one worker kind: only workers of that kind read it."""
     return f"{PREFIX}:rounds:{kind}"
+
+
+def alive_key(name: str) -> str:
+    """A worker's liveness flag: set with an expiry of its idle timeout on every heartbeat, so
+    it disappears on Redis's own clock once the worker stops beating (no clock skew)."""
+    return f"{PREFIX}:alive:{name}"
 
 
 def cancelled_key(key: str) -> str:
@@ -80,7 +90,11 @@ class Heartbeat(msgspec.Struct, frozen=True, kw_only=True):
     kinds: tuple[str, ...]
     slots: int
     in_flight: int
+    #: Wall-clock time of the beat (the worker's clock).
     at: float
+    #: Set by a sweep that found the worker's liveness flag gone (its beats stopped):
+    #: the time it was found dead. A beat from the worker clears it.
+    dead_since: float | None = None
 
 
 encode = msgspec.json.Encoder().encode

@@ -24,7 +24,16 @@ import msgspec
 import trio
 
 from ..workers import RoundResult, Worker, parse_worker
-from ._redis import NO_GROUP, RETRIED, RETRIED_OR_NO_GROUP, create_group, open_redis, retry
+from ._redis import (
+    NO_GROUP,
+    RETRIED,
+    RETRIED_OR_NO_GROUP,
+    client_name,
+    create_group,
+    open_redis,
+    retry,
+)
+from ._sweep import drop_idle_consumers, expire_dead_workers
 from ._url import redact_url
 from ._wire import (
     CONTROL_STREAM,
@@ -34,6 +43,7 @@ from ._wire import (
     Heartbeat,
     RoundOrder,
     RoundReport,
+    alive_key,
     cancelled_key,
     decode_order,
     decode_stop,
@@ -96,18 +106,23 @@ async def serve_worker(
     settings: WorkerSettings, *, task_status: Any = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Run a worker until cancelled; started once it has said hello to Redis."""
+    name = client_name("worker", settings.name)
     try:
-        async with open_redis(settings.url) as client:
+        async with open_redis(settings.url, name=name) as client:
             process = _WorkerProcess(settings, client)
             await process.serve(task_status)
     finally:
         # Say goodbye on a fresh connection (a cancelled one is closed mid-command); the
-        # orders it held are taken over by the other workers after the idle timeout.
+        # orders it held are taken over by the other workers after the idle timeout, and its
+        # consumers that hold nothing go now.
         with trio.move_on_after(2) as cleanup:
             cleanup.shield = True
             try:
-                async with open_redis(settings.url) as client:
+                async with open_redis(settings.url, name=name) as client:
                     await client.hdel(WORKERS_HASH, [settings.name])
+                    await client.delete([alive_key(settings.name)])
+                    streams = [rounds_stream(kind) for kind in settings.kinds]
+                    await drop_idle_consumers(client, streams, settings.name)
             except Exception:
                 log.warning("worker %s could not say goodbye to redis", settings.name)
 
@@ -193,6 +208,8 @@ class _WorkerProcess:
         idle_ms = int(self.s.idle_timeout * 1000)
         while True:
             await trio.sleep(self.s.idle_timeout / 4)
+            with contextlib.suppress(*RETRIED_OR_NO_GROUP):  # the next pass tries again
+                await expire_dead_workers(self.client)
             for stream in self.streams:
                 if self.free <= 0:
                     break
@@ -356,6 +373,8 @@ class _WorkerProcess:
             at=time.time(),
         )
         await self.client.hset(WORKERS_HASH, {self.s.name: encode(beat).decode()})
+        expiry = max(int(self.s.idle_timeout * 1000), 1)
+        await self.client.set(alive_key(self.s.name), "1", px=expiry)
         by_stream: dict[str, list[str]] = {}
         for held in list(self.held.values()):
             by_stream.setdefault(held.stream, []).append(held.entry_id)

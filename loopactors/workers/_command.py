@@ -27,7 +27,7 @@ import trio
 from ..errors import WorkerSpecError
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
 
-__all__ = ["CommandWorker"]
+__all__ = ["CommandWorker", "GroupStopper"]
 
 _STDERR_TAIL = 2000
 _POLL = 0.05  # how often a stop looks whether the group is gone during the grace period
@@ -77,7 +77,7 @@ def _group_exists(pgid: int) -> bool:
 
 
 @attrs.define
-class _GroupStopper:
+class GroupStopper:
     """Stops one child's process group: SIGTERM, up to ``grace`` seconds, then SIGKILL.
 
     It runs twice at most: as run_process's ``deliver_cancel``, which trio cancels as soon as
@@ -163,7 +163,7 @@ class CommandWorker(Worker):
             **({"LOOPACTORS_OBJECTIVE": request.objective} if request.objective else {}),
             **request.env,
         }
-        stopper = _GroupStopper(self.kill_grace)
+        stopper = GroupStopper(self.kill_grace)
         try:
             done = await trio.run_process(
                 self.argv,

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 
+import httpx
 import pytest
+import trio
 
 from loopactors.agent import Message
-from loopactors.agent._llm import ChatClient, ModelSettings
+from loopactors.agent._llm import ChatClient, ModelSettings, _retry_after
 from loopactors.agent._wire import StreamAccumulator
 from loopactors.errors import AgentError, ModelError
 
@@ -158,3 +162,95 @@ def test_stream_accumulator_ignores_noise() -> None:
     reply = acc.reply()
     assert reply.interrupted
     assert reply.content == ""
+
+
+async def test_an_error_object_in_the_stream_fails_with_the_providers_message() -> None:
+    broken = Reply(
+        chunks=[
+            {"choices": [{"index": 0, "delta": {"content": "Hel"}}]},
+            {"error": {"message": "The server had an error processing your request", "code": 500}},
+        ]
+    )
+    seen: list[str] = []
+    with ChatServer([broken, stream(["never asked for"])]) as server:
+        async with ChatClient(settings(server)) as client:
+            with pytest.raises(ModelError, match="carried an error: The server had an error"):
+                await client.complete(HELLO, on_text=seen.append)
+    assert seen == ["Hel"]
+    assert len(server.requests) == 1  # not retried, and not continued as a cut reply
+
+
+async def test_an_error_event_before_any_answer_is_not_taken_for_an_empty_stream() -> None:
+    broken = Reply(chunks=['{"error": "quota exceeded"}'], cut="close")
+    with ChatServer([broken]) as server:
+        async with ChatClient(settings(server)) as client:
+            with pytest.raises(ModelError, match="carried an error: quota exceeded"):
+                await client.complete(HELLO)
+    assert len(server.requests) == 1
+
+
+async def test_retry_after_ms_is_honoured_before_retry_after() -> None:
+    # Our own backoff (30 s) and Retry-After (40 s) would blow the 5 s budget: only
+    # retry-after-ms (20 ms) lets the call finish in time.
+    busy = Reply(
+        status=429,
+        body={"error": {"message": "slow down"}},
+        headers={"retry-after-ms": "20", "Retry-After": "40"},
+    )
+    with ChatServer([busy, completion("ok")]) as server:
+        async with ChatClient(settings(server, stream=False, backoff=30.0)) as client:
+            with trio.fail_after(5):
+                answer = await client.complete(HELLO)
+    assert answer.content == "ok"
+    assert len(server.requests) == 2
+
+
+def test_retry_after_headers_are_read_in_the_sdks_order() -> None:
+    def after(**headers: str) -> float | None:
+        response = httpx.Response(429, headers={k.replace("_", "-"): v for k, v in headers.items()})
+        return _retry_after(response)
+
+    assert after(retry_after_ms="1500", retry_after="9") == 1.5
+    assert after(retry_after_ms="soon", retry_after="9") == 9.0
+    assert after(retry_after="2.5") == 2.5
+    assert after(retry_after="Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past
+    future = email.utils.format_datetime(
+        datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=100), usegmt=True
+    )
+    assert 90 < (after(retry_after=future) or 0) <= 100
+    assert after(retry_after="whenever") is None
+    assert after() is None
+
+
+async def test_a_json_chunk_over_several_data_lines_is_joined() -> None:
+    chunk = {"choices": [{"index": 0, "delta": {"content": "joined"}}]}
+    text = json.dumps(chunk, indent=1)  # one event, one ``data:`` line per JSON line
+    multi = Reply(chunks=[text.replace("\n", "\ndata: "), {"choices": [], "usage": {}}])
+    with ChatServer([multi]) as server:
+        async with ChatClient(settings(server)) as client:
+            answer = await client.complete(HELLO)
+    assert answer.content == "joined"
+    assert not answer.interrupted
+
+
+def test_stream_accumulator_follows_the_sse_event_rules() -> None:
+    acc = StreamAccumulator()
+    lines = [
+        'data: {"choices": [{"delta":',
+        "data:{",
+        'data: "content": "a\\nb"}}]}',
+        "",
+        "event: ping",
+        "id: 7",
+        ": comment",
+        'data: {"choices": [{"delta": {"content": "c"}, "finish_reason": "stop"}]}',
+    ]
+    deltas = [acc.feed_line(line) for line in lines]
+    assert deltas == ["", "", "", "a\nb", "", "", "", ""]
+    assert acc.end_event() == "c"  # the body ended without the final blank line
+    assert acc.end_event() == ""
+    # A lenient server's one chunk per line inside one event still counts.
+    for line in ['data: {"choices": [{"delta": {"content": "d"}}]}', "data: [1]", ""]:
+        acc.feed_line(line)
+    reply = acc.reply()
+    assert (reply.content, reply.finish_reason, reply.interrupted) == ("a\nbcd", "stop", False)

@@ -35,6 +35,20 @@ subprocess.run(["git", "add", "-A"], check=True)
 subprocess.run(["git", "commit", "-qm", "notes"], check=True)
 """,
     "noop": "print('nothing to do')\n",
+    # Fixes calc.py and says the objective is met (the report line, last).
+    "finish": """import subprocess
+open("calc.py", "w").write("VALUE = 42\\n")
+subprocess.run(["git", "commit", "-qam", "fix"], check=True)
+print("fixed it")
+print('{"loopactors": {"done": true}}')
+""",
+    # Fixes calc.py in round 1, then fails as an agent whose model went away would.
+    "flaky": """import os, subprocess, sys
+if os.environ["LOOPACTORS_ROUND"] != "1":
+    sys.exit("model endpoint unreachable")
+open("calc.py", "w").write("VALUE = 42\\n")
+subprocess.run(["git", "commit", "-qam", "fix"], check=True)
+""",
     # Fixes calc.py but also writes the ledger, which only the loop may write.
     "meddle": """import os, subprocess
 open(os.path.join(os.environ["LOOPACTORS_LEDGER"], "STATE.json"), "a").write(" ")
@@ -51,6 +65,33 @@ for _ in range(600):
     time.sleep(0.05)
 open("calc.py", "w").write("VALUE = 42\\n")
 subprocess.run(["git", "commit", "-qam", "fix"], check=True)
+""",
+    # Fixes calc.py, then reaches outside its branches in the way TOY_TAMPER names.
+    "tamper": """import os, pathlib, subprocess
+def git(*args):
+    return subprocess.run(["git", *args], check=False, capture_output=True, text=True)
+open("calc.py", "w").write("VALUE = 42\\n")
+git("commit", "-qam", "fix")
+how = os.environ["TOY_TAMPER"]
+common = pathlib.Path(git("rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip())
+if how == "refs":
+    git("update-ref", "refs/heads/main", "HEAD")
+    git("branch", "stray", "HEAD")
+    git("tag", "v-evil", "HEAD")
+    git("update-ref", "refs/heads/loop/other/candidate", "HEAD")
+elif how == "hook":
+    hook = common / "hooks" / "post-checkout"
+    hook.write_text("#!/bin/sh\\necho ran >> " + os.environ["TOY_HOOK_MARK"] + "\\n")
+    hook.chmod(0o755)
+elif how == "hookspath":
+    git("config", "--file", str(common / "config"), "core.hooksPath", "/tmp")
+elif how == "push":
+    done = git("push", "origin", "HEAD:refs/heads/main")
+    open(os.environ["TOY_PUSH_OUT"], "w").write(str(done.returncode) + "\\n" + done.stderr)
+elif how == "push-no-env":
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG_")}
+    subprocess.run(["git", "push", "-q", "origin", "HEAD:refs/heads/main"], env=env, check=True)
+print("fixed, and tampered:", how)
 """,
     "approve": (
         "import sys; sys.stdin.read(); "

@@ -221,3 +221,47 @@ async def test_events_arrive_in_order(live_node: LiveNode) -> None:
     rounds = [e.round for e in seen if isinstance(e, RoundFinished)]
     assert rounds == [1, 2, 3, 4]
     assert all(e.loop_id == state.loop_id for e in seen)
+
+
+async def test_a_retried_start_with_the_same_loop_id_returns_that_loop(
+    live_node: LiveNode,
+) -> None:
+    start = {
+        "type": "start",
+        "text": "|loop:2| once only",
+        "worker": "scripted:latency=30",
+        "loop_id": "my-job-1",
+    }
+    async with open_raw(live_node) as raw:
+        # Two starts back to back: the second arrives while the first is being admitted.
+        await raw.send({**start, "id": 1})
+        await raw.send({**start, "id": 2})
+        answers = {r["id"]: r for r in [await raw.receive(), await raw.receive()]}
+        assert {a["type"] for a in answers.values()} == {"ok"}, answers
+        assert {a["data"]["loop_id"] for a in answers.values()} == {"my-job-1"}
+        with trio.fail_after(10):
+            while True:
+                state = (await raw.ask({"type": "status", "id": 3, "loop_id": "my-job-1"}))["data"][
+                    "loops"
+                ][0]
+                if state["phase"] == "awaiting_worker":
+                    break
+                await trio.sleep(0.01)
+        # A retry once the loop runs (the first answer was lost) gets the loop as it is.
+        again = await raw.ask({**start, "id": 4})
+        assert again["type"] == "ok", again
+        assert (again["data"]["loop_id"], again["data"]["phase"]) == ("my-job-1", "awaiting_worker")
+        assert again["data"]["round"] == 1
+        # Another spec under the same id stays an error.
+        other = await raw.ask({**start, "id": 5, "text": "|loop:2| something else"})
+        assert other["type"] == "error"
+        assert other["code"] == "rejected"
+        assert (
+            "already used by a loop that is awaiting_worker with another spec" in (other["message"])
+        )
+        listed = await raw.ask({"type": "status", "id": 6})
+        assert [s["loop_id"] for s in listed["data"]["loops"]] == ["my-job-1"]
+        await raw.ask({"type": "stop", "id": 7, "loop_id": "my-job-1"})
+        # Finished: the same start still answers with that loop (its final state).
+        done = await raw.ask({**start, "id": 8})
+        assert (done["data"]["loop_id"], done["data"]["phase"]) == ("my-job-1", "cancelled")

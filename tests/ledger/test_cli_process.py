@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 #: The ledger CLI in its own interpreter, independent of the top-level dispatcher.
 CONTEXT = [
@@ -18,7 +16,6 @@ CONTEXT = [
     "import sys; from loopactors.ledger._cli import main; sys.exit(main(sys.argv[1:]))",
 ]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-WIRED = "ledger._cli" in (ROOT / "loopactors" / "cli.py").read_text(encoding="utf-8")
 LEDGER = json.dumps(
     {
         "goal": "g",
@@ -42,8 +39,6 @@ def test_start_up_imports_no_trio_rich_or_runtime() -> None:
         "sys.stdout = io.StringIO(); rc = main(['context', '--help']); sys.stdout = out; "
         "print(rc, *(m in sys.modules for m in ('trio', 'rich', 'loopactors.runtime')))"
     )
-    if not WIRED:
-        pytest.skip("loopactors/cli.py does not dispatch `context` to the ledger CLI yet")
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60,
         check=True,
@@ -65,7 +60,6 @@ def test_ledger_cli_imports_no_trio_rich_or_runtime() -> None:
     assert result.stdout.split() == ["0", "False", "False", "False"]
 
 
-@pytest.mark.skipif(not WIRED, reason="loopactors/cli.py does not dispatch `context` yet")
 def test_python_m_loopactors_context() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "loopactors", "context", "--check"], input=LEDGER,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -266,11 +267,11 @@ def test_zero_is_allowed_where_the_value_only_has_to_be_non_negative(tmp_path: P
 
 
 def test_validators_guard_direct_construction() -> None:
-    with pytest.raises(ValueError, match="max_live_loops must be > 0"):
+    with pytest.raises(ValueError, match="max_live_loops must be a finite number > 0"):
         RuntimeConfig(max_live_loops=0)
-    with pytest.raises(ValueError, match="seed_cap must be >= 0"):
+    with pytest.raises(ValueError, match="seed_cap must be a finite number >= 0"):
         RuntimeConfig(seed_cap=-1)
-    with pytest.raises(ValueError, match="max_seconds must be > 0"):
+    with pytest.raises(ValueError, match="max_seconds must be a finite number > 0"):
         BreakerSettings(max_seconds=-1.0)
 
 
@@ -422,3 +423,42 @@ def test_the_node_table(tmp_path: Path) -> None:
         (tmp_path / "loopactors.toml").write_text(bad)
         with pytest.raises(ConfigError, match=key):
             load_config(tmp_path / "loopactors.toml")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "round_timeout = inf",
+        "inter_round_delay = inf",
+        "kill_grace = inf",
+        "shutdown_grace = inf",
+        "[node]\nhello_timeout = inf",
+        "[breaker]\nmax_seconds = inf",
+        "kill_grace = nan",
+    ],
+)
+def test_an_infinite_time_is_refused(tmp_path: Path, line: str) -> None:
+    # An infinite timeout or delay would make a loop (or a stop) that never finishes.
+    message = _config_error(_write(tmp_path / "loopactors.toml", line + "\n"))
+    assert "must be a finite number" in message
+    assert line.rpartition("\n")[2].split(" =")[0] in message
+
+
+def test_an_infinite_timeout_or_delay_of_one_loop_is_refused() -> None:
+    from loopactors.errors import LoopSyntaxError
+    from loopactors.runtime._spec import build_spec
+
+    for option in ("round_timeout", "inter_round_delay", "max_seconds"):
+        options: dict[str, Any] = {option: float("inf")}
+        with pytest.raises(LoopSyntaxError, match=f"{option} must be a finite number"):
+            build_spec(RuntimeConfig(), "|loop:2| task", **options)
+
+
+@pytest.mark.parametrize("name", ["loopactors.toml", "pyproject.toml"])
+def test_a_config_file_that_is_not_utf8_is_a_clear_error(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b"# caf\xe9\n[tool.loopactors]\nstore = 'memory'\n")
+    with pytest.raises(ConfigError, match="not UTF-8 text") as info:
+        load_config(find_config(tmp_path) if name == "pyproject.toml" else path)
+    assert str(path) in str(info.value)
+    assert "byte 0xe9 at offset 5" in str(info.value)

@@ -148,9 +148,16 @@ async def test_every_entry_path_clamps_rounds_the_same_way(rt: Runtime) -> None:
 async def test_a_finished_loops_id_cannot_be_reused(rt: Runtime) -> None:
     first = await rt.start("|loop:1| original", loop_id="my-loop")
     await first.wait()
-    with pytest.raises(AdmissionRefused, match="already used by a loop that is complete"):
+    with pytest.raises(
+        AdmissionRefused, match="already used by a loop that is complete with another spec"
+    ):
         await rt.start("|loop:2| impostor", loop_id="my-loop")
+    # The same start again is a retry: it gets that loop, and starts nothing.
+    again = await rt.start("|loop:1| original", loop_id="my-loop")
+    assert again.loop_id == "my-loop"
+    assert (await again.status()).phase == "complete"
     assert [r.round for r in await first.history()] == [1]
+    assert len(await rt.loops()) == 1
 
 
 async def test_commands_on_a_finished_loop_report_its_final_state(rt: Runtime) -> None:

@@ -15,10 +15,10 @@ from loopactors.actors import SupervisorRef
 from loopactors.errors import LoopactorsError
 from loopactors.loops._events import LoopStarted
 from loopactors.loops._model import LoopSpec, LoopState, RoundRecord
-from loopactors.messages import ForgetLedger
 from loopactors.runtime import open_runtime
-from loopactors.runtime._delivery import runner_name
-from loopactors.runtime._services import Breaker
+from loopactors.runtime._breaker import Breaker
+from loopactors.runtime._messages import ForgetLedger
+from loopactors.runtime._wiring import runner_name
 from loopactors.storage import Write, open_backend
 from loopactors.testing import inject_crash
 
@@ -248,7 +248,7 @@ async def test_a_failed_start_leaves_no_loop_behind(autojump_clock: trio.testing
 async def test_a_child_whose_parent_ended_while_the_coordinator_was_down_is_stopped(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    from loopactors.messages import Commit
+    from loopactors.runtime._messages import Commit
 
     async with open_runtime(memory_config()) as rt:
         parent = await rt.start(

@@ -15,10 +15,10 @@ import trio.testing
 from loopactors.errors import ConfigError, LoopNotFound, StoreError
 from loopactors.loops._events import LoopFinished
 from loopactors.loops._model import LoopSpec, LoopState, Phase, RoundRecord
-from loopactors.messages import Commit
 from loopactors.runtime import Runtime, open_runtime
+from loopactors.runtime._messages import Commit
 from loopactors.runtime._retention import CHECK_EVERY, DAY, retention_interval
-from loopactors.runtime._services import Store
+from loopactors.runtime._store import Store
 from loopactors.storage import MemoryBackend, PruneReport, SqliteBackend, Write, open_backend
 
 from .conftest import memory_config, sqlite_config

@@ -8,8 +8,8 @@ import pytest
 import trio
 import trio.testing
 
-from loopactors.messages import CancelRound
 from loopactors.runtime import Runtime, _dispatcher, open_runtime
+from loopactors.runtime._messages import CancelRound
 
 from . import round_fns
 from .conftest import memory_config

@@ -9,12 +9,21 @@ import trio.testing
 
 from loopactors.actors import SupervisorRef
 from loopactors.runtime import open_runtime
-from loopactors.runtime._delivery import runner_name
+from loopactors.runtime._wiring import runner_name
 from loopactors.testing import inject_crash
 
 from .conftest import memory_config
 
-ACTORS = ["store", "breaker", "compactor", "dispatcher", "timers", "loops", "coordinator", "runner"]
+ACTORS = [
+    "store",
+    "breaker",
+    "context_builder",
+    "dispatcher",
+    "timers",
+    "loops",
+    "coordinator",
+    "runner",
+]
 
 
 @pytest.mark.parametrize("victim", ACTORS)

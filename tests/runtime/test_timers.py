@@ -12,8 +12,8 @@ import trio.testing
 
 from loopactors.actors import Actor, open_node
 from loopactors.loops._events import LoopRecovered
-from loopactors.messages import CancelTimers, GetTimersStatistics, Schedule
 from loopactors.runtime import open_runtime
+from loopactors.runtime._messages import CancelTimers, GetTimersStatistics, Schedule
 from loopactors.runtime._timers import Timers
 
 from .conftest import memory_config

@@ -106,7 +106,7 @@ async def workers(tmp_path: Path) -> Any:
 async def wait_for_workers(url: str, names: set[str]) -> None:
     """Until every named worker has said hello (its first heartbeat)."""
     with trio.fail_after(20):
-        async with open_redis(url) as client:
+        async with open_redis(url, name="loopactors-test") as client:
             while True:
                 beats = await client.hgetall(WORKERS_HASH)
                 if names <= {decode_heartbeat(v).name for v in beats.values()}:

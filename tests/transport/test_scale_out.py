@@ -49,7 +49,7 @@ async def node(tmp_path: Path, redis_server: RedisServer) -> AsyncIterator[Runti
 
 async def pending(url: str, kind: str) -> int:
     """Orders of this kind taken by a worker and not yet acknowledged."""
-    async with open_redis(url) as client:
+    async with open_redis(url, name="loopactors-test") as client:
         try:
             info = await client.xpending(rounds_stream(kind), WORKER_GROUP)
         except NO_GROUP:  # no worker of this kind ever joined

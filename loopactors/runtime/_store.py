@@ -1,8 +1,4 @@
-"""The runtime's small service actors: Store, Breaker, Compactor (Timers: ``_timers``).
-
-Each is a thin shell: the Store over a storage backend, the Breaker and the Compactor over the
-pure rules in :mod:`loopactors.loops._rules`.
-"""
+"""The Store actor: durable state with group commit, a thin shell over a storage backend."""
 
 from __future__ import annotations
 
@@ -11,46 +7,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import trio
 
 from ..actors import Actor, ErrorReply, PendingReply
-from ..agent import apply_plan
 from ..errors import ActorError, StoreError
-from ..ledger import (
-    Attempt,
-    BreakerConfig,
-    Ledger,
-    build_context_injection,
-    check_circuit_breaker,
-)
-from ..loops._model import LoopState, RoundRecord
-from ..loops._rules import Verdict, build_prompt, check_before_round
-from ..messages import (
-    ApplyCompaction,
-    BuildPrompt,
-    CheckRound,
+from ..storage import PRUNE_BATCH, PruneReport, StoreBackend, Write
+from ._events import EventBus
+from ._messages import (
     Commit,
-    Escalate,
-    ForgetLedger,
     Forward,
-    GetCompactorStatistics,
     GetEvents,
     GetLoop,
     GetRounds,
     GetStoreStatistics,
     ListLoops,
-    PromptReady,
     PruneLoops,
-    RecordAttempt,
 )
-from ..storage import PRUNE_BATCH, PruneReport, StoreBackend, Write
-from ._delivery import deliver, runner_name
-from ._events import EventBus
-from ._ledger import attempt_of, breaker_config
 from ._retention import keep_pruning
+from ._wiring import deliver
 
-__all__ = ["Breaker", "Compactor", "Store"]
+__all__ = ["Store"]
 
 
 #: Commit at once from this many pending writes; below, wait up to COMMIT_DELAY for more.
@@ -247,102 +223,3 @@ class Store(Actor[Any]):
         # the loop for at most FLUSH_AT writes (~50 ms); at that load everything waits on
         # the Store anyway.
         return fn(*args)
-
-
-class Breaker(Actor[Any]):
-    """Checks a loop before each round: escalate (told to the loop's runner), or go on (the
-    loop is passed to the Compactor). A pipeline of casts, so a busy runtime handles these in
-    batches and a runner is woken once, with the outcome.
-
-    It keeps each live loop's run ledger (one attempt per finished round, sent by the
-    runner) and applies loop-context's breaker to it after the runtime's own checks. After a
-    restart of this actor a ledger is rebuilt from the store when it is next needed.
-    """
-
-    mailbox_size = 16_384
-
-    def __init__(self) -> None:
-        self._attempts: dict[str, list[Attempt]] = {}
-        self._configs: dict[str, BreakerConfig] = {}  # per live loop: its spec is fixed
-
-    async def handle(self, message: Any) -> Any:
-        kind = type(message)
-        if kind is RecordAttempt:
-            attempts = self._attempts.get(message.loop_id)
-            if attempts is not None:  # not cached: it is rebuilt from the store when needed
-                attempts.append(message.attempt)
-            return None
-        if kind is ForgetLedger:
-            self._attempts.pop(message.loop_id, None)
-            self._configs.pop(message.loop_id, None)
-            return None
-        if kind is not CheckRound:
-            return ErrorReply(TypeError(f"the breaker does not accept {kind.__name__}"))
-        state = message.state
-        ledger = await self._ledger(state)
-        verdict = check_before_round(state, message.now)
-        if verdict is None:
-            config = self._configs.get(state.loop_id)
-            if config is None:
-                config = self._configs[state.loop_id] = breaker_config(state.spec)
-            decision = check_circuit_breaker(ledger, config)
-            if decision.escalate:
-                verdict = Verdict(trigger=decision.trigger, reason=decision.reason)
-        if verdict is not None:
-            escalate = Escalate(state.round, message.epoch, verdict)
-            await deliver(self.node, runner_name(state.loop_id), escalate)
-        else:
-            injected = ledger if state.spec.inject_ledger else None
-            await deliver(self.node, "compactor", BuildPrompt(state, message.epoch, injected))
-        return None
-
-    async def _ledger(self, state: LoopState) -> Ledger:
-        attempts = self._attempts.get(state.loop_id)
-        if attempts is None:
-            records: list[RoundRecord] = []
-            if state.round > 1:  # a loop this actor has not seen: its rounds are stored
-                records = await self.node.ref("store").call(GetRounds(state.loop_id))
-            attempts = [attempt_of(r, state.spec.task) for r in records if r.status != "running"]
-            self._attempts[state.loop_id] = attempts
-        return Ledger(goal=state.spec.task, attempts=tuple(attempts))
-
-
-class Compactor(Actor[Any]):
-    """Builds each round's prompt (inherit seed or fresh) and hands it to the loop's runner,
-    and applies agents' compaction plans, micro and full (:class:`ApplyCompaction`, the pure
-    :func:`~loopactors.agent.apply_plan`; the agent commits the result)."""
-
-    mailbox_size = 16_384
-
-    def __init__(self) -> None:
-        self.prompts_built = 0
-        self.compactions_applied = 0
-
-    async def handle(self, message: Any) -> Any:
-        kind = type(message)
-        if kind is ApplyCompaction:
-            try:
-                applied = apply_plan(message.view, message.plan)
-            except Exception as exc:
-                # Refused, never a crash: a crash here restarts (rest_for_one) the dispatcher
-                # and every round in flight. The agent then applies the plan itself.
-                return ErrorReply(exc)
-            self.compactions_applied += 1
-            return applied
-        if kind is GetCompactorStatistics:
-            return {
-                "prompts_built": self.prompts_built,
-                "compactions_applied": self.compactions_applied,
-            }
-        if kind is not BuildPrompt:
-            return ErrorReply(TypeError(f"the compactor does not accept {kind.__name__}"))
-        self.prompts_built += 1
-        state = message.state
-        prompt = build_prompt(state)
-        if message.ledger is not None and message.ledger.attempts:
-            # loop-context's block goes first: the model reads what was tried before the task.
-            block = build_context_injection(message.ledger, breaker_config(state.spec))
-            prompt = msgspec.structs.replace(prompt, text=f"{block}\n\n{prompt.text}")
-        ready = PromptReady(state.round, message.epoch, prompt)
-        await deliver(self.node, runner_name(state.loop_id), ready)
-        return None

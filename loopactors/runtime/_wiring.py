@@ -1,5 +1,5 @@
-"""How the runtime's actors find each other: runner names, the named services, what a
-runner is given, and casts that tolerate absence."""
+"""How the runtime's actors reach each other: the names they are registered under, refs to
+the named services, what a runner is given, and casts that tolerate absence."""
 
 from __future__ import annotations
 
@@ -15,7 +15,28 @@ from ..errors import ActorError, MailboxFull
 if TYPE_CHECKING:
     from ._events import EventBus
 
-__all__ = ["RUNNER_PREFIX", "RunnerDeps", "Services", "deliver", "runner_name", "services_of"]
+__all__ = [
+    "BREAKER",
+    "CONTEXT_BUILDER",
+    "COORDINATOR",
+    "DISPATCHER",
+    "RUNNER_PREFIX",
+    "STORE",
+    "TIMERS",
+    "RunnerDeps",
+    "Services",
+    "deliver",
+    "runner_name",
+    "services_of",
+]
+
+# The names the runtime's service actors are registered under on their node.
+STORE = "store"
+BREAKER = "breaker"
+CONTEXT_BUILDER = "context_builder"
+DISPATCHER = "dispatcher"
+TIMERS = "timers"
+COORDINATOR = "coordinator"
 
 RUNNER_PREFIX = "loop:"
 
@@ -44,15 +65,15 @@ async def deliver(node: Node, name: str, message: Any) -> None:
 class Services:
     """Refs to the runtime's named actors on one node (they follow restarts)."""
 
-    __slots__ = ("breaker", "compactor", "coordinator", "dispatcher", "store", "timers")
+    __slots__ = ("breaker", "context_builder", "coordinator", "dispatcher", "store", "timers")
 
     def __init__(self, node: Node) -> None:
-        self.store: NamedRef[Any] = node.ref("store")
-        self.breaker: NamedRef[Any] = node.ref("breaker")
-        self.compactor: NamedRef[Any] = node.ref("compactor")
-        self.dispatcher: NamedRef[Any] = node.ref("dispatcher")
-        self.timers: NamedRef[Any] = node.ref("timers")
-        self.coordinator: NamedRef[Any] = node.ref("coordinator")
+        self.store: NamedRef[Any] = node.ref(STORE)
+        self.breaker: NamedRef[Any] = node.ref(BREAKER)
+        self.context_builder: NamedRef[Any] = node.ref(CONTEXT_BUILDER)
+        self.dispatcher: NamedRef[Any] = node.ref(DISPATCHER)
+        self.timers: NamedRef[Any] = node.ref(TIMERS)
+        self.coordinator: NamedRef[Any] = node.ref(COORDINATOR)
 
 
 _services: weakref.WeakKeyDictionary[Node, Services] = weakref.WeakKeyDictionary()

@@ -10,16 +10,14 @@ from typing import Any
 
 import msgspec
 
-from .errors import ConfigError, StoreError
-from .runtime import RuntimeConfig
-from .runtime._api import MAX_AGE
-from .runtime._lock import lock_state_dir
-from .storage import DB_FILENAME, PruneReport, open_backend
+from ..errors import ConfigError, StoreError
+from ..runtime import MAX_AGE, RuntimeConfig, lock_state_dir
+from ..storage import DB_FILENAME, PruneReport, open_backend
 
 __all__ = ["add_parser", "parse_duration", "prune"]
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3_600.0, "d": 86_400.0}
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)")
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)", re.ASCII)  # no other scripts' digits
 ACCEPTED = (
     "a number of seconds, or a number followed by s, m, h or d (30d, 12h, 90m, 3600s), up to 36500d"
 )

@@ -21,15 +21,14 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.patch_stdout import patch_stdout
 
-from ._cli_remote import read_token
+from ..client import connect
+from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
+from ..loops import LoopFinished, LoopStarted, LoopState
+from ..runtime import Gap, RuntimeConfig, open_runtime
+from ..workers import parse_worker
+from ._remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
 from ._repl_targets import EmbeddedTarget, RemoteTarget, Target
-from .client import connect
-from .errors import CodeLoopError, ConnectionLost, LoopactorsError
-from .loops._events import LoopFinished, LoopStarted
-from .loops._model import LoopState
-from .runtime import Gap, RuntimeConfig, open_runtime
-from .workers import parse_worker
 
 __all__ = ["run_repl"]
 

@@ -15,18 +15,15 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
+from ..agent import format_transcript
+from ..client import NodeClient, connect
+from ..errors import ConfigError, LoopNotFound, StoreError
+from ..gateway import TOKEN_FILENAME, parse_listen, serve_node
+from ..loops import LoopFinished, LoopState, RoundRecord, RoundSummary
+from ..runtime import RuntimeConfig, lock_state_dir
+from ..storage import DB_FILENAME, Write, open_backend
 from ._follow import PHASE_EXIT, follow
 from ._progress import JsonLines, Progress, final_table
-from .agent import format_transcript
-from .client import NodeClient, connect
-from .errors import ConfigError, LoopNotFound, StoreError
-from .gateway import serve_node
-from .gateway._auth import TOKEN_FILENAME, parse_listen
-from .loops._events import LoopFinished, RoundSummary
-from .loops._model import LoopState, RoundRecord
-from .runtime import RuntimeConfig
-from .runtime._lock import lock_state_dir
-from .storage import DB_FILENAME, Write, open_backend
 
 __all__ = [
     "print_history",

@@ -1,4 +1,4 @@
-"""Micro compaction inside the runtime: the agent plans, the Compactor actor applies, the agent
+"""Micro compaction inside the runtime: the agent plans, the ContextBuilder actor applies, the agent
 commits. Real runtime, real loopback chat server; the result must equal the local application.
 """
 
@@ -23,11 +23,12 @@ from loopactors.agent import (
     core_tools,
     run_agent,
 )
-from loopactors.messages import ApplyCompaction, GetCompactorStatistics
-from loopactors.runtime import RuntimeConfig, _services, open_runtime
-from loopactors.runtime._services import Compactor
+from loopactors.runtime import RuntimeConfig, _context_builder, open_runtime
+from loopactors.runtime._api import RuntimeRoundContext
+from loopactors.runtime._context_builder import ContextBuilder
+from loopactors.runtime._events import EventBus
+from loopactors.runtime._messages import ApplyCompaction, GetContextBuilderStatistics
 from loopactors.workers import AgentWorker, RoundContext, RoundRequest, RoundResult
-from loopactors.workers._agent import compactor_applier
 
 from ..workers.sample_fns import make_request
 from .chat_server import ChatServer, completion
@@ -66,11 +67,14 @@ async def runtime_round(tmp_path: Path) -> tuple[Transcript, dict[str, int]]:
         config = RuntimeConfig(store="memory", shutdown_grace=5.0)
         async with open_runtime(config) as runtime:
             handle = await runtime.start(
-                "|loop:1| read big.txt", worker="python:tests.agent.test_compactor:agent_round"
+                "|loop:1| read big.txt",
+                worker="python:tests.agent.test_context_builder:agent_round",
             )
             final = await handle.wait()
             history = await handle.history()
-            statistics = await runtime.node.ref("compactor").call(GetCompactorStatistics())
+            statistics = await runtime.node.ref("context_builder").call(
+                GetContextBuilderStatistics()
+            )
     assert final.phase == "complete", history
     second = server.requests[1]["messages"]
     assert OMITTED in next(m["content"] for m in second if m["role"] == "tool")
@@ -85,7 +89,7 @@ async def local_round(tmp_path: Path, prompt: str) -> Transcript:
     return Transcript.from_builtins(result.transcript)
 
 
-async def test_the_compactor_applies_an_agent_rounds_micro_compaction(tmp_path: Path) -> None:
+async def test_the_context_builder_applies_an_agent_rounds_micro_compaction(tmp_path: Path) -> None:
     transcript, statistics = await runtime_round(tmp_path)
     assert statistics == {"prompts_built": 1, "compactions_applied": 1}
     tool_result = transcript.entries[3]
@@ -95,13 +99,13 @@ async def test_the_compactor_applies_an_agent_rounds_micro_compaction(tmp_path: 
     assert local.to_builtins() == transcript.to_builtins()
 
 
-async def test_an_apply_that_fails_in_the_compactor_is_refused_and_done_by_the_agent(
+async def test_an_apply_that_fails_in_the_context_builder_is_refused_and_done_by_the_agent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken(*args: object) -> object:
         raise RuntimeError("apply bug")
 
-    monkeypatch.setattr(_services, "apply_plan", broken)
+    monkeypatch.setattr(_context_builder, "apply_plan", broken)
     transcript, statistics = await runtime_round(tmp_path)
     # Not crashed (a crash would restart the dispatcher and its rounds): same incarnation.
     assert statistics == {"prompts_built": 1, "compactions_applied": 0}
@@ -110,12 +114,12 @@ async def test_an_apply_that_fails_in_the_compactor_is_refused_and_done_by_the_a
     assert local.to_builtins() == transcript.to_builtins()
 
 
-class CrashingCompactor(Compactor):
+class CrashingContextBuilder(ContextBuilder):
     """Crashes on every ApplyCompaction (its supervisor restarts it)."""
 
     async def handle(self, message: Any) -> Any:
         if type(message) is ApplyCompaction:
-            raise RuntimeError("compactor crashed mid-apply")
+            raise RuntimeError("context builder crashed mid-apply")
         return await super().handle(message)
 
 
@@ -131,7 +135,7 @@ def earlier_work(workspace: Path) -> Transcript:
     return transcript
 
 
-async def test_a_compactor_crash_during_an_apply_is_survived(tmp_path: Path) -> None:
+async def test_a_context_builder_crash_during_an_apply_is_survived(tmp_path: Path) -> None:
     """The call fails (CallFailed): the agent applies the plan itself, with the same result."""
     scripted = [
         completion(calls=[("g", "glob", {"pattern": "*.md"})], prompt_tokens=7600),
@@ -139,8 +143,11 @@ async def test_a_compactor_crash_during_an_apply_is_survived(tmp_path: Path) -> 
     ]
     config = AgentConfig(compaction=CompactionConfig(context_window=10_000, output_reserve=500))
     transcripts = []
-    async with open_node([ChildSpec("compactor", CrashingCompactor, name="compactor")]) as node:
-        for applier in (compactor_applier(node), None):
+    async with open_node(
+        [ChildSpec("context_builder", CrashingContextBuilder, name="context_builder")]
+    ) as node:
+        round_context = RuntimeRoundContext(RuntimeConfig(), EventBus(16), node, "l", 1)
+        for applier in (round_context.apply_compaction, None):
             transcript = earlier_work(tmp_path)
             with ChatServer(list(scripted)) as server:
                 settings = ModelSettings(base_url=server.base_url, model="m", backoff=0.01)
@@ -164,7 +171,7 @@ async def test_a_compactor_crash_during_an_apply_is_survived(tmp_path: Path) -> 
             else:
                 assert failed == []
         # Restarted by its supervisor: it answers again.
-        statistics = await node.ref("compactor").call(GetCompactorStatistics())
+        statistics = await node.ref("context_builder").call(GetContextBuilderStatistics())
     assert statistics == {"prompts_built": 0, "compactions_applied": 0}
     assert transcripts[0].entries[3].truncated
     assert transcripts[0].to_builtins() == transcripts[1].to_builtins()

@@ -8,10 +8,9 @@ from typing import Any
 
 import trio
 
+from ..loops import LoopFinished, LoopState, Phase
+from ..runtime import Gap
 from ._progress import JsonLines, Progress, final_table
-from .loops._events import LoopFinished
-from .loops._model import LoopState, Phase
-from .runtime import Gap
 
 __all__ = ["PHASE_EXIT", "follow"]
 

@@ -16,21 +16,28 @@ import msgspec
 import trio
 from rich.console import Console
 
-from . import __version__, _cli_prune, _cli_remote
+from .. import __version__
+from ..errors import ConfigError, LoopactorsError, LoopNotFound, StoreError
+from ..ledger import encode_json
+from ..loops import LoopState, RoundRecord
+from ..runtime import (
+    LoopHandle,
+    Runtime,
+    RuntimeConfig,
+    ledger_of,
+    load_config,
+    new_loop_id,
+    open_runtime,
+)
+from ..storage import DB_FILENAME, SqliteBackend
+from ..stress import _cli as stress_cli
+from ..transport import _cli as _cli_transport
+from ..workers import cli_kinds, in_workspace
+from . import _prune, _remote
 from ._demo import run_demo
 from ._follow import PHASE_EXIT, follow
 from ._progress import JsonLines, Progress, final_table
 from ._repl import run_repl
-from .errors import ConfigError, LoopactorsError, LoopNotFound
-from .ledger import encode_json
-from .loops._model import LoopState, RoundRecord
-from .runtime import LoopHandle, Runtime, RuntimeConfig, load_config, open_runtime
-from .runtime._coordinator import new_loop_id
-from .runtime._ledger import ledger_of
-from .storage import DB_FILENAME, open_backend
-from .stress import _cli as stress_cli
-from .transport import _cli as _cli_transport
-from .workers import in_workspace
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -60,10 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run one loop in the foreground")
     run.add_argument("text", help='the loop, e.g. "|loop:3,fresh| review this module"')
     run.add_argument(
-        "--worker", help="worker spec (scripted, command:ARGV, python:MOD:FN, agent[:...])"
+        "--worker",
+        help="worker spec (scripted, command:ARGV, python:MOD:FN, agent[:...], claude[:...])",
     )
     run.add_argument(
-        "--workspace", type=Path, metavar="DIR", help="the agent worker's directory (default: .)"
+        "--workspace",
+        type=Path,
+        metavar="DIR",
+        help="the agent's or coding-agent CLI's directory (default: .)",
     )
     _state_options(run, allow_memory=True)
     run.add_argument("--round-timeout", type=float, metavar="S")
@@ -113,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     _state_options(history, allow_memory=False)
     _connect_options(history)
 
-    _cli_remote.add_parsers(commands, _state_options, _connect_options)
-    _cli_prune.add_parser(commands, _state_options)
+    _remote.add_parsers(commands, _state_options, _connect_options)
+    _prune.add_parser(commands, _state_options)
     _cli_transport.add_parsers(commands)  # --transport on run/resume/node/status; `worker`
     stress_cli.add_parser(commands)
 
@@ -190,7 +201,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "stress":
         return stress_cli.main(args)
     if getattr(args, "connect", None) and args.command != "repl":
-        return _remote(args)
+        return _on_node(args)
     if args.command == "run":
         return trio.run(_run, args)
     if args.command == "resume":
@@ -200,11 +211,11 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "history":
         return _history(args)
     if args.command == "stop":
-        return _cli_remote.stop(args, _config(args))
+        return _remote.stop(args, _config(args))
     if args.command == "prune":
-        return _cli_prune.prune(args, _config(args))
+        return _prune.prune(args, _config(args))
     if args.command == "node":
-        return _cli_remote.run_node(args, _config(args, worker=args.worker))
+        return _remote.run_node(args, _config(args, worker=args.worker))
     if args.command == "repl":
         return run_repl(args, _config(args, worker=args.worker))
     if args.command == "ledger" and args.ledger_command == "export":
@@ -213,20 +224,20 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _remote(args: argparse.Namespace) -> int:
-    token = _cli_remote.read_token(args, _config(args).state_dir)
+def _on_node(args: argparse.Namespace) -> int:
+    token = _remote.read_token(args, _config(args).state_dir)
     if args.command == "status":
-        return trio.run(_cli_remote.remote_status, args, token)
+        return trio.run(_remote.remote_status, args, token)
     if args.command == "history":
-        return trio.run(_cli_remote.remote_history, args, token)
+        return trio.run(_remote.remote_history, args, token)
     if args.command == "stop":
-        return trio.run(_cli_remote.remote_stop, args, token)
+        return trio.run(_remote.remote_stop, args, token)
     if args.command == "run":
         options = {k: v for k, v in _loop_options(args).items() if v is not None}
         for flag in ("round_timeout", "inter_round_delay"):
             if getattr(args, flag) is not None:
                 options[flag] = getattr(args, flag)
-        return trio.run(_cli_remote.remote_run, args, token, options)
+        return trio.run(_remote.remote_run, args, token, options)
     raise ConfigError(f"`loopactors {args.command}` does not take --connect")
 
 
@@ -258,6 +269,9 @@ async def _run(args: argparse.Namespace) -> int:
     worker = args.worker
     if args.workspace is not None:
         worker = in_workspace(worker or config.worker, args.workspace)
+    elif (worker or config.worker).partition(":")[0] in cli_kinds():
+        # Pinned at start, so a `resume` from another directory works in the same place.
+        worker = in_workspace(worker or config.worker, Path.cwd())
     async with open_runtime(config) as rt:
         loop_id = new_loop_id()
         display: JsonLines | Progress = JsonLines() if args.json else Progress()
@@ -274,7 +288,7 @@ async def _resume(args: argparse.Namespace) -> int:
     display: JsonLines | Progress = JsonLines() if args.json else Progress()
     # Read before the runtime starts: it resumes these at once, and some may end (or be
     # found impossible to resume) before a query made afterwards could see them live.
-    backend = _read_store(args)
+    backend = _read_store(args, missing_ok=True)
     live = backend.list_loops(live_only=True) if backend is not None else []
     if backend is not None:
         backend.close()
@@ -306,12 +320,23 @@ async def _follow(
     return await follow([h.loop_id for h in handles], events, display, get=rt.get, stop=stop)
 
 
-def _read_store(args: argparse.Namespace) -> Any:
+def _read_store(args: argparse.Namespace, *, missing_ok: bool = False) -> Any:
+    """The state directory's store, opened read-only (a read-only disk will do); None if the
+    directory has none yet. A path that is not a directory is an error, and so is a missing
+    directory unless ``missing_ok``."""
     config = _config(args)
     state_dir = Path(config.state_dir)
+    if state_dir.exists() and not state_dir.is_dir():
+        raise StoreError(f"the state directory {state_dir} is not a directory")
+    if not state_dir.exists():
+        if missing_ok:
+            return None
+        raise StoreError(
+            f"no state directory {state_dir} (give the one a runtime used: --state DIR)"
+        )
     if not (state_dir / DB_FILENAME).exists():
         return None
-    return open_backend("sqlite", state_dir)
+    return SqliteBackend(state_dir / DB_FILENAME, read_only=True)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -357,7 +382,7 @@ def _stored_loop(args: argparse.Namespace) -> tuple[LoopState, list[RoundRecord]
 
 def _history(args: argparse.Namespace) -> int:
     state, rounds = _stored_loop(args)
-    return _cli_remote.print_history(args, state, rounds)
+    return _remote.print_history(args, state, rounds)
 
 
 def _export_ledger(args: argparse.Namespace) -> int:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from ..actors import SupervisorRef
+from ..loops import LoopFinished, RoundFinished
+from ..runtime import RuntimeConfig, open_runtime
+from ..testing import inject_crash
 from ._progress import Progress, final_table
-from .actors import SupervisorRef
-from .loops._events import LoopFinished, RoundFinished
-from .runtime import RuntimeConfig, open_runtime
-from .testing import inject_crash
 
 LOOPS = [
     ("|loop:5| draft the release notes", "scripted:latency={lat}", "complete"),

@@ -6,8 +6,8 @@ import shlex
 
 import attrs
 
-from .errors import LoopSyntaxError
-from .loops import parse_loop
+from ..errors import LoopSyntaxError
+from ..loops import parse_loop
 
 __all__ = ["COMMANDS", "Command", "help_text", "parse_line"]
 

@@ -1,5 +1,7 @@
 """Every message the runtime's actors exchange: one file to read the protocol.
 
+(The gateway's own messages are in ``gateway/_messages.py``.)
+
 Frozen msgspec Structs. Inside a process they travel as objects; only the store and the
 websocket gateway encode anything.
 
@@ -17,13 +19,11 @@ from typing import Any, Literal
 
 import msgspec
 
-from .agent._compaction import FullPlan, MicroPlan
-from .agent._transcript import Entry
-from .ledger import Attempt, Ledger
-from .loops._model import LoopSpec, LoopState, StopMode
-from .loops._rules import Prompt, Verdict
-from .storage._base import Write
-from .workers._base import RoundRequest, RoundResult
+from ..agent import Entry, FullPlan, MicroPlan
+from ..ledger import Attempt, Ledger
+from ..loops import LoopSpec, LoopState, Prompt, StopMode, Verdict
+from ..storage import Write
+from ..workers import RoundRequest, RoundResult
 
 __all__ = [
     "Admitted",
@@ -39,10 +39,8 @@ __all__ = [
     "Escalate",
     "ForgetLedger",
     "Forward",
-    "GatewayShutdown",
-    "GetCompactorStatistics",
+    "GetContextBuilderStatistics",
     "GetEvents",
-    "GetGatewayStatistics",
     "GetLoop",
     "GetRounds",
     "GetStoreStatistics",
@@ -111,12 +109,12 @@ class PruneLoops(msgspec.Struct, frozen=True):
     dry_run: bool = False
 
 
-# -- Breaker and Compactor -------------------------------------------------------------------
+# -- Breaker and ContextBuilder -------------------------------------------------------------
 
 
 class CheckRound(msgspec.Struct, gc=False, frozen=True):
     """To the Breaker, before round ``state.round``. It answers the loop's runner with
-    :class:`Escalate`, or passes the loop on to the Compactor (:class:`BuildPrompt`)."""
+    :class:`Escalate`, or passes the loop on to the ContextBuilder (:class:`BuildPrompt`)."""
 
     state: LoopState
     now: float
@@ -124,7 +122,7 @@ class CheckRound(msgspec.Struct, gc=False, frozen=True):
 
 
 class BuildPrompt(msgspec.Struct, gc=False, frozen=True):
-    """To the Compactor; it answers the loop's runner with :class:`PromptReady`. ``ledger``
+    """To the ContextBuilder; it answers the loop's runner with :class:`PromptReady`. ``ledger``
     is set when the loop asked for the ledger's context block in its prompts."""
 
     state: LoopState
@@ -133,7 +131,7 @@ class BuildPrompt(msgspec.Struct, gc=False, frozen=True):
 
 
 class ApplyCompaction(msgspec.Struct, frozen=True):
-    """An agent asks the Compactor to apply a compaction ``plan`` (micro, or full with its
+    """An agent asks the ContextBuilder to apply a compaction ``plan`` (micro, or full with its
     summary already written) to ``view`` (the transcript's entries the plan was made on).
     The reply is the applied view (a tuple of entries); the agent commits it against
     ``plan.revision``."""
@@ -142,8 +140,8 @@ class ApplyCompaction(msgspec.Struct, frozen=True):
     view: tuple[Entry, ...]
 
 
-class GetCompactorStatistics(msgspec.Struct, frozen=True):
-    """The Compactor's counters since it (re)started, by name: ``prompts_built`` and
+class GetContextBuilderStatistics(msgspec.Struct, frozen=True):
+    """The ContextBuilder's counters since it (re)started, by name: ``prompts_built`` and
     ``compactions_applied``."""
 
 
@@ -237,10 +235,9 @@ class StartLoop(msgspec.Struct, gc=False, frozen=True, kw_only=True):
 
     spec: LoopSpec
     loop_id: str | None = None
-    #: Look the id up in the store first (an id chosen by the caller may be in use).
+    #: Look the id up in the store first (an id chosen by the caller may be in use; the
+    #: same spec under a used id gets that loop, another spec is refused).
     check_existing: bool = False
-    #: Sent again after a lost answer: a loop already admitted under this id is the answer.
-    retry: bool = False
 
 
 class ControlLoop(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -267,19 +264,3 @@ class Advance(msgspec.Struct, frozen=True):
     """Wake a runner to take its next step; ``epoch`` makes stale wake-ups harmless."""
 
     epoch: int
-
-
-# -- Gateway (standalone node) ---------------------------------------------------------------
-
-
-class GetGatewayStatistics(msgspec.Struct, frozen=True):
-    """Reply: the gateway's ``GatewayStatistics``."""
-
-
-class GatewayShutdown(msgspec.Struct, frozen=True):
-    """Stop accepting connections, tell each client ``reason`` and close it (1001).
-
-    Reply: the number of connections closed.
-    """
-
-    reason: str = "the node is shutting down"

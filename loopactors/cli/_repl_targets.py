@@ -8,14 +8,11 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
-from .client import NodeClient
-from .errors import CodeLoopError
-from .gateway._code import answer_code
-from .gateway._errors import Refusal
-from .gateway._protocol import Code, CodeLoops
-from .loops._events import AnyEvent
-from .loops._model import LoopState, RoundRecord
-from .runtime import Gap, Runtime
+from ..client import NodeClient
+from ..errors import CodeLoopError
+from ..gateway import Code, CodeLoops, Refusal, answer_code
+from ..loops import AnyEvent, LoopState, RoundRecord
+from ..runtime import Gap, Runtime
 
 __all__ = ["EmbeddedTarget", "RemoteTarget", "Target"]
 
