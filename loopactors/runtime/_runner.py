@@ -42,6 +42,7 @@ from ..loops import (
     defer_round,
     deferred_wait,
     next_phase,
+    no_completed_round,
     normalize_output,
     round_intent,
     stale_rounds_after,
@@ -529,6 +530,12 @@ class LoopRunner(Actor[Any]):
         nxt = next_phase(state)
         if nxt in ("complete", "cancelled"):
             await self._finish(nxt, record=record, events=events)
+            return
+        if nxt == "escalated":  # the cap, with no completed round
+            verdict = no_completed_round(state, record.error if record is not None else None)
+            await self._finish(
+                nxt, record=record, events=events, reason=verdict.reason, trigger=verdict.trigger
+            )
             return
         if nxt == "paused":
             paused = state.moved("paused", round=state.round + 1, pause_requested=False)
