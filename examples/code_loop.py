@@ -24,7 +24,7 @@ from pathlib import Path
 
 import trio
 
-from loopactors.codeloop import RoundFinished, open_code_loop
+from loopactors.codeloop import CodeRoundFinished, open_code_loop
 from loopactors.runtime import open_runtime
 
 EXECUTOR = """import os, subprocess
@@ -92,7 +92,7 @@ async def main(base: Path) -> list[str]:
     lines += [
         f"round {event.round}: {event.reason}"
         for event in loop.ledger.read_events()
-        if isinstance(event, RoundFinished)
+        if isinstance(event, CodeRoundFinished)
     ]
     lines.append(f"loop: {state.status} ({state.active_gate}: {state.reason})")
     for branch in ("main", state.candidate_branch):

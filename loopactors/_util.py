@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,3 +21,14 @@ def fix_public_module(namespace: dict[str, Any], names: Iterable[str]) -> None:
             continue
         if getattr(obj, "__module__", "").startswith(public + "._"):
             obj.__module__ = public
+
+
+def backoff_delay(attempt: int, *, first: float, cap: float, factor: float = 2.0) -> float:
+    """The wait before retry number ``attempt`` (1 for the first): ``first``, multiplied by
+    ``factor`` for each retry after it, never more than ``cap``. The one exponential backoff
+    of the package: supervisor restarts, Redis outages, a client's reconnects, model calls."""
+    try:
+        delay = first * factor ** max(0, attempt - 1)
+    except OverflowError:  # a long outage: the cap was reached long ago
+        return float(cap)
+    return float(min(cap, delay)) if math.isfinite(delay) else float(cap)

@@ -53,9 +53,8 @@ def test_dashboard_prints_the_signed_in_address_and_opens_it(tmp_path: Path) -> 
         assert opened.read_text() == url
 
         # The node's own log: JSON lines, the loop's lines with its id, never the token.
-        started = node.cli("run", "|loop:1| logged", "--json")
+        started = node.cli("run", "|loop:1| logged")
         assert started.returncode == 0, started.stderr
-        loop_id = json.loads(started.stdout.splitlines()[-1])["loop_id"]
     finally:
         assert node.terminate() == 0
     records = [json.loads(line) for line in node.log]
@@ -63,8 +62,10 @@ def test_dashboard_prints_the_signed_in_address_and_opens_it(tmp_path: Path) -> 
     events = {r["event"] for r in records}
     assert {"listening", "dashboard", "node_serving", "loop_started", "loop_finished"} <= events
     assert {"node_stopped", "shutdown"} <= events
+    begun = next(r for r in records if r["event"] == "loop_started")
     finished = next(r for r in records if r["event"] == "loop_finished")
-    assert finished["loop_id"] == loop_id
+    assert finished["loop_id"] == begun["loop_id"]
+    assert begun["loop_id"] in begun["message"]
     assert finished["level"] == "info"
     assert token not in "".join(node.log)
     dashboard_line = next(r for r in records if r["event"] == "dashboard")

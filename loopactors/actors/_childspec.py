@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import msgspec
 
+from .._util import backoff_delay
 from ._ref import ActorRef
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class Backoff:
     maximum: float = 10.0
 
     def delay(self, attempt: int) -> float:
-        return float(min(self.maximum, self.initial * self.factor ** max(0, attempt - 1)))
+        return backoff_delay(attempt, first=self.initial, cap=self.maximum, factor=self.factor)
 
 
 @attrs.frozen

@@ -4,7 +4,8 @@ General layout: ``_loop`` (:func:`run_agent` and its stages), ``_dispatch`` (the
 round), ``_queue`` (the inbox and its kinds), ``_transcript`` (append-only conversation with
 flags), ``_usage`` (reported vs estimated tokens), ``_compaction`` and ``_summary`` (the pure
 compaction planner and full-compaction text), ``_compact_stage`` (applying them), ``_tools``
-and ``_core_tools`` (tool sets, meta tools, the core tools), ``_loop_tools`` (child loops and
+and ``_core_tools`` (tool sets, meta tools, the core tools), ``_workspace`` (what confines
+them to the workspace), ``_sandbox`` (how ``bash`` runs a command), ``_loop_tools`` (child loops and
 the sub-agent), ``_mcp`` (MCP servers as deferred tools), ``_hooks`` (middleware and its error
 policy), ``_llm`` and ``_wire`` (the chat-completions client and its wire format).
 """
@@ -52,6 +53,9 @@ from ._queue import MessageKind as MessageKind
 from ._queue import MessageQueue as MessageQueue
 from ._queue import MessageSource as MessageSource
 from ._queue import QueuedMessage as QueuedMessage
+from ._sandbox import BASH_MODES as BASH_MODES
+from ._sandbox import BashMode as BashMode
+from ._sandbox import find_bwrap as find_bwrap
 from ._summary import SummaryFailed as SummaryFailed
 from ._tools import Tool as Tool
 from ._tools import ToolContext as ToolContext
@@ -73,12 +77,14 @@ from ._usage import UsageTracker as UsageTracker
 from ._wire import ChatReply as ChatReply
 
 __all__ = [
+    "BASH_MODES",
     "DEFAULT_MAX_ITERATIONS",
     "SUBAGENT_MAX_ITERATIONS",
     "AgentConfig",
     "AgentEvent",
     "AgentHooks",
     "AgentResult",
+    "BashMode",
     "ChatClient",
     "ChatModel",
     "ChatReply",
@@ -127,6 +133,7 @@ __all__ = [
     "core_tools",
     "decide",
     "deny",
+    "find_bwrap",
     "format_transcript",
     "load_mcp_config",
     "loop_tools",

@@ -1,33 +1,68 @@
 """The core tools every agent is offered: read, write, edit, glob, grep, bash.
 
-All paths are confined to the workspace (relative paths resolve against it; anything that
-resolves outside is refused). ``bash`` runs ``/bin/sh -c`` in the workspace in its own process
-group: on timeout or cancellation the whole group gets SIGTERM, a short grace, then SIGKILL, so
-nothing it started outlives the call.
+Every path-like argument (``path`` of each tool, ``glob``'s pattern, ``grep``'s ``path`` and
+``glob``) is confined to the workspace by ``_workspace``: relative paths resolve against it,
+symlinks are followed, anything that resolves outside is refused or, in a listing, left out;
+only regular files are read or written, off the trio thread and up to a byte limit. ``grep``
+uses RE2 (linear time in the text searched, whatever the pattern), so no pattern can stall
+the node. ``bash`` runs ``/bin/sh -c`` in the workspace, unconfined or in a bubblewrap
+sandbox (``_sandbox``), in its own process group: on timeout or cancellation the whole group
+gets SIGTERM, a short grace, then SIGKILL, so nothing it started outlives the call.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import re2
 import trio
 
+from ..errors import AgentError
+from ._sandbox import BASH_MODES, BashMode, bash_argv, bash_env, find_bwrap
 from ._tools import Tool, ToolContext, ToolError, inside_workspace
+from ._workspace import compile_glob, read_regular, walk_files, write_regular
 
-__all__ = ["core_tools"]
+__all__ = ["compile_regex", "core_tools"]
+
+T = TypeVar("T")
 
 OUTPUT_LIMIT = 30_000
 _READ_LINES = 2000
 _GREP_HITS = 200
 _GLOB_HITS = 500
+#: A glob or grep walks and reads for at most this long, then answers with what it found.
+_SEARCH_SECONDS = 30.0
 _KILL_GRACE = 1.0
+_SANDBOX_NOTE = (
+    " It runs in a sandbox: only the workspace and /tmp are writable, system directories are "
+    "read-only, nothing else of the machine is visible, and there is no network."
+)
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # the error goes to the model, not to the node's stderr
+
+
+def compile_regex(pattern: str) -> Any:
+    """A grep pattern compiled by RE2, or a clear error (RE2 has no backreferences, no
+    lookahead or lookbehind, no possessive or atomic groups: docs/agent.md)."""
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", errors="replace")
+        raise ToolError(
+            f"pattern {pattern!r} is not a valid regular expression for grep: {reason} "
+            "(RE2 syntax, as Python's re but without backreferences, lookahead/lookbehind "
+            "and possessive or atomic groups)"
+        ) from None
 
 
 def _text_arg(arguments: Mapping[str, Any], name: str) -> str:
@@ -41,96 +76,141 @@ def _relative(context: ToolContext, path: Path) -> str:
     return str(path.relative_to(context.workspace.resolve())) or "."
 
 
-async def _read(arguments: Mapping[str, Any], context: ToolContext) -> str:
-    path = inside_workspace(context.workspace, _text_arg(arguments, "path"))
-    offset = int(arguments.get("offset") or 1)
-    limit = int(arguments.get("limit") or _READ_LINES)
+async def _in_thread(function: Callable[[], T], name: str, verb: str) -> T:
+    """File I/O off the trio thread (a slow disk never stalls the node), OSError made clear."""
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        return await trio.to_thread.run_sync(function)
     except OSError as exc:
-        raise ToolError(f"cannot read {arguments['path']!r}: {exc.strerror or exc}") from None
-    chosen = lines[max(offset, 1) - 1 : max(offset, 1) - 1 + limit]
-    numbered = "\n".join(f"{n:6}\t{line}" for n, line in enumerate(chosen, start=max(offset, 1)))
-    more = len(lines) - (max(offset, 1) - 1 + len(chosen))
-    return numbered + (f"\n[{more} more lines; read on with offset]" if more > 0 else "")
+        raise ToolError(f"cannot {verb} {name!r}: {exc.strerror or exc}") from None
+
+
+async def _read_text(path: Path, name: str) -> tuple[str, str]:
+    """The text of a regular file, and a note when it was longer than the tools read."""
+    data, size = await _in_thread(lambda: read_regular(path), name, "read")
+    note = ""
+    if size > len(data):
+        note = f"\n[file is {size} bytes; only the first {len(data)} were read]"
+    return data.decode("utf-8", errors="replace"), note
+
+
+async def _read(arguments: Mapping[str, Any], context: ToolContext) -> str:
+    name = _text_arg(arguments, "path")
+    path = inside_workspace(context.workspace, name)
+    offset = max(int(arguments.get("offset") or 1), 1)
+    limit = int(arguments.get("limit") or _READ_LINES)
+    text, note = await _read_text(path, name)
+    lines = text.splitlines()
+    chosen = lines[offset - 1 : offset - 1 + limit]
+    numbered = "\n".join(f"{n:6}\t{line}" for n, line in enumerate(chosen, start=offset))
+    more = len(lines) - (offset - 1 + len(chosen))
+    return numbered + (f"\n[{more} more lines; read on with offset]" if more > 0 else "") + note
 
 
 async def _write(arguments: Mapping[str, Any], context: ToolContext) -> str:
-    path = inside_workspace(context.workspace, _text_arg(arguments, "path"))
+    name = _text_arg(arguments, "path")
+    path = inside_workspace(context.workspace, name)
     content = _text_arg(arguments, "content")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
-    except OSError as exc:
-        raise ToolError(f"cannot write {arguments['path']!r}: {exc.strerror or exc}") from None
+    data = content.encode("utf-8")
+    await _in_thread(lambda: write_regular(path, data), name, "write")
     return f"wrote {len(content)} chars to {_relative(context, path)}"
 
 
 async def _edit(arguments: Mapping[str, Any], context: ToolContext) -> str:
-    path = inside_workspace(context.workspace, _text_arg(arguments, "path"))
+    name = _text_arg(arguments, "path")
+    path = inside_workspace(context.workspace, name)
     old, new = _text_arg(arguments, "old_string"), _text_arg(arguments, "new_string")
     replace_all = bool(arguments.get("replace_all", False))
+    data, size = await _in_thread(lambda: read_regular(path), name, "read")
+    if size > len(data):
+        raise ToolError(f"{name!r} is {size} bytes, over the {len(data)} bytes edit handles")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ToolError(f"cannot read {arguments['path']!r}: {exc.strerror or exc}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ToolError(f"{name!r} is not UTF-8 text; edit changes text files only") from None
     count = text.count(old) if old else 0
     if count == 0:
-        raise ToolError(f"old_string not found in {arguments['path']!r}; read the file first")
+        raise ToolError(f"old_string not found in {name!r}; read the file first")
     if count > 1 and not replace_all:
         raise ToolError(
-            f"old_string occurs {count} times in {arguments['path']!r}; give more context "
+            f"old_string occurs {count} times in {name!r}; give more context "
             "to make it unique, or set replace_all"
         )
-    path.write_text(text.replace(old, new), encoding="utf-8")
+    changed = text.replace(old, new).encode("utf-8")
+    await _in_thread(lambda: write_regular(path, changed), name, "write")
     return f"replaced {count if replace_all else 1} occurrence(s) in {_relative(context, path)}"
 
 
 async def _glob(arguments: Mapping[str, Any], context: ToolContext) -> str:
     pattern = _text_arg(arguments, "pattern")
-    if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
-        raise ToolError(f"glob pattern {pattern!r} must stay inside the workspace (relative)")
+    matcher = compile_glob(pattern)
     root = context.workspace.resolve()
+    stop = threading.Event()
 
     def find() -> list[str]:
-        return sorted(str(p.relative_to(root)) for p in root.glob(pattern) if p.is_file())
+        deadline = time.monotonic() + _SEARCH_SECONDS
+        found = []
+        for _, name in walk_files(
+            root, root, should_stop=lambda: stop.is_set() or time.monotonic() > deadline
+        ):
+            if matcher.fullmatch(name):
+                found.append(name)
+        return sorted(found)
 
-    found = await trio.to_thread.run_sync(find)
+    try:
+        found = await trio.to_thread.run_sync(find, abandon_on_cancel=True)
+    finally:
+        stop.set()  # a cancelled call's walk ends at its next file
     extra = f"\n[{len(found) - _GLOB_HITS} more]" if len(found) > _GLOB_HITS else ""
     return "\n".join(found[:_GLOB_HITS]) + extra if found else f"no file matches {pattern!r}"
 
 
 async def _grep(arguments: Mapping[str, Any], context: ToolContext) -> str:
-    try:
-        regex = re.compile(_text_arg(arguments, "pattern"))
-    except re.error as exc:
-        raise ToolError(f"pattern is not a valid regular expression: {exc}") from None
+    regex = compile_regex(_text_arg(arguments, "pattern"))
     base = inside_workspace(context.workspace, str(arguments.get("path") or "."))
-    include = str(arguments.get("glob") or "**/*")
+    matcher = compile_glob(str(arguments.get("glob") or "**/*"))
     root = context.workspace.resolve()
+    stop = threading.Event()
 
-    def search() -> list[str]:
+    def search() -> tuple[list[str], bool]:
+        deadline = time.monotonic() + _SEARCH_SECONDS
+
+        def should_stop() -> bool:
+            return stop.is_set() or time.monotonic() > deadline
+
         hits: list[str] = []
-        files = [base] if base.is_file() else sorted(base.glob(include))
-        for file in files:
-            if not file.is_file() or ".git" in file.parts:
-                continue
+        if base.is_file():
+            files: Iterable[tuple[Path, str]] = [(base, base.name)]
+        else:
+            files = walk_files(root, base, should_stop=should_stop)
+        searched: set[Path] = set()
+        for file, name in files:
+            if file in searched or (file is not base and not matcher.fullmatch(name)):
+                continue  # a file reached again through a symlink is searched once
+            searched.add(file)
             try:
-                text = file.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue  # binary or unreadable: not searchable text
+                data, _ = read_regular(file)
+                text = data.decode("utf-8")
+            except (OSError, UnicodeDecodeError, ToolError):
+                continue  # binary, unreadable or not a regular file: not searchable text
             for number, line in enumerate(text.splitlines(), start=1):
                 if regex.search(line):
                     hits.append(f"{file.relative_to(root)}:{number}:{line[:300]}")
                     if len(hits) > _GREP_HITS:
-                        return hits
-        return hits
+                        return hits, False
+            if should_stop():
+                return hits, not stop.is_set()
+        return hits, False
 
-    hits = await trio.to_thread.run_sync(search)
+    try:
+        hits, timed_out = await trio.to_thread.run_sync(search, abandon_on_cancel=True)
+    finally:
+        stop.set()  # a cancelled call's search ends at its next line batch
     extra = (
         f"\n[more than {_GREP_HITS} matches; narrow the search]" if len(hits) > _GREP_HITS else ""
     )
-    return "\n".join(hits[:_GREP_HITS]) + extra if hits else "no match"
+    if timed_out:
+        extra += f"\n[search stopped after {_SEARCH_SECONDS:g}s; narrow it with path or glob]"
+    return "\n".join(hits[:_GREP_HITS]) + extra if hits else "no match" + extra
 
 
 def cap_output(text: str, limit: int = OUTPUT_LIMIT) -> str:
@@ -151,39 +231,44 @@ async def _stop_group(process: trio.Process) -> None:
     _kill_group(process.pid, signal.SIGKILL)
 
 
-async def _bash(arguments: Mapping[str, Any], context: ToolContext) -> str:
-    command = _text_arg(arguments, "command")
-    timeout = float(arguments.get("timeout") or 120)
-    pgid: list[int] = []
+def _bash_tool(mode: BashMode) -> Callable[[Mapping[str, Any], ToolContext], Any]:
+    bwrap = find_bwrap() if mode == "sandbox" else None
 
-    class _Started:
-        def started(self, process: trio.Process | None = None) -> None:
-            if process is not None:
-                pgid.append(process.pid)
+    async def _bash(arguments: Mapping[str, Any], context: ToolContext) -> str:
+        command = _text_arg(arguments, "command")
+        timeout = float(arguments.get("timeout") or 120)
+        pgid: list[int] = []
 
-    try:
-        with trio.move_on_after(timeout) as scope:
-            done = await trio.run_process(
-                ["/bin/sh", "-c", command],
-                cwd=context.workspace,
-                env={**os.environ, **context.env} if context.env else None,
-                stdin=subprocess.DEVNULL,
-                capture_stdout=True,
-                stderr=subprocess.STDOUT,
-                check=False,
-                start_new_session=True,
-                deliver_cancel=_stop_group,
-                task_status=_Started(),
-            )
-    finally:
-        if pgid:  # whatever the command left running in the background goes too
-            _kill_group(pgid[0], signal.SIGKILL)
-    if scope.cancelled_caught:
-        raise ToolError(f"command timed out after {timeout:g}s and was killed: {command}")
-    output = cap_output(done.stdout.decode("utf-8", errors="replace"))
-    if done.returncode != 0:
-        raise ToolError(f"exit code {done.returncode}\n{output}")
-    return output or "(no output)"
+        class _Started:
+            def started(self, process: trio.Process | None = None) -> None:
+                if process is not None:
+                    pgid.append(process.pid)
+
+        try:
+            with trio.move_on_after(timeout) as scope:
+                done = await trio.run_process(
+                    bash_argv(mode, command, context.workspace, bwrap),
+                    cwd=context.workspace,
+                    env=bash_env(mode, context.workspace, context.env),
+                    stdin=subprocess.DEVNULL,
+                    capture_stdout=True,
+                    stderr=subprocess.STDOUT,
+                    check=False,
+                    start_new_session=True,
+                    deliver_cancel=_stop_group,
+                    task_status=_Started(),
+                )
+        finally:
+            if pgid:  # whatever the command left running in the background goes too
+                _kill_group(pgid[0], signal.SIGKILL)
+        if scope.cancelled_caught:
+            raise ToolError(f"command timed out after {timeout:g}s and was killed: {command}")
+        output = cap_output(done.stdout.decode("utf-8", errors="replace"))
+        if done.returncode != 0:
+            raise ToolError(f"exit code {done.returncode}\n{output}")
+        return output or "(no output)"
+
+    return _bash
 
 
 def _schema(required: list[str], **properties: str) -> dict[str, Any]:
@@ -198,9 +283,16 @@ def _schema(required: list[str], **properties: str) -> dict[str, Any]:
     }
 
 
-def core_tools() -> list[Tool]:
-    """Fresh instances of the six core tools."""
-    return [
+def core_tools(*, bash: BashMode = "on") -> list[Tool]:
+    """Fresh instances of the core tools; ``bash`` says how the bash tool runs commands
+    (``on``: as the node's user; ``sandbox``: under bubblewrap; ``off``: no bash tool).
+
+    Raises:
+        AgentError: an unknown ``bash`` mode, or ``sandbox`` without bubblewrap.
+    """
+    if bash not in BASH_MODES:
+        raise AgentError(f"bash must be one of {', '.join(BASH_MODES)}, got {bash!r}")
+    tools = [
         Tool(
             name="read",
             description="Read a text file of the workspace, with line numbers.",
@@ -240,20 +332,24 @@ def core_tools() -> list[Tool]:
             description="Search file contents with a regular expression; prints file:line:text.",
             parameters=_schema(
                 ["pattern"],
-                pattern="regular expression",
+                pattern="regular expression (RE2: no backreferences or lookaround)",
                 path="file or directory (default: workspace)",
                 glob="which files, e.g. '**/*.py'",
             ),
             run=_grep,
         ),
-        Tool(
-            name="bash",
-            description=(
-                "Run a shell command in the workspace; output is stdout and stderr together. "
-                "A non-zero exit is an error."
-            ),
-            parameters=_schema(["command"], command="shell command", timeout="seconds (120)"),
-            run=_bash,
-            timeout=None,  # it has its own timeout argument
-        ),
     ]
+    if bash != "off":
+        tools.append(
+            Tool(
+                name="bash",
+                description=(
+                    "Run a shell command in the workspace; output is stdout and stderr together. "
+                    "A non-zero exit is an error." + (_SANDBOX_NOTE if bash == "sandbox" else "")
+                ),
+                parameters=_schema(["command"], command="shell command", timeout="seconds (120)"),
+                run=_bash_tool(bash),
+                timeout=None,  # it has its own timeout argument
+            )
+        )
+    return tools

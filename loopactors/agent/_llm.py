@@ -25,6 +25,7 @@ import attrs
 import httpx
 import trio
 
+from .._util import backoff_delay
 from ..errors import AgentError, ModelError
 from ._transcript import Message
 from ._wire import ChatReply, StreamAccumulator, decode_reply, encode_messages
@@ -206,7 +207,7 @@ class ChatClient:
                     raise ModelError(
                         f"model call failed after {attempt} attempts: {retry}", retry.status
                     ) from None
-                delay = min(settings.backoff * 2 ** (attempt - 1), settings.backoff_cap)
+                delay = backoff_delay(attempt, first=settings.backoff, cap=settings.backoff_cap)
                 if retry.after:  # the server's wait replaces ours (0 or absent: ours)
                     delay = min(retry.after, settings.backoff_cap)
                 await trio.sleep(delay)

@@ -26,6 +26,7 @@ from ..loops import LoopState, RoundRecord
 from ._core_tools import core_tools
 from ._llm import ChatModel
 from ._loop import SUBAGENT_MAX_ITERATIONS, AgentConfig, AgentResult, run_agent
+from ._sandbox import BashMode
 from ._tools import Tool, ToolContext, ToolError, ToolSet
 
 __all__ = ["LoopControl", "SubAgentRun", "SubAgentStarter", "loop_tools", "subagent_tool"]
@@ -214,13 +215,17 @@ def _add_tokens(context: ToolContext, result: AgentResult | SubAgentRun) -> None
 
 
 def subagent_tool(
-    model: ChatModel, config: AgentConfig | None = None, *, starter: SubAgentStarter | None = None
+    model: ChatModel,
+    config: AgentConfig | None = None,
+    *,
+    starter: SubAgentStarter | None = None,
+    bash: BashMode = "on",
 ) -> Tool:
     """The ``agent`` tool: a child agent for a self-contained sub-task (see module docstring).
 
     ``starter`` runs the child elsewhere (a child loop); without it the child runs inline with
     ``model`` and ``config``, which defaults to the parent's defaults with
-    ``SUBAGENT_MAX_ITERATIONS``.
+    ``SUBAGENT_MAX_ITERATIONS``, and core tools whose ``bash`` is the given mode.
     """
     child_config = config or AgentConfig(max_iterations=SUBAGENT_MAX_ITERATIONS)
 
@@ -239,7 +244,7 @@ def subagent_tool(
             result = await run_agent(
                 task,
                 model=model,
-                tools=ToolSet(core_tools()),
+                tools=ToolSet(core_tools(bash=bash)),
                 workspace=context.workspace,
                 config=child_config,
             )

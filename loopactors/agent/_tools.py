@@ -81,8 +81,10 @@ def inside_workspace(workspace: Path, path: str) -> Path:
     """``path`` (relative to the workspace, or absolute) resolved, refused when outside.
 
     Raises:
-        ToolError: the path resolves (symlinks followed) outside the workspace.
+        ToolError: the path resolves (symlinks followed) outside the workspace, or holds a NUL.
     """
+    if "\0" in path:
+        raise ToolError(f"path {path!r} holds a NUL character; give a file name")
     root = workspace.resolve()
     target = (root / path).resolve()
     if target != root and not target.is_relative_to(root):

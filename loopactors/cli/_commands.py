@@ -32,10 +32,10 @@ from ..runtime import (
 from ..storage import DB_FILENAME, SqliteBackend
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport
-from ..workers import in_workspace
+from ..workers import cli_kinds, in_workspace
 from . import _dashboard, _prune, _remote
 from ._demo import run_demo
-from ._follow import PHASE_EXIT, follow
+from ._follow import PHASE_EXIT, ctrl_c_leaves, follow
 from ._progress import JsonLines, Progress, final_table
 from ._repl import run_repl
 
@@ -67,10 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run one loop in the foreground")
     run.add_argument("text", help='the loop, e.g. "|loop:3,fresh| review this module"')
     run.add_argument(
-        "--worker", help="worker spec (scripted, command:ARGV, python:MOD:FN, agent[:...])"
+        "--worker",
+        help="worker spec (scripted, command:ARGV, python:MOD:FN, agent[:...], claude[:...])",
     )
     run.add_argument(
-        "--workspace", type=Path, metavar="DIR", help="the agent worker's directory (default: .)"
+        "--workspace",
+        type=Path,
+        metavar="DIR",
+        help="the agent's or coding-agent CLI's directory (default: .)",
     )
     _state_options(run, allow_memory=True)
     run.add_argument("--round-timeout", type=float, metavar="S")
@@ -268,7 +272,10 @@ async def _run(args: argparse.Namespace) -> int:
     worker = args.worker
     if args.workspace is not None:
         worker = in_workspace(worker or config.worker, args.workspace)
-    async with open_runtime(config) as rt:
+    elif (worker or config.worker).partition(":")[0] in cli_kinds():
+        # Pinned at start, so a `resume` from another directory works in the same place.
+        worker = in_workspace(worker or config.worker, Path.cwd())
+    async with ctrl_c_leaves(), open_runtime(config) as rt:
         loop_id = new_loop_id()
         display: JsonLines | Progress = JsonLines() if args.json else Progress()
         with rt.subscribe(loop_id) as events:  # before start: no event can be missed
@@ -292,7 +299,7 @@ async def _resume(args: argparse.Namespace) -> int:
         display.note(f"nothing to resume in {config.state_dir}")
         return EXIT_OK
     display.note(f"resuming {len(live)} loop(s) from {config.state_dir}")
-    async with open_runtime(config) as rt:
+    async with ctrl_c_leaves(), open_runtime(config) as rt:
         with rt.subscribe() as events:
             handles = [rt.handle(state.loop_id) for state in live]
             for state, handle in zip(live, handles, strict=True):

@@ -16,7 +16,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ..loops import AnyEvent, LoopFinished, LoopStarted, LoopState, RoundFinished, RoundStarted
+from ..loops import (
+    AgentStep,
+    AnyEvent,
+    LoopFinished,
+    LoopStarted,
+    LoopState,
+    RoundDeferred,
+    RoundFinished,
+    RoundStarted,
+)
 from ..runtime import Gap
 
 __all__ = ["JsonLines", "Progress", "final_table"]
@@ -105,6 +114,11 @@ class Progress:
         elif isinstance(event, LoopFinished):
             row.phase = event.phase
             row.ended = time.monotonic()
+        elif isinstance(event, AgentStep):
+            row.last = _head(f"r{event.round} {event.tool} {event.detail}", 40)
+        elif isinstance(event, RoundDeferred):
+            row.phase = "waiting"
+            row.last = f"r{event.round} deferred until {_clock(event.until)}"
         else:
             row.phase = type(event).__name__.removeprefix("Loop").lower()
 
@@ -127,18 +141,27 @@ class Progress:
 def final_table(states: list[LoopState], extra: dict[str, dict[str, Any]] | None = None) -> Table:
     """The closing table: one row per loop with its outcome."""
     table = Table(title="result")
-    for column in ("loop", "task", "phase", "completed", "tokens", "reason"):
+    for column in ("loop", "task", "phase", "completed", "tokens", "cost", "reason"):
         table.add_column(column)
     for state in states:
+        reason = state.reason or state.trigger or ""
+        if state.deferred_until is not None and not state.terminal:
+            reason = f"waiting until {_clock(state.deferred_until)}: {state.defer_reason or ''}"
         table.add_row(
             state.loop_id,
             _head(state.spec.task, 32),
             state.phase,
             f"{state.completed_rounds}/{state.spec.rounds}",
             str(state.tokens_used),
-            _head(state.reason or state.trigger or "", 40),
+            f"${state.cost_usd:.4f}" if state.cost_usd else "-",
+            _head(reason, 40),
         )
     return table
+
+
+def _clock(at: float) -> str:
+    """A UNIX time as local date and time, to the second."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
 def _head(text: str, width: int) -> str:

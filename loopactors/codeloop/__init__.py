@@ -10,22 +10,22 @@ as a runtime worker), ``_loop`` (the Python API), ``_cli`` (``loopactors code``)
 
 from .._util import fix_public_module
 from ._events import AnyCodeEvent as AnyCodeEvent
+from ._events import CodeRoundFinished as CodeRoundFinished
 from ._events import GateTripped as GateTripped
 from ._events import Initialized as Initialized
-from ._events import RoundFinished as RoundFinished
 from ._events import RoundInterrupted as RoundInterrupted
 from ._events import RoundStarted as RoundStarted
 from ._events import SettingsChanged as SettingsChanged
 from ._events import StatusChanged as StatusChanged
 from ._events import rebuild_state as rebuild_state
-from ._gates import Verdict as Verdict
+from ._gates import ReviewVerdict as ReviewVerdict
 from ._gates import parse_deadline as parse_deadline
 from ._gates import parse_verdict as parse_verdict
 from ._git import main_root as main_root
 from ._handoff import HandOff as HandOff
 from ._handoff import render_handoff as render_handoff
 from ._lease import LeaseRecord as LeaseRecord
-from ._ledger import Ledger as Ledger
+from ._ledger import CodeLedger as CodeLedger
 from ._loop import CodeLoop as CodeLoop
 from ._loop import open_code_loop as open_code_loop
 from ._model import Attendance as Attendance
@@ -42,22 +42,22 @@ __all__ = [
     "CODE_ROUND_WORKER",
     "AnyCodeEvent",
     "Attendance",
+    "CodeLedger",
     "CodeLoop",
     "CodeLoopState",
     "CodeLoopStatus",
+    "CodeRoundFinished",
     "CodeStatus",
     "GateTripped",
     "HandOff",
     "Initialized",
     "LeaseRecord",
-    "Ledger",
     "Orchestration",
-    "RoundFinished",
+    "ReviewVerdict",
     "RoundInterrupted",
     "RoundStarted",
     "SettingsChanged",
     "StatusChanged",
-    "Verdict",
     "check_slug",
     "code_round",
     "main_root",

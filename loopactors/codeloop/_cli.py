@@ -21,7 +21,7 @@ from ..errors import GateClosed, LeaseHeld, LoopactorsError
 from ..runtime import load_config, open_runtime
 from ._loop import DEFAULT_ROUND_TIMEOUT, CodeLoop, open_code_loop
 from ._model import CodeLoopState
-from ._report import CodeLoopStatus
+from ._report import CodeLoopStatus, rounds_finished, run_summary
 
 __all__ = ["build_parser", "main"]
 
@@ -139,17 +139,20 @@ async def _command(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.command == "run":
         rounds = None if args.until_gate else (args.rounds or 1)
+        before = loop.ledger.read_state().round
 
         def progress(state: CodeLoopState) -> None:
-            print(f"{state.slug} round {state.round}: {state.reason} -> {state.status}", flush=True)
+            # The round's own outcome: the state's reason may already be a gate's.
+            outcome = rounds_finished(loop.ledger, after=state.round - 1)
+            reason = outcome[0].reason if outcome else state.reason
+            print(f"{state.slug} round {state.round}: {reason} -> {state.status}", flush=True)
 
         config = load_config().replace(store="memory")
         async with open_runtime(config) as runtime:
             state = await loop.run(
                 runtime, rounds=rounds, round_timeout=args.round_timeout, on_round=progress
             )
-        gate = f" ({state.active_gate}: {state.reason})" if state.active_gate else ""
-        print(f"{state.slug}: {state.status}{gate} after round {state.round}; not pushed")
+        print(run_summary(state, rounds_finished(loop.ledger, after=before)))
         return _exit_of(state)
     if args.command == "handoff":
         await loop.handoff()

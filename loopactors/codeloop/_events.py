@@ -14,9 +14,9 @@ from ._model import CodeLoopState, CodeStatus, check_status
 
 __all__ = [
     "AnyCodeEvent",
+    "CodeRoundFinished",
     "GateTripped",
     "Initialized",
-    "RoundFinished",
     "RoundInterrupted",
     "RoundStarted",
     "SettingsChanged",
@@ -61,7 +61,7 @@ class RoundInterrupted(_Event, frozen=True, kw_only=True, tag="round_interrupted
     """A round found in flight after a crash that could not be resumed; its branch is kept."""
 
 
-class RoundFinished(_Event, frozen=True, kw_only=True, tag="round_finished"):
+class CodeRoundFinished(_Event, frozen=True, kw_only=True, tag="round_finished"):
     """A round's outcome and the counters it moved."""
 
     merged: bool
@@ -95,7 +95,7 @@ AnyCodeEvent = (
     | RoundStarted
     | StatusChanged
     | RoundInterrupted
-    | RoundFinished
+    | CodeRoundFinished
     | GateTripped
     | SettingsChanged
 )
@@ -140,7 +140,7 @@ def apply_event(state: CodeLoopState | None, event: AnyCodeEvent) -> CodeLoopSta
     }
     if isinstance(event, StatusChanged | GateTripped):
         changes["active_gate"] = event.active_gate
-    elif isinstance(event, RoundFinished):
+    elif isinstance(event, CodeRoundFinished):
         changes.update(
             no_progress_rounds=event.no_progress_rounds,
             last_validation_passed=event.last_validation_passed,

@@ -21,7 +21,7 @@ from ._model import CodeLoopState, CodeStatus
 __all__ = [
     "NO_PROGRESS_LIMIT",
     "Gate",
-    "Verdict",
+    "ReviewVerdict",
     "check_gates",
     "check_settings",
     "dispatch_refusal",
@@ -142,7 +142,7 @@ def is_progress(
 
 
 @attrs.frozen
-class Verdict:
+class ReviewVerdict:
     approved: bool
     reason: str
 
@@ -150,22 +150,22 @@ class Verdict:
 _VERDICT = re.compile(r"^\s*VERDICT:\s*(\w+)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
-def parse_verdict(review: str) -> Verdict:
+def parse_verdict(review: str) -> ReviewVerdict:
     """A reviewer's verdict: a line ``VERDICT: approve`` or ``VERDICT: reject`` (any case),
     reasons after it. No verdict line, an unknown word, or two lines that disagree: reject."""
     found = list(_VERDICT.finditer(review))
     if not found:
-        return Verdict(False, "no verdict")
+        return ReviewVerdict(False, "no verdict")
     words = {match.group(1).lower() for match in found}
     if not words <= {"approve", "reject"}:
         odd = ", ".join(sorted(words - {"approve", "reject"}))
-        return Verdict(False, f"unknown verdict {odd!r} (accepted: approve, reject)")
+        return ReviewVerdict(False, f"unknown verdict {odd!r} (accepted: approve, reject)")
     if len(words) > 1:
-        return Verdict(False, "conflicting verdicts (both approve and reject)")
+        return ReviewVerdict(False, "conflicting verdicts (both approve and reject)")
     last = found[-1]
     reason = review[last.end() :].strip() or review[: found[0].start()].strip()
     approved = words == {"approve"}
-    return Verdict(approved, reason or ("approved" if approved else "rejected"))
+    return ReviewVerdict(approved, reason or ("approved" if approved else "rejected"))
 
 
 _APPROVAL = re.compile(r"^\s*NEEDS-APPROVAL:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)

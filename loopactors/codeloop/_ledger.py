@@ -2,8 +2,8 @@
 
 ``RUNS.jsonl`` is the write-ahead log: each change appends its event (flushed to disk) before
 ``STATE.json`` is replaced (temp file, fsync, rename). A crash between the two leaves a
-snapshot older than the log, and :meth:`Ledger.read_state` then rebuilds it from the log.
-Only the lease holder calls :meth:`Ledger.record` (the single writer); anyone may read.
+snapshot older than the log, and :meth:`CodeLedger.read_state` then rebuilds it from the log.
+Only the lease holder calls :meth:`CodeLedger.record` (the single writer); anyone may read.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..errors import CodeLoopNotFound
 from ._events import AnyCodeEvent, apply_event, decode_event, encode_event, rebuild_state
 from ._model import CodeLoopState, check_slug, round_name
 
-__all__ = ["LOOP_DIR", "Ledger", "list_slugs", "write_atomic"]
+__all__ = ["LOOP_DIR", "CodeLedger", "list_slugs", "write_atomic"]
 
 LOOP_DIR = ".loop"
 _state_decoder = msgspec.json.Decoder(CodeLoopState)
@@ -48,7 +48,7 @@ def list_slugs(root: Path) -> list[str]:
 
 
 @attrs.frozen
-class Ledger:
+class CodeLedger:
     """The files of one code loop. ``slug`` is checked, so no path leaves ``root/.loop``."""
 
     root: Path

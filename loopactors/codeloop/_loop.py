@@ -15,15 +15,14 @@ from pathlib import Path
 import attrs
 
 from ..errors import CodeLoopExists, GateClosed, LeaseHeld, OrchestrationError
-from ..loops import MAX_ROUNDS, LoopSpec
-from ..loops import RoundFinished as RuntimeRoundFinished
+from ..loops import MAX_ROUNDS, LoopSpec, RoundFinished
 from ..runtime import Runtime
 from ._events import GateTripped, Initialized, SettingsChanged, StatusChanged
 from ._gates import check_settings, dispatch_refusal
 from ._git import LoopGit, main_root
 from ._handoff import HandOff
 from ._lease import Lease, acquire_lease, lease_kept, new_owner, release_lease
-from ._ledger import Ledger, list_slugs
+from ._ledger import CodeLedger, list_slugs
 from ._model import IN_ROUND, Attendance, CodeLoopState
 from ._orchestration import (
     DEFAULT_VALIDATE_TIMEOUT,
@@ -59,11 +58,11 @@ class CodeLoop:
 
     root: Path
     slug: str
-    ledger: Ledger = attrs.field(init=False)
+    ledger: CodeLedger = attrs.field(init=False)
     git: LoopGit = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "ledger", Ledger(self.root, self.slug))
+        object.__setattr__(self, "ledger", CodeLedger(self.root, self.slug))
         object.__setattr__(self, "git", LoopGit(self.root, self.slug))
 
     @staticmethod
@@ -342,7 +341,7 @@ class CodeLoop:
             handle = await runtime.start(spec)
             if on_round is not None:
                 async for event in handle.history_and_events():
-                    if isinstance(event, RuntimeRoundFinished):
+                    if isinstance(event, RoundFinished):
                         on_round(self.state())
             final = await handle.wait()
             async with round_lock(self.ledger):

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..workers import RoundRequest, RoundResult
-from ._gates import Verdict
+from ._gates import ReviewVerdict
 from ._model import CodeLoopState, round_name
 
 if TYPE_CHECKING:
     from ._git import LoopGit
-    from ._ledger import Ledger
+    from ._ledger import CodeLedger
     from ._orchestration import Orchestration
 
 __all__ = [
@@ -37,7 +37,11 @@ def _fence(text: str) -> str:
 
 
 def executor_prompt(
-    state: CodeLoopState, number: int, ledger: Ledger, git: LoopGit, orchestration: Orchestration
+    state: CodeLoopState,
+    number: int,
+    ledger: CodeLedger,
+    git: LoopGit,
+    orchestration: Orchestration,
 ) -> str:
     plan = ledger.plan_path.read_text(encoding="utf-8") if ledger.plan_path.exists() else ""
     lessons = ledger.lessons()
@@ -136,7 +140,7 @@ def validation_receipt(number: int, orchestration: Orchestration, passed: bool, 
     )
 
 
-def review_receipt(number: int, reviewer: str, result: RoundResult, verdict: Verdict) -> str:
+def review_receipt(number: int, reviewer: str, result: RoundResult, verdict: ReviewVerdict) -> str:
     return "\n".join(
         [
             f"# {round_name(number)}: review",
@@ -154,7 +158,7 @@ def review_receipt(number: int, reviewer: str, result: RoundResult, verdict: Ver
     )
 
 
-def worker_env(ledger: Ledger, git: LoopGit, number: int, role: str) -> dict[str, str]:
+def worker_env(ledger: CodeLedger, git: LoopGit, number: int, role: str) -> dict[str, str]:
     """The environment every worker of a round gets, besides its own process's."""
     return {
         "LOOPACTORS_WORKTREE": str(ledger.worktree(number)),
@@ -166,7 +170,7 @@ def worker_env(ledger: Ledger, git: LoopGit, number: int, role: str) -> dict[str
 
 def worker_request(
     state: CodeLoopState,
-    ledger: Ledger,
+    ledger: CodeLedger,
     git: LoopGit,
     *,
     number: int,

@@ -18,7 +18,7 @@ import trio
 
 from ..errors import GitError, LoopactorsError
 from ..workers import RoundResult, in_workspace, parse_worker
-from ._events import GateTripped, RoundFinished, RoundInterrupted, RoundStarted, StatusChanged
+from ._events import CodeRoundFinished, GateTripped, RoundInterrupted, RoundStarted, StatusChanged
 from ._gates import Gate, check_gates, is_progress, parse_approvals, parse_verdict
 from ._git import LoopGit
 from ._guard import (
@@ -30,7 +30,7 @@ from ._guard import (
     take_snapshot,
     undo,
 )
-from ._ledger import Ledger
+from ._ledger import CodeLedger
 from ._model import IN_ROUND, CodeLoopState, round_name
 from ._orchestration import Orchestration
 from ._receipts import (
@@ -69,13 +69,13 @@ class RoundOutcome:
 class CodeRound:
     """Runs the next round of one loop; the caller holds the lease."""
 
-    ledger: Ledger
+    ledger: CodeLedger
     git: LoopGit
     orchestration: Orchestration
     actor: str
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
     state: CodeLoopState = attrs.field(init=False)
-    #: The ledger files as this round last wrote them (see :meth:`Ledger.fingerprint`).
+    #: The ledger files as this round last wrote them (see :meth:`CodeLedger.fingerprint`).
     _written: tuple[int, ...] = attrs.field(init=False, default=())
     #: What a role's turn changed in the repository that it must not (see ``_guard``).
     _breach: str | None = attrs.field(init=False, default=None)
@@ -441,7 +441,7 @@ class CodeRound:
         )
         candidate = tip if merged else state.candidate_commit
         self._record(
-            RoundFinished,
+            CodeRoundFinished,
             status="completed" if done else "ready",
             reason=reason,
             branch=self.git.round_branch(number),

@@ -23,7 +23,7 @@ from ..errors import LeaseHeld, LoopactorsError
 from ..workers import RoundContext, RoundRequest, RoundResult
 from ._git import LoopGit
 from ._lease import acquire_lease, held_lease, lease_kept, new_owner, release_lease
-from ._ledger import LOOP_DIR, Ledger
+from ._ledger import LOOP_DIR, CodeLedger
 from ._orchestration import parse_orchestration
 from ._round import CodeRound, RoundOutcome
 
@@ -32,22 +32,22 @@ __all__ = ["CODE_ROUND_WORKER", "code_round", "ledger_of_task", "round_lock"]
 CODE_ROUND_WORKER = "python:loopactors.codeloop:code_round"
 
 
-def ledger_of_task(task: str) -> Ledger:
+def ledger_of_task(task: str) -> CodeLedger:
     """The ledger a code loop's runtime task names (``<repo>/.loop/<slug>``)."""
     path = Path(task)
     if not path.is_absolute() or path.parent.name != LOOP_DIR:
         raise LoopactorsError(f"a code round's task is its ledger directory, not {task!r}")
-    return Ledger(path.parent.parent, path.name)
+    return CodeLedger(path.parent.parent, path.name)
 
 
-def load_orchestration(ledger: Ledger) -> str:
+def load_orchestration(ledger: CodeLedger) -> str:
     try:
         return ledger.orchestration_path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise LoopactorsError(f"{ledger.orchestration_path} is missing") from None
 
 
-async def run_one_round(ledger: Ledger, owner: str) -> RoundOutcome:
+async def run_one_round(ledger: CodeLedger, owner: str) -> RoundOutcome:
     """One round of the loop (or none, if a gate is closed); the caller holds the lease."""
     orchestration = parse_orchestration(load_orchestration(ledger), slug=ledger.slug)
     return await CodeRound(ledger, LoopGit(ledger.root, ledger.slug), orchestration, owner).run()
@@ -57,7 +57,7 @@ async def run_one_round(ledger: Ledger, owner: str) -> RoundOutcome:
 _round_locks: RunVar[dict[Path, trio.Lock]] = RunVar("codeloop_round_locks")
 
 
-def round_lock(ledger: Ledger) -> trio.Lock:
+def round_lock(ledger: CodeLedger) -> trio.Lock:
     """Held by a round of ``ledger`` while it runs here: waiting for it is waiting for the
     round's clean-up too (a stopped round ends in the Dispatcher after its loop did)."""
     try:
@@ -78,7 +78,7 @@ async def code_round(request: RoundRequest, context: RoundContext | None) -> Rou
         return await _code_round(ledger)
 
 
-async def _code_round(ledger: Ledger) -> RoundResult:
+async def _code_round(ledger: CodeLedger) -> RoundResult:
     try:
         lease = held_lease(ledger.dir)
         own = None

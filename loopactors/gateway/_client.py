@@ -25,6 +25,7 @@ from trio_websocket import (
     connect_websocket_url,
 )
 
+from .._util import backoff_delay
 from ..errors import ConnectionLost, RemoteError
 from ..loops import LoopFinished, LoopSpec, LoopState, RoundRecord
 from ..runtime import Gap
@@ -247,7 +248,14 @@ class NodeClient:
 
     async def _handshake(self, nursery: trio.Nursery) -> None:
         try:
-            ws = await connect_websocket_url(nursery, self.url, max_message_size=64 << 20)
+            ws = await connect_websocket_url(
+                nursery,
+                self.url,
+                max_message_size=64 << 20,
+                # The token in the upgrade request too: a node never counts such a connection
+                # against its cap of connections still to say hello (docs/node.md).
+                extra_headers=[(b"authorization", f"Bearer {self._token}".encode())],
+            )
         except (OSError, HandshakeError, trio.TooSlowError) as exc:
             raise ConnectionLost(f"cannot connect to {self.url}: {exc}") from None
         hello = Hello(id=0, protocol=PROTOCOL_VERSION, token=self._token, client=self.client_name)
@@ -296,7 +304,7 @@ class NodeClient:
             await self._reconnect(nursery)
 
     async def _reconnect(self, nursery: trio.Nursery) -> None:
-        delay = 0.05
+        tries = 0
         while True:
             if self._closed:
                 return
@@ -304,8 +312,8 @@ class NodeClient:
                 await self._handshake(nursery)
                 break
             except (ConnectionLost, RemoteError):
-                await trio.sleep(delay)
-                delay = min(delay * 2, self.max_backoff)
+                tries += 1
+                await trio.sleep(backoff_delay(tries, first=0.05, cap=self.max_backoff))
         self.reconnects += 1
         subs = list(self._subscriptions.values())
         self._subscriptions.clear()

@@ -81,6 +81,9 @@ class Connection:
         remote = ws.remote
         self.remote = remote if isinstance(remote, str) else f"{remote.address}:{remote.port}"
         self.authenticated = False
+        #: Counted by the gateway among the connections still to say hello (not when the
+        #: upgrade request carried the right token).
+        self.counted_unauthenticated = True
         self.settings = gateway.settings
         self._header_token = header_token
         self._send, self._recv = trio.open_memory_channel[str](64)

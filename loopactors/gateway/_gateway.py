@@ -25,6 +25,7 @@ from trio_websocket import (
 from .._logs import log_fields
 from ..actors import Actor
 from ..runtime import Runtime
+from ._auth import token_matches
 from ._connection import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, Connection, frame_text
 from ._http import SplitServer, UpgradeListener
 from ._messages import GatewayShutdown, GetGatewayStatistics
@@ -164,8 +165,11 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         header_token = _bearer(request)
         if not self.accepting:
             return
+        # A valid token in the upgrade request proves the client before hello: such a
+        # connection is never refused or counted as one still to say hello.
+        proven = header_token is not None and token_matches(self.token, header_token)
         ws = await request.accept()
-        refusal = self._refusal()
+        refusal = self._refusal(proven=proven)
         if refusal is not None:
             self.refused_connections += 1
             log.warning("refused %s: %s", _endpoint(ws), refusal)
@@ -176,20 +180,22 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
             return
         connection = Connection(self, ws, header_token)
         self.connections.add(connection)
-        self.unauthenticated += 1
+        connection.counted_unauthenticated = not proven
+        self.unauthenticated += not proven
         try:
             await connection.run()
         finally:
             self.connections.discard(connection)
-            if not connection.authenticated:
+            if connection.counted_unauthenticated:
                 self.unauthenticated -= 1
             log.debug("connection from %s closed", connection.remote)
 
-    def _refusal(self) -> str | None:
-        """Why a new connection cannot be served now, if it cannot."""
+    def _refusal(self, *, proven: bool) -> str | None:
+        """Why a new connection cannot be served now, if it cannot (``proven``: it gave the
+        right token in its upgrade request)."""
         if len(self.connections) >= self.settings.max_connections:
             return f"the node serves at most {self.settings.max_connections} connections"
-        if self.unauthenticated >= self.settings.max_unauthenticated:
+        if not proven and self.unauthenticated >= self.settings.max_unauthenticated:
             # Connections that never say hello must not crowd out those that do.
             return (
                 f"{self.unauthenticated} connections are still to say hello "
@@ -207,7 +213,9 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         )
 
     def note_authenticated(self, connection: Connection, client: str | None) -> None:
-        self.unauthenticated -= 1
+        if connection.counted_unauthenticated:
+            connection.counted_unauthenticated = False
+            self.unauthenticated -= 1
         log.info("client %s connected from %s", client or "?", connection.remote)
 
 

@@ -5,7 +5,9 @@ General layout: ``_syntax`` (parser), ``_model`` (structs and the transition fun
 ``_events`` (typed progress events), ``_rules`` (prompt, breaker checks, next phase).
 """
 
+from ._events import AgentStep as AgentStep
 from ._events import AnyEvent as AnyEvent
+from ._events import Gap as Gap
 from ._events import LoopEvent as LoopEvent
 from ._events import LoopFinished as LoopFinished
 from ._events import LoopInterrupted as LoopInterrupted
@@ -13,6 +15,7 @@ from ._events import LoopPaused as LoopPaused
 from ._events import LoopRecovered as LoopRecovered
 from ._events import LoopResumed as LoopResumed
 from ._events import LoopStarted as LoopStarted
+from ._events import RoundDeferred as RoundDeferred
 from ._events import RoundFinished as RoundFinished
 from ._events import RoundStarted as RoundStarted
 from ._events import RoundSummary as RoundSummary
@@ -32,9 +35,13 @@ from ._rules import Prompt as Prompt
 from ._rules import Verdict as Verdict
 from ._rules import build_prompt as build_prompt
 from ._rules import check_before_round as check_before_round
+from ._rules import defer_round as defer_round
+from ._rules import deferred_wait as deferred_wait
 from ._rules import next_phase as next_phase
+from ._rules import no_completed_round as no_completed_round
 from ._rules import normalize_output as normalize_output
 from ._rules import round_intent as round_intent
+from ._rules import stale_rounds_after as stale_rounds_after
 from ._syntax import ParsedLoop as ParsedLoop
 from ._syntax import parse_loop as parse_loop
 
@@ -42,7 +49,9 @@ __all__ = [
     "LIVE_PHASES",
     "MAX_ROUNDS",
     "TERMINAL_PHASES",
+    "AgentStep",
     "AnyEvent",
+    "Gap",
     "LoopEvent",
     "LoopFinished",
     "LoopInterrupted",
@@ -56,6 +65,7 @@ __all__ = [
     "ParsedLoop",
     "Phase",
     "Prompt",
+    "RoundDeferred",
     "RoundFinished",
     "RoundRecord",
     "RoundStarted",
@@ -66,9 +76,13 @@ __all__ = [
     "build_prompt",
     "check_before_round",
     "check_transition",
+    "defer_round",
+    "deferred_wait",
     "event_decoder",
     "next_phase",
+    "no_completed_round",
     "normalize_output",
     "parse_loop",
     "round_intent",
+    "stale_rounds_after",
 ]

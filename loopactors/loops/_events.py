@@ -7,11 +7,15 @@ they are. ``note()`` keeps the reference's ``[loop-progress ...]`` wording.
 
 from __future__ import annotations
 
+import time
+
 import msgspec
 
 from ._model import Mode, Phase, RoundStatus
 
 __all__ = [
+    "AgentStep",
+    "Gap",
     "LoopEvent",
     "LoopFinished",
     "LoopInterrupted",
@@ -19,11 +23,23 @@ __all__ = [
     "LoopRecovered",
     "LoopResumed",
     "LoopStarted",
+    "RoundDeferred",
     "RoundFinished",
     "RoundStarted",
     "RoundSummary",
     "event_decoder",
 ]
+
+
+class Gap(msgspec.Struct, frozen=True, kw_only=True, tag="gap", tag_field="type"):
+    """``missed`` events were dropped because this subscriber fell behind (not an event of a
+    loop: a subscription yields it between events; the runtime's fan-out makes it)."""
+
+    missed: int
+    loop_id: str | None = None
+
+    def note(self) -> str:
+        return f"[loop-progress {self.missed} events missed: the reader fell behind]"
 
 
 class RoundSummary(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -71,6 +87,11 @@ class RoundFinished(LoopEvent, frozen=True, kw_only=True, tag="round_finished"):
     duration: float | None
     tokens: int = 0
     error: str | None = None
+    #: What the round cost in US dollars (coding-agent CLI kinds report it; 0 otherwise).
+    cost_usd: float = 0.0
+    #: Workspace progress (coding-agent CLI kinds): files changed and new commits.
+    files_changed: int | None = None
+    commits: int | None = None
 
     def note(self) -> str:
         text = (
@@ -78,6 +99,33 @@ class RoundFinished(LoopEvent, frozen=True, kw_only=True, tag="round_finished"):
             f"duration={_secs(self.duration)}s]"
         )
         return text if self.error is None else f"{text} {self.error}"
+
+
+class RoundDeferred(LoopEvent, frozen=True, kw_only=True, tag="round_deferred"):
+    """The provider's usage or rate limit said "not now": the same round runs again at
+    ``until`` (a UNIX time). Not a failure: the breaker does not count it."""
+
+    round: int
+    rounds: int
+    until: float
+    reason: str
+
+    def note(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.until))
+        return (
+            f"[loop-progress round {self.round}/{self.rounds} deferred until {when}: {self.reason}]"
+        )
+
+
+class AgentStep(LoopEvent, frozen=True, kw_only=True, tag="agent_step"):
+    """A tool call a coding-agent CLI made during a round: live only, not stored."""
+
+    round: int
+    tool: str
+    detail: str = ""
+
+    def note(self) -> str:
+        return f"[loop-progress round {self.round} {self.tool} {self.detail}]".replace(" ]", "]")
 
 
 class LoopPaused(LoopEvent, frozen=True, kw_only=True, tag="loop_paused"):
@@ -145,6 +193,8 @@ AnyEvent = (
     LoopStarted
     | RoundStarted
     | RoundFinished
+    | RoundDeferred
+    | AgentStep
     | LoopPaused
     | LoopResumed
     | LoopRecovered

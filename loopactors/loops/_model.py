@@ -49,7 +49,8 @@ Phase = Literal[
     "escalated",
     "error",
 ]
-RoundStatus = Literal["running", "completed", "failed", "timed_out", "cancelled"]
+#: ``deferred``: a usage or rate limit held the round back; it runs again (same number).
+RoundStatus = Literal["running", "completed", "failed", "timed_out", "cancelled", "deferred"]
 StopMode = Literal["now", "after_round"]
 
 TERMINAL_PHASES: frozenset[Phase] = frozenset(
@@ -144,6 +145,12 @@ class RoundRecord(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     duration: float | None = None
     #: The worker's transcript of the round (agent worker), as plain data; empty otherwise.
     transcript: tuple[dict[str, Any], ...] = ()
+    #: US dollars the round cost (coding-agent CLI kinds), and the CLI's session id.
+    cost_usd: float = 0.0
+    session_id: str | None = None
+    #: Workspace progress (coding-agent CLI kinds): files changed, new commits.
+    files_changed: int | None = None
+    commits: int | None = None
 
 
 class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -160,6 +167,18 @@ class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     stale_rounds: int = 0
     consecutive_failures: int = 0
     tokens_used: int = 0
+    #: US dollars the loop's rounds cost so far (coding-agent CLI kinds).
+    cost_usd: float = 0.0
+    #: The coding-agent CLI session of the last round: an ``inherit`` round resumes it.
+    agent_session: str | None = None
+    #: Set while a usage or rate limit holds the loop's next round back: the UNIX time it
+    #: runs again, why, and how many deferrals in a row (for the backoff).
+    deferred_until: float | None = None
+    defer_reason: str | None = None
+    deferrals: int = 0
+    #: What the no-progress fuse compared last: the outputs, or the workspace (coding-agent
+    #: CLI kinds measure files changed and new commits).
+    progress_measure: Literal["output", "workspace"] = "output"
     stop_requested: StopMode | None = None
     pause_requested: bool = False
     #: Why the loop ended in error, escalated or interrupted; the breaker's trigger if any.

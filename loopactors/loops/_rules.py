@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from ._events import AnyEvent, LoopStarted, RoundStarted
+from ._events import AnyEvent, LoopStarted, RoundDeferred, RoundStarted
 from ._model import LoopState, RoundRecord
 
 __all__ = [
@@ -20,10 +20,13 @@ __all__ = [
     "Verdict",
     "build_prompt",
     "check_before_round",
+    "defer_round",
+    "deferred_wait",
     "next_phase",
     "normalize_output",
     "round_intent",
     "same_output",
+    "stale_rounds_after",
 ]
 
 #: Between the inherited seed and the task, as in the reference.
@@ -137,13 +140,17 @@ def check_before_round(state: LoopState, now: float) -> Verdict | None:
             trigger="max_rounds", reason=f"round {state.round} is past the {spec.rounds} asked for"
         )
     if state.stale_rounds >= spec.stale_rounds_limit:
-        return Verdict(
-            trigger="no_progress",
-            reason=(
+        if state.progress_measure == "workspace":
+            reason = (
+                f"the workspace did not change for {state.stale_rounds} consecutive rounds "
+                "(no file changed and no new commit)"
+            )
+        else:
+            reason = (
                 f"the output did not change for {state.stale_rounds} consecutive rounds "
                 "(compared with timestamps, durations and round counters masked)"
-            ),
-        )
+            )
+        return Verdict(trigger="no_progress", reason=reason)
     if state.consecutive_failures >= spec.max_consecutive_failures:
         return Verdict(
             trigger="consecutive_failures",
@@ -163,16 +170,100 @@ def check_before_round(state: LoopState, now: float) -> Verdict | None:
     return None
 
 
-Next = Literal["complete", "cancelled", "paused", "dispatching"]
+Next = Literal["complete", "escalated", "cancelled", "paused", "dispatching"]
 
 
 def next_phase(state: LoopState) -> Next:
     """After round ``state.round`` was recorded: the cap first, then a stop-after-round, then a
-    pause, else the next round (the reference's precedence: cap, cancel, then the rest)."""
+    pause, else the next round (the reference's precedence: cap, cancel, then the rest).
+
+    At the cap a loop ends ``complete`` only if a round completed; with none it ends
+    ``escalated`` (:func:`no_completed_round`): a loop that did none of its work must not
+    read as a success.
+    """
     if state.round >= state.spec.rounds:
-        return "complete"
+        return "complete" if state.completed_rounds else "escalated"
     if state.stop_requested is not None:
         return "cancelled"
     if state.pause_requested:
         return "paused"
     return "dispatching"
+
+
+def no_completed_round(state: LoopState, last_error: str | None) -> Verdict:
+    """Why a loop that reached its cap without one completed round escalates (trigger
+    ``no_completed_round``), naming the last round's error."""
+    rounds = state.round
+    what = "its only round" if rounds == 1 else f"its {rounds} rounds"
+    last = f"; the last one: {last_error}" if last_error else ""
+    return Verdict(trigger="no_completed_round", reason=f"none of {what} completed{last}")
+
+
+def stale_rounds_after(state: LoopState, *, progress: bool | None, same_output: bool) -> int:
+    """The no-progress count after a completed round.
+
+    A worker that measured the workspace (``progress`` not ``None``: the coding-agent CLI
+    kinds) is judged by it, so an agent that commits its work never trips the fuse and one
+    that touches nothing does; any other worker by its output compared with the last one.
+    """
+    if progress is not None:
+        return 0 if progress else state.stale_rounds + 1
+    return state.stale_rounds + 1 if same_output else 0
+
+
+#: Backoff of a deferral whose limit gave no reset time (the CLI workers give one; this is
+#: the runner's own floor): 60 s, doubled each deferral in a row, at most an hour.
+DEFER_BACKOFF = 60.0
+DEFER_BACKOFF_MAX = 3600.0
+
+
+def defer_round(
+    state: LoopState,
+    *,
+    until: float | None,
+    reason: str,
+    now: float,
+    tokens: int = 0,
+    cost_usd: float = 0.0,
+) -> tuple[LoopState, RoundRecord, RoundDeferred]:
+    """Round ``state.round`` was held back by a usage or rate limit: the same round runs again
+    at ``until`` (or after the backoff when no time was given).
+
+    Not a failure: ``consecutive_failures`` and the ledger are left alone. The round's record
+    says ``deferred`` until the round runs again; what the attempt used still counts.
+    """
+    if until is None or until <= now:
+        until = now + min(DEFER_BACKOFF * 2**state.deferrals, DEFER_BACKOFF_MAX)
+    waiting = state.moved("summarizing").moved(
+        "dispatching",
+        deferred_until=until,
+        defer_reason=reason,
+        deferrals=state.deferrals + 1,
+        tokens_used=state.tokens_used + tokens,
+        cost_usd=state.cost_usd + cost_usd,
+    )
+    record = RoundRecord(
+        loop_id=state.loop_id,
+        round=state.round,
+        status="deferred",
+        error=reason,
+        tokens=tokens,
+        cost_usd=cost_usd,
+        started_at=now,
+    )
+    event = RoundDeferred(
+        loop_id=state.loop_id,
+        at=now,
+        round=state.round,
+        rounds=state.spec.rounds,
+        until=until,
+        reason=reason,
+    )
+    return waiting, record, event
+
+
+def deferred_wait(state: LoopState, now: float) -> float | None:
+    """Seconds the loop's next round must still wait for a limit to reset, or ``None``."""
+    if state.deferred_until is None or state.deferred_until <= now:
+        return None
+    return state.deferred_until - now

@@ -26,11 +26,13 @@ _MODES: dict[str, Mode] = {
 # `|loop` at a line start, not followed by a name character (so `|loopy|` is just text).
 _ACTIVATION = re.compile(r"^[ \t]*\|loop(?![A-Za-z0-9_-])", re.MULTILINE)
 _DIGITS = re.compile(r"[0-9]+")
+# `|loop:N key=value ...|`: the colon form's count followed by space-separated keys.
+_COUNT_THEN_KEYS = re.compile(r"[ \t]*([0-9]+)[ \t]+(?=[A-Za-z_]+[ \t]*=)")
 # Longer numbers are garbage, and would not survive int()/str() under Python's digit limit.
 _MAX_DIGITS = 18
 _WS = " \t"
 
-_FORMS = "|loop|, |loop:N| or |loop key=value ...|"
+_FORMS = "|loop|, |loop:N|, |loop:N key=value ...| or |loop key=value ...|"
 _USE_ITERATIONS = (
     f"use a whole number from 1 to {MAX_ROUNDS} (larger values are clamped to {MAX_ROUNDS})"
 )
@@ -224,7 +226,12 @@ def parse_loop(text: str) -> ParsedLoop:
     if opener == "|":
         items: list[_Item] = []
     elif opener == ":":
-        items = _colon_items(line)
+        lead = _COUNT_THEN_KEYS.match(line.text, line.i)
+        if lead is not None:  # |loop:10 objective="..."|: a count, then the space form
+            line.i = lead.end()
+            items = [(None, lead[1]), *_space_items(line)]
+        else:
+            items = _colon_items(line)
     elif opener and opener in _WS:
         items = _space_items(line)
     else:

@@ -15,15 +15,17 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import trio
 
 from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
+from ..agent import Entry, FullPlan, MicroPlan
 from ..errors import ActorNotRunning, CallFailed, ConfigError, LoopNotFound
 from ..loops import (
     TERMINAL_PHASES,
+    AgentStep,
     AnyEvent,
     LoopFinished,
     LoopSpec,
@@ -32,16 +34,18 @@ from ..loops import (
     RoundRecord,
     StopMode,
 )
-from ..storage import PruneReport, StoreBackend, StoreStatistics, open_backend
+from ..storage import DB_FILENAME, PruneReport, StoreBackend, StoreStatistics, open_backend
 from ..transport import transport_for
+from ..workers import RoundContext
 from ._breaker import Breaker
 from ._config import RuntimeConfig, load_config
 from ._context_builder import ContextBuilder
 from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
 from ._dispatcher import Dispatcher
 from ._events import EventBus, Gap, Subscription
-from ._lock import lock_state_dir
+from ._lock import lock_state_dir, watch_state_dir
 from ._messages import (
+    ApplyCompaction,
     ControlLoop,
     GetEvents,
     GetLoop,
@@ -62,6 +66,7 @@ from ._wiring import (
     STORE,
     TIMERS,
     RunnerDeps,
+    services_of,
 )
 
 __all__ = ["LoopHandle", "Runtime", "open_runtime"]
@@ -70,6 +75,10 @@ Command = Literal["stop", "pause", "resume", "status"]
 
 #: How long a runtime call waits for a restarting actor to come back before giving up.
 RESTART_PATIENCE = 10.0
+
+#: How long an agent waits for the ContextBuilder to apply a compaction plan before it
+#: applies the plan itself.
+COMPACTION_TIMEOUT = 30.0
 
 #: The largest ``older_than`` of a prune: a hundred years, in seconds.
 MAX_AGE = 36_500 * 86_400.0
@@ -142,16 +151,15 @@ class LoopHandle:
         def reached(state: LoopState) -> bool:
             return state.phase in wanted or state.terminal
 
-        with self.events() as events:
+        # Every way into a terminal phase publishes LoopFinished (after its commit): waiting
+        # for an end only needs that event; another phase may follow any event.
+        kinds = (LoopFinished,) if wanted <= TERMINAL_PHASES else None
+        with self.runtime.bus.watch(self.loop_id, kinds) as watch:
             state = await self.status()
-            if reached(state):
-                return state
-            async for _ in events:
-                # Any event (or gap) may mean a new phase: the store has the truth.
-                state = await self.status()
-                if reached(state):
-                    return state
-        return await self.status()
+            while not reached(state):
+                await watch.wait()
+                state = await self.status()  # the store has the truth
+            return state
 
 
 class Runtime:
@@ -327,7 +335,7 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                 max_concurrent=config.max_concurrent_rounds,
                 max_per_kind=config.max_concurrent_per_kind,
                 kill_grace=config.kill_grace,
-                context_factory=functools.partial(RoundContextImpl, config, deps.bus),
+                context_factory=functools.partial(RuntimeRoundContext, config, deps.bus),
                 transport=functools.partial(transport_for, config.transport),
             ),
             name=DISPATCHER,
@@ -348,8 +356,9 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
     ]
 
 
-class RoundContextImpl:
-    """What a round may do besides returning output: start child loops in its loop's scope."""
+class RuntimeRoundContext:
+    """The runtime's side of :class:`~loopactors.workers.RoundContext`: what a round may do
+    besides returning output (child loops in its loop's scope, loops, events, compaction)."""
 
     __slots__ = ("_bus", "_config", "_node", "loop_id", "round")
 
@@ -365,12 +374,48 @@ class RoundContextImpl:
 
     @property
     def runtime(self) -> Runtime:
+        """The whole runtime, for a ``python:`` function that wants more than the protocol
+        offers (``context.runtime.start(...)`` starts an independent root loop). Not part of
+        ``RoundContext``: workers of the package use only the protocol."""
         return Runtime(self._node, self._config, self._bus)
 
     async def start_child(self, text: str, **options: Any) -> LoopHandle:
-        """Start a child loop: it is stopped with this loop, and may not repeat an ancestor's
-        task."""
         return await self.runtime.start(text, parent_id=self.loop_id, **options)
+
+    async def get_loop(self, loop_id: str) -> LoopState:
+        return await self.runtime.get(loop_id)
+
+    async def list_loops(self) -> list[LoopState]:
+        return await self.runtime.loops()
+
+    async def loop_history(self, loop_id: str) -> list[RoundRecord]:
+        return await self.runtime.history(loop_id)
+
+    async def stop_loop(self, loop_id: str) -> LoopState:
+        return await self.runtime.handle(loop_id).stop()
+
+    def subscribe(self) -> Subscription:
+        return self._bus.subscribe(None)
+
+    async def apply_compaction(
+        self, plan: MicroPlan | FullPlan, view: tuple[Entry, ...]
+    ) -> tuple[Entry, ...]:
+        builder = services_of(self._node).context_builder
+        applied: tuple[Entry, ...] = await builder.call(
+            ApplyCompaction(plan, view), timeout=COMPACTION_TIMEOUT
+        )
+        return applied
+
+    def agent_step(self, tool: str, detail: str) -> None:
+        self._bus.publish(
+            AgentStep(
+                loop_id=self.loop_id, at=time.time(), round=self.round, tool=tool, detail=detail
+            )
+        )
+
+
+if TYPE_CHECKING:  # the runtime implements the workers' protocol (checked by mypy)
+    _context: type[RoundContext] = RuntimeRoundContext
 
 
 @asynccontextmanager
@@ -396,11 +441,14 @@ async def open_runtime(
     if config is None:
         config = load_config(config_file)
     config = config.replace(state_dir=state_dir, store=store, **overrides)
-    with contextlib.ExitStack() as stack:
+    async with contextlib.AsyncExitStack() as stack:
         if config.store == "sqlite":
             stack.enter_context(lock_state_dir(Path(config.state_dir)))
-        async with _open_runtime(config, observer) as runtime:
-            yield runtime
+        runtime = await stack.enter_async_context(_open_runtime(config, observer))
+        if config.store == "sqlite":
+            state_dir = Path(config.state_dir)
+            await stack.enter_async_context(watch_state_dir(state_dir, state_dir / DB_FILENAME))
+        yield runtime
 
 
 @asynccontextmanager

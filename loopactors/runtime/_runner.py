@@ -39,9 +39,13 @@ from ..loops import (
     RoundStatus,
     RoundSummary,
     build_prompt,
+    defer_round,
+    deferred_wait,
     next_phase,
+    no_completed_round,
     normalize_output,
     round_intent,
+    stale_rounds_after,
 )
 from ..storage import Write
 from ..workers import RoundRequest, RoundResult, check_worker_spec
@@ -343,6 +347,12 @@ class LoopRunner(Actor[Any]):
         """Ask the Breaker about the next round; it goes on to the ContextBuilder if all is well."""
         state = self.state
         now = time.time()
+        wait = deferred_wait(state, now)
+        if wait is not None:
+            # A usage limit holds this round back (also after a crash): wake at its reset.
+            self.epoch += 1
+            await self._schedule(trio.current_time() + wait, Advance(self.epoch))
+            return
         if state.phase == "activating":
             state = state.moved("dispatching")
         # Round 1 is prepared until its intent commits, which announces the loop (also
@@ -363,7 +373,8 @@ class LoopRunner(Actor[Any]):
         self.seed_source = prompt.seed_source
         # The Store dispatches the round once its intent is durable.
         dispatch = Forward(DISPATCHER, self._dispatch_message(prompt))
-        await self._commit(state.moved("awaiting_worker"), record, events, then=(dispatch,))
+        running = state.moved("awaiting_worker", deferred_until=None, defer_reason=None)
+        await self._commit(running, record, events, then=(dispatch,))
         await self._arm_watchdog()
 
     def _dispatch_message(self, prompt: Prompt) -> Dispatch:
@@ -378,6 +389,7 @@ class LoopRunner(Actor[Any]):
             task=spec.task,
             worker=spec.worker,
             objective=spec.objective,
+            session=state.agent_session if spec.mode == "inherit" else None,
         )
         return Dispatch(request, spec.round_timeout)
 
@@ -408,6 +420,9 @@ class LoopRunner(Actor[Any]):
     async def _round_done(self, result: RoundResult) -> None:
         state = self.state
         status = result.status
+        if status == "deferred":
+            await self._round_deferred(result)
+            return
         if status == "cancelled":
             # Nobody here asked for it (a stop finishes the loop before the result comes).
             status = "failed"
@@ -422,6 +437,10 @@ class LoopRunner(Actor[Any]):
             started_at=self.round_started,
             duration=result.duration,
             transcript=result.transcript,
+            cost_usd=result.cost_usd,
+            session_id=result.session_id,
+            files_changed=result.files_changed,
+            commits=result.commits,
         )
         self.summary[record.round] = _summary(record)
         # The Breaker's ledger; sent before the next CheckRound, so it is there in time.
@@ -438,13 +457,22 @@ class LoopRunner(Actor[Any]):
                 "completed_rounds": state.completed_rounds + 1,
                 "last_output": result.output,
                 # Compared as same_output() does, normalizing each output only once.
-                "stale_rounds": state.stale_rounds + 1 if previous == normalized else 0,
+                "stale_rounds": stale_rounds_after(
+                    state, progress=result.progress, same_output=previous == normalized
+                ),
+                "progress_measure": "output" if result.progress is None else "workspace",
                 "consecutive_failures": 0,
             }
         else:
             changes = {"consecutive_failures": state.consecutive_failures + 1}
+        if result.session_id is not None:
+            changes["agent_session"] = result.session_id
         self.state = state.moved(
-            "summarizing", tokens_used=state.tokens_used + result.tokens, **changes
+            "summarizing",
+            tokens_used=state.tokens_used + result.tokens,
+            cost_usd=state.cost_usd + result.cost_usd,
+            deferrals=0,
+            **changes,
         )
         finished = RoundFinished(
             loop_id=self.loop_id,
@@ -455,6 +483,9 @@ class LoopRunner(Actor[Any]):
             duration=result.duration,
             tokens=result.tokens,
             error=record.error,
+            cost_usd=result.cost_usd,
+            files_changed=result.files_changed,
+            commits=result.commits,
         )
         if status == "completed" and result.done:
             # The worker found the objective met: the loop is complete now (rolebox's W3).
@@ -463,12 +494,48 @@ class LoopRunner(Actor[Any]):
             return
         await self._decide((finished,), record)
 
+    async def _round_deferred(self, result: RoundResult) -> None:
+        """A usage or rate limit held the round back: not a failure, the same round later."""
+        waiting, record, deferred = defer_round(
+            self.state,
+            until=result.deferred_until,
+            reason=result.error or "usage limit",
+            now=time.time(),
+            tokens=result.tokens,
+            cost_usd=result.cost_usd,
+        )
+        if result.session_id is not None:
+            waiting = msgspec.structs.replace(waiting, agent_session=result.session_id)
+        record = msgspec.structs.replace(
+            record, started_at=self.round_started, duration=result.duration
+        )
+        self.summary[record.round] = _summary(record)
+        if waiting.stop_requested is not None:  # a stop after the round: the wait is moot
+            self.state = waiting
+            await self._finish(
+                "cancelled", record=record, events=(deferred,), reason="stopped by request"
+            )
+            return
+        if waiting.pause_requested:  # paused at this round; resume waits out the limit
+            paused = waiting.moved("paused", pause_requested=False)
+            note = LoopPaused(loop_id=self.loop_id, at=time.time(), round=paused.round)
+            await self._commit(paused, record, (deferred, note))
+            return
+        await self._commit(waiting, record, (deferred,))
+        await self._prepare_round()
+
     async def _decide(self, events: tuple[AnyEvent, ...], record: RoundRecord | None) -> None:
         """After a round: complete, cancelled (stop after round), paused, or the next round."""
         state = self.state
         nxt = next_phase(state)
         if nxt in ("complete", "cancelled"):
             await self._finish(nxt, record=record, events=events)
+            return
+        if nxt == "escalated":  # the cap, with no completed round
+            verdict = no_completed_round(state, record.error if record is not None else None)
+            await self._finish(
+                nxt, record=record, events=events, reason=verdict.reason, trigger=verdict.trigger
+            )
             return
         if nxt == "paused":
             paused = state.moved("paused", round=state.round + 1, pause_requested=False)
@@ -591,7 +658,10 @@ class LoopRunner(Actor[Any]):
         commit = Commit(Write(state=state, round=record, events=saved), then)
         self.state = state
         if wait:
-            await self.svc.store.call(commit, self.deps.call_timeout)
+            # No timeout: a commit waits as long as the Store lives, through a full disk
+            # (the Store retries it); giving up would restart this runner and run the round
+            # in flight again.
+            await self.svc.store.call(commit, None)
         else:
             await self.svc.store.cast(commit)
 

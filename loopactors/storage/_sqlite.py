@@ -55,6 +55,8 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX events_by_loop ON events (loop_id, seq)",
     ),
+    # 2: what each round cost (coding-agent CLI kinds), queryable without decoding records.
+    ("ALTER TABLE rounds ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0",),
 ]
 
 _UPSERT_LOOP = """
@@ -64,8 +66,9 @@ _UPSERT_LOOP = """
         state = excluded.state
 """
 _UPSERT_ROUND = """
-    INSERT INTO rounds (loop_id, round, status, record) VALUES (?, ?, ?, ?)
-    ON CONFLICT (loop_id, round) DO UPDATE SET status = excluded.status, record = excluded.record
+    INSERT INTO rounds (loop_id, round, status, record, cost_usd) VALUES (?, ?, ?, ?, ?)
+    ON CONFLICT (loop_id, round) DO UPDATE SET status = excluded.status, record = excluded.record,
+        cost_usd = excluded.cost_usd
 """
 _APPEND_EVENT = "INSERT INTO events (loop_id, type, event) VALUES (?, ?, ?)"
 _TERMINAL = tuple(sorted(TERMINAL_PHASES))
@@ -232,7 +235,10 @@ class SqliteBackend(StoreBackend):
                 )
                 executemany(
                     _UPSERT_ROUND,
-                    ((r.loop_id, r.round, r.status, encode(r)) for r in records.values()),
+                    (
+                        (r.loop_id, r.round, r.status, encode(r), r.cost_usd)
+                        for r in records.values()
+                    ),
                 )
                 executemany(
                     _APPEND_EVENT,

@@ -24,7 +24,8 @@ import attrs
 import msgspec
 import trio
 
-from ._report import InvariantCheck, KillTrial, StressReport
+from ..storage import DB_FILENAME, open_backend
+from ._report import InvariantCheck, KillTotals, KillTrial, StressReport
 from ._run import StressOptions, Tally, run_stress
 
 __all__ = ["child_progress", "run_kill_trials"]
@@ -106,17 +107,53 @@ def _read_lines(stream: IO[str], lines: queue.Queue[str | None]) -> None:
     lines.put(None)
 
 
+def _store_counts(options: StressOptions) -> tuple[int, int, int]:
+    """Loops in the state directory's store, their completed rounds, and the live ones."""
+    assert options.state_dir is not None
+    if not (options.state_dir / DB_FILENAME).exists():
+        return 0, 0, 0
+    backend = open_backend("sqlite", options.state_dir)
+    try:
+        states = backend.list_loops()
+    finally:
+        backend.close()
+    live = sum(1 for state in states if not state.terminal)
+    return len(states), sum(state.completed_rounds for state in states), live
+
+
 def run_kill_trials(options: StressOptions, trials: int, *, progress: IO[str]) -> StressReport:
     """K kill trials, then a last run that resumes everything, then the invariants."""
     rng = random.Random(options.seed)
     results = []
+    loops_before, rounds_before, _ = start = _store_counts(options)
     for trial in range(1, trials + 1):
         result = _one_trial(options, trial, rng)
+        loops_after, rounds_after, _ = _store_counts(options)
+        result = msgspec.structs.replace(
+            result,
+            loops_admitted=loops_after - loops_before,
+            rounds_completed=rounds_after - rounds_before,
+        )
+        loops_before, rounds_before = loops_after, rounds_after
         results.append(result)
         how = f"killed after {result.rounds_at_kill} rounds" if result.killed else "finished"
-        progress.write(f"kill trial {trial}/{trials}: {how}\n")
+        progress.write(
+            f"kill trial {trial}/{trials}: {result.loops_admitted} loops admitted, "
+            f"{result.rounds_completed} rounds completed, {how}\n"
+        )
+    _, _, left_live = _store_counts(options)
     final = attrs.evolve(options, loops=0, task_prefix=f"{options.task_prefix}final-")
     report = trio.run(_final_run, final)
+    loops_end, rounds_end, _ = _store_counts(options)
+    totals = KillTotals(
+        loops_per_trial=options.loops,
+        resumed_loops=left_live,
+        resume_rounds=rounds_end - rounds_before,
+        resume_seconds=report.seconds,
+        loops=loops_end - start[0],
+        rounds_completed=rounds_end - start[1],
+        seconds=sum(t.seconds for t in results) + report.seconds,
+    )
     failed = [t for t in results if not t.killed and t.exit_code != 0]
     children = InvariantCheck(
         name="children_ran",
@@ -128,6 +165,7 @@ def run_kill_trials(options: StressOptions, trials: int, *, progress: IO[str]) -
     return msgspec.structs.replace(
         report,
         kill_trials=tuple(results),
+        kill_totals=totals,
         invariants=(children, *report.invariants),
         ok=report.ok and not failed,
     )

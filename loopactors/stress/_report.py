@@ -15,6 +15,7 @@ from ..loops import AnyEvent, LoopState, RoundFinished, RoundRecord
 
 __all__ = [
     "InvariantCheck",
+    "KillTotals",
     "KillTrial",
     "StoredLoop",
     "StressReport",
@@ -51,9 +52,37 @@ class KillTrial(msgspec.Struct, frozen=True, kw_only=True):
     trial: int
     #: False when the child finished (or failed) before the kill came.
     killed: bool
+    #: Rounds the child reported done when it was killed.
     rounds_at_kill: int
     seconds: float
     exit_code: int | None = None
+    #: Loops this trial added to the store (admitted before the kill), and completed rounds
+    #: it added, read from the store after it.
+    loops_admitted: int = 0
+    rounds_completed: int = 0
+
+    @property
+    def rounds_per_s(self) -> float:
+        return self.rounds_completed / self.seconds if self.seconds > 0 else 0.0
+
+
+class KillTotals(msgspec.Struct, frozen=True, kw_only=True):
+    """The kill trials and the resume after them, taken together."""
+
+    #: ``--loops``: the new loops each trial's child starts.
+    loops_per_trial: int
+    #: Loops the resume found live (left by the children) and completed rounds it added.
+    resumed_loops: int
+    resume_rounds: int
+    resume_seconds: float
+    #: Every loop in the store, and every completed round, over the trials and the resume.
+    loops: int
+    rounds_completed: int
+    seconds: float
+
+    @property
+    def rounds_per_s(self) -> float:
+        return self.rounds_completed / self.seconds if self.seconds > 0 else 0.0
 
 
 class StressReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,6 +104,7 @@ class StressReport(msgspec.Struct, frozen=True, kw_only=True):
     phases: dict[str, int]
     invariants: tuple[InvariantCheck, ...]
     kill_trials: tuple[KillTrial, ...] = ()
+    kill_totals: KillTotals | None = None
     ok: bool = False
 
 
@@ -192,27 +222,59 @@ def _ms(value: float | None) -> str:
 
 def render_report(report: StressReport) -> str:
     """The report as text, one figure a line, the invariants last."""
-    lines = [
-        f"stress: {report.loops} loops x {report.rounds_per_loop} rounds, worker "
-        f"{report.worker}, {report.store} store, crash rate {report.crash_rate}, stop rate "
-        f"{report.stop_rate}, seed {report.seed}",
-        f"  rounds completed     {report.rounds_completed}",
-        f"  rounds/s             {report.rounds_per_s:.0f} (in {report.seconds:.2f} s)",
+    totals = report.kill_totals
+    settings = (
+        f"worker {report.worker}, {report.store} store, crash rate {report.crash_rate}, "
+        f"stop rate {report.stop_rate}, seed {report.seed}"
+    )
+    if totals is None:
+        lines = [
+            f"stress: {report.loops} loops x {report.rounds_per_loop} rounds, {settings}",
+            f"  rounds completed     {report.rounds_completed}",
+            f"  rounds/s             {report.rounds_per_s:.0f} (in {report.seconds:.2f} s)",
+        ]
+        run = ""
+    else:
+        trials = len(report.kill_trials)
+        lines = [
+            f"stress: {trials} kill trial{'s' if trials != 1 else ''}, each starting "
+            f"{totals.loops_per_trial} loops x {report.rounds_per_loop} rounds in a child "
+            f"process SIGKILLed at a random round, then a resume of what they left; {settings}",
+        ]
+        for trial in report.kill_trials:
+            how = (
+                f"SIGKILL after {trial.rounds_at_kill} rounds"
+                if trial.killed
+                else f"finished before the kill (exit {trial.exit_code})"
+            )
+            lines.append(
+                f"  kill trial {trial.trial:<9} {trial.loops_admitted} loops admitted, "
+                f"{trial.rounds_completed} rounds completed in {trial.seconds:.2f} s "
+                f"({trial.rounds_per_s:.0f} rounds/s), {how}"
+            )
+        resume_rate = (
+            totals.resume_rounds / totals.resume_seconds if totals.resume_seconds > 0 else 0.0
+        )
+        lines += [
+            f"  resume               {totals.resumed_loops} loops resumed, "
+            f"{totals.resume_rounds} rounds completed in {totals.resume_seconds:.2f} s "
+            f"({resume_rate:.0f} rounds/s)",
+            f"  in total             {totals.loops} loops, {totals.rounds_completed} rounds "
+            f"completed in {totals.seconds:.2f} s ({totals.rounds_per_s:.0f} rounds/s)",
+        ]
+        run = ", in the resume"
+    lines += [
         f"  round transition     p50 {_ms(report.p50_transition_ms)}, "
-        f"p99 {_ms(report.p99_transition_ms)}",
-        f"  peak RSS             {report.peak_rss_mb:.0f} MB",
-        f"  faults injected      {report.faults_injected}",
-        f"  actor restarts       {report.actor_restarts}",
+        f"p99 {_ms(report.p99_transition_ms)}{run}",
+        f"  peak RSS             {report.peak_rss_mb:.0f} MB{run}",
+        f"  faults injected      {report.faults_injected} (actor crashes caused by "
+        f"--crash-rate{run})",
+        f"  actor restarts       {report.actor_restarts} (actors started again by their "
+        f"supervisor or by recovery{run}: one fault can restart several"
+        + ("; a trial's SIGKILL ends a whole process, counted above, not here)" if run else ")"),
         "  loops per phase      "
         + (", ".join(f"{phase} {n}" for phase, n in report.phases.items()) or "none"),
     ]
-    for trial in report.kill_trials:
-        how = (
-            f"SIGKILL after {trial.rounds_at_kill} rounds"
-            if trial.killed
-            else f"finished before the kill (exit {trial.exit_code})"
-        )
-        lines.append(f"  kill trial {trial.trial:<9} {how}, {trial.seconds:.2f} s")
     lines.append("invariants (read back from the store):")
     for inv in report.invariants:
         mark = "ok  " if inv.ok else "FAIL"

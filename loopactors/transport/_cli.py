@@ -15,7 +15,7 @@ import trio
 from .._logs import add_log_format, configure_logging
 from ..errors import ConfigError
 from ._url import IN_PROCESS, check_transport, redact_url
-from ._wire import KNOWN_KINDS
+from ._wire import ALL_KINDS, KNOWN_KINDS
 
 __all__ = ["add_parsers", "print_status", "run_worker"]
 
@@ -46,7 +46,8 @@ def add_parsers(commands: Any) -> None:
         "--kinds",
         default=",".join(KNOWN_KINDS),
         metavar="K,K",
-        help=f"the worker kinds this process runs ({','.join(KNOWN_KINDS)})",
+        help=f"the worker kinds this process runs (default {','.join(KNOWN_KINDS)}; "
+        f"accepted: {','.join(ALL_KINDS)})",
     )
     worker.add_argument("--slots", type=int, default=4, metavar="N", help="rounds at once (4)")
     worker.add_argument("--name", metavar="NAME", help="consumer name (HOST-PID)")
@@ -84,11 +85,11 @@ def run_worker(args: argparse.Namespace) -> int:
     if check_transport(url) == IN_PROCESS:
         raise ConfigError("--redis takes a redis:// or rediss:// URL")
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
-    unknown = sorted(set(kinds) - set(KNOWN_KINDS))
+    unknown = sorted(set(kinds) - set(ALL_KINDS))
     if unknown or not kinds:
         raise ConfigError(
             f"unknown worker kind(s) {', '.join(unknown) or '(none given)'} in --kinds; "
-            f"accepted: {', '.join(KNOWN_KINDS)}"
+            f"accepted: {', '.join(ALL_KINDS)}"
         )
     try:
         settings = WorkerSettings(

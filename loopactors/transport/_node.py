@@ -24,7 +24,7 @@ import trio
 from coredis.tokens import PureToken
 
 from ..workers import RoundRequest, RoundResult
-from ._backoff import Backoff
+from ._backoff import RetryDelays
 from ._base import RemoteTransport
 from ._redis import (
     NO_GROUP,
@@ -158,7 +158,7 @@ class RedisTransport(RemoteTransport):
         # Reports delivered to an earlier incarnation and never acknowledged come first.
         start = "0"
         outage = True  # the epoch is checked (and set) on the first pass
-        backoff = Backoff()
+        backoff = RetryDelays()
         while True:
             try:
                 if outage:

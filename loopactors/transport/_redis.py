@@ -18,7 +18,7 @@ import coredis
 import coredis.exceptions
 import trio
 
-from ._backoff import Backoff
+from ._backoff import RetryDelays
 from ._url import redact_url
 
 __all__ = [
@@ -92,7 +92,7 @@ async def retry(what: str, url: str, op: Any, *args: Any, **kwargs: Any) -> Any:
 
     The log names the Redis URL without its password.
     """
-    backoff = Backoff()
+    backoff = RetryDelays()
     while True:
         try:
             return await op(*args, **kwargs)

@@ -9,25 +9,39 @@ worker.
 
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 
 from .._util import fix_public_module
 from ..errors import WorkerSpecError
 from ._agent import AgentWorker as AgentWorker
-from ._agent import in_workspace as in_workspace
+from ._agent import in_workspace as _agent_in_workspace
+from ._base import ChildLoop as ChildLoop
+from ._base import LoopEvents as LoopEvents
 from ._base import RoundContext as RoundContext
 from ._base import RoundRequest as RoundRequest
 from ._base import RoundResult as RoundResult
 from ._base import Worker as Worker
 from ._base import WorkerStatus as WorkerStatus
+from ._cli_adapter import cli_adapter, parse_cli_options, register_cli_kind
+from ._cli_adapter import cli_kinds as cli_kinds
+from ._cli_aider import AiderAdapter
+from ._cli_claude import ClaudeAdapter
+from ._cli_codex import CodexAdapter
+from ._cli_gemini import GeminiAdapter
+from ._cli_worker import CliAgentWorker as CliAgentWorker
 from ._command import CommandWorker as CommandWorker
 from ._command import GroupStopper as GroupStopper
+from ._command import kill_worker_groups as kill_worker_groups
 from ._python import PythonWorker as PythonWorker
 from ._scripted import ScriptedWorker as ScriptedWorker
 
 __all__ = [
     "AgentWorker",
+    "ChildLoop",
+    "CliAgentWorker",
     "CommandWorker",
     "GroupStopper",
+    "LoopEvents",
     "PythonWorker",
     "RoundContext",
     "RoundRequest",
@@ -36,8 +50,11 @@ __all__ = [
     "Worker",
     "WorkerStatus",
     "check_worker_spec",
+    "cli_kinds",
     "in_workspace",
+    "kill_worker_groups",
     "parse_worker",
+    "worker_kinds",
 ]
 
 # kind -> build(text after "kind:", kill_grace)
@@ -47,6 +64,40 @@ _KINDS: dict[str, Callable[[str, float], Worker]] = {
     "python": lambda rest, grace: PythonWorker.from_spec(rest),
     "scripted": lambda rest, grace: ScriptedWorker.from_spec(rest),
 }
+
+# The coding-agent CLI kinds (docs/agent-clis.md): one adapter each, one shared worker.
+register_cli_kind(ClaudeAdapter())
+register_cli_kind(CodexAdapter())
+register_cli_kind(GeminiAdapter())
+register_cli_kind(AiderAdapter())
+
+
+def worker_kinds() -> tuple[str, ...]:
+    """Every worker kind a spec may name."""
+    return tuple(sorted({*_KINDS, *cli_kinds()}))
+
+
+def in_workspace(spec: str, directory: str | Path) -> str:
+    """``spec`` (an agent or coding-agent CLI worker spec) with ``workspace=`` set to
+    ``directory``, unless the spec names one already (the spec wins: it is what the loop was
+    started with).
+
+    Raises:
+        WorkerSpecError: ``spec`` is of a kind that has no workspace, or the path holds a comma.
+    """
+    kind, _, rest = spec.partition(":")
+    adapter = cli_adapter(kind)
+    if adapter is None:
+        return _agent_in_workspace(spec, directory)
+    if parse_cli_options(adapter, rest).workspace is not None:
+        return spec
+    path = Path(directory).resolve()
+    if "," in str(path):
+        raise WorkerSpecError(f"workspace {str(path)!r} contains a comma, which a spec cannot hold")
+    head, args, tail = rest.partition("args=")  # args= takes the rest: the workspace goes first
+    head = head.rstrip(",")
+    options = ",".join(part for part in (head, f"workspace={path}", args + tail) if part)
+    return f"{kind}:{options}"
 
 
 def parse_worker(spec: str, *, kill_grace: float = 5.0) -> Worker:
@@ -65,8 +116,10 @@ def parse_worker(spec: str, *, kill_grace: float = 5.0) -> Worker:
     kind, _, rest = spec.partition(":")
     build = _KINDS.get(kind)
     if build is None:
+        if kind in cli_kinds():
+            return CliAgentWorker.from_spec(kind, rest, kill_grace=kill_grace)
         raise WorkerSpecError(
-            f"unknown worker kind {kind!r} in {spec!r}; accepted kinds: {', '.join(sorted(_KINDS))}"
+            f"unknown worker kind {kind!r} in {spec!r}; accepted kinds: {', '.join(worker_kinds())}"
         )
     return build(rest, kill_grace)
 
@@ -80,6 +133,10 @@ def check_worker_spec(spec: str, *, kill_grace: float = 5.0, here: bool = True) 
     must read ``module:function``.
     """
     kind, _, rest = spec.partition(":")
+    adapter = cli_adapter(kind)
+    if adapter is not None and not here:  # the binary must exist where the rounds run
+        parse_cli_options(adapter, rest)
+        return kind
     if here or kind not in ("command", "python"):
         return parse_worker(spec, kill_grace=kill_grace).kind
     if kind == "command":

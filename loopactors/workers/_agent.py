@@ -21,26 +21,25 @@ from __future__ import annotations
 import contextlib
 import re
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 import trio
 
 from ..agent import (
+    BASH_MODES,
     SUBAGENT_MAX_ITERATIONS,
     AgentConfig,
+    BashMode,
     ChatClient,
     CompactionConfig,
-    Entry,
-    FullPlan,
     McpServer,
     MessageQueue,
-    MicroApplier,
-    MicroPlan,
     ModelSettings,
     SubAgentRun,
     ToolSet,
     core_tools,
+    find_bwrap,
     load_mcp_config,
     loop_tools,
     open_mcp_tools,
@@ -55,10 +54,11 @@ __all__ = ["AgentWorker", "in_workspace"]
 
 _FORM = (
     "agent[:model=NAME,base_url=URL,max_iterations=N,workspace=DIR,context_window=N,"
-    "stream=true|false,timeout=SECONDS,mcp=CONFIG.json]"
+    "stream=true|false,timeout=SECONDS,mcp=CONFIG.json,bash=on|sandbox|off]"
 )
 _OPTIONS = (
     "base_url",
+    "bash",
     "context_window",
     "max_iterations",
     "mcp",
@@ -126,9 +126,7 @@ def in_workspace(spec: str, directory: str | Path) -> str:
 class _ChildLoopSubAgent:
     """Runs a sub-agent as a one-round child loop of the round's loop and waits for it."""
 
-    #: The runtime's round context (``start_child``); typed loosely, workers may not import
-    #: the runtime.
-    context: Any
+    context: RoundContext
     spec: str
 
     async def __call__(self, task: str) -> SubAgentRun:
@@ -160,29 +158,6 @@ class _ChildLoopSubAgent:
         )
 
 
-#: How long an agent waits for the Compactor to apply a plan before applying it itself.
-COMPACTOR_TIMEOUT = 30.0
-
-
-def compactor_applier(node: Any) -> MicroApplier:
-    """An applier that has the runtime's Compactor actor (on ``node``) apply a compaction
-    plan (micro or full). When the call fails (the Compactor refused, crashed or is
-    restarting) the agent applies the plan itself."""
-    # The one upward import of workers (until RoundContext carries the applier): lazy,
-    # because the runtime's messages import workers.
-    from ..runtime._messages import ApplyCompaction  # noqa: PLC0415
-
-    compactor = node.ref("context_builder")
-
-    async def apply(plan: MicroPlan | FullPlan, view: tuple[Entry, ...]) -> tuple[Entry, ...]:
-        applied: tuple[Entry, ...] = await compactor.call(
-            ApplyCompaction(plan, view), timeout=COMPACTOR_TIMEOUT
-        )
-        return applied
-
-    return apply
-
-
 @attrs.frozen(kw_only=True)
 class AgentWorker(Worker):
     """Runs the agent loop once per round, in ``workspace`` with the core tools."""
@@ -194,6 +169,9 @@ class AgentWorker(Worker):
     workspace: Path = attrs.field(factory=Path.cwd, converter=Path)
     #: MCP servers started for each round; their tools are deferred.
     mcp_servers: tuple[McpServer, ...] = ()
+    #: How the bash tool runs commands: ``on`` (as the node's user), ``sandbox``
+    #: (bubblewrap: docs/agent.md), ``off`` (no bash tool).
+    bash: BashMode = "on"
 
     @classmethod
     def from_spec(cls, text: str) -> AgentWorker:
@@ -238,8 +216,22 @@ class AgentWorker(Worker):
                 servers = load_mcp_config(values["mcp"])
             except AgentError as exc:
                 raise WorkerSpecError(f"agent worker: {exc}") from None
+        bash = values.get("bash", "on")
+        if bash not in BASH_MODES:
+            raise WorkerSpecError(
+                f"agent worker bash must be one of {', '.join(BASH_MODES)}, got {bash!r}"
+            )
+        if bash == "sandbox":
+            try:
+                find_bwrap()
+            except AgentError as exc:
+                raise WorkerSpecError(f"agent worker: {exc}") from None
         return cls(
-            settings=settings, config=config, workspace=workspace, mcp_servers=tuple(servers)
+            settings=settings,
+            config=config,
+            workspace=workspace,
+            mcp_servers=tuple(servers),
+            bash=bash,
         )
 
     def subagent_spec(self) -> str | None:
@@ -257,6 +249,8 @@ class AgentWorker(Worker):
         window = self.config.compaction.context_window
         if window != CompactionConfig().context_window:
             values["context_window"] = str(window)
+        if self.bash != "on":
+            values["bash"] = self.bash
         if any("," in value for value in values.values()):
             return None
         spec = "agent:" + ",".join(f"{name}={value}" for name, value in values.items())
@@ -273,15 +267,22 @@ class AgentWorker(Worker):
             open_mcp_tools(self.mcp_servers) as mcp_tools,
             trio.open_nursery() as nursery,
         ):
-            in_runtime = hasattr(context, "runtime")
-            spec = self.subagent_spec() if in_runtime else None
-            starter = _ChildLoopSubAgent(context, spec) if spec is not None else None
-            tools = ToolSet([*core_tools(), subagent_tool(model, starter=starter), *mcp_tools])
+            spec = self.subagent_spec() if context is not None else None
+            starter = _ChildLoopSubAgent(context, spec) if context and spec else None
+            tools = ToolSet(
+                [
+                    *core_tools(bash=self.bash),
+                    subagent_tool(model, starter=starter, bash=self.bash),
+                    *mcp_tools,
+                ]
+            )
             loops = None
             applier = None
-            if in_runtime:
+            if context is not None:
                 loops = RoundLoops(context, nursery=nursery, queue=queue)
-                applier = compactor_applier(loops.context.runtime.node)
+                # The runtime's ContextBuilder applies compaction plans (the agent applies
+                # one itself when that fails).
+                applier = context.apply_compaction
                 # Deferred: reached through search_tools/execute_tool, the offered list stays small.
                 for tool in loop_tools(loops):
                     tools.add(attrs.evolve(tool, deferred=True))

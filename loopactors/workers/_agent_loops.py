@@ -10,23 +10,22 @@ any is still running the agent's idle wait holds the round open (bounded by the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 import trio
 
 from ..agent import MessageQueue, QueuedMessage
 from ..errors import LoopNotFound
-from ..loops import LoopFinished, LoopState, RoundRecord
+from ..loops import Gap, LoopFinished, LoopState, RoundRecord
+from ._base import RoundContext
 
 __all__ = ["RoundLoops"]
 
 
 @attrs.define
 class RoundLoops:
-    #: The runtime's round context (``start_child``, ``runtime``, ``loop_id``); typed loosely
-    #: because workers may not import the runtime.
-    context: Any
+    #: The round's way to the runtime (the round's loop, its children, their events).
+    context: RoundContext
     #: Where the watcher runs (the round's nursery), and the agent's inbox it reports to.
     nursery: trio.Nursery
     queue: MessageQueue
@@ -47,28 +46,27 @@ class RoundLoops:
             await self.nursery.start(self.watch)
         options = {"worker": worker} if worker else {}
         handle = await self.context.start_child(text, **options)
-        state: LoopState = await handle.status()
+        state = await handle.status()
         if not (state.terminal or state.loop_id in self.ended):
             self.live.add(state.loop_id)
         return state
 
     async def children(self) -> Sequence[LoopState]:
-        loops: list[LoopState] = await self.context.runtime.loops()
+        loops = await self.context.list_loops()
         return [state for state in loops if state.spec.parent_id == self.context.loop_id]
 
     async def child(self, loop_id: str) -> LoopState:
-        state: LoopState = await self.context.runtime.get(loop_id)
+        state = await self.context.get_loop(loop_id)
         if state.spec.parent_id != self.context.loop_id:
             raise LoopNotFound(f"{loop_id!r} is not a child loop of {self.context.loop_id}")
         return state
 
     async def history(self, loop_id: str) -> Sequence[RoundRecord]:
-        rounds: list[RoundRecord] = await self.context.runtime.history(loop_id)
-        return rounds
+        return await self.context.loop_history(loop_id)
 
     async def stop(self, loop_id: str) -> LoopState:
         self.stopped.add(loop_id)
-        state: LoopState = await self.context.runtime.handle(loop_id).stop()
+        state = await self.context.stop_loop(loop_id)
         self.live.discard(loop_id)
         return state
 
@@ -79,7 +77,7 @@ class RoundLoops:
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Tell the agent when a child it started finishes (runs until cancelled)."""
-        with self.context.runtime.subscribe() as events:
+        with self.context.subscribe() as events:
             task_status.started()  # subscribed before any child can start
             async for event in events:
                 if isinstance(event, LoopFinished):
@@ -92,7 +90,7 @@ class RoundLoops:
                             + (f" ({event.reason})" if event.reason else "")
                             + ". Read its result with loop_output.",
                         )
-                elif hasattr(event, "missed"):  # a Gap: events were dropped, ask directly
+                elif isinstance(event, Gap):  # events were dropped: ask directly
                     for loop_id in list(self.live):
                         state = await self.child(loop_id)
                         if state.terminal:

@@ -8,7 +8,7 @@ a cancel scope with the round's timeout, measures the duration and turns a timeo
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import msgspec
 
@@ -16,9 +16,26 @@ import msgspec
 # the transport can decode one) in this module.
 from ..loops import Mode
 
-__all__ = ["RoundContext", "RoundRequest", "RoundResult", "Worker", "WorkerStatus"]
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from types import TracebackType
 
-WorkerStatus = Literal["completed", "failed", "timed_out", "cancelled"]
+    from ..agent import Entry, FullPlan, MicroPlan
+    from ..loops import AnyEvent, Gap, LoopState, RoundRecord
+
+__all__ = [
+    "ChildLoop",
+    "LoopEvents",
+    "RoundContext",
+    "RoundRequest",
+    "RoundResult",
+    "Worker",
+    "WorkerStatus",
+]
+
+#: ``deferred``: the provider's usage or rate limit said "not now"; the same round runs
+#: again at ``deferred_until`` (not a failure: see docs/agent-clis.md).
+WorkerStatus = Literal["completed", "failed", "timed_out", "cancelled", "deferred"]
 
 
 class RoundRequest(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -39,6 +56,9 @@ class RoundRequest(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     cwd: str | None = None
     #: Extra environment for the round (a code loop's ``LOOPACTORS_WORKTREE`` and friends).
     env: dict[str, str] = msgspec.field(default_factory=dict)
+    #: The agent session to resume (a coding-agent CLI's own session id, from the previous
+    #: round of an ``inherit`` loop), or ``None``.
+    session: str | None = None
 
     #: Idempotency key ``loop_id:round``: the same round dispatched again has the same key.
     @property
@@ -57,15 +77,90 @@ class RoundResult(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     #: What the round said and did, as plain data (the agent worker's conversation: one
     #: entry per message with its flags); kept with the round record. Empty for other workers.
     transcript: tuple[dict[str, Any], ...] = ()
+    #: What the round cost in US dollars, as the agent CLI reported it.
+    cost_usd: float = 0.0
+    #: The agent CLI's own session id (resumed by the next round of an ``inherit`` loop).
+    session_id: str | None = None
+    #: Workspace progress measured around the round (coding-agent CLI kinds): files changed
+    #: in the working tree, new commits, and whether anything moved. ``progress`` ``None``:
+    #: not measured, the no-progress rule compares outputs.
+    files_changed: int | None = None
+    commits: int | None = None
+    progress: bool | None = None
+    #: With status ``deferred``: UNIX time the round may run again.
+    deferred_until: float | None = None
+
+
+class ChildLoop(Protocol):
+    """A loop started by a round (the runtime's ``LoopHandle`` is one)."""
+
+    @property
+    def loop_id(self) -> str: ...
+
+    async def status(self) -> LoopState: ...
+
+    async def wait(self) -> LoopState: ...
+
+    async def stop(self, *, after_round: bool = False) -> LoopState: ...
+
+    async def history(self) -> list[RoundRecord]: ...
+
+
+class LoopEvents(Protocol):
+    """Live events of loops: iterate with ``async for``; close by leaving the ``with``."""
+
+    def __enter__(self) -> LoopEvents: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+    def __aiter__(self) -> AsyncIterator[AnyEvent | Gap]: ...
 
 
 class RoundContext(Protocol):
-    """What a round may do besides returning output: start child loops.
-
-    The runtime implements it; a child loop started through it lives in its parent's scope.
+    """The one way a worker touches the runtime during a round: typed, implemented by the
+    runtime (``runtime/_api.py``). A worker gets ``None`` where there is no runtime (a
+    transport's worker process, a code loop's own round). Workers never import the runtime.
     """
 
-    async def start_child(self, text: str, **options: Any) -> Any: ...
+    #: The round's loop and its round number.
+    @property
+    def loop_id(self) -> str: ...
+
+    @property
+    def round(self) -> int: ...
+
+    async def start_child(self, text: str, **options: Any) -> ChildLoop:
+        """Start a child loop of the round's loop (``options``: ``LoopSpec`` fields and
+        ``worker``); it is stopped with its parent and may not repeat an ancestor's task."""
+        ...
+
+    async def get_loop(self, loop_id: str) -> LoopState: ...
+
+    async def list_loops(self) -> list[LoopState]: ...
+
+    async def loop_history(self, loop_id: str) -> list[RoundRecord]: ...
+
+    async def stop_loop(self, loop_id: str) -> LoopState: ...
+
+    def subscribe(self) -> LoopEvents:
+        """Live events of every loop from now on."""
+        ...
+
+    async def apply_compaction(
+        self, plan: MicroPlan | FullPlan, view: tuple[Entry, ...]
+    ) -> tuple[Entry, ...]:
+        """Have the runtime apply an agent's compaction plan to ``view`` (the entries it was
+        made on); raises when the runtime could not (the agent then applies it itself)."""
+        ...
+
+    def agent_step(self, tool: str, detail: str) -> None:
+        """A tool call of a coding-agent CLI in this round: published live, not stored."""
+        ...
 
 
 class Worker(abc.ABC):

@@ -24,10 +24,11 @@ from loopactors.agent import (
     run_agent,
 )
 from loopactors.runtime import RuntimeConfig, _context_builder, open_runtime
+from loopactors.runtime._api import RuntimeRoundContext
 from loopactors.runtime._context_builder import ContextBuilder
+from loopactors.runtime._events import EventBus
 from loopactors.runtime._messages import ApplyCompaction, GetContextBuilderStatistics
 from loopactors.workers import AgentWorker, RoundContext, RoundRequest, RoundResult
-from loopactors.workers._agent import compactor_applier
 
 from ..workers.sample_fns import make_request
 from .chat_server import ChatServer, completion
@@ -145,7 +146,8 @@ async def test_a_context_builder_crash_during_an_apply_is_survived(tmp_path: Pat
     async with open_node(
         [ChildSpec("context_builder", CrashingContextBuilder, name="context_builder")]
     ) as node:
-        for applier in (compactor_applier(node), None):
+        round_context = RuntimeRoundContext(RuntimeConfig(), EventBus(16), node, "l", 1)
+        for applier in (round_context.apply_compaction, None):
             transcript = earlier_work(tmp_path)
             with ChatServer(list(scripted)) as server:
                 settings = ModelSettings(base_url=server.base_url, model="m", backoff=0.01)

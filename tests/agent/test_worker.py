@@ -64,6 +64,7 @@ def test_spec_falls_back_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         ("agent:model=m,base_url=u,timeout=-1", "timeout must be seconds > 0"),
         ("agent:model=m,base_url=u,workspace=/no/such/dir", "is not a directory"),
         ("agent:model", "is not NAME=VALUE"),
+        ("agent:model=m,base_url=u,bash=maybe", "bash must be one of on, sandbox, off"),
     ],
 )
 def test_bad_specs_are_refused(spec: str, message: str) -> None:
@@ -87,6 +88,34 @@ async def test_one_round(tmp_path: Path) -> None:
         "system", "user", "assistant", "tool", "assistant",
     ]  # fmt: skip
     assert transcript.entries[1].message.content == "write 42 to out.txt"
+
+
+@pytest.mark.parametrize("mode", ["off", "sandbox"])
+async def test_the_bash_option_reaches_the_tools_and_the_sub_agents(
+    tmp_path: Path, mode: str
+) -> None:
+    from loopactors.agent import find_bwrap
+    from loopactors.errors import AgentError
+
+    if mode == "sandbox":
+        try:
+            find_bwrap()
+        except AgentError:
+            pytest.skip("bubblewrap (bwrap) is not installed")
+    replies = [
+        completion(calls=[("c", "bash", {"command": f"touch {tmp_path}/../escaped"})]),
+        completion("done"),
+    ]
+    with ChatServer(replies) as server:
+        spec = f"agent:model=m,base_url={server.base_url},workspace={tmp_path},bash={mode}"
+        worker = parse_worker(spec)
+        assert isinstance(worker, AgentWorker)
+        assert f"bash={mode}" in (worker.subagent_spec() or "")
+        result = await worker.run(make_request(prompt="escape"), None)
+    offered = [tool["function"]["name"] for tool in server.requests[0]["tools"]]
+    assert ("bash" in offered) == (mode == "sandbox")
+    assert result.status == "completed"
+    assert not (tmp_path.parent / "escaped").exists()
 
 
 async def test_a_failed_model_call_fails_the_round_with_the_providers_message(

@@ -67,3 +67,39 @@ def test_errors_and_usage(repo: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert code(repo, "run", "--slug", "x", "--rounds", "2", "--until-gate") == 64
     assert code(repo.parent, "status") == 1  # not a git repository
     assert "not inside a git repository" in capsys.readouterr().err
+
+
+def test_a_done_line_completes_the_loop(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = repo.parent
+    assert code(
+        repo, "init", "--slug", "fix-calc", "--objective", "make VALUE 42",
+        "--executor", worker(base, "finish"), "--reviewer", worker(base, "approve"),
+        "--validate", VALIDATE, "--max-rounds", "5",
+    ) == 0  # fmt: skip
+    capsys.readouterr()
+    assert code(repo, "run", "--slug", "fix-calc", "--until-gate") == 0
+    out = capsys.readouterr().out
+    assert "fix-calc round 1: " in out
+    assert "fix-calc: completed after round 1; this run: 1 round, 1 merged; not pushed" in out
+    assert git(repo, "show", "loop/fix-calc/candidate:calc.py") == "VALUE = 42"
+
+
+def test_the_run_summary_names_the_rounds_that_failed(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = repo.parent
+    assert code(
+        repo, "init", "--slug", "fix-calc", "--objective", "make VALUE 42",
+        "--executor", worker(base, "flaky"), "--reviewer", worker(base, "approve"),
+        "--validate", VALIDATE, "--max-rounds", "3",
+    ) == 0  # fmt: skip
+    capsys.readouterr()
+    assert code(repo, "run", "--slug", "fix-calc", "--until-gate") == 2
+    lines = capsys.readouterr().out.splitlines()
+    failure = "executor failed: exit code 1: model endpoint unreachable"
+    assert lines[-2] == f"fix-calc round 3: {failure} -> waiting_review"
+    assert lines[-1] == (
+        "fix-calc: waiting_review (max_rounds: 3 of 3 rounds are done) after round 3; "
+        f"this run: 3 rounds, 1 merged; not merged: round 2: {failure}; round 3: {failure}; "
+        "not pushed"
+    )

@@ -12,9 +12,9 @@ import msgspec
 import pytest
 
 from loopactors.codeloop import (
+    CodeLedger,
     CodeLoopState,
     HandOff,
-    Ledger,
     Orchestration,
     check_slug,
     parse_deadline,
@@ -24,9 +24,9 @@ from loopactors.codeloop import (
     render_handoff,
 )
 from loopactors.codeloop._events import (
+    CodeRoundFinished,
     GateTripped,
     Initialized,
-    RoundFinished,
     RoundStarted,
     SettingsChanged,
     StatusChanged,
@@ -58,12 +58,12 @@ def test_slugs_that_could_leave_the_ledger_or_are_not_kebab_case_are_refused(slu
     with pytest.raises(SlugError, match="kebab-case"):
         check_slug(slug)
     with pytest.raises(SlugError):
-        Ledger(Path("/repo"), slug)
+        CodeLedger(Path("/repo"), slug)
 
 
 def test_good_slugs() -> None:
     assert check_slug("fix-flaky-tests-2") == "fix-flaky-tests-2"
-    assert Ledger(Path("/repo"), "a1").dir == Path("/repo/.loop/a1")
+    assert CodeLedger(Path("/repo"), "a1").dir == Path("/repo/.loop/a1")
 
 
 def test_round_walk_and_illegal_moves() -> None:
@@ -226,7 +226,7 @@ def test_handoff_renders_every_field() -> None:
 
 
 def test_events_rebuild_the_state_and_refuse_what_does_not_apply(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path, "s")
+    ledger = CodeLedger(tmp_path, "s")
     first = state(slug="s", round=0, max_rounds=5)
     s = ledger.record(
         None, Initialized(at=1, actor="u", prev_status=None, status="ready", round=0, state=first)
@@ -248,7 +248,7 @@ def test_events_rebuild_the_state_and_refuse_what_does_not_apply(tmp_path: Path)
     )
     s = ledger.record(
         s,
-        RoundFinished(
+        CodeRoundFinished(
             at=4,
             actor="o",
             prev_status="validating",
@@ -306,7 +306,7 @@ def test_events_rebuild_the_state_and_refuse_what_does_not_apply(tmp_path: Path)
 
 
 def test_a_snapshot_behind_the_log_is_rebuilt_from_it(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path, "s")
+    ledger = CodeLedger(tmp_path, "s")
     s = ledger.record(
         None,
         Initialized(

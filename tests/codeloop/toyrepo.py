@@ -35,6 +35,20 @@ subprocess.run(["git", "add", "-A"], check=True)
 subprocess.run(["git", "commit", "-qm", "notes"], check=True)
 """,
     "noop": "print('nothing to do')\n",
+    # Fixes calc.py and says the objective is met (the report line, last).
+    "finish": """import subprocess
+open("calc.py", "w").write("VALUE = 42\\n")
+subprocess.run(["git", "commit", "-qam", "fix"], check=True)
+print("fixed it")
+print('{"loopactors": {"done": true}}')
+""",
+    # Fixes calc.py in round 1, then fails as an agent whose model went away would.
+    "flaky": """import os, subprocess, sys
+if os.environ["LOOPACTORS_ROUND"] != "1":
+    sys.exit("model endpoint unreachable")
+open("calc.py", "w").write("VALUE = 42\\n")
+subprocess.run(["git", "commit", "-qam", "fix"], check=True)
+""",
     # Fixes calc.py but also writes the ledger, which only the loop may write.
     "meddle": """import os, subprocess
 open(os.path.join(os.environ["LOOPACTORS_LEDGER"], "STATE.json"), "a").write(" ")

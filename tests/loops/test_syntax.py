@@ -259,3 +259,16 @@ def test_mutated_activations_only_parse_or_raise(
         else:
             text = text[:at] + ch + text[at + 1 :]
     _check(prefix + text + suffix)
+
+
+def test_a_count_then_space_keys() -> None:
+    parsed = parse_loop('|loop:10 objective="all tests pass"| fix the failing tests')
+    assert (parsed.rounds, parsed.mode, parsed.objective, parsed.task) == (
+        10,
+        "inherit",
+        "all tests pass",
+        "fix the failing tests",
+    )
+    assert parse_loop("|loop:2 mode=fresh| t").mode == "fresh"
+    with pytest.raises(LoopSyntaxError, match="unknown key"):
+        parse_loop("|loop:2 colour=red| t")

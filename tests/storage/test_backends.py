@@ -373,19 +373,38 @@ def test_sqlite_pending_migrations_apply_in_one_transaction(
     sqlite_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     SqliteBackend(sqlite_path).close()
+    current = len(_sqlite._MIGRATIONS)
     broken = ("CREATE TABLE extra (x)", "CREATE TABLE loops (x)")  # second one fails
     monkeypatch.setattr(_sqlite, "_MIGRATIONS", [*_sqlite._MIGRATIONS, broken])
     with pytest.raises(StoreError, match="already exists"):
         SqliteBackend(sqlite_path)
     with sqlite3.connect(sqlite_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (current,)
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
         assert "extra" not in tables
     conn.close()
 
     good = ("CREATE TABLE extra (x)",)
-    monkeypatch.setattr(_sqlite, "_MIGRATIONS", [*_sqlite._MIGRATIONS[:1], good])
+    monkeypatch.setattr(_sqlite, "_MIGRATIONS", [*_sqlite._MIGRATIONS[:current], good])
     SqliteBackend(sqlite_path).close()
     with sqlite3.connect(sqlite_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (current + 1,)
+    conn.close()
+
+
+def test_sqlite_migration_2_adds_round_cost_to_a_version_1_file(sqlite_path: Path) -> None:
+    with sqlite3.connect(sqlite_path) as conn:  # a file as version 1 left it
+        for statement in _sqlite._MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("PRAGMA user_version = 1")
+    conn.close()
+    store = SqliteBackend(sqlite_path)
+    try:
+        costly = msgspec.structs.replace(record("a", 1), cost_usd=0.25)
+        store.commit([Write(state=state("a"), round=costly, events=())])
+        assert store.rounds("a")[0].cost_usd == 0.25
+    finally:
+        store.close()
+    with sqlite3.connect(sqlite_path) as conn:
+        assert conn.execute("SELECT cost_usd FROM rounds").fetchall() == [(0.25,)]
     conn.close()

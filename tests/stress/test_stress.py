@@ -85,6 +85,15 @@ def test_a_kill_trial_resumes_and_checks_every_loop(tmp_path: Path) -> None:
     [trial] = report["kill_trials"]
     assert trial["trial"] == 1
     assert trial["killed"] or trial["exit_code"] == 0
+    # Per trial and in total, against what was asked (20 loops a trial), not the last run.
+    totals = report["kill_totals"]
+    assert totals["loops_per_trial"] == 20
+    assert totals["loops"] == report["loops"] == 20
+    assert totals["rounds_completed"] == 60
+    assert trial["loops_admitted"] <= 20
+    assert trial["rounds_completed"] + totals["resume_rounds"] == 60
+    assert totals["resumed_loops"] <= trial["loops_admitted"]
+    assert totals["seconds"] >= trial["seconds"] + totals["resume_seconds"] - 1e-6
     [children] = [c for c in report["invariants"] if c["name"] == "children_ran"]
     assert children["violations"] == 0
     assert all(phase == "complete" for phase in report["phases"])
@@ -123,3 +132,40 @@ async def test_loops_finishing_before_the_run_knows_its_loops_do_not_end_the_wai
         LoopFinished(loop_id="late", at=0.0, phase="complete", rounds=1, completed_rounds=1)
     )
     assert tally.done.is_set()
+
+
+def test_the_kill_trial_report_shows_each_trial_the_resume_and_the_total() -> None:
+    from loopactors.stress._report import KillTotals, KillTrial, StressReport, render_report
+
+    trials = (
+        KillTrial(trial=1, killed=True, rounds_at_kill=48, seconds=1.2,
+                  loops_admitted=20, rounds_completed=48),
+        KillTrial(trial=2, killed=False, rounds_at_kill=60, seconds=2.0, exit_code=0,
+                  loops_admitted=20, rounds_completed=40),
+    )  # fmt: skip
+    report = StressReport(
+        loops=40, rounds_per_loop=3, worker="scripted", store="sqlite", crash_rate=0.01,
+        stop_rate=0.0, seed=7, seconds=0.5, rounds_completed=120, rounds_per_s=64.0,
+        p50_transition_ms=1.0, p99_transition_ms=2.0, peak_rss_mb=50.0, faults_injected=3,
+        actor_restarts=9, phases={"complete": 40}, invariants=(), kill_trials=trials,
+        kill_totals=KillTotals(
+            loops_per_trial=20, resumed_loops=12, resume_rounds=32, resume_seconds=0.5,
+            loops=40, rounds_completed=120, seconds=3.7,
+        ),
+        ok=True,
+    )  # fmt: skip
+    text = render_report(report)
+    assert text.startswith("stress: 2 kill trials, each starting 20 loops x 3 rounds")
+    assert "40 loops x" not in text  # the total is not reported as if asked for
+    assert (
+        "kill trial 1         20 loops admitted, 48 rounds completed in 1.20 s (40 rounds/s)"
+        in text
+    )
+    assert "finished before the kill (exit 0)" in text
+    assert (
+        "resume               12 loops resumed, 32 rounds completed in 0.50 s (64 rounds/s)" in text
+    )
+    assert "in total             40 loops, 120 rounds completed in 3.70 s (32 rounds/s)" in text
+    assert "faults injected      3 (actor crashes caused by --crash-rate, in the resume)" in text
+    assert "actor restarts       9 (actors started again by their supervisor or by recovery" in text
+    assert "SIGKILL ends a whole process" in text

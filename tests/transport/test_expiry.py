@@ -131,6 +131,11 @@ async def test_a_worker_that_stops_says_goodbye_with_its_consumers(
         loop = await rt.start("|loop:1| one", worker="scripted")
         assert (await loop.wait()).phase == "complete"
     assert "polite" in await consumers(url, "scripted")  # a consumer once it took an order
+
+    async def acknowledged() -> bool:  # the report can reach the node before the ack
+        return await pending(url, "scripted") == 0
+
+    await wait_until(acknowledged)
     process.terminate()
     with trio.fail_after(10):
         await process.wait()

@@ -13,7 +13,7 @@ from rich.console import Console
 from loopactors.errors import ConfigError
 from loopactors.runtime import RuntimeConfig
 from loopactors.transport import IN_PROCESS, check_transport, redact_url, transport_for
-from loopactors.transport._backoff import Backoff
+from loopactors.transport._backoff import RetryDelays
 from loopactors.transport._status import StreamBacklog, TransportStatus, render
 from loopactors.transport._wire import (
     Heartbeat,
@@ -88,13 +88,13 @@ def test_the_default_transport_is_in_process_and_loads_no_redis_client() -> None
 
 
 def test_backoff_doubles_up_to_its_cap_and_starts_short_after_a_success() -> None:
-    backoff = Backoff(first=0.1, cap=0.5)
+    backoff = RetryDelays(first=0.1, cap=0.5)
     assert [backoff.next_delay() for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
     assert backoff.failures == 5
     backoff.reset()
     assert (backoff.next_delay(), backoff.failures) == (0.1, 1)
     with pytest.raises(ValueError, match="0 < first <= cap"):
-        Backoff(first=1, cap=0.5)
+        RetryDelays(first=1, cap=0.5)
 
 
 def test_an_order_and_a_report_cross_the_wire_unchanged() -> None:

@@ -1,14 +1,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import trio
 import trio.testing
 
 from loopactors.errors import WorkerSpecError
-from loopactors.workers import PythonWorker, RoundResult, parse_worker
+from loopactors.workers import PythonWorker, RoundContext, RoundResult, parse_worker
 
 from . import sample_fns
 from .sample_fns import make_request
@@ -56,7 +56,9 @@ async def test_context_is_passed() -> None:
             return "child-1"
 
     context = Context()
-    result = await parse_worker(f"{SAMPLE}:starts_child").run(make_request(), context)
+    # Only start_child is used by starts_child: a partial RoundContext is enough.
+    round_context = cast(RoundContext, context)
+    result = await parse_worker(f"{SAMPLE}:starts_child").run(make_request(), round_context)
     assert result.output == "started child-1"
     assert context.started == [("child task", {"rounds": 2})]
 

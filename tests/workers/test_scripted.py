@@ -151,7 +151,11 @@ def test_constructor_validates(options: dict[str, object], message: str) -> None
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("", r"unknown worker kind '' in ''; accepted kinds: agent, command, python, scripted"),
+        (
+            "",
+            r"unknown worker kind '' in ''; accepted kinds: agent, aider, claude, codex, command, "
+            "gemini, python, scripted",
+        ),
         ("agents:x", r"unknown worker kind 'agents'"),
         ("Scripted", r"unknown worker kind 'Scripted'"),
     ],

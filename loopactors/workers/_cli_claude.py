@@ -1,0 +1,185 @@
+"""The ``claude`` worker kind: Claude Code (npm ``@anthropic-ai/claude-code``).
+
+Spec: ``claude[:model=NAME,max_turns=N,permission_mode=MODE,allowed_tools=A+B,binary=PATH,
+workspace=DIR,promise=WORD,account=NAME,backoff=SECONDS,args=...]``.
+
+Invocation: ``claude -p --output-format stream-json --verbose`` with the prompt on stdin,
+``--resume ID`` for an ``inherit`` round after the first. Permissions default to
+``bypassPermissions`` (an unattended round edits files and runs commands without a prompt);
+Claude Code refuses that mode as root unless ``IS_SANDBOX=1`` is set, so as root the worker
+sets it, and ``permission_mode=acceptEdits`` (edits without prompt, no shell commands unless
+``allowed_tools`` lists them) is the choice for who does not want that. What is read from which
+field of the stream is in docs/agent-clis.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, ClassVar
+
+from ..errors import WorkerSpecError
+from ._cli_adapter import (
+    COMMON_KEYS,
+    AgentStep,
+    CliAdapter,
+    CliCommand,
+    CliOptions,
+    CliOutcome,
+    CliRound,
+    CliStreamParser,
+    UsageLimit,
+    detect_limit,
+)
+
+__all__ = ["ClaudeAdapter"]
+
+PERMISSION_MODES = ("acceptEdits", "auto", "bypassPermissions", "default", "dontAsk", "plan")
+_DETAIL = 120
+#: The input field that says most about a call of each of Claude Code's tools.
+_DETAIL_FIELDS = ("file_path", "command", "pattern", "path", "url", "query", "description")
+
+
+def _detail(tool_input: Any) -> str:
+    if not isinstance(tool_input, dict):
+        return ""
+    for name in _DETAIL_FIELDS:
+        value = tool_input.get(name)
+        if isinstance(value, str) and value:
+            text = " ".join(value.split())
+            return text if len(text) <= _DETAIL else text[: _DETAIL - 1] + "…"
+    return ""
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+class _ClaudeStream(CliStreamParser):
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+        self.result: dict[str, Any] | None = None
+        self.unreadable: str | None = None
+        self.last_error_text: str | None = None
+
+    def feed(self, line: str) -> list[AgentStep]:
+        if not line.strip():
+            return []
+        try:
+            event = json.loads(line)
+        except ValueError:
+            self.unreadable = self.unreadable or line[:200]
+            return []
+        if not isinstance(event, dict):
+            return []
+        session = event.get("session_id")
+        if isinstance(session, str) and session:
+            self.session_id = session
+        kind = event.get("type")
+        if kind == "result":
+            self.result = event
+            return []
+        if kind != "assistant":
+            return []
+        message = event.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        steps = []
+        for block in content if isinstance(content, list) else ():
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use" and isinstance(block.get("name"), str):
+                steps.append(AgentStep(tool=block["name"], detail=_detail(block.get("input"))))
+            elif block.get("type") == "text" and event.get("is_api_error_message"):
+                self.last_error_text = str(block.get("text", ""))
+        return steps
+
+    def finish(self, returncode: int, stderr: str) -> CliOutcome:
+        result = self.result
+        if result is None:
+            message = stderr or (
+                f"unreadable output: {self.unreadable!r}" if self.unreadable else "no output"
+            )
+            return CliOutcome(
+                session_id=self.session_id,
+                is_error=True,
+                error=f"claude exited with code {returncode} without a result: {message}",
+                limit=detect_limit(message),
+            )
+        usage = result.get("usage") if isinstance(result.get("usage"), dict) else {}
+        assert isinstance(usage, dict)
+        cost = result.get("total_cost_usd")
+        text = result.get("result")
+        reply = text if isinstance(text, str) else ""
+        session = result.get("session_id")
+        is_error = bool(result.get("is_error")) or returncode != 0
+        error: str | None = None
+        limit: UsageLimit | None = None
+        if is_error:
+            subtype = result.get("subtype")
+            error = reply or self.last_error_text or stderr or f"claude reported {subtype}"
+            if returncode != 0 and stderr and stderr not in error:
+                error = f"{error} ({stderr[-500:]})"
+            limit = detect_limit(reply or error)
+            if limit is None and result.get("api_error_status") == 429:
+                limit = UsageLimit(until=None, reason=error[:200])
+        else:
+            # Claude Code's subscription limit arrives as the whole result text.
+            pipe = detect_limit(reply) if reply.startswith("Claude AI usage limit") else None
+            limit = pipe
+        return CliOutcome(
+            reply=reply,
+            input_tokens=_int(usage.get("input_tokens")),
+            output_tokens=_int(usage.get("output_tokens")),
+            cache_read_tokens=_int(usage.get("cache_read_input_tokens")),
+            cache_write_tokens=_int(usage.get("cache_creation_input_tokens")),
+            cost_usd=float(cost) if isinstance(cost, (int, float)) and cost >= 0 else 0.0,
+            session_id=session if isinstance(session, str) and session else self.session_id,
+            is_error=is_error,
+            error=error,
+            limit=limit,
+        )
+
+
+class ClaudeAdapter(CliAdapter):
+    kind: ClassVar[str] = "claude"
+    binary: ClassVar[str] = "claude"
+    install: ClassVar[str] = "npm install -g @anthropic-ai/claude-code"
+    keys: ClassVar[frozenset[str]] = COMMON_KEYS | {"backoff"}
+    strip_env: ClassVar[tuple[str, ...]] = ()
+    account_env: ClassVar[tuple[str, ...]] = (
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "ANTHROPIC_BASE_URL",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+    )
+
+    def check(self, options: CliOptions) -> None:
+        mode = options.permission_mode
+        if mode is not None and mode not in PERMISSION_MODES:
+            raise WorkerSpecError(
+                f"claude worker permission_mode {mode!r} is unknown; accepted: "
+                f"{', '.join(PERMISSION_MODES)}"
+            )
+
+    def command(self, round: CliRound) -> CliCommand:
+        options = round.options
+        argv = ["claude", "-p", "--output-format", "stream-json", "--verbose"]
+        if options.model:
+            argv += ["--model", options.model]
+        if options.max_turns:
+            argv += ["--max-turns", str(options.max_turns)]
+        mode = options.permission_mode or "bypassPermissions"
+        argv += ["--permission-mode", mode]
+        if options.allowed_tools:
+            argv += ["--allowedTools", *options.allowed_tools]
+        if round.resume:
+            argv += ["--resume", round.resume]
+        argv += list(options.args)
+        env: dict[str, str] = {}
+        if mode == "bypassPermissions" and os.geteuid() == 0:
+            # Claude Code refuses bypassPermissions as root outside a sandbox it knows of.
+            env["IS_SANDBOX"] = "1"
+        return CliCommand(argv=tuple(argv), env=env, stdin=round.prompt.encode("utf-8"))
+
+    def parser(self) -> CliStreamParser:
+        return _ClaudeStream()

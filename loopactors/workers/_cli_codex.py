@@ -1,0 +1,279 @@
+"""The ``codex`` worker kind: OpenAI's Codex CLI (npm ``@openai/codex``).
+
+Spec: ``codex[:model=NAME,sandbox=MODE,base_url=URL,binary=PATH,workspace=DIR,promise=WORD,
+account=NAME,args=...]``.
+
+Invocation: ``codex exec --json`` with the prompt on stdin (``-``); an ``inherit`` round after
+the first runs ``codex exec resume ID``. The default ``sandbox=bypass`` runs without approvals or
+Codex's own sandbox (``--dangerously-bypass-approvals-and-sandbox``), so an unattended round can
+edit, run commands and commit (Codex's ``workspace-write`` sandbox keeps ``.git`` read-only);
+``sandbox=workspace-write`` / ``read-only`` / ``danger-full-access`` choose Codex's sandbox with
+approvals off. ``base_url=`` (or ``OPENAI_BASE_URL`` in the environment) points Codex at another
+Responses API endpoint through a model provider of its own, keyed by ``OPENAI_API_KEY``.
+Analytics, feedback and the plugin sync are switched off. What is read from which event is in
+docs/agent-clis.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+
+from ..errors import WorkerSpecError
+from ._cli_adapter import (
+    COMMON_KEYS,
+    AgentStep,
+    CliAdapter,
+    CliCommand,
+    CliOptions,
+    CliOutcome,
+    CliRound,
+    CliStreamParser,
+    UsageLimit,
+    detect_limit,
+)
+
+__all__ = ["CodexAdapter"]
+
+SANDBOXES = ("bypass", "workspace-write", "read-only", "danger-full-access")
+#: The provider the worker defines when a base URL is given (``-c model_providers.<id>...``).
+PROVIDER = "loopactors"
+_DETAIL = 120
+_BASE_URL = re.compile(r"https?://[^\s\"']+")
+#: "You've hit your usage limit. ... try again at 4:40 AM." (ChatGPT plans, codex-rs).
+_TRY_AGAIN_AT = re.compile(r"try again at ([0-9]{1,2}(?::[0-9]{2})?\s*[AaPp][Mm])")
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _DETAIL else text[: _DETAIL - 1] + "…"
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _toml_string(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def codex_home() -> Path:
+    """Where Codex keeps its sessions: ``CODEX_HOME``, else ``~/.codex``."""
+    home = os.environ.get("CODEX_HOME")
+    return Path(home) if home else Path.home() / ".codex"
+
+
+def round_usage(thread_id: str, home: Path | None = None) -> dict[str, int] | None:
+    """The usage of the last turn of session ``thread_id``, from its rollout file.
+
+    ``codex exec --json`` reports the session's running total on ``turn.completed``, so a
+    resumed session would count its earlier rounds again; the rollout's ``token_count``
+    events carry each model call's own usage (``last_token_usage``): their sum since the last
+    ``task_started`` is this run's. ``None`` when the file cannot be found or read.
+    """
+    root = (home or codex_home()) / "sessions"
+    try:
+        files = sorted(root.glob(f"*/*/*/rollout-*-{thread_id}.jsonl"))
+    except OSError:
+        return None
+    if not files:
+        return None
+    total: dict[str, int] = {}
+    try:
+        with files[-1].open(encoding="utf-8") as lines:
+            for line in lines:
+                if '"task_started"' in line:
+                    total = {}
+                    continue
+                if '"token_count"' not in line:
+                    continue
+                payload = json.loads(line).get("payload") or {}
+                info = payload.get("info") if isinstance(payload, dict) else None
+                last = info.get("last_token_usage") if isinstance(info, dict) else None
+                if isinstance(last, dict):
+                    for key, value in last.items():
+                        total[key] = total.get(key, 0) + _int(value)
+    except (OSError, ValueError):
+        return None
+    return total
+
+
+class _CodexStream(CliStreamParser):
+    def __init__(self) -> None:
+        self.thread_id: str | None = None
+        self.reply: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.failure: str | None = None
+        self.errors: list[str] = []
+        self.unreadable: str | None = None
+        #: The model answered at least once. A run that failed on its first request (a usage
+        #: limit) reports no session: the re-run starts the round afresh instead of resuming
+        #: a session that holds only the prompt.
+        self.answered = False
+
+    def feed(self, line: str) -> list[AgentStep]:
+        if not line.strip():
+            return []
+        try:
+            event = json.loads(line)
+        except ValueError:
+            self.unreadable = self.unreadable or line[:200]
+            return []
+        if not isinstance(event, dict):
+            return []
+        kind = event.get("type")
+        if kind == "thread.started" and isinstance(event.get("thread_id"), str):
+            self.thread_id = event["thread_id"]
+        elif kind == "turn.completed" and isinstance(event.get("usage"), dict):
+            self.usage = event["usage"]
+            self.answered = True
+        elif kind == "turn.failed":
+            error = event.get("error")
+            message = error.get("message") if isinstance(error, dict) else None
+            self.failure = str(message or "turn failed")
+        elif kind == "error" and isinstance(event.get("message"), str):
+            self.errors.append(event["message"])
+        elif kind in ("item.started", "item.completed"):
+            return self._item(kind, event.get("item"))
+        return []
+
+    def _item(self, kind: str, item: Any) -> list[AgentStep]:
+        if not isinstance(item, dict):
+            return []
+        item_type = item.get("type")
+        if item_type != "error":
+            self.answered = True
+        if item_type == "agent_message" and kind == "item.completed":
+            self.reply = str(item.get("text") or "")
+            return []
+        if kind != "item.started" and item_type != "file_change":
+            return []  # a command shows once, when it starts
+        if item_type == "command_execution":
+            return [AgentStep(tool="command", detail=_short(str(item.get("command") or "")))]
+        if item_type == "file_change" and kind == "item.completed":
+            changes = item.get("changes")
+            paths = [
+                str(change.get("path"))
+                for change in (changes if isinstance(changes, list) else [])
+                if isinstance(change, dict) and change.get("path")
+            ]
+            return [AgentStep(tool="file_change", detail=_short(" ".join(paths)))]
+        if item_type == "mcp_tool_call":
+            name = f"{item.get('server', '')}.{item.get('tool', '')}".strip(".")
+            return [AgentStep(tool=name or "mcp_tool_call")]
+        if item_type == "web_search":
+            return [AgentStep(tool="web_search", detail=_short(str(item.get("query") or "")))]
+        return []
+
+    def finish(self, returncode: int, stderr: str) -> CliOutcome:
+        usage = self.usage
+        if usage is not None and self.thread_id is not None:
+            own = round_usage(self.thread_id)
+            if own:
+                usage = own
+        usage = usage or {}
+        cached = _int(usage.get("cached_input_tokens"))
+        counted = CliOutcome(
+            reply=self.reply or "",
+            # OpenAI counts cached input inside input_tokens; the outcome keeps them apart.
+            input_tokens=max(0, _int(usage.get("input_tokens")) - cached),
+            output_tokens=_int(usage.get("output_tokens")),
+            cache_read_tokens=cached,
+            cache_write_tokens=_int(usage.get("cache_write_input_tokens")),
+            session_id=self.thread_id if self.answered else None,
+        )
+        if self.failure is None and returncode == 0 and self.reply is not None:
+            return counted
+        error = self.failure or (self.errors[-1] if self.errors else None)
+        if error is None:
+            tail = stderr.strip()[-500:]
+            if self.unreadable:
+                error = f"codex printed unreadable output: {self.unreadable!r}"
+            elif returncode != 0:
+                error = f"codex exited with code {returncode}" + (f": {tail}" if tail else "")
+            else:
+                error = "codex finished without a reply" + (f": {tail}" if tail else "")
+        return attrs.evolve(counted, is_error=True, error=error, limit=codex_limit(error))
+
+
+def codex_limit(text: str, *, now: float | None = None) -> UsageLimit | None:
+    """A usage or rate limit in a Codex error message (forms in docs/agent-clis.md)."""
+    if "usage limit" in text.lower():
+        match = _TRY_AGAIN_AT.search(text)
+        if match is not None:
+            # detect_limit reads "limit reached ... resets <clock time>" as the next such time.
+            return detect_limit(f"usage limit reached, resets {match[1]}", now=now) or (
+                UsageLimit(until=None, reason=_short(text))
+            )
+        return UsageLimit(until=None, reason=_short(text))
+    return detect_limit(text, now=now)
+
+
+class CodexAdapter(CliAdapter):
+    kind: ClassVar[str] = "codex"
+    binary: ClassVar[str] = "codex"
+    install: ClassVar[str] = "npm install -g @openai/codex"
+    #: No max_turns, permission_mode or allowed_tools: Codex has no such switches (sandbox=).
+    keys: ClassVar[frozenset[str]] = (
+        COMMON_KEYS - {"max_turns", "permission_mode", "allowed_tools"}
+    ) | {
+        "backoff",
+        "base_url",
+        "sandbox",
+    }
+    strip_env: ClassVar[tuple[str, ...]] = ("CODEX_SANDBOX", "CODEX_SANDBOX_NETWORK_DISABLED")
+    account_env: ClassVar[tuple[str, ...]] = (
+        "OPENAI_API_KEY",
+        "CODEX_API_KEY",
+        "OPENAI_BASE_URL",
+        "CODEX_HOME",
+    )
+
+    def check(self, options: CliOptions) -> None:
+        sandbox = options.extra.get("sandbox")
+        if sandbox is not None and sandbox not in SANDBOXES:
+            raise WorkerSpecError(
+                f"codex worker sandbox {sandbox!r} is unknown; accepted: {', '.join(SANDBOXES)}"
+            )
+        base_url = options.extra.get("base_url")
+        if base_url is not None and not _BASE_URL.fullmatch(base_url):
+            raise WorkerSpecError(
+                f"codex worker base_url must be an http:// or https:// URL, got {base_url!r}"
+            )
+
+    def command(self, round: CliRound) -> CliCommand:
+        options = round.options
+        argv = ["codex", "exec"]
+        if round.resume:
+            argv += ["resume", round.resume]
+        argv += ["--json", "--skip-git-repo-check"]
+        sandbox = options.extra.get("sandbox", "bypass")
+        if sandbox == "bypass":
+            argv.append("--dangerously-bypass-approvals-and-sandbox")
+        else:
+            argv += ["-c", f"sandbox_mode={_toml_string(sandbox)}"]
+            argv += ["-c", 'approval_policy="never"']
+        # Nothing but the model endpoint: no analytics, feedback upload or plugin sync.
+        argv += ["-c", "analytics.enabled=false", "-c", "feedback.enabled=false"]
+        argv += ["--disable", "plugins", "--disable", "remote_plugin"]
+        base_url = options.extra.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+        if base_url:
+            table = f"model_providers.{PROVIDER}"
+            argv += ["-c", f"model_provider={_toml_string(PROVIDER)}"]
+            argv += ["-c", f"{table}.name={_toml_string(PROVIDER)}"]
+            argv += ["-c", f"{table}.base_url={_toml_string(base_url)}"]
+            argv += ["-c", f'{table}.env_key="OPENAI_API_KEY"']
+            argv += ["-c", f'{table}.wire_api="responses"']
+        if options.model:
+            argv += ["--model", options.model]
+        argv += list(options.args)
+        argv.append("-")  # the prompt comes on stdin
+        return CliCommand(argv=tuple(argv), stdin=round.prompt.encode("utf-8"))
+
+    def parser(self) -> CliStreamParser:
+        return _CodexStream()

@@ -1,0 +1,216 @@
+"""The ``gemini`` worker kind: Google's Gemini CLI (npm ``@google/gemini-cli``).
+
+Spec: ``gemini[:model=NAME,permission_mode=MODE,allowed_tools=A+B,base_url=URL,binary=PATH,
+workspace=DIR,promise=WORD,account=NAME,backoff=SECONDS,args=...]``.
+
+Invocation: ``gemini --output-format stream-json -p ""`` with the prompt on stdin (``-p`` is
+appended to stdin), ``--resume ID`` for an ``inherit`` round after the first. The approval mode
+defaults to ``yolo`` (an unattended round edits files and runs commands without a prompt);
+``permission_mode=auto_edit`` approves edits only, ``plan`` is read-only. ``--skip-trust`` trusts
+the workspace for the run (headless Gemini CLI refuses untrusted folders' settings otherwise).
+
+The CLI reads settings files only, so the worker points ``GEMINI_CLI_SYSTEM_DEFAULTS_PATH``
+(unless set) at a defaults file shipped here: usage statistics, telemetry and update checks
+off; with a ``base_url=`` (or ``GOOGLE_GEMINI_BASE_URL``) it also selects API-key auth,
+because the CLI otherwise takes a base URL for a gateway login it cannot use headless. User
+settings still win over these defaults. Fields read: docs/agent-clis.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+
+from ..errors import WorkerSpecError
+from ._cli_adapter import (
+    COMMON_KEYS,
+    AgentStep,
+    CliAdapter,
+    CliCommand,
+    CliOptions,
+    CliOutcome,
+    CliRound,
+    CliStreamParser,
+    UsageLimit,
+    detect_limit,
+)
+
+__all__ = ["GeminiAdapter", "gemini_limit"]
+
+APPROVAL_MODES = ("yolo", "auto_edit", "plan", "default")
+_SETTINGS = Path(__file__).with_name("gemini-settings")
+_DETAIL = 120
+_DETAIL_FIELDS = ("file_path", "command", "pattern", "dir_path", "path", "url", "query")
+_BASE_URL = re.compile(r"https?://[^\s\"']+")
+#: "...\nSuggested retry after 3600s." / "Please retry in 37.5s" (Gemini API quota errors).
+_RETRY_AFTER = re.compile(r"(?:Suggested retry after|Please retry in) ([0-9.]+)(ms|s)\b")
+_QUOTA = re.compile(
+    r"quota|RESOURCE_EXHAUSTED|rate limit|\b429\b|exhausted your capacity", re.IGNORECASE
+)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _DETAIL else text[: _DETAIL - 1] + "…"
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _detail(parameters: Any) -> str:
+    if not isinstance(parameters, dict):
+        return ""
+    for name in _DETAIL_FIELDS:
+        value = parameters.get(name)
+        if isinstance(value, str) and value:
+            return _short(value)
+    return ""
+
+
+def gemini_limit(text: str, *, now: float | None = None) -> UsageLimit | None:
+    """A quota or rate limit in a Gemini CLI error (forms in docs/agent-clis.md)."""
+    match = _RETRY_AFTER.search(text)
+    if match is not None and _QUOTA.search(text):
+        seconds = float(match[1]) / (1000.0 if match[2] == "ms" else 1.0)
+        return UsageLimit(
+            until=(time.time() if now is None else now) + seconds, reason=_short(text)
+        )
+    if _QUOTA.search(text):
+        return detect_limit(text, now=now) or UsageLimit(until=None, reason=_short(text))
+    return detect_limit(text, now=now)
+
+
+class _GeminiStream(CliStreamParser):
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+        self.reply: list[str] = []
+        self.result: dict[str, Any] | None = None
+        self.errors: list[str] = []
+        self.unreadable: str | None = None
+        #: The model answered at least once: only then has the CLI kept a session to resume.
+        self.answered = False
+
+    def feed(self, line: str) -> list[AgentStep]:
+        if not line.strip():
+            return []
+        try:
+            event = json.loads(line)
+        except ValueError:
+            self.unreadable = self.unreadable or line[:200]
+            return []
+        if not isinstance(event, dict):
+            return []
+        kind = event.get("type")
+        if kind == "init" and isinstance(event.get("session_id"), str):
+            self.session_id = event["session_id"]
+        elif kind == "message" and event.get("role") == "assistant":
+            content = event.get("content")
+            if isinstance(content, str):
+                self.answered = True
+                if not event.get("delta"):
+                    self.reply.clear()
+                self.reply.append(content)
+        elif kind == "tool_use" and isinstance(event.get("tool_name"), str):
+            self.reply.clear()  # the reply is what the agent says after its last tool call
+            self.answered = True
+            return [AgentStep(tool=event["tool_name"], detail=_detail(event.get("parameters")))]
+        elif kind == "error" and event.get("severity") == "error":
+            self.errors.append(str(event.get("message") or "error"))
+        elif kind == "result":
+            self.result = event
+        return []
+
+    def finish(self, returncode: int, stderr: str) -> CliOutcome:
+        result = self.result or {}
+        stats = result.get("stats") if isinstance(result.get("stats"), dict) else {}
+        assert isinstance(stats, dict)
+        cached = _int(stats.get("cached"))
+        counted = CliOutcome(
+            reply="".join(self.reply),
+            # stats.input is the uncached input; input_tokens includes the cached part.
+            input_tokens=_int(stats.get("input"))
+            if "input" in stats
+            else max(0, _int(stats.get("input_tokens")) - cached),
+            output_tokens=_int(stats.get("output_tokens")),
+            cache_read_tokens=cached,
+            # A run that failed before the model answered left no session the CLI can resume.
+            session_id=self.session_id if self.answered else None,
+        )
+        if self.result is not None and result.get("status") == "success" and returncode == 0:
+            return counted
+        error_field = result.get("error")
+        error = error_field.get("message") if isinstance(error_field, dict) else None
+        if not error and self.errors:
+            error = self.errors[-1]
+        if not error:
+            tail = stderr.strip()[-500:]
+            if self.unreadable:
+                error = f"gemini printed unreadable output: {self.unreadable!r}"
+            else:
+                error = f"gemini exited with code {returncode} without a result" + (
+                    f": {tail}" if tail else ""
+                )
+        return attrs.evolve(
+            counted, is_error=True, error=str(error), limit=gemini_limit(str(error))
+        )
+
+
+class GeminiAdapter(CliAdapter):
+    kind: ClassVar[str] = "gemini"
+    binary: ClassVar[str] = "gemini"
+    install: ClassVar[str] = "npm install -g @google/gemini-cli"
+    #: No max_turns: the CLI has no switch for it (settings ``model.maxSessionTurns``).
+    keys: ClassVar[frozenset[str]] = (COMMON_KEYS - {"max_turns"}) | {"backoff", "base_url"}
+    strip_env: ClassVar[tuple[str, ...]] = ("GEMINI_CLI", "SANDBOX")
+    account_env: ClassVar[tuple[str, ...]] = (
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+        "GOOGLE_GEMINI_BASE_URL",
+        "GOOGLE_CLOUD_PROJECT",
+    )
+
+    def check(self, options: CliOptions) -> None:
+        mode = options.permission_mode
+        if mode is not None and mode not in APPROVAL_MODES:
+            raise WorkerSpecError(
+                f"gemini worker permission_mode {mode!r} is unknown; accepted: "
+                f"{', '.join(APPROVAL_MODES)}"
+            )
+        base_url = options.extra.get("base_url")
+        if base_url is not None and not _BASE_URL.fullmatch(base_url):
+            raise WorkerSpecError(
+                f"gemini worker base_url must be an http:// or https:// URL, got {base_url!r}"
+            )
+
+    def command(self, round: CliRound) -> CliCommand:
+        options = round.options
+        argv = ["gemini", "--output-format", "stream-json", "--skip-trust"]
+        argv += ["--approval-mode", options.permission_mode or "yolo"]
+        if options.model:
+            argv += ["--model", options.model]
+        if options.allowed_tools:
+            argv += ["--allowed-tools", ",".join(options.allowed_tools)]
+        if round.resume:
+            argv += ["--resume", round.resume]
+        argv += list(options.args)
+        argv += ["--prompt", ""]  # headless; the prompt itself comes on stdin
+        env: dict[str, str] = {}
+        base_url = options.extra.get("base_url")
+        if base_url:
+            env["GOOGLE_GEMINI_BASE_URL"] = base_url
+        if "GEMINI_CLI_SYSTEM_DEFAULTS_PATH" not in os.environ:
+            api_key = base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL")
+            defaults = "api-key.json" if api_key else "quiet.json"
+            env["GEMINI_CLI_SYSTEM_DEFAULTS_PATH"] = str(_SETTINGS / defaults)
+        env.setdefault("GEMINI_TELEMETRY_ENABLED", "false")
+        return CliCommand(argv=tuple(argv), env=env, stdin=round.prompt.encode("utf-8"))
+
+    def parser(self) -> CliStreamParser:
+        return _GeminiStream()

@@ -1,0 +1,150 @@
+"""Running ``loopactors`` as a user does, with a CLI worker kind, for the agent-CLI tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ._fakes import CACHE, cli_binary
+
+LOOPACTORS = [sys.executable, "-m", "loopactors"]
+AIDER_VERSION = "0.86.2"
+
+
+def binary(name: str) -> Path:
+    """A pinned CLI: npm ones through ``cli_binary``, aider from its own venv."""
+    if name != "aider":
+        return cli_binary(name)
+    path = CACHE / f"aider-{AIDER_VERSION}" / "venv" / "bin" / "aider"
+    if not path.exists():
+        import pytest
+
+        if subprocess.run(
+            ["python3", "-m", "venv", "--help"], capture_output=True, check=False
+        ).returncode:
+            pytest.skip("python3 -m venv is not available: cannot install aider-chat")
+        repo = Path(__file__).resolve().parents[2]
+        subprocess.run([str(repo / ".ci/install-agent-clis"), "aider"], check=True, timeout=900)
+    return path
+
+
+def run(
+    args: list[str], env: dict[str, str], *, cwd: Path, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*LOOPACTORS, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def start(args: list[str], env: dict[str, str], *, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*LOOPACTORS, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def events(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def of_type(all_events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in all_events if e["type"] == kind]
+
+
+def read_until(proc: subprocess.Popen[str], kind: str, round_number: int) -> dict[str, Any]:
+    assert proc.stdout is not None
+    while True:
+        line = proc.stdout.readline()
+        assert line, f"the run ended before {kind} of round {round_number}: {proc.stderr!r}"
+        event = json.loads(line)
+        if event["type"] == kind and event.get("round") == round_number:
+            return dict(event)
+
+
+def wait_for(condition: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def processes_with(marker: str) -> list[int]:
+    """The processes whose environment holds ``marker`` (a test's private HOME)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def git(workspace: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(workspace), *args], capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+def traced(real: Path, log: Path) -> Path:
+    """A wrapper that runs ``real`` under ``strace``, logging every connect(2) of the CLI and
+    its children to ``log`` (``binary=`` of the spec)."""
+    import pytest
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed (.ci/run installs it)")
+    probe = subprocess.run(
+        [strace, "-f", "-o", os.devnull, "true"], capture_output=True, check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"strace cannot trace here: {probe.stderr.decode().strip()[:200]}")
+    wrapper = log.with_suffix(".sh")
+    wrapper.write_text(f'#!/bin/sh\nexec {strace} -f -qq -e trace=connect -o {log} {real} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+#: connect(2) targets that stay on the machine: loopback, and local (unix) sockets.
+_LOCAL = re.compile(
+    r'inet_addr\("127\.|inet_pton\(AF_INET6, "(?:::1|::ffff:127\.[0-9.]+)"|'
+    r"AF_UNIX|AF_NETLINK|AF_UNSPEC"
+)
+
+
+def off_loopback(log: Path) -> list[str]:
+    """The connect(2) calls in an strace log that aimed beyond loopback (DNS included)."""
+    return [
+        line.strip()
+        for line in log.read_text().splitlines()
+        if "connect(" in line and not _LOCAL.search(line)
+    ]

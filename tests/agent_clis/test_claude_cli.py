@@ -1,0 +1,138 @@
+"""``loopactors run ... --worker claude`` as a user runs it: the real CLI, a fake endpoint,
+a git workspace, and a crash of the runtime mid-loop followed by ``loopactors resume``.
+
+These start the runtime and the real Claude Code as subprocesses (a few seconds each).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ._fakes import AnthropicFake, Request, Response, Turn, git_workspace
+
+CLI = [sys.executable, "-m", "loopactors"]
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def write(ws: Path, name: str, text: str) -> Turn:
+    return Turn(tools=[("Write", {"file_path": str(ws / name), "content": text})])
+
+
+def test_run_completes_a_multi_round_loop_in_a_git_workspace(
+    tmp_path: Path, anthropic: AnthropicFake, claude_env: dict[str, str]
+) -> None:
+    ws = git_workspace(tmp_path / "ws")
+    anthropic.turns = [
+        write(ws, "one.txt", "1\n"),
+        Turn(text="one written"),
+        write(ws, "two.txt", "2\n"),
+        Turn(text="two written"),
+        write(ws, "three.txt", "3\n"),
+        Turn(text="all there <promise>DONE</promise>"),
+    ]
+    state = tmp_path / "state"
+    done = run_cli(
+        "run",
+        '|loop:5 objective="three files"| add the next file',
+        "--worker",
+        "claude",
+        "--state",
+        str(state),
+        "--json",
+        cwd=ws,  # the workspace defaults to the current directory
+    )
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    finished = [e for e in events if e["type"] == "round_finished"]
+    assert [e["status"] for e in finished] == ["completed"] * 3
+    assert all(e["cost_usd"] > 0 for e in finished)
+    assert [e["files_changed"] for e in finished] == [1, 1, 1]
+    assert [e["tool"] for e in events if e["type"] == "agent_step"] == ["Write"] * 3
+    assert events[-1]["type"] == "loop_finished"
+    assert events[-1]["phase"] == "complete"
+    assert sorted(p.name for p in ws.glob("*.txt")) == ["one.txt", "three.txt", "two.txt"]
+    loop_id = events[0]["loop_id"]
+    history = json.loads(
+        run_cli("history", loop_id, "--state", str(state), "--json", cwd=ws).stdout
+    )
+    rounds = history["rounds"]
+    assert [r["tokens"] > 0 for r in rounds] == [True] * 3
+    assert history["loop"]["cost_usd"] == sum(r["cost_usd"] for r in rounds)
+    # each inherit round resumed the agent's previous session
+    assert "one written" in str(anthropic.conversations[2])
+    assert "two written" in str(anthropic.conversations[4])
+    status = run_cli("status", "--state", str(state), cwd=ws)
+    assert f"${history['loop']['cost_usd']:.4f}" in status.stdout
+
+
+def test_a_crash_mid_loop_then_resume_continues_the_agent_session(
+    tmp_path: Path, anthropic: AnthropicFake, claude_env: dict[str, str]
+) -> None:
+    ws = git_workspace(tmp_path / "ws")
+    anthropic.turns = [
+        write(ws, "one.txt", "1\n"),
+        Turn(text="one written"),
+        # round 2 (after the crash, dispatched again): the same two steps
+        write(ws, "two.txt", "2\n"),
+        Turn(text="two written"),
+    ]
+    reached_round_2 = threading.Event()
+    release = threading.Event()
+    answer = anthropic.handle
+    calls = {"n": 0}
+
+    def hold_round_2(request: Request) -> Response:
+        if isinstance(request.body, dict) and request.body.get("tools"):
+            calls["n"] += 1
+            if calls["n"] == 3:  # round 2's first call, in the run that is about to crash
+                reached_round_2.set()
+                release.wait(60)
+                return Response(500, {"type": "error", "error": {"type": "api_error"}})
+        return answer(request)
+
+    anthropic.server.handler = hold_round_2
+    state = tmp_path / "state"
+    runner = subprocess.Popen(
+        [*CLI, "run", "|loop:2| add a file", "--worker", "claude", "--state", str(state)],
+        cwd=ws,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        assert reached_round_2.wait(90), "round 2 never reached the provider"
+        os.killpg(runner.pid, signal.SIGKILL)  # the runtime and its CLI, mid-round
+        runner.wait(30)
+    finally:
+        release.set()
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+    time.sleep(0.2)
+    anthropic.server.handler = answer
+    resumed = run_cli("resume", "--state", str(state), cwd=tmp_path)  # from elsewhere
+    assert resumed.returncode == 0, resumed.stderr
+    listed = json.loads(run_cli("status", "--state", str(state), "--json", cwd=tmp_path).stdout)
+    (loop,) = listed
+    assert loop["phase"] == "complete"
+    history = json.loads(
+        run_cli("history", loop["loop_id"], "--state", str(state), "--json", cwd=tmp_path).stdout
+    )
+    assert [(r["round"], r["status"]) for r in history["rounds"]] == [
+        (1, "completed"),
+        (2, "completed"),
+    ]
+    assert (ws / "two.txt").exists()  # the workspace pinned at start, not resume's cwd
+    # round 2 after the crash resumed round 1's session: the provider saw round 1 again
+    assert "one written" in str(anthropic.conversations[-2])
