@@ -39,6 +39,7 @@ from ._rules import check_before_round as check_before_round
 from ._rules import defer_round as defer_round
 from ._rules import deferred_wait as deferred_wait
 from ._rules import next_phase as next_phase
+from ._rules import no_completed_round as no_completed_round
 from ._rules import normalize_output as normalize_output
 from ._rules import round_intent as round_intent
 from ._rules import stale_rounds_after as stale_rounds_after
@@ -96,6 +97,7 @@ __all__ = [
     "event_decoder",
     "finish",
     "next_phase",
+    "no_completed_round",
     "normalize_output",
     "on_control",
     "on_give_up",

@@ -170,19 +170,33 @@ def check_before_round(state: LoopState, now: float) -> Verdict | None:
     return None
 
 
-Next = Literal["complete", "cancelled", "paused", "dispatching"]
+Next = Literal["complete", "escalated", "cancelled", "paused", "dispatching"]
 
 
 def next_phase(state: LoopState) -> Next:
     """After round ``state.round`` was recorded: the cap first, then a stop-after-round, then a
-    pause, else the next round (the reference's precedence: cap, cancel, then the rest)."""
+    pause, else the next round (the reference's precedence: cap, cancel, then the rest).
+
+    At the cap a loop ends ``complete`` only if a round completed; with none it ends
+    ``escalated`` (:func:`no_completed_round`): a loop that did none of its work must not
+    read as a success.
+    """
     if state.round >= state.spec.rounds:
-        return "complete"
+        return "complete" if state.completed_rounds else "escalated"
     if state.stop_requested is not None:
         return "cancelled"
     if state.pause_requested:
         return "paused"
     return "dispatching"
+
+
+def no_completed_round(state: LoopState, last_error: str | None) -> Verdict:
+    """Why a loop that reached its cap without one completed round escalates (trigger
+    ``no_completed_round``), naming the last round's error."""
+    rounds = state.round
+    what = "its only round" if rounds == 1 else f"its {rounds} rounds"
+    last = f"; the last one: {last_error}" if last_error else ""
+    return Verdict(trigger="no_completed_round", reason=f"none of {what} completed{last}")
 
 
 def stale_rounds_after(state: LoopState, *, progress: bool | None, same_output: bool) -> int:

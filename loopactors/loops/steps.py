@@ -34,6 +34,7 @@ from ._rules import (
     defer_round,
     deferred_wait,
     next_phase,
+    no_completed_round,
     normalize_output,
     round_intent,
     stale_rounds_after,
@@ -483,12 +484,24 @@ def _round_deferred(run: Run, result: RoundReport, now: float) -> Step:
 def decide(
     run: Run, now: float, *, record: RoundRecord | None = None, events: Sequence[AnyEvent] = ()
 ) -> Step:
-    """After a round (state ``summarizing``): complete, cancelled (a stop after the round),
-    paused, or the next round."""
+    """After a round (state ``summarizing``): complete (escalated when the cap is reached
+    without one completed round), cancelled (a stop after the round), paused, or the next
+    round."""
     state = run.state
     nxt = next_phase(state)
     if nxt in ("complete", "cancelled"):
         return finish(run, nxt, now, record=record, events=events)
+    if nxt == "escalated":  # the cap, with no completed round
+        verdict = no_completed_round(state, record.error if record is not None else None)
+        return finish(
+            run,
+            nxt,
+            now,
+            record=record,
+            events=events,
+            reason=verdict.reason,
+            trigger=verdict.trigger,
+        )
     if nxt == "paused":
         paused = state.moved("paused", round=state.round + 1, pause_requested=False)
         note = LoopPaused(loop_id=state.loop_id, at=now, round=paused.round)

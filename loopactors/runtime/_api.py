@@ -34,7 +34,7 @@ from ..loops import (
     RoundRecord,
     StopMode,
 )
-from ..storage import PruneReport, StoreBackend, StoreStatistics, open_backend
+from ..storage import DB_FILENAME, PruneReport, StoreBackend, StoreStatistics, open_backend
 from ..transport import transport_for
 from ..workers import RoundContext
 from ._breaker import Breaker
@@ -43,7 +43,7 @@ from ._context_builder import ContextBuilder
 from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
 from ._dispatcher import Dispatcher
 from ._events import EventBus, Gap, Subscription
-from ._lock import lock_state_dir
+from ._lock import lock_state_dir, watch_state_dir
 from ._messages import (
     ApplyCompaction,
     ControlLoop,
@@ -442,11 +442,14 @@ async def open_runtime(
     if config is None:
         config = load_config(config_file)
     config = config.replace(state_dir=state_dir, store=store, **overrides)
-    with contextlib.ExitStack() as stack:
+    async with contextlib.AsyncExitStack() as stack:
         if config.store == "sqlite":
             stack.enter_context(lock_state_dir(Path(config.state_dir)))
-        async with _open_runtime(config, observer) as runtime:
-            yield runtime
+        runtime = await stack.enter_async_context(_open_runtime(config, observer))
+        if config.store == "sqlite":
+            state_dir = Path(config.state_dir)
+            await stack.enter_async_context(watch_state_dir(state_dir, state_dir / DB_FILENAME))
+        yield runtime
 
 
 @asynccontextmanager

@@ -99,7 +99,8 @@ async def test_a_failed_sub_agent_is_a_tool_error_and_its_loop_ends(tmp_path: Pa
         f"the sub-agent failed: its round in child loop {child.loop_id} failed: HTTP 400 from "
     )
     assert content.endswith(": bad request, really; its last answer: ")
-    assert child.phase == "complete"  # its one round was run (and failed)
+    # Its one round was run and failed: no completed round, so not `complete`.
+    assert (child.phase, child.trigger) == ("escalated", "no_completed_round")
     assert [r.status for r in child_rounds] == ["failed"]
     assert server.unexpected == 0
 

@@ -255,3 +255,34 @@ async def test_markers_of_an_enclosing_session_are_removed(
     assert "LOOPACTORS_LOOP_ID=l1" in seen
     assert "LOOPACTORS_TEST_PASSES=yes" in seen
     assert os.environ["CLAUDECODE"] == "1"  # this process keeps its own
+
+
+async def test_one_limit_holds_back_the_other_loops_of_the_same_account(
+    tmp_path: Path, anthropic: AnthropicFake, claude_env: dict[str, str]
+) -> None:
+    anthropic.turns = [Turn(error=anthropic_error(429, "rate_limit_error", "slow down"))]
+    asked: list[tuple[float, str]] = []
+    answer = anthropic.handle
+
+    def logged(req):  # type: ignore[no-untyped-def]
+        if isinstance(req.body, dict) and req.body.get("tools"):
+            asked.append((time.time(), str(req.body.get("messages"))))
+        return answer(req)
+
+    anthropic.server.handler = logged
+    ws_a, ws_b = git_workspace(tmp_path / "a"), git_workspace(tmp_path / "b")
+    seen: list[object] = []
+    async with open_runtime(config(tmp_path), observer=seen.append) as rt:
+        first = await rt.start("|loop:1| task alpha", worker=f"claude:workspace={ws_a},backoff=1.5")
+        while not any(isinstance(e, RoundDeferred) for e in seen):
+            await trio.sleep(0.02)
+        second = await rt.start("|loop:1| task beta", worker=f"claude:workspace={ws_b},backoff=1.5")
+        finals = [await first.wait(), await second.wait()]
+    assert [f.phase for f in finals] == ["complete", "complete"]
+    deferrals = [e for e in seen if isinstance(e, RoundDeferred)]
+    assert [d.loop_id for d in deferrals] == [first.loop_id, second.loop_id]
+    assert deferrals[1].reason.startswith("held back")
+    assert deferrals[1].until == deferrals[0].until  # one wait for both
+    beta = [at for at, said in asked if "task beta" in said]
+    assert beta
+    assert min(beta) >= deferrals[0].until  # the held loop asked nothing before the reset

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from loopactors.workers import parse_worker
-from loopactors.workers._cli_codex import codex_limit, round_usage
+from loopactors.workers._cli_codex import CodexAdapter, codex_limit, round_usage
 
 from ._fakes import git_workspace, quiet_env
 from ._loops import (
@@ -26,10 +26,12 @@ from ._loops import (
     git,
     kill_all,
     of_type,
+    off_loopback,
     processes_with,
     read_until,
     run,
     start,
+    traced,
     wait_for,
 )
 from ._openai_fake import ModelTurn, ResponsesFake, openai_error
@@ -193,6 +195,8 @@ def test_a_usage_limit_defers_the_round_then_it_completes(
     finished = of_type(all_events, "round_finished")
     assert [e["status"] for e in finished] == ["completed"]
     assert all_events[-1]["phase"] == "complete"
+    # The run that met the limit left no session to resume: the round started afresh.
+    assert sum(t.startswith("user: hi") for t in user_texts(fake.conversations[1])) == 1
 
 
 def test_the_usage_limit_reset_time_codex_prints_is_the_deferral_time() -> None:
@@ -330,3 +334,35 @@ def test_a_missing_codex_binary_is_refused_naming_the_package(tmp_path: Path) ->
         parse_worker(f"codex:binary={tmp_path / 'nope'}")
     with pytest.raises(Exception, match="sandbox 'nowhere' is unknown; accepted: bypass"):
         parse_worker("codex:sandbox=nowhere")
+
+
+def test_nothing_leaves_loopback(
+    codex: Path, fake: ResponsesFake, home: Path, workspace: Path, tmp_path: Path
+) -> None:
+    """Every connect(2) of Codex and its children, traced: only the fake on 127.0.0.1."""
+    log = tmp_path / "connect.log"
+    fake.turns = [ModelTurn(tools=[("exec_command", {"cmd": "echo hi > hi.txt"})])]
+    worker = "codex:" + spec(traced(codex, log), fake)
+    result = run(
+        ["run", "|loop:1| hi", "--store", "memory", "--json", "--worker", worker],
+        env_for(home),
+        cwd=workspace,
+    )
+    assert of_type(events(result.stdout), "round_finished")[0]["status"] == "completed"
+    assert (workspace / "hi.txt").exists()
+    assert "127.0.0.1" in log.read_text()
+    assert off_loopback(log) == []
+
+
+def test_unreadable_output_or_a_silent_exit_fails_the_round() -> None:
+    parser = CodexAdapter().parser()
+    parser.feed("Error: something broke before the JSON started")
+    outcome = parser.finish(1, "")
+    assert outcome.is_error
+    assert outcome.error == (
+        "codex printed unreadable output: 'Error: something broke before the JSON started'"
+    )
+    parser = CodexAdapter().parser()
+    outcome = parser.finish(2, "error: unexpected argument '--bogus' found")
+    assert outcome.error == "codex exited with code 2: error: unexpected argument '--bogus' found"
+    assert outcome.limit is None

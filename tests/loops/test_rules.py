@@ -17,6 +17,7 @@ from loopactors.loops._rules import (
     build_prompt,
     check_before_round,
     next_phase,
+    no_completed_round,
     normalize_output,
     same_output,
 )
@@ -218,12 +219,29 @@ def test_max_rounds_is_checked_before_the_other_triggers() -> None:
 
 
 def test_the_last_round_completes_even_with_a_stop_and_a_pause_requested() -> None:
-    state = _state({"rounds": 3}, round=3, stop_requested="after_round", pause_requested=True)
+    state = _state(
+        {"rounds": 3},
+        round=3,
+        completed_rounds=1,
+        stop_requested="after_round",
+        pause_requested=True,
+    )
     assert next_phase(state) == "complete"
 
 
 def test_a_round_past_the_cap_completes() -> None:
-    assert next_phase(_state({"rounds": 3}, round=4)) == "complete"
+    assert next_phase(_state({"rounds": 3}, round=4, completed_rounds=3)) == "complete"
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 5])
+def test_the_cap_with_no_completed_round_escalates(rounds: int) -> None:
+    state = _state({"rounds": rounds}, round=rounds, stop_requested="after_round")
+    assert next_phase(state) == "escalated"
+    verdict = no_completed_round(state, "exit code 1: boom")
+    assert verdict.trigger == "no_completed_round"
+    what = "its only round" if rounds == 1 else f"its {rounds} rounds"
+    assert verdict.reason == f"none of {what} completed; the last one: exit code 1: boom"
+    assert no_completed_round(state, None).reason == f"none of {what} completed"
 
 
 @pytest.mark.parametrize("stop", ["after_round", "now"])

@@ -189,8 +189,12 @@ def test_a_round_result_is_recorded_once_and_moves_the_counters(
     if expected == "completed" and result.done:
         done = assert_well_ended(run, effects, "complete")
         assert done.reason == f"objective met in round {state.round}"
-    elif state.round >= state.spec.rounds:
-        assert_well_ended(run, effects, "complete")
+    elif state.round >= state.spec.rounds:  # the cap: a success only with a completed round
+        if run.state.completed_rounds:
+            assert_well_ended(run, effects, "complete")
+        else:
+            done = assert_well_ended(run, effects, "escalated")
+            assert done.trigger == "no_completed_round"
     elif state.stop_requested is not None:
         assert_well_ended(run, effects, "cancelled")
     elif state.pause_requested:

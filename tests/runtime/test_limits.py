@@ -163,7 +163,7 @@ async def test_the_watchdog_ends_a_round_that_never_reports(
         )
         final = await handle.wait()
         [record] = await handle.history()
-        assert final.phase == "complete"
+        assert (final.phase, final.trigger) == ("escalated", "no_completed_round")
         assert record.status == "timed_out"
         assert record.error is not None
         assert "no result reached the loop" in record.error
