@@ -186,7 +186,14 @@ def test_a_round_result_is_recorded_once_and_moves_the_counters(
     else:
         assert run.state.completed_rounds == state.completed_rounds
         assert run.state.consecutive_failures == state.consecutive_failures + 1
-    if expected == "completed" and result.done:
+    assert_next_step(state, run, effects, objective_met=expected == "completed" and result.done)
+
+
+def assert_next_step(
+    state: LoopState, run: fx.Run, effects: list[fx.Effect], *, objective_met: bool
+) -> None:
+    """What follows a recorded round: the objective, the cap, a stop, a pause, or the next."""
+    if objective_met:
         done = assert_well_ended(run, effects, "complete")
         assert done.reason == f"objective met in round {state.round}"
     elif state.round >= state.spec.rounds:  # the cap: a success only with a completed round
