@@ -277,11 +277,7 @@ def test_a_crash_mid_loop_resumes_and_keeps_the_codex_session(
     resumed = run(["resume", *args], env, cwd=workspace)
     assert resumed.returncode == 0, resumed.stderr
     assert events(resumed.stdout)[-1]["phase"] == "complete"
-    history = run(
-        ["history", "--state", str(state), "--json", *_only_loop(state, env, workspace)],
-        env,
-        cwd=workspace,
-    )
+    history = run(["history", first["loop_id"], *args], env, cwd=workspace)
     rounds = json.loads(history.stdout)["rounds"]
     assert [r["round"] for r in rounds] == [1, 2, 3]
     assert all(r["status"] == "completed" for r in rounds)
@@ -290,14 +286,6 @@ def test_a_crash_mid_loop_resumes_and_keeps_the_codex_session(
     # The re-run round 2 resumed round 1's session: its request holds round 1's answer.
     assert "assistant: first" in user_texts(fake.conversations[3])
     assert (workspace / "count.txt").read_text() == "1\n2\n3\n"
-
-
-def _only_loop(state: Path, env: dict[str, str], cwd: Path) -> list[str]:
-    listing = run(["status", "--state", str(state), "--json"], env, cwd=cwd)
-    loops = json.loads(listing.stdout)
-    items = loops if isinstance(loops, list) else loops.get("loops", [])
-    assert len(items) == 1, listing.stdout
-    return [str(items[0]["loop_id"])]
 
 
 def test_codex_reads_its_own_round_usage_from_the_rollout(tmp_path: Path) -> None:

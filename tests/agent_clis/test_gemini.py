@@ -214,7 +214,8 @@ def test_a_crash_mid_loop_resumes_and_keeps_the_gemini_session(
     args = ["--state", str(state)]
     proc = start(loop(gemini, fake, "|loop:2,inherit| count", *args), env, cwd=workspace)
     try:
-        assert read_until(proc, "round_finished", 1)["status"] == "completed"
+        first = read_until(proc, "round_finished", 1)
+        assert first["status"] == "completed"
         read_until(proc, "round_started", 2)
         wait_for(lambda: len(fake.conversations) == 3)
         proc.kill()
@@ -224,9 +225,7 @@ def test_a_crash_mid_loop_resumes_and_keeps_the_gemini_session(
     resumed = run(["resume", *args, "--json"], env, cwd=workspace)
     assert resumed.returncode == 0, resumed.stderr
     assert events(resumed.stdout)[-1]["phase"] == "complete"
-    listing = json.loads(run(["status", *args, "--json"], env, cwd=workspace).stdout)
-    items = listing if isinstance(listing, list) else listing.get("loops", [])
-    history = run(["history", str(items[0]["loop_id"]), *args, "--json"], env, cwd=workspace)
+    history = run(["history", first["loop_id"], *args, "--json"], env, cwd=workspace)
     rounds = json.loads(history.stdout)["rounds"]
     assert [(r["round"], r["status"]) for r in rounds] == [(1, "completed"), (2, "completed")]
     assert len({r["session_id"] for r in rounds}) == 1
