@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -122,6 +123,45 @@ def test_ctrl_c_stops_the_loop_and_exits_3(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 3, err
     assert json_lines(out)[-1]["phase"] == "cancelled"
+
+
+def wait_for_file(path: Path, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while not path.exists() or not path.read_text():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+    return path.read_text()
+
+
+def gone(pid: int, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_second_ctrl_c_leaves_at_once_while_a_worker_ignores_sigterm(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    script = (
+        "import os, pathlib, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); time.sleep(300)"
+    )
+    config = tmp_path / "loopactors.toml"
+    config.write_text("kill_grace = 120\n")  # a stop would wait two minutes for it
+    worker = "command:" + shlex.join([sys.executable, "-c", script])
+    proc = start_run(tmp_path / "state", "--worker", worker, "--config", str(config))
+    assert proc.stderr is not None
+    pid = int(wait_for_file(ready))
+    proc.send_signal(signal.SIGINT)
+    assert "press Ctrl-C again" in proc.stderr.readline()  # the first press was read
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)  # not the 120 s grace
+    assert proc.returncode == 130
+    assert gone(pid)  # and the worker did not outlive it
 
 
 def test_killed_run_resumes_and_status_and_history_read_it(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from ..transport import _cli as _cli_transport
 from ..workers import cli_kinds, in_workspace
 from . import _prune, _remote
 from ._demo import run_demo
-from ._follow import PHASE_EXIT, follow
+from ._follow import PHASE_EXIT, ctrl_c_leaves, follow
 from ._progress import JsonLines, Progress, final_table
 from ._repl import run_repl
 
@@ -272,7 +272,7 @@ async def _run(args: argparse.Namespace) -> int:
     elif (worker or config.worker).partition(":")[0] in cli_kinds():
         # Pinned at start, so a `resume` from another directory works in the same place.
         worker = in_workspace(worker or config.worker, Path.cwd())
-    async with open_runtime(config) as rt:
+    async with ctrl_c_leaves(), open_runtime(config) as rt:
         loop_id = new_loop_id()
         display: JsonLines | Progress = JsonLines() if args.json else Progress()
         with rt.subscribe(loop_id) as events:  # before start: no event can be missed
@@ -296,7 +296,7 @@ async def _resume(args: argparse.Namespace) -> int:
         display.note(f"nothing to resume in {config.state_dir}")
         return EXIT_OK
     display.note(f"resuming {len(live)} loop(s) from {config.state_dir}")
-    async with open_runtime(config) as rt:
+    async with ctrl_c_leaves(), open_runtime(config) as rt:
         with rt.subscribe() as events:
             handles = [rt.handle(state.loop_id) for state in live]
             for state, handle in zip(live, handles, strict=True):

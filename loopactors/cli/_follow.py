@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn
 
 import trio
 
 from ..loops import LoopFinished, LoopState, Phase
 from ..runtime import Gap
+from ..workers import kill_worker_groups
 from ._progress import JsonLines, Progress, final_table
 
-__all__ = ["PHASE_EXIT", "follow"]
+__all__ = ["PHASE_EXIT", "ctrl_c_leaves", "follow"]
 
 #: The exit code of a loop's final phase; `resume` returns the most severe of its loops'.
 PHASE_EXIT: dict[Phase, int] = {
@@ -22,6 +24,29 @@ PHASE_EXIT: dict[Phase, int] = {
     "interrupted": 4,
     "error": 1,
 }
+
+
+def _leave_now() -> NoReturn:
+    # No grace for workers still being stopped: SIGKILL their process groups, then leave.
+    kill_worker_groups()
+    raise KeyboardInterrupt
+
+
+@contextlib.asynccontextmanager
+async def ctrl_c_leaves() -> AsyncIterator[None]:
+    """Around a runtime's whole life: a Ctrl-C that :func:`follow` does not read (while the
+    runtime starts, or stops after its loops ended: a worker may still be in its grace period)
+    leaves at once, exit 130."""
+    with trio.open_signal_receiver(signal.SIGINT) as sigint:
+        async with trio.open_nursery() as nursery:
+
+            async def on_ctrl_c() -> None:
+                async for _ in sigint:
+                    _leave_now()
+
+            nursery.start_soon(on_ctrl_c)
+            yield
+            nursery.cancel_scope.cancel()
 
 
 async def follow(
@@ -52,10 +77,12 @@ async def follow(
                 async for _ in sigint:
                     presses += 1
                     if presses > 1:
-                        raise KeyboardInterrupt
+                        _leave_now()
                     display.note("stopping (press Ctrl-C again to leave at once)")
                     for loop_id in loop_ids:
-                        await stop(loop_id)
+                        # Not awaited here: a stop waits out a worker's grace period, and
+                        # a second Ctrl-C must be read meanwhile.
+                        nursery.start_soon(stop, loop_id)
 
             nursery.start_soon(on_ctrl_c)
             if isinstance(display, Progress):

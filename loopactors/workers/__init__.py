@@ -31,6 +31,7 @@ from ._cli_gemini import GeminiAdapter
 from ._cli_worker import CliAgentWorker as CliAgentWorker
 from ._command import CommandWorker as CommandWorker
 from ._command import GroupStopper as GroupStopper
+from ._command import kill_worker_groups as kill_worker_groups
 from ._python import PythonWorker as PythonWorker
 from ._scripted import ScriptedWorker as ScriptedWorker
 
@@ -51,6 +52,7 @@ __all__ = [
     "check_worker_spec",
     "cli_kinds",
     "in_workspace",
+    "kill_worker_groups",
     "parse_worker",
     "worker_kinds",
 ]

@@ -90,9 +90,16 @@ class _AiderStream(CliStreamParser):
         self.answered = False
         self.error: str | None = None
         self.reply: str = ""
+        #: An error message goes on until a blank line or aider's own next line.
+        self.in_error = False
 
     def feed(self, line: str) -> list[AgentStep]:
         line = line.rstrip("\r")
+        if self.in_error and self.error is not None:
+            if line.strip() and not line.startswith((*_CHATTER, "The API provider")):
+                self.error = f"{self.error} {line.strip()}"
+                return []
+            self.in_error = False
         tokens = _TOKENS.match(line)
         if tokens is not None:
             self._count(tokens, line)
@@ -102,6 +109,7 @@ class _AiderStream(CliStreamParser):
         error = _ERROR.match(line)
         if error is not None:
             self.error = line.strip()
+            self.in_error = True
             return []
         if line.startswith("Applied edit to "):
             return [AgentStep(tool="edit", detail=line.removeprefix("Applied edit to ")[:120])]
@@ -209,7 +217,9 @@ class AiderAdapter(CliAdapter):
             argv.append("--restore-chat-history")
         argv += list(options.args)
         argv += ["--message-file", "/dev/stdin"]
-        return CliCommand(argv=tuple(argv), stdin=round.prompt.encode("utf-8"))
+        # litellm (inside aider) would fetch its model price list at start otherwise.
+        env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        return CliCommand(argv=tuple(argv), env=env, stdin=round.prompt.encode("utf-8"))
 
     def parser(self) -> CliStreamParser:
         return _AiderStream()

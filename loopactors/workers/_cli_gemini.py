@@ -94,6 +94,8 @@ class _GeminiStream(CliStreamParser):
         self.result: dict[str, Any] | None = None
         self.errors: list[str] = []
         self.unreadable: str | None = None
+        #: The model answered at least once: only then has the CLI kept a session to resume.
+        self.answered = False
 
     def feed(self, line: str) -> list[AgentStep]:
         if not line.strip():
@@ -111,11 +113,13 @@ class _GeminiStream(CliStreamParser):
         elif kind == "message" and event.get("role") == "assistant":
             content = event.get("content")
             if isinstance(content, str):
+                self.answered = True
                 if not event.get("delta"):
                     self.reply.clear()
                 self.reply.append(content)
         elif kind == "tool_use" and isinstance(event.get("tool_name"), str):
             self.reply.clear()  # the reply is what the agent says after its last tool call
+            self.answered = True
             return [AgentStep(tool=event["tool_name"], detail=_detail(event.get("parameters")))]
         elif kind == "error" and event.get("severity") == "error":
             self.errors.append(str(event.get("message") or "error"))
@@ -136,7 +140,8 @@ class _GeminiStream(CliStreamParser):
             else max(0, _int(stats.get("input_tokens")) - cached),
             output_tokens=_int(stats.get("output_tokens")),
             cache_read_tokens=cached,
-            session_id=self.session_id,
+            # A run that failed before the model answered left no session the CLI can resume.
+            session_id=self.session_id if self.answered else None,
         )
         if self.result is not None and result.get("status") == "success" and returncode == 0:
             return counted

@@ -17,6 +17,7 @@ import os
 import shlex
 import shutil
 import signal
+import weakref
 from collections.abc import Iterable
 from typing import Annotated, ClassVar
 
@@ -27,7 +28,7 @@ import trio
 from ..errors import WorkerSpecError
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
 
-__all__ = ["CommandWorker", "GroupStopper"]
+__all__ = ["CommandWorker", "GroupStopper", "kill_worker_groups"]
 
 _STDERR_TAIL = 2000
 _POLL = 0.05  # how often a stop looks whether the group is gone during the grace period
@@ -76,7 +77,21 @@ def _group_exists(pgid: int) -> bool:
     return True
 
 
-@attrs.define
+#: The process groups of this process's command workers that have not been seen to end.
+_running: weakref.WeakSet[GroupStopper] = weakref.WeakSet()
+
+
+def kill_worker_groups() -> int:
+    """SIGKILL, now, the process group of every command worker (and validation command) this
+    process started and has not seen end; a stop in its grace period ends at once. For a
+    second Ctrl-C: leave now, leave nothing running. Returns how many groups were signalled."""
+    stoppers = list(_running)
+    for stopper in stoppers:
+        stopper.kill_now()
+    return len(stoppers)
+
+
+@attrs.define(eq=False)  # compared by identity: kept in a set while its group runs
 class GroupStopper:
     """Stops one child's process group: SIGTERM, up to ``grace`` seconds, then SIGKILL.
 
@@ -94,12 +109,20 @@ class GroupStopper:
         # learn the group id even when deliver_cancel never runs (leader gone, pipe held open).
         if process is not None:
             self.pgid = process.pid  # start_new_session: the child leads its own group
+            _running.add(self)
+
+    def kill_now(self) -> None:
+        """SIGKILL the group now; a stop waiting out its grace returns at once."""
+        self.deadline = -math.inf
+        if self.pgid is not None:
+            _signal_group(self.pgid, signal.SIGKILL)
 
     async def deliver_cancel(self, process: trio.Process) -> None:
         await self.stop()
 
     async def stop(self) -> None:
         if self.pgid is None or (self.deadline is None and not _group_exists(self.pgid)):
+            _running.discard(self)
             return
         if self.deadline is None:
             self.deadline = trio.current_time() + self.grace
@@ -111,6 +134,7 @@ class GroupStopper:
                 break
             await trio.sleep(min(_POLL, left))
         _signal_group(self.pgid, signal.SIGKILL)
+        _running.discard(self)
 
 
 def _to_argv(words: Iterable[str]) -> tuple[str, ...]:
@@ -178,6 +202,7 @@ class CommandWorker(Worker):
                 deliver_cancel=stopper.deliver_cancel,
                 task_status=stopper,
             )
+            _running.discard(stopper)
         except BaseException as exc:
             if stopper.pgid is None and isinstance(exc, OSError):
                 # It never started: the program vanished or lost its execute bit since parsing.

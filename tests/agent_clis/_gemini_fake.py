@@ -16,14 +16,27 @@ from ._openai_fake import ModelTurn
 
 
 def gemini_error(
-    status: int, code: str, message: str, *, retry_delay: str | None = None
+    status: int,
+    code: str,
+    message: str,
+    *,
+    retry_delay: str | None = None,
+    quota_id: str | None = None,
 ) -> Response:
     """A Google API error body (``{"error": {"code", "message", "status", "details"}}``).
 
     ``retry_delay`` (e.g. ``"3600s"``) adds the ``google.rpc.RetryInfo`` detail a quota error
-    carries.
+    carries, ``quota_id`` (e.g. ``"GenerateRequestsPerDayPerProjectPerModel"``) its
+    ``google.rpc.QuotaFailure``.
     """
     details: list[dict[str, Any]] = []
+    if quota_id is not None:
+        details.append(
+            {
+                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                "violations": [{"quotaMetric": "generate_requests", "quotaId": quota_id}],
+            }
+        )
     if retry_delay is not None:
         details.append(
             {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay}
@@ -40,6 +53,11 @@ class GeminiFake:
         self.conversations: list[list[dict[str, Any]]] = []
         self.server = FakeServer(self.handle)
         self._lock = threading.Lock()
+        self._release = threading.Event()
+
+    def release(self) -> None:
+        """Let delayed answers go (a test ending while a turn is held back)."""
+        self._release.set()
 
     @property
     def url(self) -> str:
@@ -59,6 +77,8 @@ class GeminiFake:
                 turn = self.turns.pop(0) if self.turns else ModelTurn(text=self.done_text)
         else:
             turn = ModelTurn(text=_side_answer(body), input_tokens=5, output_tokens=1)
+        if turn.delay:
+            self._release.wait(turn.delay)
         if turn.error is not None:
             return turn.error
         parts: list[dict[str, Any]] = []

@@ -167,7 +167,10 @@ class ChatCompletionsFake(_ScriptedFake):
         if request.method != "POST" or not path.endswith("/chat/completions"):
             return Response(404, {"error": {"type": "not_found", "message": path}})
         body = request.body if isinstance(request.body, dict) else {}
-        turn = self.next_turn(body)
+        if _asks_for_commit_message(body):  # aider's side request after an edit
+            turn = ModelTurn(text="Change hello.txt", input_tokens=50, output_tokens=5)
+        else:
+            turn = self.next_turn(body)
         if turn.error is not None:
             return turn.error
         n = next(self._ids)
@@ -203,3 +206,9 @@ class ChatCompletionsFake(_ScriptedFake):
                 "usage": usage,
             },
         )
+
+
+def _asks_for_commit_message(body: dict[str, Any]) -> bool:
+    messages = body.get("messages") or []
+    first = messages[0].get("content") if messages and isinstance(messages[0], dict) else ""
+    return isinstance(first, str) and "commit message" in first.lower()
