@@ -383,7 +383,8 @@ def test_a_closed_stdout_ends_any_command_quietly(tmp_path: Path, args: list[str
         stderr=subprocess.PIPE,
         cwd=tmp_path,
     )
-    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
     process.stdout.close()
     code = process.wait(timeout=60)
     stderr = process.stderr.read().decode()
