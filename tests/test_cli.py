@@ -410,3 +410,16 @@ def test_the_console_script_imports_a_python_worker_from_the_working_directory(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert json_lines(result.stdout)[-1]["phase"] == "complete"
+
+
+def test_code_is_listed_and_ledger_alone_is_a_usage_error() -> None:
+    listed = cli("--help")
+    assert listed.returncode == 0
+    assert "    code " in listed.stdout
+    wrong = cli("frobnicate")
+    assert wrong.returncode == 64
+    assert "'code'" in wrong.stderr
+    ledger = cli("ledger")
+    assert ledger.returncode == 64
+    assert "loopactors ledger: error: choose an action: export LOOP_ID" in ledger.stderr
+    assert ledger.stdout == ""
