@@ -111,6 +111,10 @@ class _CodexStream(CliStreamParser):
         self.failure: str | None = None
         self.errors: list[str] = []
         self.unreadable: str | None = None
+        #: The model answered at least once. A run that failed on its first request (a usage
+        #: limit) reports no session: the re-run starts the round afresh instead of resuming
+        #: a session that holds only the prompt.
+        self.answered = False
 
     def feed(self, line: str) -> list[AgentStep]:
         if not line.strip():
@@ -127,6 +131,7 @@ class _CodexStream(CliStreamParser):
             self.thread_id = event["thread_id"]
         elif kind == "turn.completed" and isinstance(event.get("usage"), dict):
             self.usage = event["usage"]
+            self.answered = True
         elif kind == "turn.failed":
             error = event.get("error")
             message = error.get("message") if isinstance(error, dict) else None
@@ -141,6 +146,8 @@ class _CodexStream(CliStreamParser):
         if not isinstance(item, dict):
             return []
         item_type = item.get("type")
+        if item_type != "error":
+            self.answered = True
         if item_type == "agent_message" and kind == "item.completed":
             self.reply = str(item.get("text") or "")
             return []
@@ -178,7 +185,7 @@ class _CodexStream(CliStreamParser):
             output_tokens=_int(usage.get("output_tokens")),
             cache_read_tokens=cached,
             cache_write_tokens=_int(usage.get("cache_write_input_tokens")),
-            session_id=self.thread_id,
+            session_id=self.thread_id if self.answered else None,
         )
         if self.failure is None and returncode == 0 and self.reply is not None:
             return counted

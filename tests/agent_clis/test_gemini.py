@@ -26,10 +26,12 @@ from ._loops import (
     git,
     kill_all,
     of_type,
+    off_loopback,
     processes_with,
     read_until,
     run,
     start,
+    traced,
     wait_for,
 )
 from ._openai_fake import ModelTurn
@@ -212,7 +214,8 @@ def test_a_crash_mid_loop_resumes_and_keeps_the_gemini_session(
     args = ["--state", str(state)]
     proc = start(loop(gemini, fake, "|loop:2,inherit| count", *args), env, cwd=workspace)
     try:
-        assert read_until(proc, "round_finished", 1)["status"] == "completed"
+        first = read_until(proc, "round_finished", 1)
+        assert first["status"] == "completed"
         read_until(proc, "round_started", 2)
         wait_for(lambda: len(fake.conversations) == 3)
         proc.kill()
@@ -222,9 +225,7 @@ def test_a_crash_mid_loop_resumes_and_keeps_the_gemini_session(
     resumed = run(["resume", *args, "--json"], env, cwd=workspace)
     assert resumed.returncode == 0, resumed.stderr
     assert events(resumed.stdout)[-1]["phase"] == "complete"
-    listing = json.loads(run(["status", *args, "--json"], env, cwd=workspace).stdout)
-    items = listing if isinstance(listing, list) else listing.get("loops", [])
-    history = run(["history", str(items[0]["loop_id"]), *args, "--json"], env, cwd=workspace)
+    history = run(["history", first["loop_id"], *args, "--json"], env, cwd=workspace)
     rounds = json.loads(history.stdout)["rounds"]
     assert [(r["round"], r["status"]) for r in rounds] == [(1, "completed"), (2, "completed")]
     assert len({r["session_id"] for r in rounds}) == 1
@@ -239,3 +240,22 @@ def test_bad_gemini_specs_are_refused_with_what_is_accepted(tmp_path: Path) -> N
         parse_worker("gemini:permission_mode=ask")
     with pytest.raises(Exception, match="max_turns"):
         parse_worker("gemini:max_turns=3")
+
+
+def test_nothing_leaves_loopback(
+    gemini: Path, fake: GeminiFake, home: Path, workspace: Path, tmp_path: Path
+) -> None:
+    """Every connect(2) of the Gemini CLI and its children, traced: only the fake."""
+    log = tmp_path / "connect.log"
+    hi = str(workspace / "hi.txt")
+    fake.turns = [ModelTurn(tools=[("write_file", {"file_path": hi, "content": "hi\n"})])]
+    worker = "gemini:" + spec(traced(gemini, log), fake)
+    result = run(
+        ["run", "|loop:1| hi", "--store", "memory", "--json", "--worker", worker],
+        env_for(home),
+        cwd=workspace,
+    )
+    assert of_type(events(result.stdout), "round_finished")[0]["status"] == "completed"
+    assert (workspace / "hi.txt").exists()
+    assert "127.0.0.1" in log.read_text()
+    assert off_loopback(log) == []
