@@ -26,7 +26,7 @@ from ..client import connect
 from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
 from ..loops import LoopFinished, LoopStarted, LoopState
 from ..runtime import Gap, RuntimeConfig, open_runtime
-from ..workers import parse_worker
+from ..workers import cli_kinds, in_workspace, parse_worker
 from ._remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
 from ._repl_targets import EmbeddedTarget, RemoteTarget, Target
@@ -216,9 +216,13 @@ class Repl:
         if not args:
             self.say(f"new loops use: {self.worker or self.default_worker}")
             return
+        spec = args[0]
         if not self.target.keeps_running:  # embedded: check now (remote: the node checks)
-            parse_worker(args[0])
-        self.worker = args[0]
+            parse_worker(spec)
+            if spec.partition(":")[0] in cli_kinds():
+                # A coding-agent CLI works here, wherever later rounds run from.
+                spec = in_workspace(spec, Path.cwd())
+        self.worker = spec
         self.say(f"new loops use: {self.worker}")
 
     async def _output(self, loop_id: str, round_number: int) -> None:
