@@ -151,16 +151,15 @@ class LoopHandle:
         def reached(state: LoopState) -> bool:
             return state.phase in wanted or state.terminal
 
-        with self.events() as events:
+        # Every way into a terminal phase publishes LoopFinished (after its commit): waiting
+        # for an end only needs that event; another phase may follow any event.
+        kinds = (LoopFinished,) if wanted <= TERMINAL_PHASES else None
+        with self.runtime.bus.watch(self.loop_id, kinds) as watch:
             state = await self.status()
-            if reached(state):
-                return state
-            async for _ in events:
-                # Any event (or gap) may mean a new phase: the store has the truth.
-                state = await self.status()
-                if reached(state):
-                    return state
-        return await self.status()
+            while not reached(state):
+                await watch.wait()
+                state = await self.status()  # the store has the truth
+            return state
 
 
 class Runtime:

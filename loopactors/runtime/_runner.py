@@ -658,7 +658,10 @@ class LoopRunner(Actor[Any]):
         commit = Commit(Write(state=state, round=record, events=saved), then)
         self.state = state
         if wait:
-            await self.svc.store.call(commit, self.deps.call_timeout)
+            # No timeout: a commit waits as long as the Store lives, through a full disk
+            # (the Store retries it); giving up would restart this runner and run the round
+            # in flight again.
+            await self.svc.store.call(commit, None)
         else:
             await self.svc.store.cast(commit)
 
