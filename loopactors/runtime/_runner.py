@@ -388,7 +388,10 @@ class LoopRunner(Actor[Any]):
         write = Write(state=save.state, round=save.record, events=save.events)
         commit = Commit(write, tuple(then))
         if save.wait:
-            await self.svc.store.call(commit, self.deps.call_timeout)
+            # No timeout: a commit waits as long as the Store lives, through a full disk
+            # (the Store retries it); giving up would restart this runner and run the round
+            # in flight again.
+            await self.svc.store.call(commit, None)
         else:
             await self.svc.store.cast(commit)
 
