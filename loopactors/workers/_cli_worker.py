@@ -166,21 +166,24 @@ async def snapshot(workspace: str) -> _Snapshot:
 
 
 async def progress_since(workspace: str, before: _Snapshot) -> tuple[int, int, bool]:
-    """(files changed, new commits, progress) since ``before``."""
+    """(files changed, new commits, progress) since ``before``: a file counts once whether it
+    changed in the working tree, in a new commit, or both."""
     after = await snapshot(workspace)
     if not before.git or not after.git:
-        changed = before.dirty != after.dirty
-        return int(changed), 0, changed
-    files = sum(
-        1
-        for p in before.dirty.keys() | after.dirty.keys()
-        if before.dirty.get(p) != after.dirty.get(p)
-    )
+        moved = before.dirty != after.dirty
+        return int(moved), 0, moved
+    paths = before.dirty.keys() | after.dirty.keys()
+    changed = {p for p in paths if before.dirty.get(p) != after.dirty.get(p)}
     commits = 0
     if after.head is not None and after.head != before.head:
         span = after.head if before.head is None else f"{before.head}..{after.head}"
         code, out = await _git(workspace, "rev-list", "--count", span)
         commits = int(out.strip()) if code == 0 and out.strip().isdigit() else 1
+        if before.head is not None:  # what the new commits changed counts too
+            code, out = await _git(workspace, "diff", "--name-only", "-z", before.head, after.head)
+            if code == 0:
+                changed.update(p for p in out.split("\0") if p)
+    files = len(changed)
     return files, commits, files > 0 or commits > 0
 
 
