@@ -21,6 +21,7 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.patch_stdout import patch_stdout
 
+from .._util import count_of
 from ..client import connect
 from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
 from ..loops import LoopFinished, LoopStarted, LoopState
@@ -166,7 +167,10 @@ class Repl:
         state = await self.target.start(text, worker)
         self.current = state.loop_id
         self._remember(state.loop_id)
-        self.say(f"started {state.loop_id}: {state.spec.rounds} rounds, {state.spec.mode} mode")
+        self.say(
+            f"started {state.loop_id}: {count_of(state.spec.rounds, 'round')}, "
+            f"{state.spec.mode} mode"
+        )
 
     async def _code(self, args: tuple[str, ...]) -> None:
         action, rest = args[0], args[1:]
