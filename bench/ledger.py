@@ -1,15 +1,22 @@
 """Run-ledger benchmark: `loopactors context` next to the reference loop-context, one run.
 
-    python bench/ledger.py                  # needs npx (the npm registry) for the reference
+    python bench/ledger.py                  # installs the reference with npm into a cache
     python bench/ledger.py --no-reference   # loopactors only
+    python bench/ledger.py --quick          # small sizes (CI)
 
-Whole processes are timed (start-up included), as a script would run them:
+The reference is `@cobusgreyling/loop-context@1.5.0`, installed once with npm into
+``$XDG_CACHE_HOME/loopactors/loop-context-1.5.0`` (``~/.cache`` by default) and run with node
+directly. Whole processes are timed (start-up included), as a script runs them, each side
+alternately, and the median of the repeats is kept; every process's peak RSS is read from
+``wait4``. Cases:
 
-- ``--check`` on 100,000 failed attempts with the same error;
+- ``--check`` on a 10-attempt ledger: the everyday call, so mostly start-up;
+- ``--check`` on 100,000 failed attempts with the same error, and with distinct errors;
 - ``--summary`` on ledgers of distinct errors (the reference groups them quadratically, so it
-  runs only up to ``--reference-max`` errors), and whether both tools group alike.
+  runs only up to ``--reference-max`` errors), with whether both tools print the same.
 
-Prints one table and, last, one JSON line.
+The machine's load average is printed with the results: on a shared machine compare the two
+sides within one run. Prints one table and, last, one JSON line.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import json
 import os
 import platform
 import random
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,8 +35,48 @@ import time
 from pathlib import Path
 from typing import Any
 
-REFERENCE = ["npx", "-y", "@cobusgreyling/loop-context@1.5.0"]
-OURS = [sys.executable, "-m", "loopactors", "context"]
+REFERENCE_PACKAGE = "@cobusgreyling/loop-context@1.5.0"
+
+
+def reference_dir() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "loopactors" / "loop-context-1.5.0"
+
+
+def reference_cli(install: bool) -> list[str] | None:
+    """The reference's command line, installing it with npm first if asked and missing."""
+    script = reference_dir() / "node_modules/@cobusgreyling/loop-context/dist/cli.js"
+    node = shutil.which("node")
+    if node is None:
+        return None
+    if not script.exists() and install and shutil.which("npm"):
+        reference_dir().mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["npm", "install", "--prefix", str(reference_dir()), "--no-audit", "--no-fund",
+             "--loglevel=error", REFERENCE_PACKAGE],
+            check=True, capture_output=True, timeout=600,
+        )  # fmt: skip
+    return [node, str(script)] if script.exists() else None
+
+
+def ours_cli() -> list[str]:
+    """The installed ``loopactors`` script next to this Python, as a user runs it."""
+    script = Path(sys.executable).parent / "loopactors"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "loopactors"]
+
+
+def small_ledger(attempts: int = 10) -> dict[str, Any]:
+    outcomes = ["failure", "success", "noop"]
+    return {
+        "goal": "make the handler pass",
+        "attempts": [
+            {"iteration": i + 1, "timestamp": f"2026-11-30T10:{i:02d}:00Z",
+             "action": f"edit handler, try {i}", "outcome": outcomes[i % 3],
+             "error": f"TypeError: x is undefined\n    at f (/app/src/h.js:{i}:5)",
+             "tokensUsed": 1200 + i}
+            for i in range(attempts)
+        ],
+    }  # fmt: skip
 
 
 def same_error_ledger(attempts: int) -> dict[str, Any]:
@@ -59,65 +108,182 @@ def distinct_error_ledger(errors: int, seed: int = 7) -> dict[str, Any]:
     return {"goal": "group these", "attempts": attempts}
 
 
-def timed(command: list[str], path: Path) -> tuple[float, str, int]:
-    start = time.perf_counter()
-    result = subprocess.run(
-        [*command, "-f", str(path)], capture_output=True, text=True, check=False, timeout=3600
+def write_ledgers(directory: Path, attempts: int, summary_sizes: str) -> None:
+    ledgers = {
+        "small": small_ledger(),
+        "same": same_error_ledger(attempts),
+        "distinct": distinct_error_ledger(attempts),
+    }
+    ledgers.update(
+        (f"summary-{size}", distinct_error_ledger(int(size))) for size in summary_sizes.split(",")
     )
-    return time.perf_counter() - start, result.stdout, result.returncode
+    for name, ledger in ledgers.items():
+        (directory / f"{name}.json").write_text(json.dumps(ledger))
+
+
+class Run:
+    def __init__(self, seconds: float, stdout: bytes, code: int, rss_kib: int) -> None:
+        self.seconds, self.stdout, self.code, self.rss_kib = seconds, stdout, code, rss_kib
+
+
+def timed(command: list[str], path: Path) -> Run:
+    """One whole process: wall time, output, exit code and peak RSS (from wait4)."""
+    with tempfile.TemporaryFile() as out:
+        start = time.perf_counter()
+        process = subprocess.Popen([*command, "-f", str(path)], stdout=out)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        return Run(seconds, out.read(), process.returncode, usage.ru_maxrss)
+
+
+def measure(
+    case: str, path: Path, args: list[str], *, ours: list[str], ref: list[str] | None, repeats: int
+) -> dict[str, Any]:
+    """Both sides alternately ``repeats`` times; medians of the times, peaks of the RSS."""
+    our_runs: list[Run] = []
+    ref_runs: list[Run] = []
+    for _ in range(repeats):
+        our_runs.append(timed([*ours, "context", *args], path))
+        if ref is not None:
+            ref_runs.append(timed([*ref, *args], path))
+    row: dict[str, Any] = {
+        "case": case,
+        "file_bytes": path.stat().st_size,
+        "loopactors_s": statistics.median(r.seconds for r in our_runs),
+        "loopactors_runs_s": [round(r.seconds, 4) for r in our_runs],
+        "loopactors_rss_kib": max(r.rss_kib for r in our_runs),
+        "exit": our_runs[0].code,
+    }
+    if ref_runs:
+        row.update(
+            reference_s=statistics.median(r.seconds for r in ref_runs),
+            reference_runs_s=[round(r.seconds, 4) for r in ref_runs],
+            reference_rss_kib=max(r.rss_kib for r in ref_runs),
+            same_output=ref_runs[0].stdout == our_runs[0].stdout
+            and ref_runs[0].code == our_runs[0].code,
+        )
+        row["ratio"] = row["loopactors_s"] / row["reference_s"]
+    if "--summary" in args:
+        row["groups"] = len(json.loads(our_runs[0].stdout)["distinctErrors"])
+    return row
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     parser.add_argument("--check-attempts", type=int, default=100_000)
-    parser.add_argument("--summary-sizes", default="1000,4000,10000")
+    parser.add_argument("--summary-sizes", default="1000,4000,10000,50000")
     parser.add_argument("--reference-max", type=int, default=4000)
+    parser.add_argument("--repeats", type=int, default=3, help="for the large --check cases")
+    parser.add_argument("--summary-repeats", type=int, default=1)
+    parser.add_argument("--startup-repeats", type=int, default=15)
+    parser.add_argument("--write-into", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    use_reference = not args.no_reference
-    if use_reference:  # warm npx's cache so the download is not timed
-        subprocess.run([*REFERENCE, "--help"], capture_output=True, check=False, timeout=600)
+    if args.write_into:
+        write_ledgers(Path(args.write_into), args.check_attempts, args.summary_sizes)
+        return
+    if args.quick:
+        args.check_attempts, args.summary_sizes, args.reference_max = 2000, "200,1000", 200
+        args.repeats, args.startup_repeats = 1, 3
+    ref = None if args.no_reference else reference_cli(install=True)
+    if not args.no_reference and ref is None:
+        print("the reference is not available (needs node and npm); running loopactors alone")
+    ours = ours_cli()
+    load_before = os.getloadavg()
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        check_file = Path(tmp) / "check.json"
-        check_file.write_text(json.dumps(same_error_ledger(args.check_attempts)))
-        ours, our_out, our_code = timed([*OURS, "--check", "--json"], check_file)
-        row: dict[str, Any] = {
-            "case": f"--check, {args.check_attempts:,} same-error failures",
-            "loopactors_s": ours, "exit": our_code,
-        }  # fmt: skip
-        if use_reference:
-            ref, ref_out, ref_code = timed([*REFERENCE, "--check", "--json"], check_file)
-            row.update(reference_s=ref, same_output=ref_out == our_out and ref_code == our_code)
-        rows.append(row)
-
+        # Written by a child process: a child's peak RSS starts from its parent's size at the
+        # fork, so this process stays small.
+        subprocess.run(
+            [sys.executable, __file__, "--write-into", tmp,
+             f"--check-attempts={args.check_attempts}", f"--summary-sizes={args.summary_sizes}"],
+            check=True,
+        )  # fmt: skip
+        paths = {name: Path(tmp) / f"{name}.json" for name in ("small", "same", "distinct")}
+        n = f"{args.check_attempts:,}"
+        check = ["--check", "--json"]
+        rows.append(
+            measure("--check, 10 attempts (start-up)", paths["small"], check, ours=ours, ref=ref,
+                    repeats=args.startup_repeats)
+        )  # fmt: skip
+        rows.append(
+            measure(f"--check, {n} same-error failures", paths["same"], check, ours=ours, ref=ref,
+                    repeats=args.repeats)
+        )  # fmt: skip
+        rows.append(
+            measure(f"--check, {n} distinct-error failures", paths["distinct"], check,
+                    ours=ours, ref=ref, repeats=args.repeats)
+        )  # fmt: skip
         for size in (int(s) for s in args.summary_sizes.split(",")):
             path = Path(tmp) / f"summary-{size}.json"
-            path.write_text(json.dumps(distinct_error_ledger(size)))
-            ours, our_out, _ = timed([*OURS, "--summary", "--json"], path)
-            row = {"case": f"--summary, {size:,} distinct errors", "loopactors_s": ours}
-            groups = len(json.loads(our_out)["distinctErrors"]) if our_out else None
-            row["groups"] = groups
-            if use_reference and size <= args.reference_max:
-                ref, ref_out, _ = timed([*REFERENCE, "--summary", "--json"], path)
-                row.update(reference_s=ref, same_output=ref_out == our_out)
-            rows.append(row)
+            rows.append(
+                measure(f"--summary, {size:,} distinct errors", path, ["--summary", "--json"],
+                        ours=ours, ref=ref if size <= args.reference_max else None,
+                        repeats=args.summary_repeats)
+            )  # fmt: skip
 
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    print(f"machine: {machine}")
-    header = f"{'case':<44}{'loopactors':>12}{'reference':>12}{'speed-up':>10}  same output"
+    load_after = os.getloadavg()
+    node = shutil.which("node")
+    machine = {
+        "machine": platform.machine(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "node": subprocess.run(
+            [node, "--version"], check=False, capture_output=True, text=True
+        ).stdout.strip()
+        if node
+        else None,
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in load_after],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    report(machine, rows, [int(s) for s in args.summary_sizes.split(",")])
+
+
+def report(machine: dict[str, Any], rows: list[dict[str, Any]], sizes: list[int]) -> None:
+    load_before, load_after = machine["load_before"], machine["load_after"]
+    print(
+        f"machine: {machine['machine']}, {machine['cores']} cores, Python {machine['python']}, "
+        f"node {machine['node']}; load average before {load_before[0]:.2f}, "
+        f"after {load_after[0]:.2f}"
+    )
+    header = (
+        f"{'case':<46}{'loopactors':>11}{'reference':>11}{'speed-up':>9}"
+        f"{'RSS ours':>10}{'RSS ref':>10}  same"
+    )
     print(header)
     print("-" * len(header))
     for row in rows:
         reference: float | None = row.get("reference_s")
         speedup = f"{reference / row['loopactors_s']:.1f}x" if reference else "-"
-        shown = f"{reference:.2f}s" if reference else "-"
+        shown = f"{reference:.3f}s" if reference else "-"
+        ref_rss = f"{row['reference_rss_kib'] / 1024:.0f} MiB" if reference else "-"
         print(
-            f"{row['case']:<44}{row['loopactors_s']:>11.2f}s"
-            f"{shown:>12}{speedup:>10}  {row.get('same_output', '-')}"
+            f"{row['case']:<46}{row['loopactors_s']:>10.3f}s{shown:>11}{speedup:>9}"
+            f"{row['loopactors_rss_kib'] / 1024:>6.0f} MiB{ref_rss:>10}  "
+            f"{row.get('same_output', '-')}"
         )
-    print(json.dumps({"bench": "ledger", "rows": rows}))
+    summaries = {r["case"]: r["loopactors_s"] for r in rows if r["case"].startswith("--summary")}
+    if len(sizes) >= 2:
+        small, large = sizes[-2], sizes[-1]
+        growth = (
+            summaries[f"--summary, {large:,} distinct errors"]
+            / summaries[f"--summary, {small:,} distinct errors"]
+        )
+        print(f"--summary growth, {large:,} / {small:,} errors: {growth:.2f}x time")
+    baseline = rows[0]["loopactors_rss_kib"]
+    for row in rows[1:3]:
+        extra = (row["loopactors_rss_kib"] - baseline) * 1024
+        print(
+            f"{row['case']}: peak RSS {row['loopactors_rss_kib'] / 1024:.0f} MiB, "
+            f"{extra / row['file_bytes']:.2f}x the file above the 10-attempt run's "
+            f"{baseline / 1024:.0f} MiB"
+        )
+    print(json.dumps({"bench": "ledger", **machine, "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,11 @@
     python bench/loops.py                 # 10,000 loops x 5 rounds (about a minute)
     python bench/loops.py --loops 1000    # smaller
 
-Each case runs in a fresh process (so peak RSS is its own): the runtime with the memory
-store, the runtime with SQLite, and two plain-trio baselines, one task per loop and direct
+Each case runs in a fresh process (so peak RSS is its own). The headline is the natural
+embedding: each loop started and awaited by its own task (``open_runtime``, ``Runtime.start``,
+``LoopHandle.wait``), with the memory store and with SQLite. Then the runtime driven through
+one event subscription (all loops started from one nursery, their events read in batches),
+with each store, and two plain-trio baselines, one task per loop and direct
 function calls, no actors. The baseline does the runtime's work for the same rounds (spec,
 breaker checks, prompt, records and events in the in-memory store backend, each round in its
 own cancel scope); the bare baseline only calls the worker. Last, stop-to-cancelled latency
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import resource
@@ -118,6 +122,31 @@ async def runtime_case(loops: int, store: str) -> dict[str, Any]:
         "seconds": elapsed,
         "cpu_seconds": cpu,
     }
+
+
+async def embedded_case(loops: int, store: str) -> dict[str, Any]:
+    """The natural embedding: each loop started and awaited by its own task, through
+    ``open_runtime``, ``Runtime.start`` and ``LoopHandle.wait`` only (the headline)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = RuntimeConfig(
+            store=store,  # type: ignore[arg-type]
+            state_dir=Path(tmp),
+            max_live_loops=loops,
+            max_concurrent_rounds=loops,
+        )
+        async with open_runtime(config) as rt:
+
+            async def one_loop(i: int) -> None:
+                handle = await rt.start(f"|loop:{ROUNDS},fresh| task {i}")
+                final = await handle.wait()
+                if final.phase != "complete":
+                    raise RuntimeError(f"loop {handle.loop_id} ended {final.phase}")
+
+            result = await _timed_loops(loops, one_loop, [])
+            stats = await rt.store_statistics()
+            assert stats.rounds == loops * ROUNDS, stats
+            assert stats.live_loops == 0, stats
+    return result
 
 
 async def bare_baseline_case(loops: int) -> dict[str, Any]:
@@ -345,8 +374,14 @@ async def floor_case(loops: int) -> dict[str, Any]:
     }
 
 
+def _ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}ms"  # NaN: not measured in that case
+
+
 def run_case(case: str, loops: int) -> dict[str, Any]:
-    if case == "memory":
+    if case in ("embedded-memory", "embedded-sqlite"):
+        result = trio.run(embedded_case, loops, case.removeprefix("embedded-"))
+    elif case == "memory":
         result = trio.run(runtime_case, loops, "memory")
     elif case == "sqlite":
         result = trio.run(runtime_case, loops, "sqlite")
@@ -377,12 +412,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--loops", type=int, default=10_000)
     parser.add_argument("--stop-loops", type=int, default=1_000)
-    parser.add_argument("--case", choices=["memory", "sqlite", "baseline", "bare", "stop", "floor"])
+    parser.add_argument(
+        "--case",
+        choices=[
+            "embedded-memory", "embedded-sqlite", "memory", "sqlite", "baseline", "bare", "stop",
+            "floor",
+        ],
+    )  # fmt: skip
     args = parser.parse_args()
     if args.case:
         print(json.dumps(run_case(args.case, args.loops)))
         return
+    load_before = os.getloadavg()
     results = {
+        "embedded-memory": in_subprocess("embedded-memory", args.loops),
+        "embedded-sqlite": in_subprocess("embedded-sqlite", args.loops),
         "baseline": in_subprocess("baseline", args.loops),
         "bare": in_subprocess("bare", args.loops),
         "memory": in_subprocess("memory", args.loops),
@@ -392,8 +436,12 @@ def main() -> None:
     }
     base = results["baseline"]["rounds_per_s"]
     bare = results["bare"]["rounds_per_s"]
+    load_after = os.getloadavg()
     machine = f"{platform.machine()}, {os.cpu_count()} cores"
-    print(f"machine: {machine}, Python {platform.python_version()}, trio {trio.__version__}")
+    print(
+        f"machine: {machine}, Python {platform.python_version()}, trio {trio.__version__}; "
+        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}"
+    )
     print(f"{args.loops:,} concurrent loops x {ROUNDS} rounds, scripted worker, zero latency")
     header = "{:<30}{:>10}{:>10}{:>10}{:>10}{:>9}{:>13}{:>9}".format(
         "case", "rounds/s", "CPU us/r", "p50 step", "p99 step", "peak MB", "vs baseline", "vs bare"
@@ -402,6 +450,8 @@ def main() -> None:
     print("-" * len(header))
     rounds = args.loops * ROUNDS
     labels = {
+        "embedded-memory": "start+wait per task, memory",
+        "embedded-sqlite": "start+wait per task, SQLite",
         "baseline": "baseline (same work)",
         "bare": "bare baseline (worker calls)",
         "memory": "loopactors, memory store",
@@ -411,7 +461,7 @@ def main() -> None:
         r = results[name]
         print(
             f"{label:<30}{r['rounds_per_s']:>10,.0f}{r['cpu_seconds'] / rounds * 1e6:>10.1f}"
-            f"{r['p50_transition_ms']:>8.2f}ms{r['p99_transition_ms']:>8.2f}ms"
+            f"{_ms(r['p50_transition_ms']):>10}{_ms(r['p99_transition_ms']):>10}"
             f"{r['peak_rss_mb']:>9.0f}{r['rounds_per_s'] / base:>13.2f}"
             f"{r['rounds_per_s'] / bare:>9.2f}"
         )
@@ -427,7 +477,8 @@ def main() -> None:
         f"{floor['round_task_us']:.1f}, idle actor woken by a cast {floor['actor_wake_us']:.1f}, "
         f"event received by a subscriber {floor['event_receive_us']:.1f}"
     )
-    print(json.dumps({"bench": "loops", "loops": args.loops, "rounds": ROUNDS, **results}))
+    load = {"load_before": list(load_before), "load_after": list(load_after)}
+    print(json.dumps({"bench": "loops", "loops": args.loops, "rounds": ROUNDS, **load, **results}))
 
 
 if __name__ == "__main__":

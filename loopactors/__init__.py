@@ -18,8 +18,9 @@ The names below are imported on first use, so that a pure part (``loopactors.led
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
+
+from ._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from .actors import Actor as Actor
@@ -36,11 +37,6 @@ if TYPE_CHECKING:
     from .runtime import LoopHandle as LoopHandle
     from .runtime import Runtime as Runtime
     from .runtime import open_runtime as open_runtime
-
-try:
-    __version__ = version("loopactors")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
 
 _HOMES = {
     "Actor": "actors",

@@ -37,6 +37,7 @@ __all__ = [
     "RestartIntensityExceeded",
     "SelfReviewRefused",
     "SlugError",
+    "StateDirectoryLost",
     "StoreError",
     "SupervisorError",
     "WorkerSpecError",
@@ -145,6 +146,11 @@ class ConfigError(LoopactorsError, ValueError):
 
 class StoreError(LoopactorsError):
     """The store could not read or write (corrupt file, newer schema, I/O error)."""
+
+
+class StateDirectoryLost(StoreError):
+    """The state directory or its database was deleted or replaced under a running runtime:
+    nothing it commits from then on would be found again, so it stops."""
 
 
 class RemoteError(LoopactorsError):

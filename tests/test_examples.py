@@ -167,3 +167,51 @@ def test_stress_check() -> None:
     assert "ok: no loop left live" in lines
     assert "ok: every complete loop has rounds 1..M, each once" in lines
     assert not any(line.startswith("FAIL") for line in lines)
+
+
+def test_agent_cli_loop_says_how_to_install_a_missing_cli() -> None:
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "agent_cli_loop.py")],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "npm install -g @anthropic-ai/claude-code" in result.stdout
+
+
+def test_agent_cli_loop_with_the_real_claude_code_against_a_fake_endpoint(
+    tmp_path: Path,
+) -> None:
+    from tests.agent_clis._fakes import AnthropicFake, Turn, cli_binary, quiet_env
+
+    claude = cli_binary("claude")
+    project = tmp_path / "project"
+    calc = str(project / "calc.py")
+    commit = "python3 test_calc.py && git -c user.name=a -c user.email=a@a commit -qam fix"
+    turns = [
+        Turn(tools=[("Read", {"file_path": calc})]),
+        Turn(tools=[("Edit", {"file_path": calc, "old_string": "a - b", "new_string": "a + b"})]),
+        Turn(tools=[("Bash", {"command": commit})]),
+        Turn(text="Fixed add and committed. <promise>DONE</promise>"),
+    ]
+    fake = AnthropicFake(turns)
+    with fake.server.running():
+        env = quiet_env(
+            tmp_path / "home",
+            PATH=f"{claude.parent}:{os.environ['PATH']}",
+            ANTHROPIC_BASE_URL=fake.url,
+            ANTHROPIC_API_KEY="sk-ant-test-not-a-real-key",
+            CLAUDE_CODE_MAX_RETRIES="0",
+        )
+        result = subprocess.run(
+            [sys.executable, str(EXAMPLES / "agent_cli_loop.py"), "claude", str(project)],
+            capture_output=True, text=True, timeout=120, check=False, env=env,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("  round 1: Read ")
+    assert lines[1].startswith("  round 1: Edit ")
+    assert lines[2].startswith("  round 1: Bash python3 test_calc.py")
+    assert lines[3].startswith("round 1: completed, 1 files changed, 1 commits, ")
+    assert lines[-3].startswith("loop complete: objective met in round 1 (total $")
+    assert lines[-2:] == ["test passes", "commits: 2"]

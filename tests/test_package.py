@@ -57,3 +57,11 @@ def test_python_dash_m_runs_the_cli() -> None:
     )
     assert result.returncode == 0
     assert result.stdout.startswith("usage: loopactors")
+
+
+def test_version_is_the_installed_distributions() -> None:
+    from importlib.metadata import version
+
+    import loopactors
+
+    assert loopactors.__version__ == version("loopactors")

@@ -7,6 +7,7 @@ Exit codes (also in the README): 0 complete (or success), 1 error, 2 escalated, 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +34,7 @@ from ..storage import DB_FILENAME, SqliteBackend
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport
 from ..workers import cli_kinds, in_workspace
-from . import _prune, _remote
+from . import _dashboard, _prune, _remote
 from ._demo import run_demo
 from ._follow import PHASE_EXIT, ctrl_c_leaves, follow
 from ._progress import JsonLines, Progress, final_table
@@ -102,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="loop-context's command line (--check, --prune, --inject, --summary, --status)",
         add_help=False,
     )
+    commands.add_parser(
+        "code",
+        help="code loops: unattended coding rounds in git worktrees (init, run, status, ...)",
+        add_help=False,
+    )
     ledger = commands.add_parser("ledger", help="a loop's run ledger in loop-context's JSON")
     ledger_commands = ledger.add_subparsers(dest="ledger_command", metavar="ACTION")
     export = ledger_commands.add_parser("export", help="print a loop's ledger as JSON")
@@ -126,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _remote.add_parsers(commands, _state_options, _connect_options)
     _prune.add_parser(commands, _state_options)
+    _dashboard.add_parser(commands, _state_options, _connect_options)
     _cli_transport.add_parsers(commands)  # --transport on run/resume/node/status; `worker`
     stress_cli.add_parser(commands)
 
@@ -162,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        _check_usage(parser, args)
     except SystemExit as exc:  # argparse exits 2 on bad usage; 2 means "escalated" here
         code = exc.code if isinstance(exc.code, int) else EXIT_ERROR
         return EXIT_USAGE if code == 2 else code
@@ -183,6 +191,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors argparse cannot see; each exits like argparse's own (64 here)."""
+    if args.command == "ledger" and args.ledger_command is None:
+        _subcommand(parser, "ledger").error("choose an action: export LOOP_ID")
+    if args.command == "worker" and not (args.redis or os.environ.get("LOOPACTORS_REDIS")):
+        _subcommand(parser, "worker").error(
+            "the worker needs --redis URL (or $LOOPACTORS_REDIS): the Redis its node uses"
+        )
+
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    raise AssertionError(f"no {name} command")
+
+
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     leaves: list[BaseException] = []
     for exc in group.exceptions:
@@ -200,6 +226,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _cli_transport.run_worker(args)
     if args.command == "stress":
         return stress_cli.main(args)
+    if args.command == "dashboard":
+        return _dashboard.dashboard(args, _config(args))
     if getattr(args, "connect", None) and args.command != "repl":
         return _on_node(args)
     if args.command == "run":

@@ -27,19 +27,10 @@ import trio
 from ._limits import DescriptorBudget, Notices
 from ._settings import GatewaySettings
 
-__all__ = [
-    "Admission",
-    "ReplayStream",
-    "descriptor_budget",
-    "is_websocket_upgrade",
-    "peer_of",
-    "read_head",
-]
+__all__ = ["Admission", "Handshake", "descriptor_budget"]
 
 log = logging.getLogger("loopactors.gateway")
 
-#: A request head (request line and headers) larger than this ends the connection.
-MAX_HEAD_BYTES = 16 * 1024
 #: ``accept`` errors that mean the process or system is out of something: wait, then retry.
 _CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _ACCEPT_PAUSE = 0.1
@@ -68,6 +59,19 @@ def descriptor_budget(reserve: int) -> DescriptorBudget:
     return DescriptorBudget(limit=limit, in_use=in_use, reserve=reserve)
 
 
+class Handshake:
+    """One connection's time to send its request head: cancelled when it is over, and why."""
+
+    __slots__ = ("dropped", "scope", "timed_out")
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self.scope = scope
+        #: Dropped to make room for a newer connection (not its own fault: no answer).
+        self.dropped = False
+        #: It took longer than ``handshake_timeout``.
+        self.timed_out = False
+
+
 class Admission:
     """The gateway's TCP connections, from accept to close (see the module docstring)."""
 
@@ -79,9 +83,8 @@ class Admission:
         self.max_unauthenticated = budget.share(0.25, settings.max_unauthenticated)
         self.handshake_timeout = settings.handshake_timeout
         self.open = 0
-        #: Connections still sending their request head, oldest first: (scope, since).
-        self._handshaking: dict[int, tuple[trio.CancelScope, float]] = {}
-        self._evicted: set[int] = set()
+        #: Connections still sending their request head, oldest first, with their start.
+        self._handshaking: dict[int, tuple[Handshake, float]] = {}
         self._ids = itertools.count()
         #: Set when a connection closes or ends its handshake (replaced by each waiter).
         self._changed = trio.Event()
@@ -151,7 +154,7 @@ class Admission:
             self._changed.set()
 
     @contextlib.asynccontextmanager
-    async def handshake(self) -> AsyncIterator[trio.CancelScope]:
+    async def handshake(self) -> AsyncIterator[Handshake]:
         """Around reading a connection's request head: cancelled after ``handshake_timeout``
         or when the connection is dropped to make room (see the module docstring).
 
@@ -168,19 +171,18 @@ class Admission:
                 ):
                     await self._wait_for_change()
         key = next(self._ids)
-        scope = trio.CancelScope(deadline=deadline)
+        ticket = Handshake(trio.CancelScope(deadline=deadline))
         if waiting.cancelled_caught:
-            scope.cancel()
-        self._handshaking[key] = (scope, trio.current_time())
+            ticket.scope.cancel()
+        self._handshaking[key] = (ticket, trio.current_time())
         try:
-            with scope:
-                yield scope
+            with ticket.scope:
+                yield ticket
         finally:
             self._handshaking.pop(key, None)
-            dropped = key in self._evicted
-            self._evicted.discard(key)
             self._changed.set()
-        if scope.cancelled_caught and not dropped:
+        if ticket.scope.cancelled_caught and not ticket.dropped:
+            ticket.timed_out = True
             self.timed_out += 1
             self.notice(
                 "handshake",
@@ -192,12 +194,12 @@ class Admission:
         """Drop the oldest connection still handshaking if it has been for ``DROP_AGE``."""
         if not self._handshaking:
             return False
-        key, (scope, started) = next(iter(self._handshaking.items()))
+        key, (ticket, started) = next(iter(self._handshaking.items()))
         if trio.current_time() - started < DROP_AGE:
             return False
         del self._handshaking[key]
-        self._evicted.add(key)
-        scope.cancel()
+        ticket.dropped = True
+        ticket.scope.cancel()
         self.dropped += 1
         self.notice("drop", f"dropped the oldest connection still to send its request: {why}")
         return True
@@ -212,73 +214,3 @@ class Admission:
             oldest + DROP_AGE if oldest is not None else trio.current_time() + DROP_AGE
         ):
             await self._changed.wait()
-
-
-async def read_head(stream: trio.abc.ReceiveStream) -> bytes | None:
-    """The bytes of a request head (through its blank line, plus whatever came after it), or
-    None when the peer closed first or the head is larger than ``MAX_HEAD_BYTES``."""
-    raw = bytearray()
-    while b"\r\n\r\n" not in raw:
-        if len(raw) > MAX_HEAD_BYTES:
-            return None
-        try:
-            data = await stream.receive_some(4096)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return None
-        if not data:
-            return None  # the peer closed: so do we, at once
-        raw += data
-    return bytes(raw)
-
-
-def is_websocket_upgrade(head: bytes) -> bool:
-    for line in head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"upgrade" and b"websocket" in value.lower():
-            return True
-    return False
-
-
-class ReplayStream(trio.abc.Stream):
-    """A TCP stream whose first bytes (the request head, already read) are given again.
-
-    Its ``repr`` is the peer's address, which is what the websocket layer shows for a stream
-    that is not a socket: it never asks a closed socket for its peer (an ``EBADF``).
-    """
-
-    def __init__(self, stream: trio.SocketStream, buffered: bytes, remote: str) -> None:
-        self.stream = stream
-        self._buffered = buffered
-        self._remote = remote
-
-    def __repr__(self) -> str:
-        return self._remote
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if self._buffered:
-            size = len(self._buffered) if max_bytes is None else max_bytes
-            data, self._buffered = self._buffered[:size], self._buffered[size:]
-            await trio.lowlevel.checkpoint()
-            return data
-        return await self.stream.receive_some(max_bytes)
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self.stream.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.stream.wait_send_all_might_not_block()
-
-    async def send_eof(self) -> None:
-        await self.stream.send_eof()
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()
-
-
-def peer_of(stream: trio.SocketStream) -> str:
-    """``host:port`` of the peer, asked once at accept (``?`` when it is already gone)."""
-    try:
-        host, port, *_ = stream.socket.getpeername()
-    except (OSError, ValueError):
-        return "?"
-    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"

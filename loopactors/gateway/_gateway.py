@@ -18,24 +18,21 @@ from trio_websocket import (
     ConnectionClosed,
     WebSocketConnection,
     WebSocketRequest,
-    wrap_server_stream,
+    WebSocketServer,
 )
 
+from .._logs import log_fields
 from ..actors import Actor
 from ..runtime import Runtime
-from ._admission import (
-    Admission,
-    ReplayStream,
-    descriptor_budget,
-    is_websocket_upgrade,
-    peer_of,
-    read_head,
-)
+from ._admission import Admission, descriptor_budget
 from ._auth import token_matches
 from ._connection import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, Connection, frame_text
+from ._http import SplitServer, UpgradeListener
 from ._messages import GatewayShutdown, GetGatewayStatistics
+from ._metrics import NodeMetrics
 from ._protocol import Error
 from ._settings import GatewaySettings
+from ._web import WebRoutes
 
 __all__ = ["Gateway", "GatewayStatistics"]
 
@@ -55,7 +52,7 @@ class GatewayStatistics(msgspec.Struct, frozen=True, kw_only=True):
     auth_failures: int
     refused_connections: int
     gaps: int
-    #: TCP connections open (websocket or still handshaking), and the most there may be.
+    #: TCP connections open (websocket, HTTP or still handshaking), and the most there may be.
     sockets: int = 0
     socket_capacity: int = 0
     #: Connections closed for sending no whole request head in time, or dropped (oldest
@@ -69,9 +66,16 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
     uses_nursery = True
 
     def __init__(
-        self, runtime: Runtime, settings: GatewaySettings, token: str, node_id: str
+        self,
+        runtime: Runtime,
+        settings: GatewaySettings,
+        token: str,
+        node_id: str,
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self.runtime = runtime
+        #: Made by ``open_gateway`` so that its counters outlive a restart of this actor.
+        self.metrics = metrics if metrics is not None else NodeMetrics(runtime)
         self.settings = settings
         self.token = token
         self.node_id = node_id
@@ -85,50 +89,43 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         self.refused_connections = 0
         self.unauthenticated = 0
         self.gaps = 0
+        #: Events subscribers of this gateway missed because they fell behind.
+        self.events_dropped = 0
         self._listener = trio.CancelScope()
         self.admission = Admission(settings, descriptor_budget(settings.fd_reserve))
 
     async def on_start(self) -> None:
         self.port = await self.nursery.start(self._listen)
+        self.nursery.start_soon(self.metrics.run)
         self.accepting = True
-        log.info("listening on ws://%s:%d", _host_text(self.settings.host), self.port)
+        host = _host_text(self.settings.host)
+        log.info("listening on ws://%s:%d", host, self.port, extra=log_fields("listening"))
+        # The address only: `loopactors dashboard` prints it with the token.
+        log.info("dashboard at http://%s:%d/", host, self.port, extra=log_fields("dashboard"))
 
     async def _listen(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(self.settings.port, host=self.settings.host)
         with self._listener:
-            task_status.started(listeners[0].socket.getsockname()[1])
-            # Connections run in the gateway's nursery: they outlive the listener at shutdown.
-            await self.admission.serve(listeners, self._serve_tcp, self.nursery)
-
-    async def _serve_tcp(self, stream: trio.SocketStream) -> None:
-        """One TCP connection: its request head within the handshake limits, then the
-        websocket (the admission closes the stream when this returns)."""
-        remote = peer_of(stream)
-        head = None
-        async with self.admission.handshake():
-            head = await read_head(stream)
-        if head is None or not self.accepting:
-            return  # timed out, dropped, closed by the peer, oversized: closed at once
-        if not is_websocket_upgrade(head):
-            with trio.move_on_after(2.0), contextlib.suppress(trio.BrokenResourceError):
-                await stream.send_all(_UPGRADE_REQUIRED)
-            return
-        async with trio.open_nursery() as nursery:
-            request = None
-            with trio.move_on_after(self.settings.handshake_timeout):
-                request = await wrap_server_stream(
-                    nursery,
-                    ReplayStream(stream, head, remote),
-                    # Frames over max_frame_bytes get an error and the connection goes on;
-                    # only a far larger one is cut off by the websocket layer (code 1009).
-                    max_message_size=4 * self.settings.max_frame_bytes,
-                    message_queue_size=16,
-                )
-            try:
-                if request is not None:  # else not a valid upgrade: closed
-                    await self._serve(request)
-            finally:
-                nursery.cancel_scope.cancel()  # the websocket's reader task
+            listeners = await trio.open_tcp_listeners(self.settings.port, host=self.settings.host)
+            # Each connection's request head is read first (_http): websocket upgrades, on any
+            # path, go on to the websocket server; plain HTTP is answered by _web.
+            upgrades = UpgradeListener()
+            server = WebSocketServer(
+                self._serve,
+                [upgrades],  # type: ignore[list-item]  # any trio Listener serves
+                handler_nursery=self.nursery,  # connections outlive the listener at shutdown
+                # Frames over max_frame_bytes get an error and the connection goes on; only a
+                # far larger one is cut off by the websocket layer itself (close code 1009).
+                max_message_size=4 * self.settings.max_frame_bytes,
+                message_queue_size=16,
+            )
+            self.http = SplitServer(
+                upgrades, WebRoutes(self), lambda: self.accepting, self.admission
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(server.run)
+                task_status.started(listeners[0].socket.getsockname()[1])
+                # Every TCP connection is counted from accept to close (_admission).
+                await self.admission.serve(listeners, self.http.serve, self.nursery)
 
     async def handle(self, message: GetGatewayStatistics | GatewayShutdown) -> Any:
         if isinstance(message, GetGatewayStatistics):
@@ -217,18 +214,20 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
             )
         return None
 
+    def healthy(self) -> bool:
+        """Serving: accepting connections, with the runtime's store and coordinator up."""
+        node = self.runtime.node
+        return (
+            self.accepting
+            and node.whereis("store") is not None
+            and node.whereis("coordinator") is not None
+        )
+
     def note_authenticated(self, connection: Connection, client: str | None) -> None:
         if connection.counted_unauthenticated:
             connection.counted_unauthenticated = False
             self.unauthenticated -= 1
         log.info("client %s connected from %s", client or "?", connection.remote)
-
-
-_UPGRADE_REQUIRED = (
-    b"HTTP/1.1 426 Upgrade Required\r\nUpgrade: websocket\r\nConnection: close\r\n"
-    b"Content-Type: text/plain\r\nContent-Length: 55\r\n\r\n"
-    b"this port speaks the loopactors protocol on websockets\n"
-)
 
 
 def _bearer(request: WebSocketRequest) -> str | None:

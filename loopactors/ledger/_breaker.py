@@ -6,8 +6,9 @@ import datetime as dt
 from collections.abc import Sequence
 
 import msgspec
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET
 
+from ._facts import BreakerFacts, breaker_facts
 from ._js import as_double, encode_json, format_number, js_number, js_string
 from ._model import (
     Attempt,
@@ -17,12 +18,12 @@ from ._model import (
     Trigger,
     validate_breaker_config,
 )
-from ._text import calculate_similarity, error_signature
 
 __all__ = [
     "DailySpend",
     "apply_daily_budget",
     "check_circuit_breaker",
+    "decide",
     "decode_daily_spend",
     "encode_daily_spend",
     "newest_attempt_tokens",
@@ -53,33 +54,6 @@ def trailing_failure_run(attempts: Sequence[Attempt]) -> list[Attempt]:
     return list(attempts[start:])
 
 
-_Missing = None | UnsetType
-
-
-def _matching_tail(values: Sequence[str | _Missing], threshold: float) -> int:
-    """How many values, from the last backwards, are similar enough to the last one.
-
-    Every value is compared with the last, not with its neighbour. Results are memoised per
-    distinct value: a long run usually repeats one text, and that keeps 100,000 attempts fast.
-    """
-    last = values[-1]
-    seen: dict[str, bool] = {}
-    count = 0
-    for value in reversed(values):
-        if isinstance(value, str) and isinstance(last, str):
-            similar = seen.get(value)
-            if similar is None:
-                similar = seen[value] = calculate_similarity(value, last) >= threshold
-        else:
-            # Two missing values are identical; the reference crashes comparing a missing value
-            # with a string (a plain bug), here that simply ends the walk.
-            similar = value is last
-        if not similar:
-            break
-        count += 1
-    return count
-
-
 def _decision(
     iterations: int, tokens: int | float, trigger: Trigger, reason: str
 ) -> BreakerDecision:
@@ -99,34 +73,32 @@ def check_circuit_breaker(
 ) -> BreakerDecision:
     """Continue or escalate; the first trigger that fires wins (spec §5)."""
     validate_breaker_config(config)
-    iterations = len(ledger.attempts)
-    tokens = total_tokens(ledger)
-    run = trailing_failure_run(ledger.attempts)
-    threshold = config.similarity_threshold
+    return decide(breaker_facts(ledger.attempts, config.similarity_threshold), config)
 
-    if run and len(run) >= config.stagnation_threshold:
-        signatures: dict[str, str] = {}
-        sigs = []
-        for attempt in run:
-            error = attempt.error if isinstance(attempt.error, str) else ""
-            sig = signatures.get(error)
-            if sig is None:
-                sig = signatures[error] = error_signature(error)
-            sigs.append(sig)
-        count = _matching_tail(sigs, threshold)
+
+def decide(facts: BreakerFacts, config: BreakerConfig = _DEFAULT_BREAKER) -> BreakerDecision:
+    """The breaker's rules on a ledger's facts, for a validated ``config`` (spec §5).
+
+    ``facts`` must have been gathered at ``config.similarity_threshold``.
+    """
+    iterations = facts.iterations
+    tokens = facts.tokens_used
+    run = facts.failure_run
+
+    if run and run >= config.stagnation_threshold:
+        count = facts.same_error
         if count >= config.stagnation_threshold:
             return _decision(
                 iterations,
                 tokens,
                 "stagnation",
                 f"Same error repeated {count}\u00d7 in a row (threshold "
-                f'{format_number(config.stagnation_threshold)}): "{sigs[-1]}". '
+                f'{format_number(config.stagnation_threshold)}): "{facts.last_signature}". '
                 "Escalating instead of retrying.",
             )
 
-    if run and len(run) >= config.frustration_threshold:
-        actions = [attempt.action for attempt in run]
-        count = _matching_tail(actions, threshold)
+    if run and run >= config.frustration_threshold:
+        count = facts.same_action
         if count >= config.frustration_threshold:
             return _decision(
                 iterations,
@@ -134,15 +106,15 @@ def check_circuit_breaker(
                 "frustration",
                 "Semantic looping detected: agent repeated highly similar action "
                 f"{count}\u00d7 in a row (threshold {format_number(config.frustration_threshold)})"
-                f': "{js_string(actions[-1])}". Escalating.',
+                f': "{js_string(facts.last_action)}". Escalating.',
             )
 
-    if len(run) >= config.no_progress_threshold:
+    if run >= config.no_progress_threshold:
         return _decision(
             iterations,
             tokens,
             "no-progress",
-            f"{len(run)} consecutive failures with no progress (threshold "
+            f"{run} consecutive failures with no progress (threshold "
             f"{format_number(config.no_progress_threshold)}). Escalating.",
         )
 

@@ -8,16 +8,22 @@ stays ``loop-context`` so scripts that grep for it keep working.
 from __future__ import annotations
 
 import errno
+import gc
 import sys
 from collections.abc import Sequence
 
-from ._breaker import apply_daily_budget, check_circuit_breaker, newest_attempt_tokens
+from ._breaker import apply_daily_budget, check_circuit_breaker, decide
 from ._cli_args import Options, parse_args
-from ._cli_budget import resolve_daily_cap, resolve_run_budget
-from ._cli_daily import HOOK_TIMEOUT, add_daily_spend, run_hook
+from ._facts import BreakerFacts, read_breaker_facts
 from ._js import encode_json, is_integer
-from ._model import BreakerConfig, BreakerDecision, Ledger, PruneConfig, parse_ledger
-from ._summary import build_context_injection, format_summary, prune_ledger, summarize_attempts
+from ._model import (
+    BreakerConfig,
+    BreakerDecision,
+    Ledger,
+    PruneConfig,
+    parse_ledger,
+    validate_breaker_config,
+)
 
 __all__ = ["HELP", "main"]
 
@@ -27,6 +33,10 @@ _DAILY_EXAMPLE = (
     "loopactors context --check --ledger run.json --daily-budget-from-pattern ci-sweeper "
     "--on-exceed ./on-exceed.sh"
 )
+
+# Seconds; _cli_daily.HOOK_TIMEOUT (a test checks they agree). That module, the budget lookups
+# and the summary load only when a flag or operation needs them: --check starts faster.
+_HOOK_TIMEOUT = 10.0
 
 HELP = f"""loop-context — stateful memory manager for agent loops
 
@@ -75,7 +85,7 @@ Options:
   --on-exceed <script>      On escalate, pipe the decision as JSON to this
                             script's stdin (its exit code is not checked and
                             does not change --check's own). --check waits for
-                            it at most {HOOK_TIMEOUT:g} s, then kills it.
+                            it at most {_HOOK_TIMEOUT:g} s, then kills it.
   --similarity-threshold <f> Fraction in (0, 1] to cluster similar errors (default: 0.85)
   --window <n>              Attempts kept when pruning (default: 5)
   --max-trace-lines <n>     Stack-trace lines kept (default: 8)
@@ -98,17 +108,19 @@ def _node_message(exc: OSError, syscall: str) -> str:
     return f"{code}: {reason}, {syscall} '{exc.filename if exc.filename is not None else ''}'"
 
 
-def _read_ledger(path: str | None) -> Ledger:
+def _read_bytes(path: str | None) -> bytes:
     if path:
         try:
             with open(path, "rb") as handle:
-                data = handle.read()
+                return handle.read()
         except OSError as exc:
             raise RuntimeError(_node_message(exc, "open")) from None
-    else:
-        data = b"" if sys.stdin is None else sys.stdin.buffer.read()
+    return b"" if sys.stdin is None else sys.stdin.buffer.read()
+
+
+def _read_ledger(path: str | None) -> Ledger:
     # Node's utf8 decoding replaces bad bytes instead of failing.
-    return parse_ledger(data.decode("utf-8", errors="replace"))
+    return parse_ledger(_read_bytes(path).decode("utf-8", errors="replace"))
 
 
 def _write(text: str) -> None:
@@ -136,19 +148,23 @@ def _configs(opts: Options, token_budget: int | float | None) -> tuple[BreakerCo
     return breaker, prune
 
 
-def _check(ledger: Ledger, breaker: BreakerConfig, opts: Options) -> BreakerDecision:
-    decision = check_circuit_breaker(ledger, breaker)
+def _check(facts: BreakerFacts, breaker: BreakerConfig, opts: Options) -> BreakerDecision:
+    validate_breaker_config(breaker)
+    decision = decide(facts, breaker)
     if opts.daily_pattern:
         # Recorded even when a per-run trigger already escalated (spec §10.2).
-        state = add_daily_spend(
-            opts.daily_state_dir, opts.daily_pattern, newest_attempt_tokens(ledger)
-        )
+        from ._cli_budget import resolve_daily_cap  # noqa: PLC0415 - only when asked for
+        from ._cli_daily import add_daily_spend  # noqa: PLC0415
+
+        state = add_daily_spend(opts.daily_state_dir, opts.daily_pattern, facts.newest_tokens)
         if not decision.escalate:
             cap = resolve_daily_cap(opts.daily_pattern, opts)
             decision = apply_daily_budget(
                 decision, opts.daily_pattern, state.tokens_used_today, cap
             )
     if decision.escalate and opts.on_exceed:
+        from ._cli_daily import run_hook  # noqa: PLC0415 - only when asked for
+
         run_hook(opts.on_exceed, decision)
     return decision
 
@@ -156,17 +172,29 @@ def _check(ledger: Ledger, breaker: BreakerConfig, opts: Options) -> BreakerDeci
 def _run(opts: Options) -> int:
     token_budget: int | float | None = opts.token_budget
     if opts.budget_pattern and token_budget is None:
+        from ._cli_budget import resolve_run_budget  # noqa: PLC0415 - only when asked for
+
         token_budget = resolve_run_budget(opts)
-    ledger = _read_ledger(opts.ledger)
-    breaker, prune = _configs(opts, token_budget)
     if opts.operation == "check":
-        decision = _check(ledger, breaker, opts)
+        # The breaker reads only what its rules need, straight from the JSON (see _facts).
+        facts = read_breaker_facts(_read_bytes(opts.ledger), opts.similarity_threshold)
+        breaker, _ = _configs(opts, token_budget)
+        decision = _check(facts, breaker, opts)
         if opts.json:
             _write(encode_json(decision))
         else:
             verdict = "ESCALATE" if decision.escalate else "CONTINUE"
             _write(f"{verdict} [{decision.trigger}] \u2014 {decision.reason}")
         return EXIT_ESCALATE if decision.escalate else EXIT_CONTINUE
+    from ._summary import (  # noqa: PLC0415 - not needed by --check
+        build_context_injection,
+        format_summary,
+        prune_ledger,
+        summarize_attempts,
+    )
+
+    ledger = _read_ledger(opts.ledger)
+    breaker, prune = _configs(opts, token_budget)
     if opts.operation == "prune":
         _write(encode_json(prune_ledger(ledger, prune)))
         return EXIT_CONTINUE
@@ -188,6 +216,18 @@ def _run(opts: Options) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``loopactors context``; returns the exit code (0 continue, 2 escalate, 1 error)."""
+    # The ledger's objects form no reference cycles, and on a large ledger the collector's
+    # passes over every live object cost a third of the run: off while the command runs.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _main(argv)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         opts = parse_args(args)

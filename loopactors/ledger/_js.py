@@ -6,9 +6,9 @@ defaults do not (``str.strip``, ``repr(1500.0)``, ``json.dumps``). Everything he
 
 from __future__ import annotations
 
-import json
 import math
 from decimal import Decimal
+from json.encoder import encode_basestring  # json.dumps(text, ensure_ascii=False), minus its set-up
 from typing import Any, TypeGuard
 
 import msgspec
@@ -138,15 +138,17 @@ def encode_json(value: Any, indent: int | None = 2) -> str:
 
 
 def _encode(value: Any, indent: int | None, level: int) -> str:
-    if value is None or value is True or value is False:
-        return json.dumps(value)
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
     if isinstance(value, int | float):
         x = as_double(value)
         return format_number(x) if math.isfinite(x) else "null"
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return encode_basestring(value)
     if isinstance(value, dict):
-        items = [f"{json.dumps(k, ensure_ascii=False)}:" for k in value]
+        items = [f"{encode_basestring(k)}:" for k in value]
         parts = [
             f"{key}{'' if indent is None else ' '}{_encode(v, indent, level + 1)}"
             for key, v in zip(items, value.values(), strict=True)

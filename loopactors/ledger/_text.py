@@ -64,7 +64,7 @@ def utf16_units(text: str) -> str:
 def trigrams(text: str) -> frozenset[str]:
     """The set of 3-unit substrings of the lower-cased text padded with two spaces a side."""
     padded = "  " + utf16_units(text.lower()) + "  "
-    return frozenset(padded[i : i + 3] for i in range(len(padded) - 2))
+    return frozenset([padded[i : i + 3] for i in range(len(padded) - 2)])
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:

@@ -34,7 +34,7 @@ from ..loops import (
     RoundRecord,
     StopMode,
 )
-from ..storage import PruneReport, StoreBackend, StoreStatistics, open_backend
+from ..storage import DB_FILENAME, PruneReport, StoreBackend, StoreStatistics, open_backend
 from ..transport import transport_for
 from ..workers import RoundContext
 from ._breaker import Breaker
@@ -43,7 +43,8 @@ from ._context_builder import ContextBuilder
 from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
 from ._dispatcher import Dispatcher
 from ._events import EventBus, Gap, Subscription
-from ._lock import lock_state_dir
+from ._groups import end_orphan_groups, forget_group, record_group
+from ._lock import lock_state_dir, watch_state_dir
 from ._messages import (
     ApplyCompaction,
     ControlLoop,
@@ -151,16 +152,15 @@ class LoopHandle:
         def reached(state: LoopState) -> bool:
             return state.phase in wanted or state.terminal
 
-        with self.events() as events:
+        # Every way into a terminal phase publishes LoopFinished (after its commit): waiting
+        # for an end only needs that event; another phase may follow any event.
+        kinds = (LoopFinished,) if wanted <= TERMINAL_PHASES else None
+        with self.runtime.bus.watch(self.loop_id, kinds) as watch:
             state = await self.status()
-            if reached(state):
-                return state
-            async for _ in events:
-                # Any event (or gap) may mean a new phase: the store has the truth.
-                state = await self.status()
-                if reached(state):
-                    return state
-        return await self.status()
+            while not reached(state):
+                await watch.wait()
+                state = await self.status()  # the store has the truth
+            return state
 
 
 class Runtime:
@@ -407,6 +407,14 @@ class RuntimeRoundContext:
         )
         return applied
 
+    def process_group_started(self, pgid: int) -> None:
+        if self._config.store == "sqlite":
+            record_group(Path(self._config.state_dir), self.loop_id, self.round, pgid)
+
+    def process_group_ended(self, pgid: int) -> None:
+        if self._config.store == "sqlite":
+            forget_group(Path(self._config.state_dir), pgid)
+
     def agent_step(self, tool: str, detail: str) -> None:
         self._bus.publish(
             AgentStep(
@@ -442,11 +450,16 @@ async def open_runtime(
     if config is None:
         config = load_config(config_file)
     config = config.replace(state_dir=state_dir, store=store, **overrides)
-    with contextlib.ExitStack() as stack:
+    async with contextlib.AsyncExitStack() as stack:
         if config.store == "sqlite":
             stack.enter_context(lock_state_dir(Path(config.state_dir)))
-        async with _open_runtime(config, observer) as runtime:
-            yield runtime
+            # Workers a crashed runtime left running end before their rounds run again.
+            await end_orphan_groups(Path(config.state_dir), config.kill_grace)
+        runtime = await stack.enter_async_context(_open_runtime(config, observer))
+        if config.store == "sqlite":
+            state_dir = Path(config.state_dir)
+            await stack.enter_async_context(watch_state_dir(state_dir, state_dir / DB_FILENAME))
+        yield runtime
 
 
 @asynccontextmanager

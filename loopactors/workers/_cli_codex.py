@@ -1,14 +1,15 @@
 """The ``codex`` worker kind: OpenAI's Codex CLI (npm ``@openai/codex``).
 
-Spec: ``codex[:model=NAME,sandbox=MODE,base_url=URL,binary=PATH,workspace=DIR,promise=WORD,
-account=NAME,args=...]``.
+Spec: ``codex[:model=NAME,sandbox=MODE,binary=PATH,workspace=DIR,promise=WORD,account=NAME,
+backoff=SECONDS,args=...]``.
 
 Invocation: ``codex exec --json`` with the prompt on stdin (``-``); an ``inherit`` round after
 the first runs ``codex exec resume ID``. The default ``sandbox=bypass`` runs without approvals or
 Codex's own sandbox (``--dangerously-bypass-approvals-and-sandbox``), so an unattended round can
 edit, run commands and commit (Codex's ``workspace-write`` sandbox keeps ``.git`` read-only);
 ``sandbox=workspace-write`` / ``read-only`` / ``danger-full-access`` choose Codex's sandbox with
-approvals off. ``base_url=`` (or ``OPENAI_BASE_URL`` in the environment) points Codex at another
+approvals off. ``OPENAI_BASE_URL`` in the environment (never a spec key: specs are stored) points
+Codex at another
 Responses API endpoint through a model provider of its own, keyed by ``OPENAI_API_KEY``.
 Analytics, feedback and the plugin sync are switched off. What is read from which event is in
 docs/agent-clis.md.
@@ -44,7 +45,6 @@ SANDBOXES = ("bypass", "workspace-write", "read-only", "danger-full-access")
 #: The provider the worker defines when a base URL is given (``-c model_providers.<id>...``).
 PROVIDER = "loopactors"
 _DETAIL = 120
-_BASE_URL = re.compile(r"https?://[^\s\"']+")
 #: "You've hit your usage limit. ... try again at 4:40 AM." (ChatGPT plans, codex-rs).
 _TRY_AGAIN_AT = re.compile(r"try again at ([0-9]{1,2}(?::[0-9]{2})?\s*[AaPp][Mm])")
 
@@ -111,6 +111,10 @@ class _CodexStream(CliStreamParser):
         self.failure: str | None = None
         self.errors: list[str] = []
         self.unreadable: str | None = None
+        #: The model answered at least once. A run that failed on its first request (a usage
+        #: limit) reports no session: the re-run starts the round afresh instead of resuming
+        #: a session that holds only the prompt.
+        self.answered = False
 
     def feed(self, line: str) -> list[AgentStep]:
         if not line.strip():
@@ -127,6 +131,7 @@ class _CodexStream(CliStreamParser):
             self.thread_id = event["thread_id"]
         elif kind == "turn.completed" and isinstance(event.get("usage"), dict):
             self.usage = event["usage"]
+            self.answered = True
         elif kind == "turn.failed":
             error = event.get("error")
             message = error.get("message") if isinstance(error, dict) else None
@@ -141,6 +146,8 @@ class _CodexStream(CliStreamParser):
         if not isinstance(item, dict):
             return []
         item_type = item.get("type")
+        if item_type != "error":
+            self.answered = True
         if item_type == "agent_message" and kind == "item.completed":
             self.reply = str(item.get("text") or "")
             return []
@@ -178,7 +185,7 @@ class _CodexStream(CliStreamParser):
             output_tokens=_int(usage.get("output_tokens")),
             cache_read_tokens=cached,
             cache_write_tokens=_int(usage.get("cache_write_input_tokens")),
-            session_id=self.thread_id,
+            session_id=self.thread_id if self.answered else None,
         )
         if self.failure is None and returncode == 0 and self.reply is not None:
             return counted
@@ -216,7 +223,6 @@ class CodexAdapter(CliAdapter):
         COMMON_KEYS - {"max_turns", "permission_mode", "allowed_tools"}
     ) | {
         "backoff",
-        "base_url",
         "sandbox",
     }
     strip_env: ClassVar[tuple[str, ...]] = ("CODEX_SANDBOX", "CODEX_SANDBOX_NETWORK_DISABLED")
@@ -232,11 +238,6 @@ class CodexAdapter(CliAdapter):
         if sandbox is not None and sandbox not in SANDBOXES:
             raise WorkerSpecError(
                 f"codex worker sandbox {sandbox!r} is unknown; accepted: {', '.join(SANDBOXES)}"
-            )
-        base_url = options.extra.get("base_url")
-        if base_url is not None and not _BASE_URL.fullmatch(base_url):
-            raise WorkerSpecError(
-                f"codex worker base_url must be an http:// or https:// URL, got {base_url!r}"
             )
 
     def command(self, round: CliRound) -> CliCommand:
@@ -254,7 +255,7 @@ class CodexAdapter(CliAdapter):
         # Nothing but the model endpoint: no analytics, feedback upload or plugin sync.
         argv += ["-c", "analytics.enabled=false", "-c", "feedback.enabled=false"]
         argv += ["--disable", "plugins", "--disable", "remote_plugin"]
-        base_url = options.extra.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+        base_url = os.environ.get("OPENAI_BASE_URL")
         if base_url:
             table = f"model_providers.{PROVIDER}"
             argv += ["-c", f"model_provider={_toml_string(PROVIDER)}"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,12 +28,12 @@ def binary(name: str) -> Path:
     if not path.exists():
         import pytest
 
-        if subprocess.run(
-            ["python3", "-m", "venv", "--help"], capture_output=True, check=False
-        ).returncode:
-            pytest.skip("python3 -m venv is not available: cannot install aider-chat")
         repo = Path(__file__).resolve().parents[2]
         subprocess.run([str(repo / ".ci/install-agent-clis"), "aider"], check=True, timeout=900)
+        if not path.exists():  # the installer says why in pip-error.log
+            log = path.parents[2] / "pip-error.log"
+            why = log.read_text()[-300:] if log.exists() else "no log"
+            pytest.skip(f"aider-chat=={AIDER_VERSION} could not be installed: {why}")
     return path
 
 
@@ -111,3 +113,38 @@ def git(workspace: Path, *args: str) -> str:
         ["git", "-C", str(workspace), *args], capture_output=True, text=True, check=True
     )
     return done.stdout
+
+
+def traced(real: Path, log: Path) -> Path:
+    """A wrapper that runs ``real`` under ``strace``, logging every connect(2) of the CLI and
+    its children to ``log`` (``binary=`` of the spec)."""
+    import pytest
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed (.ci/run installs it)")
+    probe = subprocess.run(
+        [strace, "-f", "-o", os.devnull, "true"], capture_output=True, check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"strace cannot trace here: {probe.stderr.decode().strip()[:200]}")
+    wrapper = log.with_suffix(".sh")
+    wrapper.write_text(f'#!/bin/sh\nexec {strace} -f -qq -e trace=connect -o {log} {real} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+#: connect(2) targets that stay on the machine: loopback, and local (unix) sockets.
+_LOCAL = re.compile(
+    r'inet_addr\("127\.|inet_pton\(AF_INET6, "(?:::1|::ffff:127\.[0-9.]+)"|'
+    r"AF_UNIX|AF_NETLINK|AF_UNSPEC"
+)
+
+
+def off_loopback(log: Path) -> list[str]:
+    """The connect(2) calls in an strace log that aimed beyond loopback (DNS included)."""
+    return [
+        line.strip()
+        for line in log.read_text().splitlines()
+        if "connect(" in line and not _LOCAL.search(line)
+    ]

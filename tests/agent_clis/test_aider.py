@@ -8,7 +8,9 @@ on recorded output: aider retries a rate limit itself for about a minute before 
 
 from __future__ import annotations
 
+import json
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,20 @@ from loopactors.workers import parse_worker
 from loopactors.workers._cli_aider import AiderAdapter, parse_token_count
 
 from ._fakes import git_workspace, quiet_env
-from ._loops import binary, events, git, of_type, run
+from ._loops import (
+    binary,
+    events,
+    git,
+    kill_all,
+    of_type,
+    off_loopback,
+    processes_with,
+    read_until,
+    run,
+    start,
+    traced,
+    wait_for,
+)
 from ._openai_fake import ChatCompletionsFake, ModelTurn, openai_error
 
 RECORDED = Path(__file__).with_name("recorded")
@@ -44,7 +59,7 @@ def fake() -> Iterator[ChatCompletionsFake]:
         fake.release()
 
 
-def env_for(home: Path, aider: Path) -> dict[str, str]:
+def env_for(home: Path, aider: Path, fake: ChatCompletionsFake) -> dict[str, str]:
     # aider fetches litellm's model list once a day unless its cache is fresh: give it the
     # copy litellm ships, so nothing leaves loopback.
     caches = home / ".aider" / "caches"
@@ -57,6 +72,7 @@ def env_for(home: Path, aider: Path) -> dict[str, str]:
     return quiet_env(
         home,
         OPENAI_API_KEY="sk-test",
+        OPENAI_API_BASE=f"{fake.url}/v1",
         GIT_AUTHOR_NAME="t",
         GIT_AUTHOR_EMAIL="t@example.com",
         GIT_COMMITTER_NAME="t",
@@ -64,9 +80,10 @@ def env_for(home: Path, aider: Path) -> dict[str, str]:
     )
 
 
-def spec(aider: Path, fake: ChatCompletionsFake) -> str:
+def spec(aider: Path) -> str:
+    """The worker spec; ``--file hello.txt`` puts the file in aider's chat."""
     return (
-        f"aider:binary={aider},model=openai/gpt-4o,base_url={fake.url}/v1,"
+        f"aider:binary={aider},model=openai/gpt-4o,"
         "args=--file hello.txt --map-tokens 0 --no-show-model-warnings"
     )
 
@@ -84,8 +101,8 @@ def test_an_edit_lands_as_a_commit_with_tokens_and_cost_and_the_next_round_resum
     ]
     prompt = '|loop iterations=3 mode=inherit objective="hello.txt says new"| make it new'
     result = run(
-        ["run", prompt, "--store", "memory", "--json", "--worker", spec(aider, fake)],
-        env_for(tmp_path / "home", aider),
+        ["run", prompt, "--store", "memory", "--json", "--worker", spec(aider)],
+        env_for(tmp_path / "home", aider, fake),
         cwd=workspace,
     )
     assert result.returncode == 0, result.stderr
@@ -107,18 +124,103 @@ def test_an_edit_lands_as_a_commit_with_tokens_and_cost_and_the_next_round_resum
     assert sum("make it new" in text for text in second) >= 2, second
 
 
+def test_nothing_leaves_loopback(
+    aider: Path, fake: ChatCompletionsFake, workspace: Path, tmp_path: Path
+) -> None:
+    """Every connect(2) of aider, traced: only the fake (its model list cache is fresh)."""
+    log = tmp_path / "connect.log"
+    fake.turns = [ModelTurn(text=EDIT)]
+    result = run(
+        [
+            "run",
+            "|loop:1| hi",
+            "--store",
+            "memory",
+            "--json",
+            "--worker",
+            spec(traced(aider, log)),
+        ],
+        env_for(tmp_path / "home", aider, fake),
+        cwd=workspace,
+    )
+    assert of_type(events(result.stdout), "round_finished")[0]["status"] == "completed"
+    assert "127.0.0.1" in log.read_text()
+    assert off_loopback(log) == []
+
+
 def test_an_error_fails_the_round_with_the_cli_message(
     aider: Path, fake: ChatCompletionsFake, workspace: Path, tmp_path: Path
 ) -> None:
     fake.turns = [ModelTurn(error=openai_error(404, "model_not_found", "no such model"))]
     result = run(
-        ["run", "|loop:1| hi", "--store", "memory", "--json", "--worker", spec(aider, fake)],
-        env_for(tmp_path / "home", aider),
+        ["run", "|loop:1| hi", "--store", "memory", "--json", "--worker", spec(aider)],
+        env_for(tmp_path / "home", aider, fake),
         cwd=workspace,
     )
     finished = of_type(events(result.stdout), "round_finished")
     assert finished[0]["status"] == "failed"
     assert "no such model" in finished[0]["error"]
+
+
+def test_stop_mid_round_ends_the_aider_process_group(
+    aider: Path, fake: ChatCompletionsFake, workspace: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    fake.turns = [ModelTurn(text="too late", delay=60)]
+    proc = start(
+        ["run", "|loop:2| hi", "--store", "memory", "--json", "--worker", spec(aider)],
+        env_for(home, aider, fake),
+        cwd=workspace,
+    )
+    try:
+        read_until(proc, "round_started", 1)
+        wait_for(lambda: len(fake.conversations) == 1, timeout=120)  # aider awaits its answer
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 3, err
+        assert events(out)[-1]["phase"] == "cancelled"
+        wait_for(lambda: processes_with(str(home)) == [], timeout=15)
+    finally:
+        kill_all(processes_with(str(home)))
+        proc.kill()
+
+
+def test_a_crash_mid_loop_resumes_and_restores_the_chat(
+    aider: Path, fake: ChatCompletionsFake, workspace: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    state = tmp_path / "state"
+    newer = EDIT.replace("old", "new").replace("=======\nnew", "=======\nnewer")
+    fake.turns = [
+        ModelTurn(text=EDIT),
+        ModelTurn(text="never delivered", delay=60),
+        ModelTurn(text=newer),
+    ]
+    env = env_for(home, aider, fake)
+    args = ["--state", str(state)]
+    proc = start(
+        ["run", "|loop:2,inherit| edit", *args, "--json", "--worker", spec(aider)],
+        env,
+        cwd=workspace,
+    )
+    try:
+        first = read_until(proc, "round_finished", 1)
+        assert first["status"] == "completed"
+        read_until(proc, "round_started", 2)
+        wait_for(lambda: len(fake.conversations) == 2, timeout=120)
+        proc.kill()  # a crash: no clean-up at all
+        proc.communicate()
+    finally:
+        kill_all(processes_with(str(home)))  # the orphaned aider of round 2
+    resumed = run(["resume", *args, "--json"], env, cwd=workspace)
+    assert resumed.returncode == 0, resumed.stderr
+    assert events(resumed.stdout)[-1]["phase"] == "complete"
+    assert (workspace / "hello.txt").read_text() == "newer\n"
+    history = run(["history", first["loop_id"], *args, "--json"], env, cwd=workspace)
+    rounds = json.loads(history.stdout)["rounds"]
+    assert [(r["round"], r["status"]) for r in rounds] == [(1, "completed"), (2, "completed")]
+    # The re-run round 2 restored the chat history of round 1.
+    assert any("Changed it." in text for text in user_messages(fake.conversations[2]))
 
 
 def test_a_rate_limit_aider_gave_up_on_defers_the_round() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from loopactors.workers import parse_worker
-from loopactors.workers._cli_codex import codex_limit, round_usage
+from loopactors.workers._cli_codex import CodexAdapter, codex_limit, round_usage
 
 from ._fakes import git_workspace, quiet_env
 from ._loops import (
@@ -26,10 +26,12 @@ from ._loops import (
     git,
     kill_all,
     of_type,
+    off_loopback,
     processes_with,
     read_until,
     run,
     start,
+    traced,
     wait_for,
 )
 from ._openai_fake import ModelTurn, ResponsesFake, openai_error
@@ -63,13 +65,18 @@ def fake() -> Iterator[ResponsesFake]:
         fake.release()
 
 
-def env_for(home: Path) -> dict[str, str]:
+def env_for(home: Path, fake: ResponsesFake) -> dict[str, str]:
     (home / ".codex").mkdir(parents=True, exist_ok=True)
-    return quiet_env(home, OPENAI_API_KEY="sk-test", CODEX_HOME=str(home / ".codex"))
+    return quiet_env(
+        home,
+        OPENAI_API_KEY="sk-test",
+        OPENAI_BASE_URL=f"{fake.url}/v1",
+        CODEX_HOME=str(home / ".codex"),
+    )
 
 
 def spec(codex: Path, fake: ResponsesFake, **extra: str) -> str:
-    keys = {"binary": str(codex), "model": "gpt-5", "base_url": f"{fake.url}/v1", **extra}
+    keys = {"binary": str(codex), "model": "gpt-5", **extra}
     # Retries off: a scripted error answers once (Codex retries a 5xx/429 five times).
     retries = (
         "-c model_providers.loopactors.stream_max_retries=0 "
@@ -110,7 +117,7 @@ def test_a_tool_using_round_commits_in_the_workspace_and_the_next_resumes_the_se
             "--worker",
             "codex:" + spec(codex, fake),
         ],
-        env_for(home),
+        env_for(home, fake),
         cwd=workspace,
     )
     assert result.returncode == 0, result.stderr
@@ -152,7 +159,7 @@ def test_an_error_fails_the_round_with_the_cli_message(
             "--worker",
             "codex:" + spec(codex, fake),
         ],
-        env_for(home),
+        env_for(home, fake),
         cwd=workspace,
     )
     finished = of_type(events(result.stdout), "round_finished")
@@ -180,7 +187,7 @@ def test_a_usage_limit_defers_the_round_then_it_completes(
             "--worker",
             "codex:" + spec(codex, fake, backoff="1"),
         ],
-        env_for(home),
+        env_for(home, fake),
         cwd=workspace,
     )
     assert result.returncode == 0, result.stderr
@@ -193,6 +200,8 @@ def test_a_usage_limit_defers_the_round_then_it_completes(
     finished = of_type(all_events, "round_finished")
     assert [e["status"] for e in finished] == ["completed"]
     assert all_events[-1]["phase"] == "complete"
+    # The run that met the limit left no session to resume: the round started afresh.
+    assert sum(t.startswith("user: hi") for t in user_texts(fake.conversations[1])) == 1
 
 
 def test_the_usage_limit_reset_time_codex_prints_is_the_deferral_time() -> None:
@@ -223,7 +232,7 @@ def test_stop_mid_round_ends_the_codex_process_group(
             "--worker",
             "codex:" + spec(codex, fake),
         ],
-        env_for(home),
+        env_for(home, fake),
         cwd=workspace,
     )
     try:
@@ -254,7 +263,7 @@ def test_a_crash_mid_loop_resumes_and_keeps_the_codex_session(
         ModelTurn(tools=[("exec_command", {"cmd": "echo 3 >> count.txt"})]),
         ModelTurn(text="third"),
     ]
-    env = env_for(home)
+    env = env_for(home, fake)
     args = ["--state", str(state), "--json"]
     proc = start(
         ["run", "|loop:3,inherit| count", *args, "--worker", "codex:" + spec(codex, fake)],
@@ -273,11 +282,7 @@ def test_a_crash_mid_loop_resumes_and_keeps_the_codex_session(
     resumed = run(["resume", *args], env, cwd=workspace)
     assert resumed.returncode == 0, resumed.stderr
     assert events(resumed.stdout)[-1]["phase"] == "complete"
-    history = run(
-        ["history", "--state", str(state), "--json", *_only_loop(state, env, workspace)],
-        env,
-        cwd=workspace,
-    )
+    history = run(["history", first["loop_id"], *args], env, cwd=workspace)
     rounds = json.loads(history.stdout)["rounds"]
     assert [r["round"] for r in rounds] == [1, 2, 3]
     assert all(r["status"] == "completed" for r in rounds)
@@ -286,14 +291,6 @@ def test_a_crash_mid_loop_resumes_and_keeps_the_codex_session(
     # The re-run round 2 resumed round 1's session: its request holds round 1's answer.
     assert "assistant: first" in user_texts(fake.conversations[3])
     assert (workspace / "count.txt").read_text() == "1\n2\n3\n"
-
-
-def _only_loop(state: Path, env: dict[str, str], cwd: Path) -> list[str]:
-    listing = run(["status", "--state", str(state), "--json"], env, cwd=cwd)
-    loops = json.loads(listing.stdout)
-    items = loops if isinstance(loops, list) else loops.get("loops", [])
-    assert len(items) == 1, listing.stdout
-    return [str(items[0]["loop_id"])]
 
 
 def test_codex_reads_its_own_round_usage_from_the_rollout(tmp_path: Path) -> None:
@@ -330,3 +327,35 @@ def test_a_missing_codex_binary_is_refused_naming_the_package(tmp_path: Path) ->
         parse_worker(f"codex:binary={tmp_path / 'nope'}")
     with pytest.raises(Exception, match="sandbox 'nowhere' is unknown; accepted: bypass"):
         parse_worker("codex:sandbox=nowhere")
+
+
+def test_nothing_leaves_loopback(
+    codex: Path, fake: ResponsesFake, home: Path, workspace: Path, tmp_path: Path
+) -> None:
+    """Every connect(2) of Codex and its children, traced: only the fake on 127.0.0.1."""
+    log = tmp_path / "connect.log"
+    fake.turns = [ModelTurn(tools=[("exec_command", {"cmd": "echo hi > hi.txt"})])]
+    worker = "codex:" + spec(traced(codex, log), fake)
+    result = run(
+        ["run", "|loop:1| hi", "--store", "memory", "--json", "--worker", worker],
+        env_for(home, fake),
+        cwd=workspace,
+    )
+    assert of_type(events(result.stdout), "round_finished")[0]["status"] == "completed"
+    assert (workspace / "hi.txt").exists()
+    assert "127.0.0.1" in log.read_text()
+    assert off_loopback(log) == []
+
+
+def test_unreadable_output_or_a_silent_exit_fails_the_round() -> None:
+    parser = CodexAdapter().parser()
+    parser.feed("Error: something broke before the JSON started")
+    outcome = parser.finish(1, "")
+    assert outcome.is_error
+    assert outcome.error == (
+        "codex printed unreadable output: 'Error: something broke before the JSON started'"
+    )
+    parser = CodexAdapter().parser()
+    outcome = parser.finish(2, "error: unexpected argument '--bogus' found")
+    assert outcome.error == "codex exited with code 2: error: unexpected argument '--bogus' found"
+    assert outcome.limit is None

@@ -324,3 +324,10 @@ def test_informational_keys_of_any_type_pass_through(capsys: Any, tmp_path: Path
     assert '"startedAt": 123' in out
     assert '"iteration": "1"' in out
     assert '"timestamp": 1700000000' in out
+
+
+def test_help_states_the_hook_timeout_in_use() -> None:
+    from loopactors.ledger import _cli, _cli_daily
+
+    assert _cli._HOOK_TIMEOUT == _cli_daily.HOOK_TIMEOUT
+    assert f"at most {_cli_daily.HOOK_TIMEOUT:g} s" in HELP

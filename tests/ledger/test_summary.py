@@ -209,3 +209,32 @@ def test_two_thousand_distinct_cjk_errors_group_like_naive() -> None:
     errors = [f"Error: failure number {chr(0x4E00 + i)} in module {i % 97}" for i in range(2000)]
     sigs = [error_signature(e) for e in errors]
     assert group_signatures(sigs, 0.85) == naive_groups(sigs, 0.85)
+
+
+def _vocabulary_errors(count: int, seed: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("abcdef") for _ in range(rng.randint(2, 6))) for _ in range(25)]
+    return [
+        "Error: " + " ".join(rng.choice(words) for _ in range(rng.randint(0, 5)))
+        for _ in range(count)
+    ]
+
+
+@pytest.mark.parametrize("threshold", [0.8, 0.85, 0.95, 1.0])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_grouping_with_common_grams_and_empty_parts_equals_naive(
+    threshold: float, seed: int
+) -> None:
+    # Over 64 distinct signatures sharing "Error: ": the common grams are left out of the
+    # parts, short signatures leave parts empty, and many pairs are near the threshold.
+    sigs = _vocabulary_errors(150, seed)
+    assert len(set(sigs)) > 64
+    assert group_signatures(sigs, threshold) == naive_groups(sigs, threshold)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(signature, min_size=70, max_size=90), st.sampled_from([0.8, 0.85, 0.95]))
+def test_fast_grouping_equals_naive_many(signatures: list[str], threshold: float) -> None:
+    assert group_signatures(signatures, threshold) == naive_groups(signatures, threshold)

@@ -180,3 +180,33 @@ def test_loop_ids_made_in_the_same_second_do_not_collide() -> None:
     # the 10,000-loop benchmark met a repeated id; with 64 the chance is negligible.
     ids = [new_loop_id() for _ in range(100_000)]
     assert len(set(ids)) == len(ids)
+
+
+async def test_waiting_costs_a_watch_not_a_subscription(rt: Runtime) -> None:
+    handle = await rt.start("|loop:3,fresh| slow", worker="scripted:latency=0.2")
+    finals = []
+    paused = []
+
+    async def wait_for_end() -> None:
+        finals.append(await handle.wait())
+
+    async def wait_for_pause() -> None:
+        paused.append(await handle.wait_phase("paused"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_for_end)
+        nursery.start_soon(wait_for_pause)
+        await trio.testing.wait_all_tasks_blocked()
+        # No queue of events per waiter: a flag each, woken on the events that matter.
+        assert rt.bus.subscribers == 0
+        assert len(rt.bus._watches[handle.loop_id]) == 2
+        await handle.pause()  # after the round in flight
+        while not paused:
+            await trio.sleep(0.05)
+        assert (await handle.status()).phase == "paused"
+        await handle.resume()
+    assert finals[0].phase == "complete"
+    assert finals[0].completed_rounds == 3
+    # Woken by any event (a pause is not an end), it saw the pause before the end.
+    assert paused[0].phase == "paused"
+    assert rt.bus._watches == {}
