@@ -229,6 +229,16 @@ class Runtime:
         )
         return loops
 
+    async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
+        """Stop a loop now, or after the round in flight (as :meth:`LoopHandle.stop`)."""
+        return await self.handle(loop_id).stop(after_round=after_round)
+
+    async def pause(self, loop_id: str) -> LoopState:
+        return await self.handle(loop_id).pause()
+
+    async def resume(self, loop_id: str) -> LoopState:
+        return await self.handle(loop_id).resume()
+
     async def history(self, loop_id: str) -> list[RoundRecord]:
         await self.get(loop_id)  # a clear error for an unknown id
         rounds: list[RoundRecord] = await self._ask(self._store, GetRounds(loop_id))

@@ -217,7 +217,7 @@ class Store(Actor[Any]):
             return
         # A small batch waits a moment for company: a SQLite transaction costs about the
         # same for 10 writes as for 1,000 on nearby pages. Nobody has been told "done" yet,
-        # so the wait loses nothing (PostgreSQL's commit_delay, in spirit).
+        # so the wait loses nothing.
         self._flush_due = True
         self.nursery.start_soon(self._flush_soon)
 
