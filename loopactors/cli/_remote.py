@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +13,7 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
+from .._logs import add_log_format, configure_logging
 from ..agent import format_transcript
 from ..client import NodeClient, connect
 from ..errors import ConfigError, LoopNotFound, StoreError
@@ -88,6 +87,7 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
         metavar="N",
         help="requests per second per connection (5000)",
     )
+    add_log_format(node)
     state_options(node, allow_memory=True, with_state=True)
 
     repl = commands.add_parser("repl", help="steer loops interactively (embedded or --connect)")
@@ -97,11 +97,7 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
 
 
 def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_format)
     host, port = parse_listen(args.listen) if args.listen else (None, None)
     settings = config.node.replace(  # the configuration's [node] table, then the flags
         host=host,
