@@ -32,3 +32,8 @@ def backoff_delay(attempt: int, *, first: float, cap: float, factor: float = 2.0
     except OverflowError:  # a long outage: the cap was reached long ago
         return float(cap)
     return float(min(cap, delay)) if math.isfinite(delay) else float(cap)
+
+
+def count_of(number: int, noun: str) -> str:
+    """``1 round``, ``2 rounds``, ``0 rounds``: a count with its noun (regular plurals)."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"

@@ -318,6 +318,20 @@ def test_stop_in_a_state_directory_no_runtime_runs(tmp_path: Path) -> None:
     stopped = cli("stop", loop_id, "--state", str(tmp_path), "--json")
     assert stopped.returncode == 0, stopped.stderr
     assert json.loads(stopped.stdout)["phase"] == "cancelled"
+    # The round it had in flight is closed, as the runtime's own stop closes it.
+    from loopactors.loops import LoopFinished
+    from loopactors.storage import open_backend
+
+    backend = open_backend("sqlite", tmp_path)
+    try:
+        last = backend.rounds(loop_id)[-1]
+        (finished,) = [e for e in backend.events(loop_id) if isinstance(e, LoopFinished)]
+    finally:
+        backend.close()
+    assert last.status == "cancelled"
+    assert last.error is not None
+    assert last.error.endswith("in flight: stopped while no runtime was running it")
+    assert (finished.summary[-1].round, finished.summary[-1].status) == (last.round, "cancelled")
     again = cli("stop", loop_id, "--state", str(tmp_path))
     assert again.returncode == 0
     assert "cancelled" in again.stdout
@@ -359,3 +373,67 @@ def test_status_and_history_read_a_store_on_a_read_only_disk(
         assert main(["history", loop_id, "--state", str(state), "--json"]) == 0
         assert capsys.readouterr().out
         assert sorted(os.listdir(state)) == ["loopactors.db", "runtime.lock"]  # nothing added
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "--json"],
+        ["status"],
+        ["run", "|loop:2| x", "--json"],
+        ["run", "|loop:2| x"],
+        ["--help"],
+        ["code", "status", "--json"],
+    ],
+)
+def test_a_closed_stdout_ends_any_command_quietly(tmp_path: Path, args: list[str]) -> None:
+    # `loopactors status --json | head`: the reader is gone before (or while) we write.
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "state").mkdir()
+    state = ["--state", str(tmp_path / "state")] if args[0] in ("status", "run") else []
+    process = subprocess.Popen(
+        [*CLI, *args, *state],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    process.stdout.close()
+    code = process.wait(timeout=60)
+    stderr = process.stderr.read().decode()
+    process.stderr.close()
+    assert "Traceback" not in stderr
+    assert "BrokenPipeError" not in stderr
+    assert code in (0, 141), stderr  # 141: as a process ended by SIGPIPE; 0 if all was read
+
+
+def test_the_console_script_imports_a_python_worker_from_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "mymod.py").write_text(
+        "async def fn(request, context):\n    return f'mine {request.round}'\n"
+    )
+    script = Path(sys.executable).parent / "loopactors"
+    if not script.exists():
+        pytest.skip("the console script is not installed next to this Python")
+    result = subprocess.run(
+        [str(script), "run", "|loop:1| x", "--store", "memory", "--json",
+         "--worker", "python:mymod:fn"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json_lines(result.stdout)[-1]["phase"] == "complete"
+
+
+def test_code_is_listed_and_ledger_alone_is_a_usage_error() -> None:
+    listed = cli("--help")
+    assert listed.returncode == 0
+    assert "    code " in listed.stdout
+    wrong = cli("frobnicate")
+    assert wrong.returncode == 64
+    assert "'code'" in wrong.stderr
+    ledger = cli("ledger")
+    assert ledger.returncode == 64
+    assert "loopactors ledger: error: choose an action: export LOOP_ID" in ledger.stderr
+    assert ledger.stdout == ""

@@ -7,6 +7,7 @@ Exit codes (also in the README): 0 complete (or success), 1 error, 2 escalated, 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -95,6 +96,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="loop-context's command line (--check, --prune, --inject, --summary, --status)",
         add_help=False,
     )
+    commands.add_parser(
+        "code",
+        help="code loops: unattended coding rounds in git worktrees (init, run, status, ...)",
+        add_help=False,
+    )
     ledger = commands.add_parser("ledger", help="a loop's run ledger in loop-context's JSON")
     ledger_commands = ledger.add_subparsers(dest="ledger_command", metavar="ACTION")
     export = ledger_commands.add_parser("export", help="print a loop's ledger as JSON")
@@ -160,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(command)
     try:
         args = parser.parse_args(args_given)
+        _check_usage(parser, args)
     except SystemExit as exc:  # argparse exits 2 on bad usage; 2 means "escalated" here
         code = exc.code if isinstance(exc.code, int) else EXIT_ERROR
         return EXIT_USAGE if code == 2 else code
@@ -179,6 +186,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         for error in errors:
             print(f"loopactors: error: {error}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors argparse cannot see; each exits like argparse's own (64 here)."""
+    if args.command == "ledger" and args.ledger_command is None:
+        _subcommand(parser, "ledger").error("choose an action: export LOOP_ID")
+    if args.command == "worker" and not (args.redis or os.environ.get("LOOPACTORS_REDIS")):
+        _subcommand(parser, "worker").error(
+            "the worker needs --redis URL (or $LOOPACTORS_REDIS): the Redis its node uses"
+        )
+
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    raise AssertionError(f"no {name} command")
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

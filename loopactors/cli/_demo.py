@@ -20,7 +20,9 @@ from ._progress import Progress, final_table
 LOOPS = [
     ("|loop:5| draft the release notes", "scripted:latency={lat}", "complete"),
     ("|loop:4,fresh| review the parser module", "scripted:latency={lat}", "complete"),
-    ("|loop:6| refactor the store, one step at a time", "scripted:latency={lat}", "cancelled"),
+    # Its rounds never go at zero latency: the stop is sent when round 3 finishes and must
+    # land before round 6 does, even on a loaded machine with `--fast`.
+    ("|loop:6| refactor the store, one step at a time", "scripted:latency={slow}", "cancelled"),
     ("|loop:5| run the flaky integration tests", "scripted:latency={lat},fail_every=3", "complete"),
 ]
 
@@ -35,7 +37,8 @@ async def run_demo(fast: bool = False) -> int:
             handles = []
             with rt.subscribe() as events:
                 for text, worker, _ in LOOPS:
-                    handle = await rt.start(text, worker=worker.format(lat=latency))
+                    spec = worker.format(lat=latency, slow=max(latency, 0.3))
+                    handle = await rt.start(text, worker=spec)
                     progress.track(await handle.status())
                     handles.append(handle)
                 crashed = stopped = False

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import ConfigError, LoopNotFound, StoreError
-from ..loops import LoopFinished, LoopState, RoundRecord, RoundSummary
+from ..loops import LoopState, RoundRecord, cancel_loop
 from ..storage import DB_FILENAME, Write, open_backend
 from ._progress import JsonLines, Progress, final_table
 
@@ -196,19 +196,11 @@ def stop(args: argparse.Namespace, config: RuntimeConfig) -> int:
 def _cancel(backend: Any, state: LoopState) -> LoopState:
     rounds: list[RoundRecord] = backend.rounds(state.loop_id)
     reason = "stopped while no runtime was running it"
-    final = state.moved("cancelled", stop_requested="now", reason=reason)
-    event = LoopFinished(
-        loop_id=state.loop_id,
-        at=time.time(),
-        phase="cancelled",
-        rounds=state.spec.rounds,
-        completed_rounds=state.completed_rounds,
-        summary=tuple(
-            RoundSummary(round=r.round, status=r.status, duration=r.duration) for r in rounds
-        ),
-        reason=reason,
+    # The round it had in flight, if any, is closed as the runtime's stop would.
+    final, record, event = cancel_loop(
+        state, reason, time.time(), rounds=rounds, stop_requested="now"
     )
-    backend.commit([Write(state=final, events=(event,))])
+    backend.commit([Write(state=final, round=record, events=(event,))])
     return final
 
 

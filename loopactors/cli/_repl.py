@@ -21,11 +21,12 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.patch_stdout import patch_stdout
 
+from .._util import count_of
 from ..client import connect
 from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
 from ..loops import LoopFinished, LoopStarted, LoopState
 from ..runtime import Gap, RuntimeConfig, open_runtime
-from ..workers import parse_worker
+from ..workers import cli_kinds, in_workspace, parse_worker
 from ._remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
 from ._repl_targets import EmbeddedTarget, RemoteTarget, Target
@@ -166,7 +167,10 @@ class Repl:
         state = await self.target.start(text, worker)
         self.current = state.loop_id
         self._remember(state.loop_id)
-        self.say(f"started {state.loop_id}: {state.spec.rounds} rounds, {state.spec.mode} mode")
+        self.say(
+            f"started {state.loop_id}: {count_of(state.spec.rounds, 'round')}, "
+            f"{state.spec.mode} mode"
+        )
 
     async def _code(self, args: tuple[str, ...]) -> None:
         action, rest = args[0], args[1:]
@@ -212,9 +216,13 @@ class Repl:
         if not args:
             self.say(f"new loops use: {self.worker or self.default_worker}")
             return
+        spec = args[0]
         if not self.target.keeps_running:  # embedded: check now (remote: the node checks)
-            parse_worker(args[0])
-        self.worker = args[0]
+            parse_worker(spec)
+            if spec.partition(":")[0] in cli_kinds():
+                # A coding-agent CLI works here, wherever later rounds run from.
+                spec = in_workspace(spec, Path.cwd())
+        self.worker = spec
         self.say(f"new loops use: {self.worker}")
 
     async def _output(self, loop_id: str, round_number: int) -> None:

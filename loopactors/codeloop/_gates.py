@@ -15,6 +15,7 @@ from typing import Literal
 
 import attrs
 
+from .._util import count_of
 from ..errors import GateClosed, OrchestrationError
 from ._model import CodeLoopState, CodeStatus
 
@@ -106,7 +107,11 @@ def check_gates(state: CodeLoopState, now: dt.datetime) -> Gate | None:
         return Gate("deadline", f"the deadline {state.deadline} has passed", "waiting_review")
     if state.max_rounds is not None and state.round >= state.max_rounds:
         return Gate(
-            "max_rounds", f"{state.round} of {state.max_rounds} rounds are done", "waiting_review"
+            "max_rounds",
+            f"{state.round} of {count_of(state.max_rounds, 'round')} "
+            + ("is" if state.round == 1 else "are")
+            + " done",
+            "waiting_review",
         )
     if state.no_progress_rounds >= NO_PROGRESS_LIMIT:
         return Gate(

@@ -347,11 +347,15 @@ class CodeLoop:
             async with round_lock(self.ledger):
                 pass  # a round cancelled with its loop may still be cleaning up
             state = self.state()
-            if final.phase == "escalated" and state.status == "ready":
+            # A batch none of whose rounds merged reaches its cap `escalated` with trigger
+            # no_completed_round: for a code loop that is the batch done like any other (its
+            # own gates judge rounds that merge nothing), not a breaker trip.
+            ran_out = final.phase == "complete" or final.trigger == "no_completed_round"
+            if final.phase == "escalated" and not ran_out and state.status == "ready":
                 state = await self._breaker_tripped(
                     lease, final.reason or final.trigger or "escalated"
                 )
-            if dispatch_refusal(state) is not None or final.phase != "complete":
+            if dispatch_refusal(state) is not None or not ran_out:
                 return state
             # Complete and still ready: every round of the batch ran.
             left = None if left is None else left - batch

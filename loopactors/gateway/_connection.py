@@ -88,6 +88,8 @@ class Connection:
         self._header_token = header_token
         self._send, self._recv = trio.open_memory_channel[str](64)
         self._subs: dict[str, tuple[Subscription, trio.CancelScope]] = {}
+        #: Event frames sent per subscription, replayed ones included (``unsubscribe``).
+        self._delivered: dict[str, int] = {}
         self._sub_ids = itertools.count(1)
         self._inflight = 0
         self._opening = 0  # subscriptions being opened (not in _subs yet)
@@ -119,6 +121,7 @@ class Connection:
                 scope.cancel()
                 sub.close()
             self._subs.clear()
+            self._delivered.clear()
 
     async def close(self, code: int, reason: str) -> None:
         """Tell the client why, close the websocket, and end this connection's tasks."""
@@ -228,6 +231,12 @@ class Connection:
 
     def _admit(self, message: str | bytes) -> Any:
         """The request in ``message`` if this connection may have it answered now."""
+        if not self.gateway.accepting:
+            raise Refusal(
+                "shutting_down",
+                "the node is shutting down: this request was not run (loops stay resumable); "
+                "reconnect once it is back",
+            )
         if not self._bucket.take(trio.current_time()):
             raise Refusal(
                 "rate_limited",
@@ -325,6 +334,7 @@ class Connection:
         sid = f"s{next(self._sub_ids)}"
         scope = trio.CancelScope()
         self._subs[sid] = (sub, scope)
+        self._delivered[sid] = 0
 
         def start_pump() -> None:  # after the reply is queued: no event before "subscribed"
             assert self._nursery is not None
@@ -343,8 +353,9 @@ class Connection:
         sub, scope = entry
         scope.cancel()
         sub.close()
+        delivered = self._delivered.pop(request.subscription, 0)
         return Unsubscribed(
-            subscription=request.subscription, delivered=sub.delivered, missed=sub.missed
+            subscription=request.subscription, delivered=delivered, missed=sub.missed
         )
 
     # -- frames out --------------------------------------------------------------------------
@@ -364,6 +375,7 @@ class Connection:
         with scope:
             for event in stored:
                 await self._send.send(frame_text(EventFrame(subscription=sid, event=event)))
+                self._delivered[sid] += 1
             seen = set(stored)
             async for item in sub:
                 if item in seen:
@@ -377,9 +389,10 @@ class Connection:
                         )
                         return
                     text = frame_text(GapFrame(subscription=sid, missed=item.missed))
-                else:
-                    text = frame_text(EventFrame(subscription=sid, event=item))
-                await self._send.send(text)
+                    await self._send.send(text)
+                    continue
+                await self._send.send(frame_text(EventFrame(subscription=sid, event=item)))
+                self._delivered[sid] += 1
 
     async def _write_loop(self) -> None:
         async for text in self._recv:

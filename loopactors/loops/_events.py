@@ -11,6 +11,7 @@ import time
 
 import msgspec
 
+from .._util import count_of
 from ._model import Mode, Phase, RoundStatus
 
 __all__ = [
@@ -68,7 +69,7 @@ class LoopStarted(LoopEvent, frozen=True, kw_only=True, tag="loop_started"):
     parent_id: str | None = None
 
     def note(self) -> str:
-        return f"[loop-progress loop started: {self.rounds} rounds, {self.mode} mode]"
+        return f"[loop-progress loop started: {count_of(self.rounds, 'round')}, {self.mode} mode]"
 
 
 class RoundStarted(LoopEvent, frozen=True, kw_only=True, tag="round_started"):

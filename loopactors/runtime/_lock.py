@@ -36,7 +36,8 @@ def lock_state_dir(state_dir: Path) -> Iterator[None]:
     """One runtime per state directory: two would both resume the same loops."""
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        handle = (state_dir / LOCK_FILE).open("a+")
+        # Unbuffered: a write the disk has no room for fails here, not again at close.
+        handle = (state_dir / LOCK_FILE).open("a+b", buffering=0)
     except OSError as exc:
         raise StoreError(
             f"cannot use the state directory {state_dir}: {exc}{disk_full_hint(exc)}"
@@ -46,7 +47,7 @@ def lock_state_dir(state_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "another process"
+            holder = handle.read().decode("utf-8", "replace").strip() or "another process"
             raise StoreError(
                 f"the state directory {state_dir} is in use by another loopactors runtime "
                 f"({holder}); stop it first, or use another --state directory"
@@ -54,8 +55,7 @@ def lock_state_dir(state_dir: Path) -> Iterator[None]:
         try:
             handle.seek(0)
             handle.truncate()
-            handle.write(f"pid {os.getpid()}")
-            handle.flush()
+            handle.write(f"pid {os.getpid()}".encode())
         except OSError as exc:
             fcntl.flock(handle, fcntl.LOCK_UN)
             raise StoreError(

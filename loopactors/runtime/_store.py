@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +35,24 @@ __all__ = ["Store"]
 #: Commit at once from this many pending writes; below, wait up to COMMIT_DELAY for more.
 FLUSH_AT = 2000
 COMMIT_DELAY = 0.01
+#: While the disk is full, a failed commit is tried again this often (seconds).
+DISK_FULL_RETRY = 1.0
+
+log = logging.getLogger("loopactors.runtime")
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """``exc`` (or what caused it) says the disk or the database file is full."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(exc, sqlite3.Error) and (
+            getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+            or "database or disk is full" in str(exc)
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 class _FlushNow:
@@ -65,6 +86,11 @@ class Store(Actor[Any]):
     depends on a write happens before the write is durable (no debounce window to lose,
     rolebox's W13). A transaction that fails crashes the Store: its supervisor restarts the
     runtime behind it, which recovers from what is durable.
+
+    A full disk is the exception: the batch is kept and tried again every
+    :data:`DISK_FULL_RETRY` seconds, its callers wait (a loop runner waits for its round's
+    intent before it dispatches, so nothing new runs and nothing runs again), reads are
+    refused with the reason, and all goes on once a commit succeeds.
     """
 
     mailbox_size = 16_384
@@ -93,6 +119,9 @@ class Store(Actor[Any]):
         self._waiting: list[PendingReply] = []
         self._forwards: list[Forward] = []
         self._flush_due = False
+        #: Since when commits fail because the disk is full (None: they do not).
+        self._full_since: float | None = None
+        self._stopping = False
 
     async def on_start(self) -> None:
         self.backend = self._open_backend()
@@ -105,6 +134,15 @@ class Store(Actor[Any]):
             self._flush_due = False
             await self._flush()
             return None
+        if self._full_since is not None and kind is not Commit:
+            await self._flush()  # one more try: the space may be back
+        if self._full_since is not None and kind is not Commit:
+            return ErrorReply(
+                StoreError(
+                    f"the disk holding the store is full: {len(self._batch)} writes wait to be "
+                    "committed, and nothing is read or dispatched until there is space again"
+                )
+            )
         if kind is _PruneNext:
             await self._flush()
             await self._prune(message.total, message.after, message.reply)
@@ -172,8 +210,8 @@ class Store(Actor[Any]):
 
     async def on_drained(self) -> None:
         batch = len(self._batch)
-        if not batch or self._flush_due:
-            return
+        if not batch or self._flush_due or self._full_since is not None:
+            return  # a full disk: the retry timer flushes
         if self._shared or batch >= FLUSH_AT or self._waiting:
             await self._flush()  # in memory it is free; a full batch or a caller goes now
             return
@@ -189,6 +227,7 @@ class Store(Actor[Any]):
             await self.ref.cast(_FlushNow())
 
     async def on_stop(self, reason: BaseException | None) -> None:
+        self._stopping = True  # a last flush that finds the disk full fails, it does not wait
         try:
             await self._flush()
         finally:
@@ -203,9 +242,22 @@ class Store(Actor[Any]):
         try:
             await self._run(self.backend.commit, writes)
         except StoreError as exc:
+            if is_disk_full(exc) and not self._stopping:
+                # Keep everything, in order, for the next try; nobody is told "done".
+                self._batch, self._waiting = writes + self._batch, waiting + self._waiting
+                self._forwards = forwards + self._forwards
+                self._disk_full(exc)
+                return
             for pending in waiting:
                 pending.fail(exc)
             raise
+        if self._full_since is not None:
+            log.warning(
+                "the store commits again after %.0f s of a full disk; %d writes committed",
+                time.monotonic() - self._full_since,
+                len(writes),
+            )
+            self._full_since = None
         publish = self._bus.publish
         for write in writes:
             for event in write.events:
@@ -215,6 +267,24 @@ class Store(Actor[Any]):
         node = self.node
         for forward in forwards:
             await deliver(node, forward.name, forward.message)
+
+    def _disk_full(self, exc: StoreError) -> None:
+        if self._full_since is None:
+            self._full_since = time.monotonic()
+            log.error(
+                "disk full: %s; nothing more is dispatched and the writes wait; retrying "
+                "every %g s (free some space; a stop now loses only what was not committed)",
+                exc,
+                DISK_FULL_RETRY,
+            )
+        if not self._flush_due:
+            self._flush_due = True
+            self.nursery.start_soon(self._retry_later)
+
+    async def _retry_later(self) -> None:
+        await trio.sleep(DISK_FULL_RETRY)
+        with contextlib.suppress(ActorError):
+            await self.ref.cast(_FlushNow())
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         # In the event loop's own thread, on purpose. SQLite releases the GIL for every row

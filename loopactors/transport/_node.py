@@ -32,6 +32,8 @@ from ._redis import (
     RETRIED_OR_NO_GROUP,
     client_name,
     create_group,
+    note_reachable,
+    note_unreachable,
     open_redis,
     retry,
 )
@@ -175,18 +177,12 @@ class RedisTransport(RemoteTransport):
             except NO_GROUP:
                 continue  # created again on the next pass
             except RETRIED as exc:
-                if backoff.failures == 0:
-                    log.warning(
-                        "redis %s unreachable (%s); rounds wait, retrying every <= %.0f s",
-                        redact_url(self.url),
-                        type(exc).__name__,
-                        backoff.cap,
-                    )
+                note_unreachable(self.url, "reading reports (rounds wait)", exc, backoff.cap)
                 outage = True
                 await trio.sleep(backoff.next_delay())
                 continue
             if backoff.failures:
-                log.warning("redis %s is back", redact_url(self.url))
+                note_reachable(self.url)
                 backoff.reset()
             entries = reply.get(RESULTS_STREAM, ()) if reply else ()
             if start == "0" and not entries:

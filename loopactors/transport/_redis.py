@@ -33,6 +33,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("loopactors.transport")
+# coredis logs each of its own connection retries (three every time we try): while Redis is
+# down that is several lines a second. Our retries say it once per outage instead.
+logging.getLogger("coredis").setLevel(logging.WARNING)
 
 #: Errors after which an operation is tried again once Redis answers: connection loss, a
 #: timeout, and a server that is still loading its data after a restart.
@@ -87,26 +90,47 @@ async def open_redis(url: str, *, name: str) -> AsyncIterator[Any]:
         yield client
 
 
+#: URLs found unreachable and not yet seen back: one log line per outage, whichever task
+#: meets it first, and one when any operation succeeds again.
+_unreachable: set[str] = set()
+
+
+def note_unreachable(url: str, what: str, exc: BaseException, cap: float) -> None:
+    """Log the start of an outage once (the URL without its password)."""
+    if url in _unreachable:
+        return
+    _unreachable.add(url)
+    log.warning(
+        "redis %s unreachable while %s (%s); retrying every <= %.1f s",
+        redact_url(url),
+        what,
+        type(exc).__name__,
+        cap,
+    )
+
+
+def note_reachable(url: str) -> None:
+    """Log the end of an outage once."""
+    if url in _unreachable:
+        _unreachable.discard(url)
+        log.warning("redis %s is back", redact_url(url))
+
+
 async def retry(what: str, url: str, op: Any, *args: Any, **kwargs: Any) -> Any:
     """``await op(*args, **kwargs)``, again and again with backoff while Redis is unreachable.
 
-    The log names the Redis URL without its password.
+    An outage is logged once, and its end once (:func:`note_unreachable`).
     """
     backoff = RetryDelays()
     while True:
         try:
-            return await op(*args, **kwargs)
+            result = await op(*args, **kwargs)
         except RETRIED as exc:
-            delay = backoff.next_delay()
-            if backoff.failures in (1, 10) or backoff.failures % 100 == 0:
-                log.warning(
-                    "redis %s unreachable while %s (%s); retrying every <= %.1f s",
-                    redact_url(url),
-                    what,
-                    type(exc).__name__,
-                    backoff.cap,
-                )
-            await trio.sleep(delay)
+            note_unreachable(url, what, exc, backoff.cap)
+            await trio.sleep(backoff.next_delay())
+            continue
+        note_reachable(url)
+        return result
 
 
 async def create_group(client: Any, stream: str, group: str) -> None:

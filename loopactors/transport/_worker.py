@@ -30,6 +30,8 @@ from ._redis import (
     RETRIED_OR_NO_GROUP,
     client_name,
     create_group,
+    note_reachable,
+    note_unreachable,
     open_redis,
     retry,
 )
@@ -194,12 +196,14 @@ class _WorkerProcess:
                     count=self.free,
                     block=BLOCK_MS,
                 )
-            except RETRIED:
+            except RETRIED as exc:
+                note_unreachable(self.s.url, "taking orders", exc, 0.2)
                 await trio.sleep(0.2)
                 continue
             except NO_GROUP:  # Redis restarted without its data
                 await self._ensure_groups()
                 continue
+            note_reachable(self.s.url)
             for stream, entries in (reply or {}).items():
                 self._hold(stream, entries)
 

@@ -166,21 +166,24 @@ async def snapshot(workspace: str) -> _Snapshot:
 
 
 async def progress_since(workspace: str, before: _Snapshot) -> tuple[int, int, bool]:
-    """(files changed, new commits, progress) since ``before``."""
+    """(files changed, new commits, progress) since ``before``: a file counts once whether it
+    changed in the working tree, in a new commit, or both."""
     after = await snapshot(workspace)
     if not before.git or not after.git:
-        changed = before.dirty != after.dirty
-        return int(changed), 0, changed
-    files = sum(
-        1
-        for p in before.dirty.keys() | after.dirty.keys()
-        if before.dirty.get(p) != after.dirty.get(p)
-    )
+        moved = before.dirty != after.dirty
+        return int(moved), 0, moved
+    paths = before.dirty.keys() | after.dirty.keys()
+    changed = {p for p in paths if before.dirty.get(p) != after.dirty.get(p)}
     commits = 0
     if after.head is not None and after.head != before.head:
         span = after.head if before.head is None else f"{before.head}..{after.head}"
         code, out = await _git(workspace, "rev-list", "--count", span)
         commits = int(out.strip()) if code == 0 and out.strip().isdigit() else 1
+        if before.head is not None:  # what the new commits changed counts too
+            code, out = await _git(workspace, "diff", "--name-only", "-z", before.head, after.head)
+            if code == 0:
+                changed.update(p for p in out.split("\0") if p)
+    files = len(changed)
     return files, commits, files > 0 or commits > 0
 
 
@@ -269,14 +272,18 @@ class CliAgentWorker(Worker):
             )
         workspace = self.workspace(request)
         resume = request.session if request.mode == "inherit" and self.adapter.resumes else None
+        promise = (
+            promise_instruction(request.objective, self.options.promise)
+            if request.objective
+            else ""
+        )
         # A resumed session has the earlier rounds already: the task alone, not the seed.
-        prompt = request.task if resume else request.prompt
-        if request.objective:
-            prompt += promise_instruction(request.objective, self.options.promise)
-        command = self.adapter.command(CliRound(prompt, self.options, resume, workspace))
-        env.update(command.env)
+        prompt = (request.task if resume else request.prompt) + promise
         before = await snapshot(workspace)
-        outcome = await self._run_cli(command.argv, env, command.stdin, workspace, context)
+        outcome = await self._run_round(prompt, resume, env, workspace, context)
+        if resume is not None and outcome.session_missing:
+            # The session is gone: a new one, with the full prompt (seed and task) instead.
+            outcome = await self._run_round(request.prompt + promise, None, env, workspace, context)
         files, commits, moved = await progress_since(workspace, before)
         common: dict[str, Any] = {
             "tokens": outcome.tokens,
@@ -304,6 +311,19 @@ class CliAgentWorker(Worker):
         tag = f"<promise>{self.options.promise}</promise>"
         done = bool(request.objective) and tag in outcome.reply
         return RoundResult(status="completed", output=outcome.reply, done=done, **common)
+
+    async def _run_round(
+        self,
+        prompt: str,
+        resume: str | None,
+        env: dict[str, str],
+        workspace: str,
+        context: RoundContext | None,
+    ) -> CliOutcome:
+        command = self.adapter.command(CliRound(prompt, self.options, resume, workspace))
+        return await self._run_cli(
+            command.argv, {**env, **command.env}, command.stdin, workspace, context
+        )
 
     async def _run_cli(
         self,

@@ -265,3 +265,63 @@ async def test_a_retried_start_with_the_same_loop_id_returns_that_loop(
         # Finished: the same start still answers with that loop (its final state).
         done = await raw.ask({**start, "id": 8})
         assert (done["data"]["loop_id"], done["data"]["phase"]) == ("my-job-1", "cancelled")
+
+
+async def test_a_request_read_while_the_node_shuts_down_is_refused_as_such(
+    live_node: LiveNode,
+) -> None:
+    async with open_raw(live_node) as raw:
+        gateway_ref = live_node.runtime.node.whereis("gateway")
+        assert gateway_ref is not None
+        from loopactors.gateway._gateway import Gateway
+
+        gateway = gateway_ref._cell.actor  # the Gateway actor: shutting down from here on
+        assert isinstance(gateway, Gateway)
+        gateway.accepting = False
+        refused = await raw.ask({"type": "ping", "id": 1})
+        assert refused["type"] == "error"
+        assert refused["code"] == "shutting_down"
+        assert "not run" in refused["message"]
+        gateway.accepting = True
+
+
+async def test_unsubscribe_counts_replayed_and_live_events_sent(live_node: LiveNode) -> None:
+    async with open_raw(live_node) as raw:
+        started = await raw.ask({"type": "start", "id": 1, "text": "|loop:2| count"})
+        loop_id = started["data"]["loop_id"]
+        async with connect(live_node.url, token=live_node.token) as node:
+            await node.wait(loop_id)
+        await raw.send({"type": "subscribe", "id": 2, "loop_id": loop_id, "replay": True})
+        frames = [await raw.receive() for _ in range(1 + 6)]  # the reply, then six events
+        assert frames[0]["type"] == "ok"
+        kinds = [f["event"]["type"] for f in frames[1:]]
+        assert kinds[0] == "loop_started"
+        assert kinds[-1] == "loop_finished"
+        sid = frames[0]["data"]["subscription"]
+        done = await raw.ask({"type": "unsubscribe", "id": 3, "subscription": sid})
+        assert done["data"] == {"subscription": sid, "delivered": 6, "missed": 0}
+
+
+async def test_permessage_deflate_is_declined_and_the_connection_works_uncompressed(
+    live_node: LiveNode,
+) -> None:
+    # As a browser or the `websockets` library offers it: the node answers without the
+    # extension (docs/protocol.md), so frames stay uncompressed and the connection works.
+    host, port = live_node.url.removeprefix("ws://").rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    async with stream:
+        await stream.send_all(
+            (
+                f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+                "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                "Sec-WebSocket-Version: 13\r\n"
+                "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n"
+            ).encode()
+        )
+        head = b""
+        with trio.fail_after(10):
+            while b"\r\n\r\n" not in head:
+                head += await stream.receive_some(4096)
+    status, *headers = head.split(b"\r\n\r\n")[0].decode().split("\r\n")
+    assert status.startswith("HTTP/1.1 101")
+    assert not [h for h in headers if h.lower().startswith("sec-websocket-extensions")]

@@ -160,3 +160,22 @@ async def test_no_progress_uses_the_workspace_for_agent_kinds() -> None:
     assert idle_final.trigger == "no_progress"
     assert "workspace did not change" in (idle_final.reason or "")
     assert busy_final.phase == "complete"  # the same reply each round, but it commits
+
+
+def test_status_shows_the_cost_and_until_when_a_loop_waits() -> None:
+    from rich.console import Console
+
+    from loopactors.cli._progress import final_table
+
+    state = msgspec_replace(
+        waiting_state(),
+        phase="dispatching",
+        cost_usd=0.125,
+        deferred_until=time.mktime((2030, 1, 2, 3, 4, 5, 0, 0, -1)),
+        defer_reason="usage limit reached",
+    )
+    console = Console(width=200, record=True)
+    console.print(final_table([state]))
+    text = console.export_text()
+    assert "$0.1250" in text
+    assert "waiting until 2030-01-02 03:04:05" in text

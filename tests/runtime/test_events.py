@@ -271,6 +271,8 @@ async def test_a_subscription_is_a_context_manager() -> None:
 def test_loop_started_note() -> None:
     event = LoopStarted(loop_id="L", at=0.0, rounds=5, mode="inherit", worker="scripted")
     assert event.note() == "[loop-progress loop started: 5 rounds, inherit mode]"
+    one = msgspec.structs.replace(event, rounds=1)
+    assert one.note() == "[loop-progress loop started: 1 round, inherit mode]"
 
 
 def test_round_started_note() -> None:

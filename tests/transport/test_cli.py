@@ -31,10 +31,17 @@ def loopactors(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[s
     )
 
 
+def test_worker_without_redis_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    monkeypatch.delenv("LOOPACTORS_REDIS", raising=False)
+    assert main(["worker"]) == 64
+    assert "needs --redis URL (or $LOOPACTORS_REDIS)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ((), "needs --redis URL"),
         (("--redis", "http://h:1"), "the scheme must be redis:// or rediss://"),
         (
             ("--redis", "redis://h:1/0", "--kinds", "telepathy"),

@@ -177,3 +177,23 @@ def test_status_shows_a_worker_whose_beats_stopped_as_dead(
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if "ghost" in line)
     assert "dead" in row
+
+
+async def test_an_outage_is_one_line_and_its_end_another(
+    redis_server: RedisServer, workers: Workers
+) -> None:
+    url = redis_server.url()
+    await workers.start(url, "patient", kinds="scripted")
+    redis_server.stop()
+    # Slow (an outage, then a reconnect): it pins what a user watching the log sees.
+    await trio.sleep(2.5)  # long enough for coredis to have logged a retry every 2 s
+    redis_server.start()
+
+    async def back() -> bool:
+        return "is back" in workers.log("patient")
+
+    await wait_until(back)
+    log = workers.log("patient")
+    assert log.count("unreachable while") == 1, log
+    assert log.count("is back") == 1, log
+    assert "coredis" not in log
