@@ -19,7 +19,7 @@ from .._version import __version__
 from ..errors import ConfigError, LoopactorsError, LoopNotFound, StoreError
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport
-from . import _prune, _remote
+from . import _dashboard, _prune, _remote
 
 # Only what the parser and the quick commands need is imported here. trio, the runtime, the
 # workers, rich and the REPL load in the commands that use them, so `status`, `history`,
@@ -125,6 +125,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     _remote.add_parsers(commands, _state_options, _connect_options)
     _prune.add_parser(commands, _state_options)
+    _dashboard.add_parser(commands, _state_options, _connect_options)
     _cli_transport.add_parsers(
         commands, worker_options=command in (None, "worker")
     )  # --transport on run/resume/node/status; `worker`
@@ -227,6 +228,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _cli_transport.run_worker(args)
     if args.command == "stress":
         return stress_cli.main(args)
+    if args.command == "dashboard":
+        return _dashboard.dashboard(args, _config(args))
     if getattr(args, "connect", None) and args.command != "repl":
         return _on_node(args)
     if args.command == "run":

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from .._logs import add_log_format, configure_logging
 from ..errors import ConfigError, LoopNotFound, StoreError
 from ..loops import LoopState, RoundRecord, cancel_loop
 from ..storage import DB_FILENAME, Write, open_backend
@@ -91,6 +90,7 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
         metavar="N",
         help="requests per second per connection (5000)",
     )
+    add_log_format(node)
     state_options(node, allow_memory=True, with_state=True)
 
     repl = commands.add_parser("repl", help="steer loops interactively (embedded or --connect)")
@@ -100,13 +100,11 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
 
 
 def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    from ..gateway import parse_listen, serve_node  # noqa: PLC0415 - see the note on the imports
+    import trio  # noqa: PLC0415 - see the note on the imports
 
+    from ..gateway import parse_listen, serve_node  # noqa: PLC0415
+
+    configure_logging(args.log_format)
     host, port = parse_listen(args.listen) if args.listen else (None, None)
     settings = config.node.replace(  # the configuration's [node] table, then the flags
         host=host,
@@ -115,8 +113,6 @@ def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
         slow_subscriber=args.slow_subscriber,
         max_requests_per_second=args.rate_limit,
     )
-    import trio  # noqa: PLC0415 - see the note on the imports
-
     return trio.run(serve_node, config, settings)
 
 
