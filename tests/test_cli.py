@@ -423,3 +423,12 @@ def test_code_is_listed_and_ledger_alone_is_a_usage_error() -> None:
     assert ledger.returncode == 64
     assert "loopactors ledger: error: choose an action: export LOOP_ID" in ledger.stderr
     assert ledger.stdout == ""
+
+
+def test_run_says_once_that_it_uses_the_scripted_worker() -> None:
+    quiet = cli("run", "|loop:2| x", "--store", "memory", "--json", "--worker", "scripted")
+    assert "scripted worker" not in quiet.stderr
+    told = cli("run", "|loop:2| x", "--store", "memory", "--json")
+    assert told.returncode == 0, told.stderr
+    assert told.stderr.count("no --worker given: this loop uses the scripted worker") == 1
+    assert json_lines(told.stdout)[-1]["phase"] == "complete"  # stdout stays JSON lines

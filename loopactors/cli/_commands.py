@@ -300,6 +300,11 @@ async def _run(args: argparse.Namespace) -> int:
     async with ctrl_c_leaves(), open_runtime(config) as rt:
         loop_id = new_loop_id()
         display: JsonLines | Progress = JsonLines() if args.json else Progress()
+        if worker is None and config.worker == "scripted":
+            display.note(
+                "(no --worker given: this loop uses the scripted worker, a stand-in that needs "
+                "no model; --worker SPEC runs a real one)"
+            )
         with rt.subscribe(loop_id) as events:  # before start: no event can be missed
             handle = await rt.start(
                 args.text, worker=worker, loop_id=loop_id, **_loop_options(args)
