@@ -220,3 +220,18 @@ async def test_the_no_progress_escalation_names_the_setting_that_changes_it(rt: 
     assert "stale_rounds_limit is 2: raise it to allow more" in escalated.reason
     relaxed = await rt.start("|loop:5| toy again", worker=counter_only, stale_rounds_limit=10)
     assert (await relaxed.wait()).phase == "complete"
+
+
+async def test_the_repl_s_embedded_target_takes_id_prefixes(rt: Runtime) -> None:
+    from loopactors.cli._repl_targets import EmbeddedTarget
+    from loopactors.errors import AmbiguousLoopId
+
+    for loop_id in ("alpha-1", "alpha-2", "beta-7"):
+        await rt.start(f"|loop:3| {loop_id}", loop_id=loop_id, worker="scripted:latency=30")
+    target = EmbeddedTarget(rt)
+    assert (await target.get("bet")).loop_id == "beta-7"
+    assert (await target.pause("beta")).loop_id == "beta-7"
+    assert (await target.stop("b")).phase == "cancelled"
+    with pytest.raises(AmbiguousLoopId, match="alpha-1, alpha-2"):
+        await target.stop("alpha")
+    assert (await rt.resolve_loop_id("alpha-2")) == "alpha-2"
