@@ -318,6 +318,20 @@ def test_stop_in_a_state_directory_no_runtime_runs(tmp_path: Path) -> None:
     stopped = cli("stop", loop_id, "--state", str(tmp_path), "--json")
     assert stopped.returncode == 0, stopped.stderr
     assert json.loads(stopped.stdout)["phase"] == "cancelled"
+    # The round it had in flight is closed, as the runtime's own stop closes it.
+    from loopactors.loops import LoopFinished
+    from loopactors.storage import open_backend
+
+    backend = open_backend("sqlite", tmp_path)
+    try:
+        last = backend.rounds(loop_id)[-1]
+        (finished,) = [e for e in backend.events(loop_id) if isinstance(e, LoopFinished)]
+    finally:
+        backend.close()
+    assert last.status == "cancelled"
+    assert last.error is not None
+    assert last.error.endswith("in flight: stopped while no runtime was running it")
+    assert (finished.summary[-1].round, finished.summary[-1].status) == (last.round, "cancelled")
     again = cli("stop", loop_id, "--state", str(tmp_path))
     assert again.returncode == 0
     assert "cancelled" in again.stdout

@@ -236,6 +236,7 @@ class Supervisor(Actor[Any]):
                     c.running,
                     c.cell.ref if c.cell is not None else None,
                     c.is_supervisor,
+                    max(0, c.incarnation - 1),
                 )
                 for c in self._children.values()
             ]

@@ -34,7 +34,7 @@ from ..storage import DB_FILENAME, SqliteBackend
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport
 from ..workers import cli_kinds, in_workspace
-from . import _prune, _remote
+from . import _dashboard, _prune, _remote
 from ._demo import run_demo
 from ._follow import PHASE_EXIT, ctrl_c_leaves, follow
 from ._progress import JsonLines, Progress, final_table
@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _remote.add_parsers(commands, _state_options, _connect_options)
     _prune.add_parser(commands, _state_options)
+    _dashboard.add_parser(commands, _state_options, _connect_options)
     _cli_transport.add_parsers(commands)  # --transport on run/resume/node/status; `worker`
     stress_cli.add_parser(commands)
 
@@ -225,6 +226,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _cli_transport.run_worker(args)
     if args.command == "stress":
         return stress_cli.main(args)
+    if args.command == "dashboard":
+        return _dashboard.dashboard(args, _config(args))
     if getattr(args, "connect", None) and args.command != "repl":
         return _on_node(args)
     if args.command == "run":

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,11 +13,12 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
+from .._logs import add_log_format, configure_logging
 from ..agent import format_transcript
 from ..client import NodeClient, connect
 from ..errors import ConfigError, LoopNotFound, StoreError
 from ..gateway import TOKEN_FILENAME, parse_listen, serve_node
-from ..loops import LoopFinished, LoopState, RoundRecord, RoundSummary
+from ..loops import LoopState, RoundRecord, cancel_loop
 from ..runtime import RuntimeConfig, lock_state_dir
 from ..storage import DB_FILENAME, Write, open_backend
 from ._follow import PHASE_EXIT, follow
@@ -88,6 +87,7 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
         metavar="N",
         help="requests per second per connection (5000)",
     )
+    add_log_format(node)
     state_options(node, allow_memory=True, with_state=True)
 
     repl = commands.add_parser("repl", help="steer loops interactively (embedded or --connect)")
@@ -97,11 +97,7 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
 
 
 def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_format)
     host, port = parse_listen(args.listen) if args.listen else (None, None)
     settings = config.node.replace(  # the configuration's [node] table, then the flags
         host=host,
@@ -178,19 +174,11 @@ def stop(args: argparse.Namespace, config: RuntimeConfig) -> int:
 def _cancel(backend: Any, state: LoopState) -> LoopState:
     rounds: list[RoundRecord] = backend.rounds(state.loop_id)
     reason = "stopped while no runtime was running it"
-    final = state.moved("cancelled", stop_requested="now", reason=reason)
-    event = LoopFinished(
-        loop_id=state.loop_id,
-        at=time.time(),
-        phase="cancelled",
-        rounds=state.spec.rounds,
-        completed_rounds=state.completed_rounds,
-        summary=tuple(
-            RoundSummary(round=r.round, status=r.status, duration=r.duration) for r in rounds
-        ),
-        reason=reason,
+    # The round it had in flight, if any, is closed as the runtime's stop would.
+    final, record, event = cancel_loop(
+        state, reason, time.time(), rounds=rounds, stop_requested="now"
     )
-    backend.commit([Write(state=final, events=(event,))])
+    backend.commit([Write(state=final, round=record, events=(event,))])
     return final
 
 

@@ -42,6 +42,7 @@ from ._protocol import (
     Resume,
     Rounds,
     Start,
+    Statistics,
     Status,
     Stop,
 )
@@ -100,6 +101,8 @@ async def answer(request: Any, gateway: Gateway) -> Any:
         return await _output(request, gateway)
     if isinstance(request, Code):
         return await answer_code(request, rt, gateway.nursery)
+    if isinstance(request, Statistics):
+        return await gateway.metrics.statistics(gateway)
     if isinstance(request, Hello):
         raise Refusal("invalid_request", "hello was already sent on this connection")
     raise Refusal("unknown_type", f"no handler for {kind_of(request)}")  # pragma: no cover

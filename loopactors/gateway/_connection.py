@@ -383,6 +383,7 @@ class Connection:
                     continue
                 if isinstance(item, Gap):
                     self.gateway.gaps += 1
+                    self.gateway.events_dropped += item.missed
                     if self.settings.slow_subscriber == "disconnect":
                         log.warning("disconnecting %s: it fell behind its events", self.remote)
                         await self.close(

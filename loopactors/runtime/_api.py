@@ -45,6 +45,7 @@ from ._context_builder import ContextBuilder
 from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
 from ._dispatcher import Dispatcher
 from ._events import EventBus, Gap, Subscription
+from ._groups import end_orphan_groups, forget_group, record_group
 from ._lock import lock_state_dir, watch_state_dir
 from ._messages import (
     ApplyCompaction,
@@ -419,6 +420,14 @@ class RuntimeRoundContext:
         )
         return applied
 
+    def process_group_started(self, pgid: int) -> None:
+        if self._config.store == "sqlite":
+            record_group(Path(self._config.state_dir), self.loop_id, self.round, pgid)
+
+    def process_group_ended(self, pgid: int) -> None:
+        if self._config.store == "sqlite":
+            forget_group(Path(self._config.state_dir), pgid)
+
     def agent_step(self, tool: str, detail: str) -> None:
         self._bus.publish(
             AgentStep(
@@ -457,6 +466,8 @@ async def open_runtime(
     async with contextlib.AsyncExitStack() as stack:
         if config.store == "sqlite":
             stack.enter_context(lock_state_dir(Path(config.state_dir)))
+            # Workers a crashed runtime left running end before their rounds run again.
+            await end_orphan_groups(Path(config.state_dir), config.kill_grace)
         runtime = await stack.enter_async_context(_open_runtime(config, observer))
         if config.store == "sqlite":
             state_dir = Path(config.state_dir)

@@ -10,11 +10,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import trio
 
 from ..actors import Actor, ErrorReply, PendingReply
 from ..errors import ActorError, StoreError
-from ..storage import PRUNE_BATCH, PruneReport, StoreBackend, Write
+from ..storage import PRUNE_BATCH, CommitLatency, PruneReport, StoreBackend, Write
 from ._events import EventBus
 from ._messages import (
     Commit,
@@ -120,6 +121,7 @@ class Store(Actor[Any]):
         self._waiting: list[PendingReply] = []
         self._forwards: list[Forward] = []
         self._flush_due = False
+        self.commit_latency = CommitLatency()
         #: Since when commits fail because the disk is full (None: they do not).
         self._full_since: float | None = None
         self._stopping = False
@@ -172,7 +174,8 @@ class Store(Actor[Any]):
         if kind is GetEvents:
             return await self._run(backend.events, message.loop_id)
         if kind is GetStoreStatistics:
-            return await self._run(backend.statistics)
+            stats = await self._run(backend.statistics)
+            return msgspec.structs.replace(stats, commit_seconds=self.commit_latency)
         if kind is PruneLoops:
             total = PruneReport(before=message.before, dry_run=message.dry_run)
             await self._prune(total, "", self.defer_reply() if self.in_call else None)
@@ -244,6 +247,7 @@ class Store(Actor[Any]):
             return
         writes, waiting, forwards = self._batch, self._waiting, self._forwards
         self._batch, self._waiting, self._forwards = [], [], []
+        started = time.perf_counter()
         try:
             await self._run(self.backend.commit, writes)
         except StoreError as exc:
@@ -256,6 +260,7 @@ class Store(Actor[Any]):
             for pending in waiting:
                 pending.fail(exc)
             raise
+        self.commit_latency = self.commit_latency.observe(time.perf_counter() - started)
         if self._full_since is not None:
             log.warning(
                 "the store commits again after %.0f s of a full disk; %d writes committed",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterable, Sequence
 
 from ..errors import StoreError
@@ -116,6 +117,7 @@ class MemoryBackend(StoreBackend):
             events=sum(map(len, self._events.values())),
             commits=self._commits,
             writes=self._writes,
+            phases=dict(collections.Counter(s.phase for s in self._loops.values())),
         )
 
     def close(self) -> None:

@@ -336,6 +336,9 @@ class SqliteBackend(StoreBackend):
             (SELECT count(*) FROM rounds), (SELECT count(*) FROM events)"""
         with self._reading():
             loops, live, rounds, events = self._conn.execute(query, _TERMINAL).fetchone()
+            phases = dict(
+                self._conn.execute("SELECT phase, count(*) FROM loops GROUP BY phase").fetchall()
+            )
         return StoreStatistics(
             loops=loops,
             live_loops=live,
@@ -343,6 +346,7 @@ class SqliteBackend(StoreBackend):
             events=events,
             commits=self._commits,
             writes=self._writes,
+            phases=phases,
         )
 
     def close(self) -> None:

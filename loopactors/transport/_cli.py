@@ -6,14 +6,13 @@ Kept here so the main command line only wires them in.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
-import sys
 from typing import Any
 
 import trio
 
+from .._logs import add_log_format, configure_logging
 from ..errors import ConfigError
 from ._url import IN_PROCESS, check_transport, redact_url
 from ._wire import ALL_KINDS, KNOWN_KINDS
@@ -52,6 +51,7 @@ def add_parsers(commands: Any) -> None:
     )
     worker.add_argument("--slots", type=int, default=4, metavar="N", help="rounds at once (4)")
     worker.add_argument("--name", metavar="NAME", help="consumer name (HOST-PID)")
+    add_log_format(worker)
     worker.add_argument(
         "--kill-grace", type=float, default=5.0, metavar="S", help="SIGTERM to SIGKILL (5 s)"
     )
@@ -106,11 +106,7 @@ def run_worker(args: argparse.Namespace) -> int:
         raise ConfigError(f"bad worker option: {exc}") from exc
     # Command rounds see which worker runs them (their environment is this process's).
     os.environ["LOOPACTORS_WORKER_NAME"] = settings.name
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_format)
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -1,7 +1,8 @@
 """The ``aider`` worker kind: aider (PyPI ``aider-chat``).
 
-Spec: ``aider[:model=NAME,base_url=URL,binary=PATH,workspace=DIR,promise=WORD,account=NAME,
-backoff=SECONDS,args=...]``.
+Spec: ``aider[:model=NAME,binary=PATH,workspace=DIR,promise=WORD,account=NAME,backoff=SECONDS,
+args=...]``. The endpoint and key come from the environment (``OPENAI_API_BASE``,
+``OPENAI_API_KEY``, ...), as aider reads them.
 
 Invocation: ``aider --message-file /dev/stdin`` with the prompt on stdin and the switches that
 make it unattended and plain (``--yes-always --no-pretty --no-stream --no-fancy-input``) and
@@ -22,13 +23,11 @@ from typing import ClassVar
 
 import attrs
 
-from ..errors import WorkerSpecError
 from ._cli_adapter import (
     COMMON_KEYS,
     AgentStep,
     CliAdapter,
     CliCommand,
-    CliOptions,
     CliOutcome,
     CliRound,
     CliStreamParser,
@@ -40,7 +39,6 @@ __all__ = ["AiderAdapter", "parse_token_count"]
 
 #: aider's session: the chat history file it keeps in the workspace (its default name).
 CHAT_HISTORY = ".aider.chat.history.md"
-_BASE_URL = re.compile(r"https?://[^\s\"']+")
 _TOKENS = re.compile(r"^Tokens: (?P<sent>[0-9.]+[kM]?) sent(?P<rest>.*?) received\.")
 _CACHE_WRITE = re.compile(r", ([0-9.]+[kM]?) cache write")
 _CACHE_HIT = re.compile(r", ([0-9.]+[kM]?) cache hit")
@@ -176,7 +174,7 @@ class AiderAdapter(CliAdapter):
     #: and has no tool list.
     keys: ClassVar[frozenset[str]] = (
         COMMON_KEYS - {"max_turns", "permission_mode", "allowed_tools"}
-    ) | {"backoff", "base_url"}
+    ) | {"backoff"}
     account_env: ClassVar[tuple[str, ...]] = (
         "OPENAI_API_KEY",
         "OPENAI_API_BASE",
@@ -184,13 +182,6 @@ class AiderAdapter(CliAdapter):
         "GEMINI_API_KEY",
         "AIDER_MODEL",
     )
-
-    def check(self, options: CliOptions) -> None:
-        base_url = options.extra.get("base_url")
-        if base_url is not None and not _BASE_URL.fullmatch(base_url):
-            raise WorkerSpecError(
-                f"aider worker base_url must be an http:// or https:// URL, got {base_url!r}"
-            )
 
     def command(self, round: CliRound) -> CliCommand:
         options = round.options
@@ -210,9 +201,6 @@ class AiderAdapter(CliAdapter):
         ]
         if options.model:
             argv += ["--model", options.model]
-        base_url = options.extra.get("base_url")
-        if base_url:
-            argv += ["--openai-api-base", base_url]
         if round.resume:
             argv.append("--restore-chat-history")
         argv += list(options.args)

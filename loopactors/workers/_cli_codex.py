@@ -1,14 +1,15 @@
 """The ``codex`` worker kind: OpenAI's Codex CLI (npm ``@openai/codex``).
 
-Spec: ``codex[:model=NAME,sandbox=MODE,base_url=URL,binary=PATH,workspace=DIR,promise=WORD,
-account=NAME,args=...]``.
+Spec: ``codex[:model=NAME,sandbox=MODE,binary=PATH,workspace=DIR,promise=WORD,account=NAME,
+backoff=SECONDS,args=...]``.
 
 Invocation: ``codex exec --json`` with the prompt on stdin (``-``); an ``inherit`` round after
 the first runs ``codex exec resume ID``. The default ``sandbox=bypass`` runs without approvals or
 Codex's own sandbox (``--dangerously-bypass-approvals-and-sandbox``), so an unattended round can
 edit, run commands and commit (Codex's ``workspace-write`` sandbox keeps ``.git`` read-only);
 ``sandbox=workspace-write`` / ``read-only`` / ``danger-full-access`` choose Codex's sandbox with
-approvals off. ``base_url=`` (or ``OPENAI_BASE_URL`` in the environment) points Codex at another
+approvals off. ``OPENAI_BASE_URL`` in the environment (never a spec key: specs are stored) points
+Codex at another
 Responses API endpoint through a model provider of its own, keyed by ``OPENAI_API_KEY``.
 Analytics, feedback and the plugin sync are switched off. What is read from which event is in
 docs/agent-clis.md.
@@ -44,7 +45,6 @@ SANDBOXES = ("bypass", "workspace-write", "read-only", "danger-full-access")
 #: The provider the worker defines when a base URL is given (``-c model_providers.<id>...``).
 PROVIDER = "loopactors"
 _DETAIL = 120
-_BASE_URL = re.compile(r"https?://[^\s\"']+")
 #: "You've hit your usage limit. ... try again at 4:40 AM." (ChatGPT plans, codex-rs).
 _TRY_AGAIN_AT = re.compile(r"try again at ([0-9]{1,2}(?::[0-9]{2})?\s*[AaPp][Mm])")
 
@@ -223,7 +223,6 @@ class CodexAdapter(CliAdapter):
         COMMON_KEYS - {"max_turns", "permission_mode", "allowed_tools"}
     ) | {
         "backoff",
-        "base_url",
         "sandbox",
     }
     strip_env: ClassVar[tuple[str, ...]] = ("CODEX_SANDBOX", "CODEX_SANDBOX_NETWORK_DISABLED")
@@ -239,11 +238,6 @@ class CodexAdapter(CliAdapter):
         if sandbox is not None and sandbox not in SANDBOXES:
             raise WorkerSpecError(
                 f"codex worker sandbox {sandbox!r} is unknown; accepted: {', '.join(SANDBOXES)}"
-            )
-        base_url = options.extra.get("base_url")
-        if base_url is not None and not _BASE_URL.fullmatch(base_url):
-            raise WorkerSpecError(
-                f"codex worker base_url must be an http:// or https:// URL, got {base_url!r}"
             )
 
     def command(self, round: CliRound) -> CliCommand:
@@ -261,7 +255,7 @@ class CodexAdapter(CliAdapter):
         # Nothing but the model endpoint: no analytics, feedback upload or plugin sync.
         argv += ["-c", "analytics.enabled=false", "-c", "feedback.enabled=false"]
         argv += ["--disable", "plugins", "--disable", "remote_plugin"]
-        base_url = options.extra.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+        base_url = os.environ.get("OPENAI_BASE_URL")
         if base_url:
             table = f"model_providers.{PROVIDER}"
             argv += ["-c", f"model_provider={_toml_string(PROVIDER)}"]

@@ -1,7 +1,7 @@
 """The ``gemini`` worker kind: Google's Gemini CLI (npm ``@google/gemini-cli``).
 
-Spec: ``gemini[:model=NAME,permission_mode=MODE,allowed_tools=A+B,base_url=URL,binary=PATH,
-workspace=DIR,promise=WORD,account=NAME,backoff=SECONDS,args=...]``.
+Spec: ``gemini[:model=NAME,permission_mode=MODE,allowed_tools=A+B,binary=PATH,workspace=DIR,
+promise=WORD,account=NAME,backoff=SECONDS,args=...]``.
 
 Invocation: ``gemini --output-format stream-json -p ""`` with the prompt on stdin (``-p`` is
 appended to stdin), ``--resume ID`` for an ``inherit`` round after the first. The approval mode
@@ -11,7 +11,7 @@ the workspace for the run (headless Gemini CLI refuses untrusted folders' settin
 
 The CLI reads settings files only, so the worker points ``GEMINI_CLI_SYSTEM_DEFAULTS_PATH``
 (unless set) at a defaults file shipped here: usage statistics, telemetry and update checks
-off; with a ``base_url=`` (or ``GOOGLE_GEMINI_BASE_URL``) it also selects API-key auth,
+off; with ``GOOGLE_GEMINI_BASE_URL`` in the environment it also selects API-key auth,
 because the CLI otherwise takes a base URL for a gateway login it cannot use headless. User
 settings still win over these defaults. Fields read: docs/agent-clis.md.
 """
@@ -47,7 +47,6 @@ APPROVAL_MODES = ("yolo", "auto_edit", "plan", "default")
 _SETTINGS = Path(__file__).with_name("gemini-settings")
 _DETAIL = 120
 _DETAIL_FIELDS = ("file_path", "command", "pattern", "dir_path", "path", "url", "query")
-_BASE_URL = re.compile(r"https?://[^\s\"']+")
 #: "...\nSuggested retry after 3600s." / "Please retry in 37.5s" (Gemini API quota errors).
 _RETRY_AFTER = re.compile(r"(?:Suggested retry after|Please retry in) ([0-9.]+)(ms|s)\b")
 _QUOTA = re.compile(
@@ -167,7 +166,7 @@ class GeminiAdapter(CliAdapter):
     binary: ClassVar[str] = "gemini"
     install: ClassVar[str] = "npm install -g @google/gemini-cli"
     #: No max_turns: the CLI has no switch for it (settings ``model.maxSessionTurns``).
-    keys: ClassVar[frozenset[str]] = (COMMON_KEYS - {"max_turns"}) | {"backoff", "base_url"}
+    keys: ClassVar[frozenset[str]] = (COMMON_KEYS - {"max_turns"}) | {"backoff"}
     strip_env: ClassVar[tuple[str, ...]] = ("GEMINI_CLI", "SANDBOX")
     account_env: ClassVar[tuple[str, ...]] = (
         "GEMINI_API_KEY",
@@ -183,11 +182,6 @@ class GeminiAdapter(CliAdapter):
                 f"gemini worker permission_mode {mode!r} is unknown; accepted: "
                 f"{', '.join(APPROVAL_MODES)}"
             )
-        base_url = options.extra.get("base_url")
-        if base_url is not None and not _BASE_URL.fullmatch(base_url):
-            raise WorkerSpecError(
-                f"gemini worker base_url must be an http:// or https:// URL, got {base_url!r}"
-            )
 
     def command(self, round: CliRound) -> CliCommand:
         options = round.options
@@ -202,11 +196,8 @@ class GeminiAdapter(CliAdapter):
         argv += list(options.args)
         argv += ["--prompt", ""]  # headless; the prompt itself comes on stdin
         env: dict[str, str] = {}
-        base_url = options.extra.get("base_url")
-        if base_url:
-            env["GOOGLE_GEMINI_BASE_URL"] = base_url
         if "GEMINI_CLI_SYSTEM_DEFAULTS_PATH" not in os.environ:
-            api_key = base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL")
+            api_key = bool(os.environ.get("GOOGLE_GEMINI_BASE_URL"))
             defaults = "api-key.json" if api_key else "quiet.json"
             env["GEMINI_CLI_SYSTEM_DEFAULTS_PATH"] = str(_SETTINGS / defaults)
         env.setdefault("GEMINI_TELEMETRY_ENABLED", "false")

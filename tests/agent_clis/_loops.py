@@ -28,12 +28,12 @@ def binary(name: str) -> Path:
     if not path.exists():
         import pytest
 
-        if subprocess.run(
-            ["python3", "-m", "venv", "--help"], capture_output=True, check=False
-        ).returncode:
-            pytest.skip("python3 -m venv is not available: cannot install aider-chat")
         repo = Path(__file__).resolve().parents[2]
         subprocess.run([str(repo / ".ci/install-agent-clis"), "aider"], check=True, timeout=900)
+        if not path.exists():  # the installer says why in pip-error.log
+            log = path.parents[2] / "pip-error.log"
+            why = log.read_text()[-300:] if log.exists() else "no log"
+            pytest.skip(f"aider-chat=={AIDER_VERSION} could not be installed: {why}")
     return path
 
 

@@ -59,7 +59,7 @@ def fake() -> Iterator[ChatCompletionsFake]:
         fake.release()
 
 
-def env_for(home: Path, aider: Path) -> dict[str, str]:
+def env_for(home: Path, aider: Path, fake: ChatCompletionsFake) -> dict[str, str]:
     # aider fetches litellm's model list once a day unless its cache is fresh: give it the
     # copy litellm ships, so nothing leaves loopback.
     caches = home / ".aider" / "caches"
@@ -72,6 +72,7 @@ def env_for(home: Path, aider: Path) -> dict[str, str]:
     return quiet_env(
         home,
         OPENAI_API_KEY="sk-test",
+        OPENAI_API_BASE=f"{fake.url}/v1",
         GIT_AUTHOR_NAME="t",
         GIT_AUTHOR_EMAIL="t@example.com",
         GIT_COMMITTER_NAME="t",
@@ -79,10 +80,10 @@ def env_for(home: Path, aider: Path) -> dict[str, str]:
     )
 
 
-def spec(aider: Path, fake: ChatCompletionsFake) -> str:
+def spec(aider: Path) -> str:
     """The worker spec; ``--file hello.txt`` puts the file in aider's chat."""
     return (
-        f"aider:binary={aider},model=openai/gpt-4o,base_url={fake.url}/v1,"
+        f"aider:binary={aider},model=openai/gpt-4o,"
         "args=--file hello.txt --map-tokens 0 --no-show-model-warnings"
     )
 
@@ -100,8 +101,8 @@ def test_an_edit_lands_as_a_commit_with_tokens_and_cost_and_the_next_round_resum
     ]
     prompt = '|loop iterations=3 mode=inherit objective="hello.txt says new"| make it new'
     result = run(
-        ["run", prompt, "--store", "memory", "--json", "--worker", spec(aider, fake)],
-        env_for(tmp_path / "home", aider),
+        ["run", prompt, "--store", "memory", "--json", "--worker", spec(aider)],
+        env_for(tmp_path / "home", aider, fake),
         cwd=workspace,
     )
     assert result.returncode == 0, result.stderr
@@ -137,9 +138,9 @@ def test_nothing_leaves_loopback(
             "memory",
             "--json",
             "--worker",
-            spec(traced(aider, log), fake),
+            spec(traced(aider, log)),
         ],
-        env_for(tmp_path / "home", aider),
+        env_for(tmp_path / "home", aider, fake),
         cwd=workspace,
     )
     assert of_type(events(result.stdout), "round_finished")[0]["status"] == "completed"
@@ -152,8 +153,8 @@ def test_an_error_fails_the_round_with_the_cli_message(
 ) -> None:
     fake.turns = [ModelTurn(error=openai_error(404, "model_not_found", "no such model"))]
     result = run(
-        ["run", "|loop:1| hi", "--store", "memory", "--json", "--worker", spec(aider, fake)],
-        env_for(tmp_path / "home", aider),
+        ["run", "|loop:1| hi", "--store", "memory", "--json", "--worker", spec(aider)],
+        env_for(tmp_path / "home", aider, fake),
         cwd=workspace,
     )
     finished = of_type(events(result.stdout), "round_finished")
@@ -167,8 +168,8 @@ def test_stop_mid_round_ends_the_aider_process_group(
     home = tmp_path / "home"
     fake.turns = [ModelTurn(text="too late", delay=60)]
     proc = start(
-        ["run", "|loop:2| hi", "--store", "memory", "--json", "--worker", spec(aider, fake)],
-        env_for(home, aider),
+        ["run", "|loop:2| hi", "--store", "memory", "--json", "--worker", spec(aider)],
+        env_for(home, aider, fake),
         cwd=workspace,
     )
     try:
@@ -195,10 +196,10 @@ def test_a_crash_mid_loop_resumes_and_restores_the_chat(
         ModelTurn(text="never delivered", delay=60),
         ModelTurn(text=newer),
     ]
-    env = env_for(home, aider)
+    env = env_for(home, aider, fake)
     args = ["--state", str(state)]
     proc = start(
-        ["run", "|loop:2,inherit| edit", *args, "--json", "--worker", spec(aider, fake)],
+        ["run", "|loop:2,inherit| edit", *args, "--json", "--worker", spec(aider)],
         env,
         cwd=workspace,
     )

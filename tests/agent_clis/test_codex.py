@@ -65,13 +65,18 @@ def fake() -> Iterator[ResponsesFake]:
         fake.release()
 
 
-def env_for(home: Path) -> dict[str, str]:
+def env_for(home: Path, fake: ResponsesFake) -> dict[str, str]:
     (home / ".codex").mkdir(parents=True, exist_ok=True)
-    return quiet_env(home, OPENAI_API_KEY="sk-test", CODEX_HOME=str(home / ".codex"))
+    return quiet_env(
+        home,
+        OPENAI_API_KEY="sk-test",
+        OPENAI_BASE_URL=f"{fake.url}/v1",
+        CODEX_HOME=str(home / ".codex"),
+    )
 
 
 def spec(codex: Path, fake: ResponsesFake, **extra: str) -> str:
-    keys = {"binary": str(codex), "model": "gpt-5", "base_url": f"{fake.url}/v1", **extra}
+    keys = {"binary": str(codex), "model": "gpt-5", **extra}
     # Retries off: a scripted error answers once (Codex retries a 5xx/429 five times).
     retries = (
         "-c model_providers.loopactors.stream_max_retries=0 "
@@ -112,7 +117,7 @@ def test_a_tool_using_round_commits_in_the_workspace_and_the_next_resumes_the_se
             "--worker",
             "codex:" + spec(codex, fake),
         ],
-        env_for(home),
+        env_for(home, fake),
         cwd=workspace,
     )
     assert result.returncode == 0, result.stderr
@@ -154,7 +159,7 @@ def test_an_error_fails_the_round_with_the_cli_message(
             "--worker",
             "codex:" + spec(codex, fake),
         ],
-        env_for(home),
+        env_for(home, fake),
         cwd=workspace,
     )
     finished = of_type(events(result.stdout), "round_finished")
@@ -182,7 +187,7 @@ def test_a_usage_limit_defers_the_round_then_it_completes(
             "--worker",
             "codex:" + spec(codex, fake, backoff="1"),
         ],
-        env_for(home),
+        env_for(home, fake),
         cwd=workspace,
     )
     assert result.returncode == 0, result.stderr
@@ -227,7 +232,7 @@ def test_stop_mid_round_ends_the_codex_process_group(
             "--worker",
             "codex:" + spec(codex, fake),
         ],
-        env_for(home),
+        env_for(home, fake),
         cwd=workspace,
     )
     try:
@@ -258,7 +263,7 @@ def test_a_crash_mid_loop_resumes_and_keeps_the_codex_session(
         ModelTurn(tools=[("exec_command", {"cmd": "echo 3 >> count.txt"})]),
         ModelTurn(text="third"),
     ]
-    env = env_for(home)
+    env = env_for(home, fake)
     args = ["--state", str(state), "--json"]
     proc = start(
         ["run", "|loop:3,inherit| count", *args, "--worker", "codex:" + spec(codex, fake)],
@@ -333,7 +338,7 @@ def test_nothing_leaves_loopback(
     worker = "codex:" + spec(traced(codex, log), fake)
     result = run(
         ["run", "|loop:1| hi", "--store", "memory", "--json", "--worker", worker],
-        env_for(home),
+        env_for(home, fake),
         cwd=workspace,
     )
     assert of_type(events(result.stdout), "round_finished")[0]["status"] == "completed"

@@ -62,12 +62,12 @@ def fake() -> Iterator[GeminiFake]:
         fake.release()
 
 
-def env_for(home: Path) -> dict[str, str]:
-    return quiet_env(home, GEMINI_API_KEY="test-key")
+def env_for(home: Path, fake: GeminiFake) -> dict[str, str]:
+    return quiet_env(home, GEMINI_API_KEY="test-key", GOOGLE_GEMINI_BASE_URL=fake.url)
 
 
 def spec(gemini: Path, fake: GeminiFake, **extra: str) -> str:
-    keys = {"binary": str(gemini), "model": "gemini-2.5-flash", "base_url": fake.url, **extra}
+    keys = {"binary": str(gemini), "model": "gemini-2.5-flash", **extra}
     return ",".join(f"{k}={v}" for k, v in keys.items())
 
 
@@ -100,7 +100,9 @@ def test_a_tool_using_round_commits_in_the_workspace_and_the_next_resumes_the_se
         ModelTurn(text="All done. <promise>DONE</promise>", input_tokens=300, output_tokens=5),
     ]
     prompt = '|loop iterations=3 mode=inherit objective="hello.txt exists"| add hello.txt'
-    result = run(loop(gemini, fake, prompt, "--store", "memory"), env_for(home), cwd=workspace)
+    result = run(
+        loop(gemini, fake, prompt, "--store", "memory"), env_for(home, fake), cwd=workspace
+    )
     assert result.returncode == 0, result.stderr
     all_events = events(result.stdout)
     finished = of_type(all_events, "round_finished")
@@ -130,7 +132,7 @@ def test_an_error_fails_the_round_with_the_cli_message(
 ) -> None:
     fake.turns = [ModelTurn(error=gemini_error(400, "INVALID_ARGUMENT", "no such model"))]
     result = run(
-        loop(gemini, fake, "|loop:1| hi", "--store", "memory"), env_for(home), cwd=workspace
+        loop(gemini, fake, "|loop:1| hi", "--store", "memory"), env_for(home, fake), cwd=workspace
     )
     finished = of_type(events(result.stdout), "round_finished")
     assert finished[0]["status"] == "failed"
@@ -150,7 +152,7 @@ def test_a_used_up_quota_defers_the_round_then_it_completes(
     fake.turns = [ModelTurn(error=daily), ModelTurn(text="Done after the wait.")]
     result = run(
         loop(gemini, fake, "|loop:1| hi", "--store", "memory", backoff="1"),
-        env_for(home),
+        env_for(home, fake),
         cwd=workspace,
     )
     assert result.returncode == 0, result.stderr
@@ -183,7 +185,7 @@ def test_stop_mid_round_ends_the_gemini_process_group(
 ) -> None:
     fake.turns = [ModelTurn(text="too late", delay=60)]
     proc = start(
-        loop(gemini, fake, "|loop:2| hi", "--store", "memory"), env_for(home), cwd=workspace
+        loop(gemini, fake, "|loop:2| hi", "--store", "memory"), env_for(home, fake), cwd=workspace
     )
     try:
         read_until(proc, "round_started", 1)
@@ -210,7 +212,7 @@ def test_a_crash_mid_loop_resumes_and_keeps_the_gemini_session(
         ModelTurn(tools=[("write_file", {"file_path": count, "content": "2\n"})]),
         ModelTurn(text="second"),
     ]
-    env = env_for(home)
+    env = env_for(home, fake)
     args = ["--state", str(state)]
     proc = start(loop(gemini, fake, "|loop:2,inherit| count", *args), env, cwd=workspace)
     try:
@@ -252,7 +254,7 @@ def test_nothing_leaves_loopback(
     worker = "gemini:" + spec(traced(gemini, log), fake)
     result = run(
         ["run", "|loop:1| hi", "--store", "memory", "--json", "--worker", worker],
-        env_for(home),
+        env_for(home, fake),
         cwd=workspace,
     )
     assert of_type(events(result.stdout), "round_finished")[0]["status"] == "completed"

@@ -218,7 +218,13 @@ def test_statistics_count_commits_and_writes(backend: StoreBackend) -> None:
     backend.commit([Write(state=state("a", "complete"), round=record("a", 1))])
     backend.commit([])  # nothing to do: not a commit
     assert backend.statistics() == StoreStatistics(
-        loops=2, live_loops=1, rounds=1, events=0, commits=2, writes=3
+        loops=2,
+        live_loops=1,
+        rounds=1,
+        events=0,
+        commits=2,
+        writes=3,
+        phases={"complete": 1, "dispatching": 1},
     )
 
 
@@ -260,7 +266,13 @@ def test_sqlite_survives_reopen(sqlite_path: Path) -> None:
         assert store.events("a") == [started("a", 1), started("a", 2)]
         # Counters are per open; counts are of the file.
         assert store.statistics() == StoreStatistics(
-            loops=1, live_loops=1, rounds=1, events=2, commits=1, writes=1
+            loops=1,
+            live_loops=1,
+            rounds=1,
+            events=2,
+            commits=1,
+            writes=1,
+            phases={"dispatching": 1},
         )
     finally:
         store.close()
