@@ -70,6 +70,8 @@ async def answer(request: Any, gateway: Gateway) -> Any:
     """The ``ok`` data of ``request``, or an exception for :func:`error_frame`."""
     rt = gateway.runtime
     settings = gateway.settings
+    if isinstance(request, History) and request.output_head < 0:  # bad input before lookup
+        raise Refusal("invalid_request", f"output_head must be >= 0, got {request.output_head}")
     if isinstance(request, _TAKES_A_LOOP_ID) and request.loop_id is not None:
         # The whole id or any unique prefix of it (docs/protocol.md).
         request = msgspec.structs.replace(
