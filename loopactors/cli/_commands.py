@@ -320,6 +320,11 @@ async def _run(args: argparse.Namespace) -> int:
     async with ctrl_c_leaves(), open_runtime(config) as rt:
         loop_id = new_loop_id()
         display: JsonLines | Progress = JsonLines() if args.json else Progress()
+        if worker is None and config.worker == "scripted":
+            display.note(
+                "(no --worker given: this loop uses the scripted worker, a stand-in that needs "
+                "no model; --worker SPEC runs a real one)"
+            )
         with rt.subscribe(loop_id) as events:  # before start: no event can be missed
             handle = await rt.start(
                 args.text, worker=worker, loop_id=loop_id, **_loop_options(args)
@@ -399,9 +404,7 @@ def _status(args: argparse.Namespace) -> int:
     backend = _read_store(args)
     try:
         if args.loop_id is not None:
-            state = backend.get_loop(args.loop_id) if backend is not None else None
-            if state is None:
-                raise LoopNotFound(f"no loop {args.loop_id!r} in {_config(args).state_dir}")
+            state = _stored_state(backend, args)
             states = [state]
         else:
             states = backend.list_loops() if backend is not None else []
@@ -429,14 +432,24 @@ def _stored_loop(args: argparse.Namespace) -> tuple[LoopState, list[RoundRecord]
     """A loop and its rounds, read straight from the store (no runtime, nothing resumed)."""
     backend = _read_store(args)
     try:
-        state = backend.get_loop(args.loop_id) if backend is not None else None
-        if state is None:
-            raise LoopNotFound(f"no loop {args.loop_id!r} in {_config(args).state_dir}")
-        rounds: list[RoundRecord] = backend.rounds(args.loop_id)
+        state = _stored_state(backend, args)
+        rounds: list[RoundRecord] = backend.rounds(state.loop_id)
     finally:
         if backend is not None:
             backend.close()
     return state, rounds
+
+
+def _stored_state(backend: Any, args: argparse.Namespace) -> LoopState:
+    """The loop ``args.loop_id`` names (its whole id or a unique prefix) in the store."""
+    where = str(_config(args).state_dir)
+    if backend is None:
+        raise LoopNotFound(f"no loop {args.loop_id!r} in {where}")
+    loop_id = backend.resolve_loop_id(args.loop_id, where=where)
+    state: LoopState | None = backend.get_loop(loop_id)
+    if state is None:  # pruned between the two reads
+        raise LoopNotFound(f"no loop {args.loop_id!r} in {where}")
+    return state
 
 
 def _history(args: argparse.Namespace) -> int:

@@ -177,7 +177,7 @@ def stop(args: argparse.Namespace, config: RuntimeConfig) -> int:
     try:
         backend = open_backend("sqlite", state_dir)
         try:
-            state = backend.get_loop(args.loop_id)
+            state = backend.get_loop(backend.resolve_loop_id(args.loop_id, where=str(state_dir)))
             if state is None:
                 raise LoopNotFound(f"no loop {args.loop_id!r} in {state_dir}")
             if not state.terminal:

@@ -35,6 +35,8 @@ class Target(Protocol):
 
 
 class EmbeddedTarget:
+    # Every loop id a person typed goes through resolve_loop_id: a unique prefix will do
+    # (a remote node resolves them itself).
     keeps_running = False
 
     def __init__(self, runtime: Runtime) -> None:
@@ -46,22 +48,22 @@ class EmbeddedTarget:
         return await (await self.rt.start(text, worker=worker)).status()
 
     async def stop(self, loop_id: str) -> LoopState:
-        return await self.rt.handle(loop_id).stop()
+        return await self.rt.handle(await self.rt.resolve_loop_id(loop_id)).stop()
 
     async def pause(self, loop_id: str) -> LoopState:
-        return await self.rt.handle(loop_id).pause()
+        return await self.rt.handle(await self.rt.resolve_loop_id(loop_id)).pause()
 
     async def resume(self, loop_id: str) -> LoopState:
-        return await self.rt.handle(loop_id).resume()
+        return await self.rt.handle(await self.rt.resolve_loop_id(loop_id)).resume()
 
     async def get(self, loop_id: str) -> LoopState:
-        return await self.rt.get(loop_id)
+        return await self.rt.get(await self.rt.resolve_loop_id(loop_id))
 
     async def loops(self, *, live_only: bool = False) -> list[LoopState]:
         return await self.rt.loops(live_only=live_only, limit=100)
 
     async def history(self, loop_id: str) -> list[RoundRecord]:
-        return await self.rt.history(loop_id)
+        return await self.rt.history(await self.rt.resolve_loop_id(loop_id))
 
     async def code(self, action: str, **fields: Any) -> CodeLoops:
         assert self.background is not None, "set when the session starts"
