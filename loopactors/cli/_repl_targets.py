@@ -65,17 +65,22 @@ class _Target:
     def __init__(self, control: LoopControl) -> None:
         self.control = control
 
+    async def resolve(self, loop_id: str) -> str:
+        """The loop id a person typed, as the target needs it (a remote node resolves a
+        unique prefix itself)."""
+        return loop_id
+
     async def stop(self, loop_id: str) -> LoopState:
-        return await self.control.stop(loop_id)
+        return await self.control.stop(await self.resolve(loop_id))
 
     async def pause(self, loop_id: str) -> LoopState:
-        return await self.control.pause(loop_id)
+        return await self.control.pause(await self.resolve(loop_id))
 
     async def resume(self, loop_id: str) -> LoopState:
-        return await self.control.resume(loop_id)
+        return await self.control.resume(await self.resolve(loop_id))
 
     async def get(self, loop_id: str) -> LoopState:
-        return await self.control.get(loop_id)
+        return await self.control.get(await self.resolve(loop_id))
 
     async def loops(self, *, live_only: bool = False) -> list[LoopState]:
         return await self.control.loops(live_only=live_only, limit=self.LIST_LIMIT)
@@ -90,11 +95,15 @@ class EmbeddedTarget(_Target):
         self.background: trio.Nursery | None = None  # where code loops run
         self.where = f"embedded node ({runtime.config.store} store in {runtime.config.state_dir})"
 
+    async def resolve(self, loop_id: str) -> str:
+        # Every loop id a person typed goes through resolve_loop_id: a unique prefix will do.
+        return await self.rt.resolve_loop_id(loop_id)
+
     async def start(self, text: str, worker: str | None) -> LoopState:
         return await (await self.rt.start(text, worker=worker)).status()
 
     async def history(self, loop_id: str) -> list[RoundRecord]:
-        return await self.rt.history(loop_id)
+        return await self.rt.history(await self.resolve(loop_id))
 
     async def code(self, action: str, **fields: Any) -> CodeLoops:
         assert self.background is not None, "set when the session starts"

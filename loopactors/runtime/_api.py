@@ -24,6 +24,7 @@ from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
 from ..agent import Entry, FullPlan, MicroPlan
 from ..errors import ActorNotRunning, CallFailed, ConfigError, LoopNotFound
 from ..loops import (
+    MATCHES_SHOWN,
     TERMINAL_PHASES,
     AgentStep,
     AnyEvent,
@@ -33,6 +34,7 @@ from ..loops import (
     Phase,
     RoundRecord,
     StopMode,
+    resolve_loop_id,
 )
 from ..storage import DB_FILENAME, PruneReport, StoreBackend, StoreStatistics, open_backend
 from ..transport import transport_for
@@ -48,6 +50,7 @@ from ._lock import lock_state_dir, watch_state_dir
 from ._messages import (
     ApplyCompaction,
     ControlLoop,
+    FindLoopIds,
     GetEvents,
     GetLoop,
     GetRounds,
@@ -215,6 +218,16 @@ class Runtime:
 
     def handle(self, loop_id: str) -> LoopHandle:
         return LoopHandle(self, loop_id)
+
+    async def resolve_loop_id(self, given: str) -> str:
+        """The id of the one loop whose id is ``given`` or starts with it.
+
+        Raises:
+            LoopNotFound: none does.
+            AmbiguousLoopId: several do (the message lists them).
+        """
+        matches: list[str] = await self._ask(self._store, FindLoopIds(given, MATCHES_SHOWN + 1))
+        return resolve_loop_id(given, matches, where="this runtime's store")
 
     async def get(self, loop_id: str) -> LoopState:
         state: LoopState | None = await self._ask(self._store, GetLoop(loop_id))

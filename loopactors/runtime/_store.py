@@ -19,6 +19,7 @@ from ..storage import PRUNE_BATCH, CommitLatency, PruneReport, StoreBackend, Wri
 from ._events import EventBus
 from ._messages import (
     Commit,
+    FindLoopIds,
     Forward,
     GetEvents,
     GetLoop,
@@ -163,6 +164,10 @@ class Store(Actor[Any]):
         if kind is ListLoops:
             return await self._run(
                 lambda: backend.list_loops(live_only=message.live_only, limit=message.limit)
+            )
+        if kind is FindLoopIds:
+            return await self._run(
+                lambda: backend.find_loop_ids(message.prefix, limit=message.limit)
             )
         if kind is GetRounds:
             return await self._run(backend.rounds, message.loop_id)
