@@ -55,6 +55,9 @@ __all__ = ["answer", "error_frame", "is_refusal", "kind_of"]
 #: Start options a client may not set: fields of ``start`` itself, or not for the wire.
 _RESERVED_OPTIONS = frozenset({"loop", "worker", "loop_id", "parent_id"})
 
+#: The requests whose ``loop_id`` names an existing loop (``start`` chooses a new one).
+_TAKES_A_LOOP_ID = (Status, Stop, Pause, Resume, History, Output)
+
 #: What each error means on the wire (the first match wins); anything else is ``internal``.
 _CODES: tuple[tuple[tuple[type[Exception], ...], ErrorCode], ...] = (
     ((LoopNotFound, CodeLoopNotFound), "not_found"),
@@ -67,6 +70,13 @@ async def answer(request: Any, gateway: Gateway) -> Any:
     """The ``ok`` data of ``request``, or an exception for :func:`error_frame`."""
     rt = gateway.runtime
     settings = gateway.settings
+    if isinstance(request, History) and request.output_head < 0:  # bad input before lookup
+        raise Refusal("invalid_request", f"output_head must be >= 0, got {request.output_head}")
+    if isinstance(request, _TAKES_A_LOOP_ID) and request.loop_id is not None:
+        # The whole id or any unique prefix of it (docs/protocol.md).
+        request = msgspec.structs.replace(
+            request, loop_id=await rt.resolve_loop_id(request.loop_id)
+        )
     if isinstance(request, Status):
         if request.loop_id is not None:
             return LoopStatus(loops=[await rt.get(request.loop_id)])

@@ -62,6 +62,10 @@ class MemoryBackend(StoreBackend):
         ordered = sorted(states, key=lambda s: (s.created_at, s.loop_id), reverse=True)
         return ordered if limit is None else ordered[:limit]
 
+    def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:
+        self._check_open()
+        return sorted(i for i in self._loops if i.startswith(prefix))[:limit]
+
     def rounds(self, loop_id: str) -> list[RoundRecord]:
         self._check_open()
         by_round = self._rounds.get(loop_id, {})

@@ -197,6 +197,17 @@ def test_list_loops_order_filter_and_limit(backend: StoreBackend) -> None:
         backend.list_loops(limit=-1)
 
 
+def test_find_loop_ids_by_prefix(backend: StoreBackend) -> None:
+    ids = ["6b0c11", "6b0c12", "6b0d", "6b", "7a", "6b0c11-child", "é9"]
+    backend.commit([Write(state=state(i, "complete", created_at=1.0)) for i in ids])
+    assert backend.find_loop_ids("6b0c", limit=10) == ["6b0c11", "6b0c11-child", "6b0c12"]
+    assert backend.find_loop_ids("6b", limit=2) == ["6b", "6b0c11"]
+    assert backend.find_loop_ids("7a", limit=10) == ["7a"]
+    assert backend.find_loop_ids("é", limit=10) == ["é9"]
+    assert backend.find_loop_ids("x", limit=10) == []
+    assert backend.find_loop_ids("", limit=3) == ["6b", "6b0c11", "6b0c11-child"]
+
+
 def test_list_loops_ties_broken_by_id(backend: StoreBackend) -> None:
     backend.commit([Write(state=state(i, created_at=5.0)) for i in ("b", "c", "a")])
     assert [s.loop_id for s in backend.list_loops()] == ["c", "b", "a"]
