@@ -3,11 +3,13 @@
 Every connection is counted from accept to close. Together they never hold more descriptors
 than the :class:`~._limits.DescriptorBudget` allows, so the runtime keeps a reserve for its
 own work whatever the load on the port: at the budget, the oldest connection still sending its
-request head is dropped to make room, and when there is none, accepting pauses (new
+request head is dropped to make room (whatever its age: the budget is a hard limit and
+accepting must go on), and when there is none, accepting pauses (new
 connections wait in the kernel's backlog) until one closes. A connection has
-``handshake_timeout`` seconds to send its whole request head; at most ``max_handshaking`` are
-doing so at once (a new one drops the oldest once that has had ``DROP_AGE`` seconds, else
-waits its turn); one whose peer closes is closed at once. ``accept`` failing for want of
+``handshake_timeout`` seconds to send its whole request head; past ``max_handshaking`` doing
+so at once, a new one drops the oldest once that has had ``DROP_AGE`` seconds (younger ones
+are all read: a client is never kept waiting to be read); one whose peer closes is closed at
+once. ``accept`` failing for want of
 descriptors or memory pauses accepting briefly. Each of these conditions is one log line, at
 most every 10 s, with a count of what happened since; never a traceback.
 """
@@ -125,9 +127,10 @@ class Admission:
                             f"the gateway holds all {self.budget.describe()}: new connections "
                             "wait until one closes (raise 'ulimit -n' to serve more)",
                         )
-                    elif self._drop_oldest(f"the gateway holds all {self.budget.describe()}"):
-                        await trio.lowlevel.checkpoint()  # the dropped one closes now
-                        continue
+                    else:  # one at a time: the dropped one's close wakes this loop
+                        self._drop_oldest(
+                            f"the gateway holds all {self.budget.describe()}", min_age=0.0
+                        )
                     await self._wait_for_change()
                 try:
                     stream = await listener.accept()
@@ -158,22 +161,21 @@ class Admission:
         """Around reading a connection's request head: cancelled after ``handshake_timeout``
         or when the connection is dropped to make room (see the module docstring).
 
-        Only a connection that has been handshaking for ``DROP_AGE`` seconds is dropped: a
-        burst of honest clients, whose heads arrive within milliseconds, waits its turn
-        instead of dropping one another.
+        Past ``max_handshaking`` a new connection drops the oldest one, but only once that has
+        had ``DROP_AGE`` seconds to send its head; when none has, the new one is read all the
+        same (the descriptor budget still bounds them all). So a burst of honest clients,
+        whose heads arrive within milliseconds, never drops its own members, and a client is
+        never kept waiting to be read: once its head is read it can prove itself.
         """
+        if len(self._handshaking) >= self.max_handshaking:
+            self._drop_oldest(
+                f"more than {self.max_handshaking} connections are still to send their "
+                "request (idle, half-open or slow clients)",
+                min_age=DROP_AGE,
+            )
         deadline = trio.current_time() + self.handshake_timeout
-        with trio.move_on_at(deadline) as waiting:
-            while len(self._handshaking) >= self.max_handshaking:
-                if not self._drop_oldest(
-                    f"more than {self.max_handshaking} connections are still to send their "
-                    "request (idle, half-open or slow clients)"
-                ):
-                    await self._wait_for_change()
         key = next(self._ids)
         ticket = Handshake(trio.CancelScope(deadline=deadline))
-        if waiting.cancelled_caught:
-            ticket.scope.cancel()
         self._handshaking[key] = (ticket, trio.current_time())
         try:
             with ticket.scope:
@@ -190,12 +192,12 @@ class Admission:
                 f"{self.handshake_timeout:g}s",
             )
 
-    def _drop_oldest(self, why: str) -> bool:
-        """Drop the oldest connection still handshaking if it has been for ``DROP_AGE``."""
+    def _drop_oldest(self, why: str, *, min_age: float) -> bool:
+        """Drop the oldest connection still handshaking if it has been for ``min_age``."""
         if not self._handshaking:
             return False
         key, (ticket, started) = next(iter(self._handshaking.items()))
-        if trio.current_time() - started < DROP_AGE:
+        if trio.current_time() - started < min_age:
             return False
         del self._handshaking[key]
         ticket.dropped = True
