@@ -20,11 +20,13 @@ from ._coordinator import new_loop_id as new_loop_id
 from ._events import Gap as Gap
 from ._events import Subscription as Subscription
 from ._ledger import ledger_of as ledger_of
+from ._lock import NODE_URL_FILE as NODE_URL_FILE
 from ._lock import lock_state_dir as lock_state_dir
 from ._spec import build_spec as build_spec
 
 __all__ = [
     "MAX_AGE",
+    "NODE_URL_FILE",
     "BreakerSettings",
     "Gap",
     "LoopHandle",

@@ -158,3 +158,15 @@ trio.run(main)
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
+
+
+def test_a_command_on_a_directory_a_node_holds_is_told_its_url(node: NodeProcess) -> None:
+    assert (node.state / "node.url").read_text().strip() == node.url
+    held = subprocess.run(
+        [*LOOPACTORS, "run", "|loop:1| here", "--state", str(node.state)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert held.returncode == 1
+    assert f"a node serves it: act on it there with --connect {node.url}" in held.stderr
+    assert node.terminate() == 0
+    assert not (node.state / "node.url").exists()
