@@ -16,7 +16,7 @@ from rich.table import Table
 from .._logs import add_log_format, configure_logging
 from ..agent import format_transcript
 from ..client import NodeClient, connect
-from ..errors import ConfigError, LoopNotFound, StoreError
+from ..errors import ConfigError, ConnectionLost, LoopNotFound, StoreError
 from ..gateway import TOKEN_FILENAME, parse_listen, serve_node
 from ..loops import LoopState, RoundRecord, cancel_loop
 from ..runtime import RuntimeConfig, lock_state_dir
@@ -69,6 +69,13 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
     )
     state_options(stop, allow_memory=False)
     connect_options(stop)
+
+    pause = commands.add_parser(
+        "pause", help="pause a loop on a node (--connect): its round finishes, no next one"
+    )
+    pause.add_argument("loop_id")
+    state_options(pause, allow_memory=False)
+    connect_options(pause)
 
     node = commands.add_parser("node", help="serve the runtime over a websocket API")
     node.add_argument(
@@ -127,15 +134,59 @@ async def remote_stop(args: argparse.Namespace, token: str) -> int:
     return _report_stop(args, state)
 
 
+async def remote_pause(args: argparse.Namespace, token: str) -> int:
+    async with connect(args.connect, token=token, client_name="loopactors pause") as node:
+        state = await node.pause(args.loop_id)
+    if args.json:
+        print(_json.encode(state).decode())
+    elif state.phase == "paused":
+        print(f"{state.loop_id}: paused at round {state.round}")
+    elif state.pause_requested:
+        print(
+            f"{state.loop_id}: pauses once round {state.round} (running now) is recorded; "
+            "no next round is dispatched"
+        )
+    else:
+        print(f"{state.loop_id}: already {state.phase}")
+    return 0
+
+
+async def remote_resume(args: argparse.Namespace, token: str) -> int:
+    async with connect(args.connect, token=token, client_name="loopactors resume") as node:
+        state = await node.resume(args.loop_id)
+    if args.json:
+        print(_json.encode(state).decode())
+    elif state.terminal:
+        print(f"{state.loop_id}: already {state.phase}")
+    else:
+        print(f"{state.loop_id}: {state.phase}, round {state.round} (resumed)")
+    return 0
+
+
 async def remote_run(args: argparse.Namespace, token: str, options: dict[str, Any]) -> int:
     """Start a loop on a node and follow it here; Ctrl-C stops it on the node."""
     display: JsonLines | Progress = JsonLines() if args.json else Progress()
-    async with (
-        connect(args.connect, token=token, client_name="loopactors run") as node,
-        await node.subscribe() as events,
-    ):
-        state = await node.start(args.text, worker=args.worker, **options)
-        final = await follow([state.loop_id], events, display, get=node.get, stop=_stopper(node))
+    loop_id: str | None = None
+    try:
+        async with (
+            connect(args.connect, token=token, client_name="loopactors run") as node,
+            await node.subscribe() as events,
+        ):
+            state = await node.start(args.text, worker=args.worker, **options)
+            loop_id = state.loop_id
+            final = await follow(
+                [state.loop_id], events, display, get=node.get, stop=_stopper(node)
+            )
+    except* ConnectionLost as lost:
+        if loop_id is None:
+            raise
+        # The loop lives on the node, not in this process: say where it went on.
+        raise ConnectionLost(
+            f"lost the node at {args.connect} ({lost.exceptions[0]}); loop {loop_id} stays "
+            f"on the node: follow it with `loopactors status {loop_id} --connect "
+            f"{args.connect}` (or `history`), stop it with `loopactors stop {loop_id} "
+            f"--connect {args.connect}`"
+        ) from None
     return PHASE_EXIT[final[0].phase]
 
 
