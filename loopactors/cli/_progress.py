@@ -19,6 +19,7 @@ from rich.table import Table
 from ..loops import (
     AgentStep,
     AnyEvent,
+    Gap,
     LoopFinished,
     LoopStarted,
     LoopState,
@@ -26,7 +27,6 @@ from ..loops import (
     RoundFinished,
     RoundStarted,
 )
-from ..runtime import Gap
 
 __all__ = ["JsonLines", "Progress", "final_table"]
 

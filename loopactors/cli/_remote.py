@@ -9,25 +9,28 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import trio
 from rich.console import Console
 from rich.table import Table
 
 from .._logs import add_log_format, configure_logging
-from ..agent import format_transcript
-from ..client import NodeClient, connect
 from ..errors import ConfigError, ConnectionLost, LoopNotFound, StoreError
-from ..gateway import TOKEN_FILENAME, parse_listen, serve_node
 from ..loops import LoopState, RoundRecord, cancel_loop
-from ..runtime import RuntimeConfig, lock_state_dir
 from ..storage import DB_FILENAME, Write, open_backend
-from ._follow import PHASE_EXIT, follow
 from ._progress import JsonLines, Progress, final_table
+
+# The agent, client, gateway and runtime load where they are used: `status` and `history`
+# on a state directory (and `--help`, which builds every parser) need none of them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..client import NodeClient
+    from ..runtime import RuntimeConfig
 
 __all__ = [
     "print_history",
     "read_token",
     "remote_history",
+    "remote_pause",
+    "remote_resume",
     "remote_run",
     "remote_status",
     "remote_stop",
@@ -51,6 +54,8 @@ def read_token(args: argparse.Namespace, state_dir: Path) -> str:
     token = os.environ.get("LOOPACTORS_TOKEN")
     if token:
         return token
+    from ..gateway import TOKEN_FILENAME  # noqa: PLC0415 - see the note on the imports
+
     local = state_dir / TOKEN_FILENAME
     if local.exists():
         return local.read_text(encoding="utf-8").strip()
@@ -104,6 +109,10 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
 
 
 def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
+    import trio  # noqa: PLC0415 - see the note on the imports
+
+    from ..gateway import parse_listen, serve_node  # noqa: PLC0415
+
     configure_logging(args.log_format)
     host, port = parse_listen(args.listen) if args.listen else (None, None)
     settings = config.node.replace(  # the configuration's [node] table, then the flags
@@ -117,24 +126,32 @@ def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
 
 
 async def remote_status(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
     async with connect(args.connect, token=token, client_name="loopactors status") as node:
         states = [await node.get(args.loop_id)] if args.loop_id else await node.loops()
     return _print_states(args, states)
 
 
 async def remote_history(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
     async with connect(args.connect, token=token, client_name="loopactors history") as node:
         rounds = await node.history(args.loop_id, output_head=60)
     return print_history(args, rounds.loop, rounds.rounds)
 
 
 async def remote_stop(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
     async with connect(args.connect, token=token, client_name="loopactors stop") as node:
         state = await node.stop(args.loop_id, after_round=args.after_round)
     return _report_stop(args, state)
 
 
 async def remote_pause(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
     async with connect(args.connect, token=token, client_name="loopactors pause") as node:
         state = await node.pause(args.loop_id)
     if args.json:
@@ -152,6 +169,8 @@ async def remote_pause(args: argparse.Namespace, token: str) -> int:
 
 
 async def remote_resume(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
     async with connect(args.connect, token=token, client_name="loopactors resume") as node:
         state = await node.resume(args.loop_id)
     if args.json:
@@ -165,6 +184,9 @@ async def remote_resume(args: argparse.Namespace, token: str) -> int:
 
 async def remote_run(args: argparse.Namespace, token: str, options: dict[str, Any]) -> int:
     """Start a loop on a node and follow it here; Ctrl-C stops it on the node."""
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+    from ._follow import PHASE_EXIT, follow  # noqa: PLC0415
+
     display: JsonLines | Progress = JsonLines() if args.json else Progress()
     loop_id: str | None = None
     try:
@@ -203,6 +225,8 @@ def stop(args: argparse.Namespace, config: RuntimeConfig) -> int:
     if not (state_dir / DB_FILENAME).exists():
         raise LoopNotFound(f"no loop {args.loop_id!r} in {state_dir} (no store there)")
     try:
+        from ..runtime import lock_state_dir  # noqa: PLC0415 - see the note on the imports
+
         lock = lock_state_dir(state_dir)
         lock.__enter__()
     except StoreError as exc:
@@ -274,5 +298,7 @@ def print_history(args: argparse.Namespace, state: LoopState, rounds: list[Round
         for record in rounds:
             if record.transcript:
                 print(f"\n=== round {record.round} transcript")
+                from ..agent import format_transcript  # noqa: PLC0415 - see the note on imports
+
                 print(format_transcript(record.transcript))
     return 0

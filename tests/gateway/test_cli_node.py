@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import os
 import re
 import signal
@@ -191,7 +190,7 @@ def test_pause_and_resume_a_loop_on_a_node_by_prefix(node: NodeProcess, tmp_path
     assert resumed.stdout == f"{loop_id}: awaiting_worker, round 1 (resumed)\n"
     assert json.loads(node.cli("status", loop_id, "--json").stdout)["pause_requested"] is False
     assert node.cli("stop", loop_id).returncode == 0
-    out, err = run.communicate(timeout=60)
+    _, err = run.communicate(timeout=60)
     assert run.returncode == 3, err
     offline = subprocess.run(
         [*LOOPACTORS, "pause", loop_id, "--state", str(tmp_path / "other")],
