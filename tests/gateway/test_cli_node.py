@@ -210,6 +210,8 @@ def test_run_that_loses_its_node_says_the_loop_stays_there(node: NodeProcess) ->
     loop_id = json.loads(run.stdout.readline())["loop_id"]
     node.proc.kill()  # the node goes away; the loop is still in its state directory
     node.proc.wait()
+    assert node.proc.stderr is not None
+    node.proc.stderr.close()
     _, err = run.communicate(timeout=60)
     assert run.returncode == 1
     assert f"loop {loop_id} stays on the node" in err
