@@ -42,6 +42,7 @@ from ._protocol import (
     Resume,
     Rounds,
     Start,
+    Statistics,
     Status,
     Stop,
 )
@@ -53,6 +54,9 @@ __all__ = ["answer", "error_frame", "is_refusal", "kind_of"]
 
 #: Start options a client may not set: fields of ``start`` itself, or not for the wire.
 _RESERVED_OPTIONS = frozenset({"loop", "worker", "loop_id", "parent_id"})
+
+#: The requests whose ``loop_id`` names an existing loop (``start`` chooses a new one).
+_TAKES_A_LOOP_ID = (Status, Stop, Pause, Resume, History, Output)
 
 #: What each error means on the wire (the first match wins); anything else is ``internal``.
 _CODES: tuple[tuple[tuple[type[Exception], ...], ErrorCode], ...] = (
@@ -66,6 +70,13 @@ async def answer(request: Any, gateway: Gateway) -> Any:
     """The ``ok`` data of ``request``, or an exception for :func:`error_frame`."""
     rt = gateway.runtime
     settings = gateway.settings
+    if isinstance(request, History) and request.output_head < 0:  # bad input before lookup
+        raise Refusal("invalid_request", f"output_head must be >= 0, got {request.output_head}")
+    if isinstance(request, _TAKES_A_LOOP_ID) and request.loop_id is not None:
+        # The whole id or any unique prefix of it (docs/protocol.md).
+        request = msgspec.structs.replace(
+            request, loop_id=await rt.resolve_loop_id(request.loop_id)
+        )
     if isinstance(request, Status):
         head = _check_head(request.output_head)
         if request.loop_id is not None:
@@ -94,6 +105,8 @@ async def answer(request: Any, gateway: Gateway) -> Any:
         return await _output(request, gateway)
     if isinstance(request, Code):
         return await answer_code(request, rt, gateway.nursery)
+    if isinstance(request, Statistics):
+        return await gateway.metrics.statistics(gateway)
     if isinstance(request, Hello):
         raise Refusal("invalid_request", "hello was already sent on this connection")
     raise Refusal("unknown_type", f"no handler for {kind_of(request)}")  # pragma: no cover
