@@ -361,6 +361,10 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                 kill_grace=config.kill_grace,
                 context_factory=functools.partial(RuntimeRoundContext, config, deps.bus),
                 transport=functools.partial(transport_for, config.transport),
+                max_output_bytes=config.max_output_bytes,
+                outputs_dir=Path(config.state_dir) / "outputs"
+                if config.keep_full_outputs and config.store == "sqlite"
+                else None,
             ),
             name=DISPATCHER,
             shutdown=config.kill_grace + 5.0,
