@@ -101,6 +101,8 @@ class ChildInfo:
     running: bool
     ref: ActorRef[Any] | None
     is_supervisor: bool
+    #: Times the supervisor restarted it (its incarnations after the first).
+    restarts: int = 0
 
 
 @attrs.frozen

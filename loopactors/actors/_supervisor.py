@@ -1,4 +1,4 @@
-"""Supervisors: OTP's restart strategies on trio nurseries.
+"""Supervisors: restart strategies on trio nurseries (docs/actors.md#supervisors).
 
 A supervisor is itself an actor. Its children run as tasks in its nursery, each inside a
 cancel scope of its own (the hard kill). Child exits arrive as messages, so restarts,
@@ -236,6 +236,7 @@ class Supervisor(Actor[Any]):
                     c.running,
                     c.cell.ref if c.cell is not None else None,
                     c.is_supervisor,
+                    max(0, c.incarnation - 1),
                 )
                 for c in self._children.values()
             ]

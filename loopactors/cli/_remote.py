@@ -3,27 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import trio
 from rich.console import Console
 from rich.table import Table
 
-from ..agent import format_transcript
-from ..client import NodeClient, connect
+from .._logs import add_log_format, configure_logging
 from ..errors import ConfigError, LoopNotFound, StoreError
-from ..gateway import TOKEN_FILENAME, parse_listen, serve_node
-from ..loops import LoopFinished, LoopState, RoundRecord, RoundSummary
-from ..runtime import RuntimeConfig, lock_state_dir
+from ..loops import LoopState, RoundRecord, cancel_loop
 from ..storage import DB_FILENAME, Write, open_backend
-from ._follow import PHASE_EXIT, follow
 from ._progress import JsonLines, Progress, final_table
+
+# The agent, client, gateway and runtime load where they are used: `status` and `history`
+# on a state directory (and `--help`, which builds every parser) need none of them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..client import NodeClient
+    from ..runtime import RuntimeConfig
 
 __all__ = [
     "print_history",
@@ -52,6 +52,8 @@ def read_token(args: argparse.Namespace, state_dir: Path) -> str:
     token = os.environ.get("LOOPACTORS_TOKEN")
     if token:
         return token
+    from ..gateway import TOKEN_FILENAME  # noqa: PLC0415 - see the note on the imports
+
     local = state_dir / TOKEN_FILENAME
     if local.exists():
         return local.read_text(encoding="utf-8").strip()
@@ -88,6 +90,7 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
         metavar="N",
         help="requests per second per connection (5000)",
     )
+    add_log_format(node)
     state_options(node, allow_memory=True, with_state=True)
 
     repl = commands.add_parser("repl", help="steer loops interactively (embedded or --connect)")
@@ -97,11 +100,11 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
 
 
 def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    import trio  # noqa: PLC0415 - see the note on the imports
+
+    from ..gateway import parse_listen, serve_node  # noqa: PLC0415
+
+    configure_logging(args.log_format)
     host, port = parse_listen(args.listen) if args.listen else (None, None)
     settings = config.node.replace(  # the configuration's [node] table, then the flags
         host=host,
@@ -114,18 +117,24 @@ def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
 
 
 async def remote_status(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
     async with connect(args.connect, token=token, client_name="loopactors status") as node:
         states = [await node.get(args.loop_id)] if args.loop_id else await node.loops()
     return _print_states(args, states)
 
 
 async def remote_history(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
     async with connect(args.connect, token=token, client_name="loopactors history") as node:
         rounds = await node.history(args.loop_id, output_head=60)
     return print_history(args, rounds.loop, rounds.rounds)
 
 
 async def remote_stop(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
     async with connect(args.connect, token=token, client_name="loopactors stop") as node:
         state = await node.stop(args.loop_id, after_round=args.after_round)
     return _report_stop(args, state)
@@ -133,6 +142,9 @@ async def remote_stop(args: argparse.Namespace, token: str) -> int:
 
 async def remote_run(args: argparse.Namespace, token: str, options: dict[str, Any]) -> int:
     """Start a loop on a node and follow it here; Ctrl-C stops it on the node."""
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+    from ._follow import PHASE_EXIT, follow  # noqa: PLC0415
+
     display: JsonLines | Progress = JsonLines() if args.json else Progress()
     async with (
         connect(args.connect, token=token, client_name="loopactors run") as node,
@@ -156,6 +168,8 @@ def stop(args: argparse.Namespace, config: RuntimeConfig) -> int:
     if not (state_dir / DB_FILENAME).exists():
         raise LoopNotFound(f"no loop {args.loop_id!r} in {state_dir} (no store there)")
     try:
+        from ..runtime import lock_state_dir  # noqa: PLC0415 - see the note on the imports
+
         lock = lock_state_dir(state_dir)
         lock.__enter__()
     except StoreError as exc:
@@ -163,7 +177,7 @@ def stop(args: argparse.Namespace, config: RuntimeConfig) -> int:
     try:
         backend = open_backend("sqlite", state_dir)
         try:
-            state = backend.get_loop(args.loop_id)
+            state = backend.get_loop(backend.resolve_loop_id(args.loop_id, where=str(state_dir)))
             if state is None:
                 raise LoopNotFound(f"no loop {args.loop_id!r} in {state_dir}")
             if not state.terminal:
@@ -178,19 +192,11 @@ def stop(args: argparse.Namespace, config: RuntimeConfig) -> int:
 def _cancel(backend: Any, state: LoopState) -> LoopState:
     rounds: list[RoundRecord] = backend.rounds(state.loop_id)
     reason = "stopped while no runtime was running it"
-    final = state.moved("cancelled", stop_requested="now", reason=reason)
-    event = LoopFinished(
-        loop_id=state.loop_id,
-        at=time.time(),
-        phase="cancelled",
-        rounds=state.spec.rounds,
-        completed_rounds=state.completed_rounds,
-        summary=tuple(
-            RoundSummary(round=r.round, status=r.status, duration=r.duration) for r in rounds
-        ),
-        reason=reason,
+    # The round it had in flight, if any, is closed as the runtime's stop would.
+    final, record, event = cancel_loop(
+        state, reason, time.time(), rounds=rounds, stop_requested="now"
     )
-    backend.commit([Write(state=final, events=(event,))])
+    backend.commit([Write(state=final, round=record, events=(event,))])
     return final
 
 
@@ -235,5 +241,7 @@ def print_history(args: argparse.Namespace, state: LoopState, rounds: list[Round
         for record in rounds:
             if record.transcript:
                 print(f"\n=== round {record.round} transcript")
+                from ..agent import format_transcript  # noqa: PLC0415 - see the note on imports
+
                 print(format_transcript(record.transcript))
     return 0

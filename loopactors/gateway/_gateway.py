@@ -9,20 +9,30 @@ it with) drops the connections; clients reconnect (``loopactors.client`` can do 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from typing import Any
 
 import msgspec
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, serve_websocket
+from trio_websocket import (
+    ConnectionClosed,
+    WebSocketConnection,
+    WebSocketRequest,
+    WebSocketServer,
+)
 
+from .._logs import log_fields
 from ..actors import Actor
 from ..runtime import Runtime
 from ._auth import token_matches
 from ._connection import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, Connection, frame_text
+from ._http import SplitServer, UpgradeListener
 from ._messages import GatewayShutdown, GetGatewayStatistics
+from ._metrics import NodeMetrics
 from ._protocol import Error
 from ._settings import GatewaySettings
+from ._web import WebRoutes
 
 __all__ = ["Gateway", "GatewayStatistics"]
 
@@ -48,9 +58,16 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
     uses_nursery = True
 
     def __init__(
-        self, runtime: Runtime, settings: GatewaySettings, token: str, node_id: str
+        self,
+        runtime: Runtime,
+        settings: GatewaySettings,
+        token: str,
+        node_id: str,
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self.runtime = runtime
+        #: Made by ``open_gateway`` so that its counters outlive a restart of this actor.
+        self.metrics = metrics if metrics is not None else NodeMetrics(runtime)
         self.settings = settings
         self.token = token
         self.node_id = node_id
@@ -64,28 +81,46 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         self.refused_connections = 0
         self.unauthenticated = 0
         self.gaps = 0
+        #: Events subscribers of this gateway missed because they fell behind.
+        self.events_dropped = 0
         self._listener = trio.CancelScope()
 
     async def on_start(self) -> None:
-        server = await self.nursery.start(self._listen)
-        self.port = server.port
+        self.port = await self.nursery.start(self._listen)
+        self.nursery.start_soon(self.metrics.run)
         self.accepting = True
-        log.info("listening on ws://%s:%d", _host_text(self.settings.host), self.port)
+        host = _host_text(self.settings.host)
+        log.info("listening on ws://%s:%d", host, self.port, extra=log_fields("listening"))
+        # The address only: `loopactors dashboard` prints it with the token.
+        log.info("dashboard at http://%s:%d/", host, self.port, extra=log_fields("dashboard"))
 
-    async def _listen(self, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _listen(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         with self._listener:
-            await serve_websocket(
+            listeners = await trio.open_tcp_listeners(self.settings.port, host=self.settings.host)
+            # Each connection's request head is read first (_http): websocket upgrades, on any
+            # path, go on to the websocket server; plain HTTP is answered by _web.
+            upgrades = UpgradeListener()
+            server = WebSocketServer(
                 self._serve,
-                self.settings.host,
-                self.settings.port,
-                ssl_context=None,
+                [upgrades],  # type: ignore[list-item]  # any trio Listener serves
                 handler_nursery=self.nursery,  # connections outlive the listener at shutdown
                 # Frames over max_frame_bytes get an error and the connection goes on; only a
                 # far larger one is cut off by the websocket layer itself (close code 1009).
                 max_message_size=4 * self.settings.max_frame_bytes,
                 message_queue_size=16,
-                task_status=task_status,
             )
+            self.http = SplitServer(upgrades, WebRoutes(self), lambda: self.accepting)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(server.run)
+                await nursery.start(
+                    functools.partial(
+                        trio.serve_listeners,
+                        self.http.serve,
+                        listeners,
+                        handler_nursery=self.nursery,
+                    )
+                )
+                task_status.started(listeners[0].socket.getsockname()[1])
 
     async def handle(self, message: GetGatewayStatistics | GatewayShutdown) -> Any:
         if isinstance(message, GetGatewayStatistics):
@@ -167,6 +202,15 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
                 f"(at most {self.settings.max_unauthenticated}); try again later"
             )
         return None
+
+    def healthy(self) -> bool:
+        """Serving: accepting connections, with the runtime's store and coordinator up."""
+        node = self.runtime.node
+        return (
+            self.accepting
+            and node.whereis("store") is not None
+            and node.whereis("coordinator") is not None
+        )
 
     def note_authenticated(self, connection: Connection, client: str | None) -> None:
         if connection.counted_unauthenticated:

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import trio
 
+from .._logs import log_fields
 from ..actors import ChildSpec, NamedRef
 from ..errors import SupervisorError
 from ..loops import AnyEvent, LoopFinished, LoopRecovered, LoopStarted
@@ -22,6 +23,7 @@ from ..runtime import Runtime, RuntimeConfig, open_runtime
 from ._auth import check_listen, load_token
 from ._gateway import Gateway, GatewayStatistics
 from ._messages import GatewayShutdown, GetGatewayStatistics
+from ._metrics import NodeMetrics
 from ._settings import GatewaySettings
 
 __all__ = ["GatewayHandle", "open_gateway", "serve_node"]
@@ -68,7 +70,8 @@ async def open_gateway(
     check_listen(settings.host, explicit_token_file=settings.token_file is not None)
     token, token_path = load_token(Path(runtime.config.state_dir), settings.token_file)
     node_id = secrets.token_hex(6)  # new at each start: a client can tell a restart
-    factory = functools.partial(Gateway, runtime, settings, token, node_id)
+    metrics = NodeMetrics(runtime)  # its counters outlive restarts of the gateway
+    factory = functools.partial(Gateway, runtime, settings, token, node_id, metrics)
     await runtime.node.start_child(ChildSpec("gateway", factory, name="gateway"))
     ref = runtime.node.ref("gateway")
     stats: GatewayStatistics = await ref.call(GetGatewayStatistics(), timeout=10.0)
@@ -104,15 +107,18 @@ async def serve_node(
                 config.state_dir,
                 gateway.token_path,
                 config.worker,
+                extra=log_fields("node_serving"),
             )
             task_status.started(gateway)
             async for signum in signals:
                 name = signal.Signals(signum).name
-                log.info("%s: shutting down (loops stay resumable)", name)
+                log.info(
+                    "%s: shutting down (loops stay resumable)", name, extra=log_fields("shutdown")
+                )
                 break
             closed = await gateway.shutdown()
             log.info("told %d client(s) the node is going away", closed)
-    log.info("node stopped")
+    log.info("node stopped", extra=log_fields("node_stopped"))
     return 0
 
 
@@ -125,9 +131,16 @@ def _log_loop(event: AnyEvent) -> None:
             event.rounds,
             event.mode,
             event.worker,
+            extra=log_fields("loop_started", event.loop_id),
         )
     elif isinstance(event, LoopRecovered):
-        log.info("loop %s recovered in %s at round %d", event.loop_id, event.phase, event.round)
+        log.info(
+            "loop %s recovered in %s at round %d",
+            event.loop_id,
+            event.phase,
+            event.round,
+            extra=log_fields("loop_recovered", event.loop_id),
+        )
     elif isinstance(event, LoopFinished):
         why = f" ({event.trigger or event.reason})" if event.reason else ""
         log.info(
@@ -137,4 +150,5 @@ def _log_loop(event: AnyEvent) -> None:
             event.completed_rounds,
             event.rounds,
             why,
+            extra=log_fields("loop_finished", event.loop_id),
         )

@@ -15,11 +15,13 @@ import msgspec
 
 from ..codeloop import CodeLoopStatus
 from ..loops import AnyEvent, LoopSpec, LoopState, RoundRecord
+from ..storage import CommitLatency
 
 __all__ = [
     "CAPABILITIES",
     "PROTOCOL_VERSION",
     "REPLY_DATA",
+    "ActorInfo",
     "ClientFrame",
     "Closing",
     "Code",
@@ -33,6 +35,7 @@ __all__ = [
     "Limits",
     "LoopStatus",
     "NodeInfo",
+    "NodeStatistics",
     "Ok",
     "Output",
     "Pause",
@@ -42,6 +45,7 @@ __all__ = [
     "Rounds",
     "ServerFrame",
     "Start",
+    "Statistics",
     "Status",
     "Stop",
     "Subscribe",
@@ -66,6 +70,7 @@ CAPABILITIES: Final = (
     "subscribe",
     "ping",
     "code",
+    "statistics",
 )
 
 RequestId = int | str
@@ -145,15 +150,19 @@ class Resume(_Request, frozen=True, kw_only=True, tag="resume"):
 
 
 class Status(_Request, frozen=True, kw_only=True, tag="status"):
-    """One loop (``loop_id``), or the loops in the store, newest first."""
+    """One loop (``loop_id``), or the loops in the store, newest first; each loop's
+    ``last_output`` cut to its first ``output_head`` characters (an ``output`` request gives
+    a round's whole output)."""
 
     loop_id: str | None = None
     live_only: bool = False
     limit: int | None = None
+    output_head: int = 200
 
 
 class History(_Request, frozen=True, kw_only=True, tag="history"):
-    """A loop's rounds; each output cut to its first ``output_head`` characters."""
+    """A loop's rounds; each output (and the loop's ``last_output``) cut to its first
+    ``output_head`` characters."""
 
     loop_id: str
     output_head: int = 200
@@ -202,6 +211,10 @@ class Code(_Request, frozen=True, kw_only=True, tag="code"):
     rounds: int | None = 1
 
 
+class Statistics(_Request, frozen=True, kw_only=True, tag="statistics"):
+    """The node's figures right now: loops by phase, rounds, store, connections, actors."""
+
+
 ClientFrame = (
     Hello
     | Ping
@@ -215,6 +228,7 @@ ClientFrame = (
     | Subscribe
     | Unsubscribe
     | Code
+    | Statistics
 )
 
 
@@ -274,6 +288,46 @@ class Unsubscribed(msgspec.Struct, frozen=True, kw_only=True):
     missed: int
 
 
+class ActorInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One actor of the node's tree. The children of a supervisor started at run time (one
+    loop runner per loop) are summed up in one entry, ``path`` ``<supervisor>/*``."""
+
+    #: Child ids from the root, joined by ``/``.
+    path: str
+    running: bool
+    #: Times it was restarted (for a summed-up entry: all of them together).
+    restarts: int
+    supervisor: bool
+    #: A supervisor's children (for a summed-up entry: how many it stands for).
+    children: int = 0
+
+
+class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """The reply to :class:`Statistics`. Counters (``rounds``, ``tokens``, ...) count since
+    the node's gateway started; store figures count what the store holds."""
+
+    node_id: str
+    #: The node's wall clock, and seconds since its gateway started.
+    time: float
+    uptime: float
+    #: Loops in the store by phase.
+    loops: dict[str, int]
+    live_loops: int
+    #: Rounds finished by status, tokens and cost reported by workers.
+    rounds: dict[str, int]
+    tokens: int
+    cost_usd: float
+    store_rounds: int
+    store_events: int
+    store_commits: int
+    commit_seconds: CommitLatency
+    connections: int
+    subscriptions: int
+    #: Events a subscriber (or the node's own metrics) missed because it fell behind.
+    events_dropped: int
+    actors: list[ActorInfo]
+
+
 #: The data type of the :class:`Ok` reply to each request type.
 REPLY_DATA: Final[dict[str, type[msgspec.Struct]]] = {
     "hello": NodeInfo,
@@ -288,6 +342,7 @@ REPLY_DATA: Final[dict[str, type[msgspec.Struct]]] = {
     "subscribe": Subscribed,
     "unsubscribe": Unsubscribed,
     "code": CodeLoops,
+    "statistics": NodeStatistics,
 }
 
 

@@ -2,7 +2,8 @@
 phases, events and the per-round rules.
 
 General layout: ``_syntax`` (parser), ``_model`` (structs and the transition function),
-``_events`` (typed progress events), ``_rules`` (prompt, breaker checks, next phase).
+``_events`` (typed progress events), ``_rules`` (prompt, breaker checks, next phase),
+``steps`` (public: the LoopRunner's decisions as pure functions, and the effects they return).
 """
 
 from ._events import AgentStep as AgentStep
@@ -20,6 +21,8 @@ from ._events import RoundFinished as RoundFinished
 from ._events import RoundStarted as RoundStarted
 from ._events import RoundSummary as RoundSummary
 from ._events import event_decoder as event_decoder
+from ._ids import MATCHES_SHOWN as MATCHES_SHOWN
+from ._ids import resolve_loop_id as resolve_loop_id
 from ._model import LIVE_PHASES as LIVE_PHASES
 from ._model import MAX_ROUNDS as MAX_ROUNDS
 from ._model import TERMINAL_PHASES as TERMINAL_PHASES
@@ -44,9 +47,20 @@ from ._rules import round_intent as round_intent
 from ._rules import stale_rounds_after as stale_rounds_after
 from ._syntax import ParsedLoop as ParsedLoop
 from ._syntax import parse_loop as parse_loop
+from .steps import Run as Run
+from .steps import Step as Step
+from .steps import after_round as after_round
+from .steps import cancel_loop as cancel_loop
+from .steps import dispatch_round as dispatch_round
+from .steps import finish as finish
+from .steps import on_control as on_control
+from .steps import on_give_up as on_give_up
+from .steps import on_recovery as on_recovery
+from .steps import resume_step as resume_step
 
 __all__ = [
     "LIVE_PHASES",
+    "MATCHES_SHOWN",
     "MAX_ROUNDS",
     "TERMINAL_PHASES",
     "AgentStep",
@@ -71,18 +85,29 @@ __all__ = [
     "RoundStarted",
     "RoundStatus",
     "RoundSummary",
+    "Run",
+    "Step",
     "StopMode",
     "Verdict",
+    "after_round",
     "build_prompt",
+    "cancel_loop",
     "check_before_round",
     "check_transition",
     "defer_round",
     "deferred_wait",
+    "dispatch_round",
     "event_decoder",
+    "finish",
     "next_phase",
     "no_completed_round",
     "normalize_output",
+    "on_control",
+    "on_give_up",
+    "on_recovery",
     "parse_loop",
+    "resolve_loop_id",
+    "resume_step",
     "round_intent",
     "stale_rounds_after",
 ]

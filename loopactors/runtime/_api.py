@@ -24,6 +24,7 @@ from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
 from ..agent import Entry, FullPlan, MicroPlan
 from ..errors import ActorNotRunning, CallFailed, ConfigError, LoopNotFound
 from ..loops import (
+    MATCHES_SHOWN,
     TERMINAL_PHASES,
     AgentStep,
     AnyEvent,
@@ -33,6 +34,7 @@ from ..loops import (
     Phase,
     RoundRecord,
     StopMode,
+    resolve_loop_id,
 )
 from ..storage import DB_FILENAME, PruneReport, StoreBackend, StoreStatistics, open_backend
 from ..transport import transport_for
@@ -43,10 +45,12 @@ from ._context_builder import ContextBuilder
 from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
 from ._dispatcher import Dispatcher
 from ._events import EventBus, Gap, Subscription
+from ._groups import end_orphan_groups, forget_group, record_group
 from ._lock import lock_state_dir, watch_state_dir
 from ._messages import (
     ApplyCompaction,
     ControlLoop,
+    FindLoopIds,
     GetEvents,
     GetLoop,
     GetRounds,
@@ -215,6 +219,16 @@ class Runtime:
     def handle(self, loop_id: str) -> LoopHandle:
         return LoopHandle(self, loop_id)
 
+    async def resolve_loop_id(self, given: str) -> str:
+        """The id of the one loop whose id is ``given`` or starts with it.
+
+        Raises:
+            LoopNotFound: none does.
+            AmbiguousLoopId: several do (the message lists them).
+        """
+        matches: list[str] = await self._ask(self._store, FindLoopIds(given, MATCHES_SHOWN + 1))
+        return resolve_loop_id(given, matches, where="this runtime's store")
+
     async def get(self, loop_id: str) -> LoopState:
         state: LoopState | None = await self._ask(self._store, GetLoop(loop_id))
         if state is None:
@@ -227,6 +241,16 @@ class Runtime:
             self._store, ListLoops(live_only=live_only, limit=limit)
         )
         return loops
+
+    async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
+        """Stop a loop now, or after the round in flight (as :meth:`LoopHandle.stop`)."""
+        return await self.handle(loop_id).stop(after_round=after_round)
+
+    async def pause(self, loop_id: str) -> LoopState:
+        return await self.handle(loop_id).pause()
+
+    async def resume(self, loop_id: str) -> LoopState:
+        return await self.handle(loop_id).resume()
 
     async def history(self, loop_id: str) -> list[RoundRecord]:
         await self.get(loop_id)  # a clear error for an unknown id
@@ -337,6 +361,10 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                 kill_grace=config.kill_grace,
                 context_factory=functools.partial(RuntimeRoundContext, config, deps.bus),
                 transport=functools.partial(transport_for, config.transport),
+                max_output_bytes=config.max_output_bytes,
+                outputs_dir=Path(config.state_dir) / "outputs"
+                if config.keep_full_outputs and config.store == "sqlite"
+                else None,
             ),
             name=DISPATCHER,
             shutdown=config.kill_grace + 5.0,
@@ -406,6 +434,14 @@ class RuntimeRoundContext:
         )
         return applied
 
+    def process_group_started(self, pgid: int) -> None:
+        if self._config.store == "sqlite":
+            record_group(Path(self._config.state_dir), self.loop_id, self.round, pgid)
+
+    def process_group_ended(self, pgid: int) -> None:
+        if self._config.store == "sqlite":
+            forget_group(Path(self._config.state_dir), pgid)
+
     def agent_step(self, tool: str, detail: str) -> None:
         self._bus.publish(
             AgentStep(
@@ -444,6 +480,8 @@ async def open_runtime(
     async with contextlib.AsyncExitStack() as stack:
         if config.store == "sqlite":
             stack.enter_context(lock_state_dir(Path(config.state_dir)))
+            # Workers a crashed runtime left running end before their rounds run again.
+            await end_orphan_groups(Path(config.state_dir), config.kill_grace)
         runtime = await stack.enter_async_context(_open_runtime(config, observer))
         if config.store == "sqlite":
             state_dir = Path(config.state_dir)

@@ -25,7 +25,7 @@ from ..errors import (
     LoopNotFound,
     WorkerSpecError,
 )
-from ..loops import LoopFinished, LoopState, RoundRecord
+from ..loops import LoopState, RoundRecord, cancel_loop
 from ..storage import Write
 from ..workers import check_worker_spec
 from ._messages import (
@@ -35,6 +35,7 @@ from ._messages import (
     ForgetLedger,
     Forward,
     GetLoop,
+    GetRounds,
     ListLoops,
     LoopEnded,
     StartLoop,
@@ -274,23 +275,11 @@ class Coordinator(Actor[Any]):
 
     async def _end_without_runner(self, state: LoopState, reason: str) -> LoopState:
         """Cancel a live loop that has no runner (orphaned, or refused after admission)."""
-        final = state.moved("cancelled", reason=reason)
-        record = None
-        if state.phase == "awaiting_worker":  # close the round it had in flight
-            record = RoundRecord(
-                loop_id=state.loop_id,
-                round=state.round,
-                status="cancelled",
-                error=f"the loop ended while this round was in flight: {reason}",
-            )
-        done = LoopFinished(
-            loop_id=state.loop_id,
-            at=time.time(),
-            phase="cancelled",
-            rounds=state.spec.rounds,
-            completed_rounds=state.completed_rounds,
-            reason=reason,
+        rounds: list[RoundRecord] = await self.svc.store.call(
+            GetRounds(state.loop_id), self.deps.call_timeout
         )
+        # The round it had in flight, if any, is closed; the final event has every round.
+        final, record, done = cancel_loop(state, reason, time.time(), rounds=rounds)
         # The Breaker may hold its ledger (it ran rounds before a Coordinator restart).
         forget = Forward(BREAKER, ForgetLedger(state.loop_id))
         await self.svc.store.call(

@@ -37,6 +37,7 @@ __all__ = [
     "ControlLoop",
     "Dispatch",
     "Escalate",
+    "FindLoopIds",
     "ForgetLedger",
     "Forward",
     "GetContextBuilderStatistics",
@@ -87,6 +88,13 @@ class GetLoop(msgspec.Struct, frozen=True):
 class ListLoops(msgspec.Struct, frozen=True, kw_only=True):
     live_only: bool = False
     limit: int | None = None
+
+
+class FindLoopIds(msgspec.Struct, frozen=True):
+    """Reply: the ids starting with ``prefix``, sorted, at most ``limit``."""
+
+    prefix: str
+    limit: int
 
 
 class GetRounds(msgspec.Struct, frozen=True):

@@ -1,15 +1,14 @@
-"""The LoopRunner: one actor per live loop, owner of that loop's state machine.
+"""The LoopRunner: one actor per live loop, the interpreter of that loop's decisions.
 
 Everything that can change a loop (a round's result, a stop, a pause, a timer) arrives as a
 message, so the mailbox serialises it: no lock, no pending queue, no sweeper (rolebox's W6/W7).
 Every message that refers to a round carries its number, and every timer an epoch: stale ones
-are ignored. Each step is committed before its side effect: the intent to run round k (key
-``loop_id:k``) before the Dispatcher hears of it, the round's record together with the next
-phase, so a crash at any point resumes from the last commit without losing or repeating a
-recorded round.
-
-The module is longer than most on purpose: it is one state machine, and keeping every
-transition in one class, read top to bottom, is what makes it checkable.
+are ignored. What to do about a message is decided by a pure function of ``loops/_steps.py``
+(after a round, on finish, on a command, on recovery), which returns the runner's new
+knowledge and the effects to perform; this actor performs them, in order. Each step is
+committed before its side effect: the intent to run round k (key ``loop_id:k``) before the
+Dispatcher hears of it, the round's record together with the next phase, so a crash at any
+point resumes from the last commit without losing or repeating a recorded round.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 import trio
@@ -25,28 +24,21 @@ import trio
 from ..actors import Actor, ErrorReply
 from ..errors import ActorError, ActorNotRunning, CallFailed
 from ..loops import (
-    AnyEvent,
-    LoopFinished,
-    LoopInterrupted,
-    LoopPaused,
-    LoopRecovered,
-    LoopResumed,
     LoopState,
-    Phase,
     Prompt,
-    RoundFinished,
     RoundRecord,
-    RoundStatus,
     RoundSummary,
-    build_prompt,
-    defer_round,
-    deferred_wait,
-    next_phase,
-    no_completed_round,
-    normalize_output,
-    round_intent,
-    stale_rounds_after,
+    Step,
+    after_round,
+    dispatch_round,
+    finish,
+    on_control,
+    on_give_up,
+    on_recovery,
+    resume_step,
 )
+from ..loops import Run as RunnerKnowledge
+from ..loops import steps as effects
 from ..storage import Write
 from ..workers import RoundRequest, RoundResult, check_worker_spec
 from ._ledger import attempt_of
@@ -147,15 +139,11 @@ class LoopRunner(Actor[Any]):
     ) -> None:
         self.loop_id = loop_id
         self.deps = deps
-        self.state: LoopState = initial  # type: ignore[assignment]  # set in on_start if None
+        self._initial = initial
+        #: What this runner knows of its loop (set in on_start): the decisions' input.
+        self.run: RunnerKnowledge
         self.recovered = recovered
         self.epoch = 0
-        self.round_started = 0.0
-        self.seed_source: Literal["task", "previous_output"] = "task"
-        self._first_round = False
-        #: Round summaries for the final event (loaded from the store after a restart).
-        self.summary: dict[int, RoundSummary] = {}
-        self._unsaved: list[AnyEvent] = []
         #: Set by the factory when this loop's runners keep crashing: end it in error.
         self.give_up: str | None = None
         #: When (trio time) the round in flight has waited too long, and the one watchdog
@@ -164,9 +152,11 @@ class LoopRunner(Actor[Any]):
         self._watchdog_due = 0.0
         self._timer_at: float | None = None
         self._timer_id = 0  # ids come from _TIMER_IDS: unique across incarnations too
-        #: ``state.last_output`` as the no-progress fuse compares it, once computed.
-        self._last_normalized: str | None = None
         self.factory: RunnerFactory | None = None
+
+    @property
+    def state(self) -> LoopState:
+        return self.run.state
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -193,7 +183,8 @@ class LoopRunner(Actor[Any]):
 
     async def _start(self) -> None:
         self.svc = services_of(self.node)
-        if self.state is None or self.recovered:
+        state = self._initial
+        if state is None or self.recovered:
             # A recovery's snapshot may be stale: the loop's previous runner may have
             # finished it after the snapshot was read, and then a second runner would run
             # its last round again (found by `loopactors stress`). The store has the truth:
@@ -202,42 +193,48 @@ class LoopRunner(Actor[Any]):
             if state is None:
                 self.stop()
                 return
-            self.state = state
-        if self.state.terminal:
-            self.svc.coordinator.cast_nowait(LoopEnded(self.state))
+        self.run = RunnerKnowledge(state=state)
+        if state.terminal:
+            self.svc.coordinator.cast_nowait(LoopEnded(state))
             self.stop()
             return
         if self.give_up is not None:
-            if self.state.phase == "awaiting_worker":
-                await self.svc.dispatcher.cast(CancelRound(self._key))
-            await self._finish(
-                "error", record=self._unfinished_round("failed"), reason=self.give_up
-            )
+            await self._perform(on_give_up(self.run, self.give_up, time.time()))
             return
-        if self.recovered and self.state.phase != "activating":
+        if self.recovered and state.phase != "activating":
             # The rounds so far, for the summary the loop's final event carries.
             rounds: list[RoundRecord] = await self.svc.store.call(
                 GetRounds(self.loop_id), self.deps.call_timeout
             )
-            self.summary = {r.round: _summary(r) for r in rounds}
+            by_round = {r.round: _summary(r) for r in rounds}
+            summary = tuple(by_round[n] for n in sorted(by_round))
+            self.run = msgspec.structs.replace(self.run, summary=summary)
         self.ref.cast_nowait(Advance(self.epoch))
 
     async def handle(self, message: Any) -> Any:
         kind = type(message)
-        state = self.state
+        state = self.run.state
         if kind is PromptReady:
             if message.epoch == self.epoch and state.phase == "dispatching":
-                await self._dispatch_round(message.prompt)
+                await self._perform(dispatch_round(self.run, message.prompt, time.time()))
         elif kind is RoundDone:
             if state.phase == "awaiting_worker" and message.round == state.round:
-                await self._round_done(message.result)
+                await self._perform(after_round(self.run, message.result, time.time()))
         elif kind is Advance:
             if message.epoch == self.epoch and not state.terminal:
                 await self._step()
         elif kind is Escalate:
             if message.epoch == self.epoch and state.phase == "dispatching":
                 verdict = message.verdict
-                await self._finish("escalated", reason=verdict.reason, trigger=verdict.trigger)
+                await self._perform(
+                    finish(
+                        self.run,
+                        "escalated",
+                        time.time(),
+                        reason=verdict.reason,
+                        trigger=verdict.trigger,
+                    )
+                )
         elif kind is Watchdog:
             if message.timer == self._timer_id:
                 self._timer_at = None
@@ -248,21 +245,25 @@ class LoopRunner(Actor[Any]):
                     else:
                         await self._watchdog_fired()
         elif kind is ControlLoop:
-            return await self._control(message)
+            # Commands answer once their effect is durable (their commits wait).
+            command = on_control(self.run, message.command, message.stop_mode, time.time())
+            await self._perform(command)
+            return self.run.state
         else:
             return ErrorReply(TypeError(f"a loop runner does not accept {kind.__name__}"))
         return None
 
-    def _unfinished_round(self, status: RoundStatus) -> RoundRecord | None:
-        """The record that closes a round left in flight when the loop ends without it."""
-        if self.state.phase != "awaiting_worker":
-            return None
-        return RoundRecord(
-            loop_id=self.loop_id,
-            round=self.state.round,
-            status=status,
-            error="the loop ended while this round was in flight",
-        )
+    async def _step(self) -> None:
+        """Take the next step from the committed phase; also how a recovered loop resumes."""
+        recovered, self.recovered = self.recovered, False
+        now = time.time()
+        if recovered:
+            problem = worker_problem(
+                self.run.state.spec.worker, self.deps.kill_grace, here=not self.deps.remote_workers
+            )
+            await self._perform(on_recovery(self.run, problem, now))
+        else:
+            await self._perform(resume_step(self.run, now))
 
     async def _watchdog_fired(self) -> None:
         """No result within the round timeout plus a grace: is the round still somewhere?
@@ -270,7 +271,7 @@ class LoopRunner(Actor[Any]):
         Queued for a slot, or running for less than its timeout, it gets more time; lost
         (the Dispatcher does not know it) or overdue, it is cancelled and timed out (W18).
         """
-        spec = self.state.spec
+        spec = self.run.state.spec
         where: RoundWhere = await self.svc.dispatcher.call(
             WhereIsRound(self._key), self.deps.call_timeout
         )
@@ -282,103 +283,57 @@ class LoopRunner(Actor[Any]):
             await self._arm_watchdog(budget - where.running_for)
             return
         await self.svc.dispatcher.cast(CancelRound(self._key))
-        await self._round_done(
-            RoundResult(
-                status="timed_out",
-                error="no result reached the loop within the round timeout plus "
-                f"{WATCHDOG_GRACE:.0f} s; the round was cancelled",
-                duration=time.time() - self.round_started,
-            )
+        now = time.time()
+        result = RoundResult(
+            status="timed_out",
+            error="no result reached the loop within the round timeout plus "
+            f"{WATCHDOG_GRACE:.0f} s; the round was cancelled",
+            duration=now - self.run.round_started,
         )
+        await self._perform(after_round(self.run, result, now))
 
     @property
     def _key(self) -> str:
-        return f"{self.loop_id}:{self.state.round}"
+        return f"{self.loop_id}:{self.run.state.round}"
 
-    # -- driving the loop ------------------------------------------------------------------
+    # -- performing effects ----------------------------------------------------------------
     #
-    # One round is a pipeline of casts: runner -> Breaker -> ContextBuilder -> runner (prompt) ->
-    # Store (intent, durable) -> Dispatcher -> worker -> runner (result) -> Store. The runner
-    # wakes twice per round and never waits on a reply; the Store performs the side effect
-    # that must follow a commit (dispatching the round, publishing its events) only once the
-    # commit is durable.
+    # One round is a pipeline of casts: runner -> Breaker -> ContextBuilder -> runner (prompt)
+    # -> Store (intent, durable) -> Dispatcher -> worker -> runner (result) -> Store. The
+    # runner wakes twice per round and never waits on a reply; the Store performs the side
+    # effect that must follow a commit (dispatching the round, publishing its events) only
+    # once the commit is durable.
 
-    async def _step(self) -> None:
-        """Take the next step from the committed phase; also how a recovered loop resumes."""
-        phase = self.state.phase
-        recovered, self.recovered = self.recovered, False
-        if recovered:
-            problem = worker_problem(
-                self.state.spec.worker, self.deps.kill_grace, here=not self.deps.remote_workers
-            )
-            if problem is not None:
-                # The one case a loop cannot resume: say so at once (rolebox's W19).
-                await self._finish(
-                    "interrupted",
-                    record=self._unfinished_round("cancelled"),
-                    reason=problem,
-                    events=(interrupted_event(self.state, problem),),
-                )
-                return
-            if phase != "activating":
-                self._unsaved.append(
-                    LoopRecovered(
-                        loop_id=self.loop_id, at=time.time(), phase=phase, round=self.state.round
-                    )
-                )
-        if phase in ("activating", "dispatching"):
-            await self._prepare_round()
-        elif phase == "awaiting_worker":
-            # Dispatched before the restart: dispatch again under the same key. The store
-            # upserts the round by key, so it is recorded once whichever run reports.
-            self.round_started = time.time()
-            prompt = build_prompt(self.state)
-            self.seed_source = prompt.seed_source
-            await self.svc.dispatcher.cast(self._dispatch_message(prompt))
-            await self._arm_watchdog()
-            if self._unsaved:
-                await self._commit(self.state)
-        elif phase in ("summarizing", "finalizing"):
-            await self._decide((), None)
-        elif self._unsaved:  # paused: nothing to do until resume, but log the recovery
-            await self._commit(self.state)
-
-    async def _prepare_round(self) -> None:
-        """Ask the Breaker about the next round; it goes on to the ContextBuilder if all is well."""
-        state = self.state
-        now = time.time()
-        wait = deferred_wait(state, now)
-        if wait is not None:
-            # A usage limit holds this round back (also after a crash): wake at its reset.
-            self.epoch += 1
-            await self._schedule(trio.current_time() + wait, Advance(self.epoch))
-            return
-        if state.phase == "activating":
-            state = state.moved("dispatching")
-        # Round 1 is prepared until its intent commits, which announces the loop (also
-        # after a pause before round 1, or a restart).
-        self._first_round = state.round == 1
-        if not state.started_at:
-            state = msgspec.structs.replace(state, started_at=now)
-        self.state = state  # in memory only: committed with the round's intent
-        self.epoch += 1
-        await self.svc.breaker.cast(CheckRound(state, now, self.epoch))
-
-    async def _dispatch_round(self, prompt: Prompt) -> None:
-        state = self.state
-        now = time.time()
-        record, events = round_intent(state, prompt, now, first=self._first_round)
-        self._first_round = False
-        self.round_started = now
-        self.seed_source = prompt.seed_source
-        # The Store dispatches the round once its intent is durable.
-        dispatch = Forward(DISPATCHER, self._dispatch_message(prompt))
-        running = state.moved("awaiting_worker", deferred_until=None, defer_reason=None)
-        await self._commit(running, record, events, then=(dispatch,))
-        await self._arm_watchdog()
+    async def _perform(self, step: Step) -> None:
+        """Take a decision's new knowledge, then perform its effects in order."""
+        self.run, todo = step
+        for effect in todo:
+            if isinstance(effect, effects.Save):
+                await self._commit(effect)
+            elif isinstance(effect, effects.CheckRound):
+                self.epoch += 1
+                await self.svc.breaker.cast(CheckRound(effect.state, effect.now, self.epoch))
+            elif isinstance(effect, effects.RecordAttempt):
+                attempt = attempt_of(effect.record, self.run.state.spec.task)
+                await self.svc.breaker.cast(RecordAttempt(self.loop_id, attempt))
+            elif isinstance(effect, effects.Dispatch):
+                await self.svc.dispatcher.cast(self._dispatch_message(effect.prompt))
+            elif isinstance(effect, effects.ArmWatchdog):
+                await self._arm_watchdog()
+            elif isinstance(effect, effects.Wake):
+                self.epoch += 1
+                await self._schedule(trio.current_time() + effect.after, Advance(self.epoch))
+            elif isinstance(effect, effects.CancelInFlight):
+                await self.svc.dispatcher.cast(CancelRound(self._key))
+            elif isinstance(effect, effects.Invalidate):
+                self.epoch += 1
+            elif isinstance(effect, effects.Halt):
+                self.stop()
+            else:  # a new effect needs its line here
+                raise TypeError(f"the runner cannot perform {type(effect).__name__}")
 
     def _dispatch_message(self, prompt: Prompt) -> Dispatch:
-        state = self.state
+        state = self.run.state
         spec = state.spec
         request = RoundRequest(
             loop_id=self.loop_id,
@@ -402,7 +357,7 @@ class LoopRunner(Actor[Any]):
         """
         self.epoch += 1
         if after is None:
-            after = self.state.spec.round_timeout + WATCHDOG_GRACE
+            after = self.run.state.spec.round_timeout + WATCHDOG_GRACE
         due = self._watchdog_due = trio.current_time() + after
         if self._timer_at is None or self._timer_at > due:
             await self._schedule_watchdog(due)
@@ -417,247 +372,22 @@ class LoopRunner(Actor[Any]):
         # cast_nowait would crash this runner and, repeated, end its loop in error.
         await self.svc.timers.cast(Schedule(deadline, runner_name(self.loop_id), message))
 
-    async def _round_done(self, result: RoundResult) -> None:
-        state = self.state
-        status = result.status
-        if status == "deferred":
-            await self._round_deferred(result)
-            return
-        if status == "cancelled":
-            # Nobody here asked for it (a stop finishes the loop before the result comes).
-            status = "failed"
-        record = RoundRecord(
-            loop_id=self.loop_id,
-            round=state.round,
-            status=status,
-            seed_source=self.seed_source,
-            output=result.output,
-            error=result.error if status != "completed" else None,
-            tokens=result.tokens,
-            started_at=self.round_started,
-            duration=result.duration,
-            transcript=result.transcript,
-            cost_usd=result.cost_usd,
-            session_id=result.session_id,
-            files_changed=result.files_changed,
-            commits=result.commits,
-        )
-        self.summary[record.round] = _summary(record)
-        # The Breaker's ledger; sent before the next CheckRound, so it is there in time.
-        await self.svc.breaker.cast(
-            RecordAttempt(self.loop_id, attempt_of(record, state.spec.task))
-        )
-        if status == "completed":
-            normalized = normalize_output(result.output)
-            previous = self._last_normalized
-            if previous is None and state.last_output is not None:
-                previous = normalize_output(state.last_output)
-            self._last_normalized = normalized
-            changes: dict[str, Any] = {
-                "completed_rounds": state.completed_rounds + 1,
-                "last_output": result.output,
-                # Compared as same_output() does, normalizing each output only once.
-                "stale_rounds": stale_rounds_after(
-                    state, progress=result.progress, same_output=previous == normalized
-                ),
-                "progress_measure": "output" if result.progress is None else "workspace",
-                "consecutive_failures": 0,
-            }
-        else:
-            changes = {"consecutive_failures": state.consecutive_failures + 1}
-        if result.session_id is not None:
-            changes["agent_session"] = result.session_id
-        self.state = state.moved(
-            "summarizing",
-            tokens_used=state.tokens_used + result.tokens,
-            cost_usd=state.cost_usd + result.cost_usd,
-            deferrals=0,
-            **changes,
-        )
-        finished = RoundFinished(
-            loop_id=self.loop_id,
-            at=time.time(),
-            round=record.round,
-            rounds=state.spec.rounds,
-            status=status,
-            duration=result.duration,
-            tokens=result.tokens,
-            error=record.error,
-            cost_usd=result.cost_usd,
-            files_changed=result.files_changed,
-            commits=result.commits,
-        )
-        if status == "completed" and result.done:
-            # The worker found the objective met: the loop is complete now (rolebox's W3).
-            reason = f"objective met in round {record.round}"
-            await self._finish("complete", record=record, events=(finished,), reason=reason)
-            return
-        await self._decide((finished,), record)
+    async def _commit(self, save: effects.Save) -> None:
+        """Hand a step to the Store; with ``save.wait``, return only once it is durable.
 
-    async def _round_deferred(self, result: RoundResult) -> None:
-        """A usage or rate limit held the round back: not a failure, the same round later."""
-        waiting, record, deferred = defer_round(
-            self.state,
-            until=result.deferred_until,
-            reason=result.error or "usage limit",
-            now=time.time(),
-            tokens=result.tokens,
-            cost_usd=result.cost_usd,
-        )
-        if result.session_id is not None:
-            waiting = msgspec.structs.replace(waiting, agent_session=result.session_id)
-        record = msgspec.structs.replace(
-            record, started_at=self.round_started, duration=result.duration
-        )
-        self.summary[record.round] = _summary(record)
-        if waiting.stop_requested is not None:  # a stop after the round: the wait is moot
-            self.state = waiting
-            await self._finish(
-                "cancelled", record=record, events=(deferred,), reason="stopped by request"
-            )
-            return
-        if waiting.pause_requested:  # paused at this round; resume waits out the limit
-            paused = waiting.moved("paused", pause_requested=False)
-            note = LoopPaused(loop_id=self.loop_id, at=time.time(), round=paused.round)
-            await self._commit(paused, record, (deferred, note))
-            return
-        await self._commit(waiting, record, (deferred,))
-        await self._prepare_round()
-
-    async def _decide(self, events: tuple[AnyEvent, ...], record: RoundRecord | None) -> None:
-        """After a round: complete, cancelled (stop after round), paused, or the next round."""
-        state = self.state
-        nxt = next_phase(state)
-        if nxt in ("complete", "cancelled"):
-            await self._finish(nxt, record=record, events=events)
-            return
-        if nxt == "escalated":  # the cap, with no completed round
-            verdict = no_completed_round(state, record.error if record is not None else None)
-            await self._finish(
-                nxt, record=record, events=events, reason=verdict.reason, trigger=verdict.trigger
-            )
-            return
-        if nxt == "paused":
-            paused = state.moved("paused", round=state.round + 1, pause_requested=False)
-            note = LoopPaused(loop_id=self.loop_id, at=time.time(), round=paused.round)
-            await self._commit(paused, record, (*events, note))
-            return
-        # The next round's intent is committed after this write, so its dispatch (which
-        # waits for that commit) also waits for this one: no need to wait here.
-        await self._commit(state.moved("dispatching", round=state.round + 1), record, events)
-        await self._next_round()
-
-    async def _next_round(self) -> None:
-        delay = self.state.spec.inter_round_delay
-        if delay <= 0:
-            await self._prepare_round()
-            return
-        self.epoch += 1
-        deadline = trio.current_time() + delay
-        await self._schedule(deadline, Advance(self.epoch))
-
-    async def _finish(
-        self,
-        phase: Phase,
-        *,
-        record: RoundRecord | None = None,
-        events: tuple[AnyEvent, ...] = (),
-        reason: str | None = None,
-        trigger: str | None = None,
-        wait: bool = False,
-    ) -> None:
-        state = self.state
-        if phase == "complete":
-            state = state.moved("finalizing")
-        final = state.moved(phase, reason=reason, trigger=trigger)
-        summary = dict(self.summary)
-        if record is not None:
-            summary[record.round] = _summary(record)
-        done = LoopFinished(
-            loop_id=self.loop_id,
-            at=time.time(),
-            phase=phase,
-            rounds=state.spec.rounds,
-            completed_rounds=final.completed_rounds,
-            summary=tuple(summary[n] for n in sorted(summary)),
-            reason=reason,
-            trigger=trigger,
-        )
-        self.epoch += 1
-        ended = Forward(COORDINATOR, LoopEnded(final))
-        forget = Forward(BREAKER, ForgetLedger(self.loop_id))
-        await self._commit(final, record, (*events, done), then=(ended, forget), wait=wait)
-        self.stop()
-
-    # -- commands --------------------------------------------------------------------------
-
-    async def _control(self, message: ControlLoop) -> LoopState:
-        """Commands answer once their effect is durable."""
-        state = self.state
-        command = message.command
-        if command == "status" or state.terminal:
-            return state
-        now = time.time()
-        if command == "stop":
-            if message.stop_mode == "after_round" and state.phase == "awaiting_worker":
-                after = state.moved(state.phase, stop_requested="after_round")
-                await self._commit(after, wait=True)
-                return self.state
-            record = None
-            if state.phase == "awaiting_worker":
-                # Cancel the round's scope now; its result, if any, arrives to nobody.
-                await self.svc.dispatcher.cast(CancelRound(self._key))
-                record = RoundRecord(
-                    loop_id=self.loop_id,
-                    round=state.round,
-                    status="cancelled",
-                    seed_source=self.seed_source,
-                    started_at=self.round_started,
-                    duration=time.time() - self.round_started,
-                    error="stopped",
-                )
-                self.state = state.moved(state.phase, stop_requested="now")
-            await self._finish("cancelled", record=record, reason="stopped by request", wait=True)
-            return self.state
-        if command == "pause":
-            if state.phase == "awaiting_worker":
-                await self._commit(state.moved(state.phase, pause_requested=True), wait=True)
-            elif state.phase in ("activating", "dispatching"):
-                self.epoch += 1  # a round being prepared, or a pending Advance, is now stale
-                paused = state.moved("paused", pause_requested=False)
-                note = LoopPaused(loop_id=self.loop_id, at=now, round=paused.round)
-                await self._commit(paused, None, (note,), wait=True)
-            return self.state
-        # resume
-        if state.phase == "paused":
-            resumed = state.moved("dispatching")
-            back = LoopResumed(loop_id=self.loop_id, at=now, round=resumed.round)
-            await self._commit(resumed, None, (back,), wait=True)
-            await self._next_round()
-        elif state.pause_requested:
-            await self._commit(state.moved(state.phase, pause_requested=False), wait=True)
-        return self.state
-
-    # -- durability ------------------------------------------------------------------------
-
-    async def _commit(
-        self,
-        state: LoopState,
-        record: RoundRecord | None = None,
-        events: tuple[AnyEvent, ...] | list[AnyEvent] = (),
-        *,
-        then: tuple[Forward, ...] = (),
-        wait: bool = False,
-    ) -> None:
-        """Hand a step to the Store; with ``wait``, return only once it is durable.
-
-        Events are published by the Store after the commit, never before.
+        Events are published by the Store after the commit, never before; so are the
+        forwards (``then``): the round's dispatch, the loop's end.
         """
-        saved = (*self._unsaved, *events) if self._unsaved else tuple(events)
-        self._unsaved.clear()
-        commit = Commit(Write(state=state, round=record, events=saved), then)
-        self.state = state
-        if wait:
+        then: list[Forward] = []
+        for after in save.then:
+            if isinstance(after, effects.Dispatch):
+                then.append(Forward(DISPATCHER, self._dispatch_message(after.prompt)))
+            else:
+                then.append(Forward(COORDINATOR, LoopEnded(after.final)))
+                then.append(Forward(BREAKER, ForgetLedger(self.loop_id)))
+        write = Write(state=save.state, round=save.record, events=save.events)
+        commit = Commit(write, tuple(then))
+        if save.wait:
             # No timeout: a commit waits as long as the Store lives, through a full disk
             # (the Store retries it); giving up would restart this runner and run the round
             # in flight again.
@@ -668,16 +398,6 @@ class LoopRunner(Actor[Any]):
 
 def _summary(record: RoundRecord) -> RoundSummary:
     return RoundSummary(round=record.round, status=record.status, duration=record.duration)
-
-
-def interrupted_event(state: LoopState, reason: str) -> LoopInterrupted:
-    return LoopInterrupted(
-        loop_id=state.loop_id,
-        at=time.time(),
-        round=state.round,
-        rounds=state.spec.rounds,
-        reason=reason,
-    )
 
 
 def worker_problem(spec: str, kill_grace: float, *, here: bool = True) -> str | None:

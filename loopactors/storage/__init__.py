@@ -11,7 +11,9 @@ from pathlib import Path
 
 from .._util import fix_public_module
 from ..errors import StoreError
+from ._base import COMMIT_BUCKETS as COMMIT_BUCKETS
 from ._base import PRUNE_BATCH as PRUNE_BATCH
+from ._base import CommitLatency as CommitLatency
 from ._base import PruneReport as PruneReport
 from ._base import StoreBackend as StoreBackend
 from ._base import StoreStatistics as StoreStatistics
@@ -20,7 +22,9 @@ from ._memory import MemoryBackend as MemoryBackend
 from ._sqlite import SqliteBackend as SqliteBackend
 
 __all__ = [
+    "COMMIT_BUCKETS",
     "PRUNE_BATCH",
+    "CommitLatency",
     "MemoryBackend",
     "PruneReport",
     "SqliteBackend",

@@ -13,9 +13,16 @@ from collections.abc import Sequence
 import msgspec
 
 from ..errors import StoreError
-from ..loops import AnyEvent, LoopState, RoundRecord
+from ..loops import MATCHES_SHOWN, AnyEvent, LoopState, RoundRecord, resolve_loop_id
 
-__all__ = ["PruneReport", "StoreBackend", "StoreStatistics", "Write"]
+__all__ = [
+    "COMMIT_BUCKETS",
+    "CommitLatency",
+    "PruneReport",
+    "StoreBackend",
+    "StoreStatistics",
+    "Write",
+]
 
 
 class Write(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -37,6 +44,47 @@ class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     events: int
     commits: int
     writes: int
+    #: Loops in the store by phase (every phase that has at least one).
+    phases: dict[str, int] = {}
+    #: How long the Store actor's group commits took (set by the actor, not the backend).
+    commit_seconds: CommitLatency | None = None
+
+
+#: Upper bounds (seconds) of the commit latency histogram's buckets; the last is infinite.
+COMMIT_BUCKETS: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+
+
+class CommitLatency(msgspec.Struct, frozen=True, kw_only=True):
+    """A histogram of commit durations: ``counts[i]`` commits took at most ``bounds[i]``
+    seconds and more than the bound before; the last count is those over every bound."""
+
+    bounds: tuple[float, ...] = COMMIT_BUCKETS
+    counts: tuple[int, ...] = (0,) * (len(COMMIT_BUCKETS) + 1)
+    sum: float = 0.0
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def observe(self, seconds: float) -> CommitLatency:
+        """A copy with one more commit of ``seconds``."""
+        index = next((i for i, b in enumerate(self.bounds) if seconds <= b), len(self.bounds))
+        counts = list(self.counts)
+        counts[index] += 1
+        return CommitLatency(bounds=self.bounds, counts=tuple(counts), sum=self.sum + seconds)
 
 
 #: Loops removed per transaction by a prune, and loops looked at per batch: a batch keeps
@@ -105,6 +153,22 @@ class StoreBackend(abc.ABC):
     @abc.abstractmethod
     def list_loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
         """Loops, newest first (by ``created_at``); only non-terminal ones if ``live_only``."""
+
+    @abc.abstractmethod
+    def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:
+        """The ids of the loops whose id starts with ``prefix``, sorted, at most ``limit``
+        (see ``loops.resolve_loop_id``)."""
+
+    def resolve_loop_id(self, given: str, *, where: str = "the store") -> str:
+        """The id of the one loop whose id is ``given`` or starts with it (a prefix copied
+        from a table will do).
+
+        Raises:
+            LoopNotFound: none does.
+            AmbiguousLoopId: several do (the message lists them).
+        """
+        matches = self.find_loop_ids(given, limit=MATCHES_SHOWN + 1)
+        return resolve_loop_id(given, matches, where=where)
 
     @abc.abstractmethod
     def rounds(self, loop_id: str) -> list[RoundRecord]:

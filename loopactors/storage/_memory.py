@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterable, Sequence
 
 from ..errors import StoreError
@@ -61,6 +62,10 @@ class MemoryBackend(StoreBackend):
         ordered = sorted(states, key=lambda s: (s.created_at, s.loop_id), reverse=True)
         return ordered if limit is None else ordered[:limit]
 
+    def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:
+        self._check_open()
+        return sorted(i for i in self._loops if i.startswith(prefix))[:limit]
+
     def rounds(self, loop_id: str) -> list[RoundRecord]:
         self._check_open()
         by_round = self._rounds.get(loop_id, {})
@@ -112,6 +117,7 @@ class MemoryBackend(StoreBackend):
             events=sum(map(len, self._events.values())),
             commits=self._commits,
             writes=self._writes,
+            phases=dict(collections.Counter(s.phase for s in self._loops.values())),
         )
 
     def close(self) -> None:

@@ -268,6 +268,16 @@ class SqliteBackend(StoreBackend):
         with self._reading():
             return [decode(state) for (state,) in self._conn.execute(query, params)]
 
+    def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:
+        # A range on the primary key (text compares by its UTF-8 bytes, and no character
+        # sorts after U+10FFFF): an index seek, not a scan of every id.
+        query = (
+            "SELECT loop_id FROM loops WHERE loop_id >= ? AND loop_id < ? ORDER BY loop_id LIMIT ?"
+        )
+        with self._reading():
+            rows = self._conn.execute(query, (prefix, prefix + "\U0010ffff", limit))
+            return [loop_id for (loop_id,) in rows]
+
     def rounds(self, loop_id: str) -> list[RoundRecord]:
         decode = self._round_decoder.decode
         query = "SELECT record FROM rounds WHERE loop_id = ? ORDER BY round"
@@ -326,6 +336,9 @@ class SqliteBackend(StoreBackend):
             (SELECT count(*) FROM rounds), (SELECT count(*) FROM events)"""
         with self._reading():
             loops, live, rounds, events = self._conn.execute(query, _TERMINAL).fetchone()
+            phases = dict(
+                self._conn.execute("SELECT phase, count(*) FROM loops GROUP BY phase").fetchall()
+            )
         return StoreStatistics(
             loops=loops,
             live_loops=live,
@@ -333,6 +346,7 @@ class SqliteBackend(StoreBackend):
             events=events,
             commits=self._commits,
             writes=self._writes,
+            phases=phases,
         )
 
     def close(self) -> None:

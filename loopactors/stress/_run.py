@@ -29,6 +29,8 @@ __all__ = ["StressOptions", "run_stress"]
 
 #: Loops being started at once (each start is a call to the Coordinator).
 STARTERS = 64
+#: Tries of one start while faults are injected (each crash may lose an answer).
+START_ATTEMPTS = 20
 #: Restart limits while crashes are injected: the injected crashes alone must never
 #: exhaust a supervisor's restart intensity (that would test the limit, not recovery).
 UNLIMITED_RESTARTS = 1_000_000_000
@@ -206,7 +208,7 @@ async def _drive(
 
     async def starter() -> None:
         for i, loop_id in pending:
-            await rt.start(text.format(i), loop_id=loop_id)
+            await _start_through_crashes(rt, text.format(i), loop_id)
             tally.last_progress = time.monotonic()
 
     async def stopper() -> None:
@@ -238,6 +240,20 @@ async def _drive(
     if progress is not None:
         progress(tally)
     return stuck
+
+
+async def _start_through_crashes(rt: Runtime, text: str, loop_id: str) -> None:
+    """Start a loop while actors crash on purpose: a start whose answer a crash lost is sent
+    again under the same id, which returns the loop if the first one was admitted."""
+    for attempt in range(START_ATTEMPTS):
+        try:
+            await rt.start(text, loop_id=loop_id)
+        except LoopactorsError:
+            if attempt == START_ATTEMPTS - 1:
+                raise
+            await trio.sleep(0.01 * (attempt + 1))
+        else:
+            return
 
 
 async def _show_progress(tally: Tally, progress: Progress, interval: float) -> None:

@@ -6,38 +6,57 @@ Kept here so the main command line only wires them in.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
-import sys
 from typing import Any
 
-import trio
-
+from .._logs import add_log_format, configure_logging
 from ..errors import ConfigError
 from ._url import IN_PROCESS, check_transport, redact_url
-from ._wire import ALL_KINDS, KNOWN_KINDS
 
-__all__ = ["add_parsers", "print_status", "run_worker"]
+# trio and the wire format (which loads the workers) are imported where they are used:
+# `loopactors status` and `--help` build the parser from here and must start fast.
+
+__all__ = [
+    "WORKER_HELP",
+    "add_parsers",
+    "add_transport_option",
+    "add_worker_options",
+    "print_status",
+    "run_worker",
+]
 
 #: The commands that start a node (and so a Dispatcher) or read its state.
 TRANSPORT_COMMANDS = ("run", "resume", "node", "status")
 
 
-def add_parsers(commands: Any) -> None:
-    """``--transport`` on the commands that take it, and the ``worker`` command."""
+WORKER_HELP = "run rounds for a node on this machine, taken from Redis"
+
+
+def add_parsers(commands: Any, *, worker_options: bool = True) -> None:
+    """``--transport`` on the commands that take it, and the ``worker`` command (its options
+    only with ``worker_options``: they name the worker kinds, which loads the workers)."""
     for name in TRANSPORT_COMMANDS:
         parser = commands.choices.get(name)
         if parser is not None:
-            parser.add_argument(
-                "--transport",
-                metavar="URL",
-                help="inprocess (default) or redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for "
-                "TLS): run rounds on `loopactors worker` processes",
-            )
-    worker = commands.add_parser(
-        "worker", help="run rounds for a node on this machine, taken from Redis"
+            add_transport_option(parser)
+    worker = commands.add_parser("worker", help=WORKER_HELP)
+    if worker_options:
+        add_worker_options(worker)
+
+
+def add_transport_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--transport",
+        metavar="URL",
+        help="inprocess (default) or redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for "
+        "TLS): run rounds on `loopactors worker` processes",
     )
+
+
+def add_worker_options(worker: argparse.ArgumentParser) -> None:
+    from ._wire import ALL_KINDS, KNOWN_KINDS  # noqa: PLC0415 - loads the workers
+
     worker.add_argument(
         "--redis",
         metavar="URL",
@@ -52,6 +71,7 @@ def add_parsers(commands: Any) -> None:
     )
     worker.add_argument("--slots", type=int, default=4, metavar="N", help="rounds at once (4)")
     worker.add_argument("--name", metavar="NAME", help="consumer name (HOST-PID)")
+    add_log_format(worker)
     worker.add_argument(
         "--kill-grace", type=float, default=5.0, metavar="S", help="SIGTERM to SIGKILL (5 s)"
     )
@@ -75,8 +95,11 @@ def add_parsers(commands: Any) -> None:
 
 
 def run_worker(args: argparse.Namespace) -> int:
+    import trio  # noqa: PLC0415 - see the note on the imports
+
     # coredis loads only here
     from ._redis import REFUSED, find_error  # noqa: PLC0415
+    from ._wire import ALL_KINDS  # noqa: PLC0415
     from ._worker import WorkerSettings, default_worker_name, serve_worker  # noqa: PLC0415
 
     url = args.redis or os.environ.get("LOOPACTORS_REDIS")
@@ -106,11 +129,7 @@ def run_worker(args: argparse.Namespace) -> int:
         raise ConfigError(f"bad worker option: {exc}") from exc
     # Command rounds see which worker runs them (their environment is this process's).
     os.environ["LOOPACTORS_WORKER_NAME"] = settings.name
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_format)
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -134,6 +153,8 @@ def print_status(transport: str, *, console: Any) -> None:
     """The workers and per-stream backlog of a Redis transport (nothing for in-process)."""
     if transport == IN_PROCESS:
         return
+    import trio  # noqa: PLC0415 - see the note on the imports
+
     from ._redis import RETRIED, client_name, open_redis  # noqa: PLC0415 - coredis loads only here
     from ._status import collect, render  # noqa: PLC0415
 

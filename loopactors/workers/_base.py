@@ -162,6 +162,16 @@ class RoundContext(Protocol):
         """A tool call of a coding-agent CLI in this round: published live, not stored."""
         ...
 
+    def process_group_started(self, pgid: int) -> None:
+        """A subprocess of this round leads process group ``pgid`` (its own session): the
+        runtime lists it durably, so that after a crash it ends the group before it runs
+        the round again."""
+        ...
+
+    def process_group_ended(self, pgid: int) -> None:
+        """The round is done with process group ``pgid``."""
+        ...
+
 
 class Worker(abc.ABC):
     """Runs one round. Subclasses set ``kind`` and implement :meth:`run`."""

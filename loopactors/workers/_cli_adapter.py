@@ -143,6 +143,9 @@ class CliOutcome:
     is_error: bool = False
     error: str | None = None
     limit: UsageLimit | None = None
+    #: The session to resume was not found (deleted, another machine, another HOME): the
+    #: worker runs the round again once in a new session, with the full prompt.
+    session_missing: bool = False
 
     @property
     def tokens(self) -> int:

@@ -114,9 +114,15 @@ class _ClaudeStream(CliStreamParser):
         is_error = bool(result.get("is_error")) or returncode != 0
         error: str | None = None
         limit: UsageLimit | None = None
+        errors = result.get("errors")
+        listed = (
+            "; ".join(e for e in errors if isinstance(e, str)) if isinstance(errors, list) else ""
+        )
         if is_error:
             subtype = result.get("subtype")
-            error = reply or self.last_error_text or stderr or f"claude reported {subtype}"
+            error = (
+                reply or listed or self.last_error_text or stderr or f"claude reported {subtype}"
+            )
             if returncode != 0 and stderr and stderr not in error:
                 error = f"{error} ({stderr[-500:]})"
             limit = detect_limit(reply or error)
@@ -137,6 +143,7 @@ class _ClaudeStream(CliStreamParser):
             is_error=is_error,
             error=error,
             limit=limit,
+            session_missing=is_error and "No conversation found with session ID" in (error or ""),
         )
 
 

@@ -272,14 +272,18 @@ class CliAgentWorker(Worker):
             )
         workspace = self.workspace(request)
         resume = request.session if request.mode == "inherit" and self.adapter.resumes else None
+        promise = (
+            promise_instruction(request.objective, self.options.promise)
+            if request.objective
+            else ""
+        )
         # A resumed session has the earlier rounds already: the task alone, not the seed.
-        prompt = request.task if resume else request.prompt
-        if request.objective:
-            prompt += promise_instruction(request.objective, self.options.promise)
-        command = self.adapter.command(CliRound(prompt, self.options, resume, workspace))
-        env.update(command.env)
+        prompt = (request.task if resume else request.prompt) + promise
         before = await snapshot(workspace)
-        outcome = await self._run_cli(command.argv, env, command.stdin, workspace, context)
+        outcome = await self._run_round(prompt, resume, env, workspace, context)
+        if resume is not None and outcome.session_missing:
+            # The session is gone: a new one, with the full prompt (seed and task) instead.
+            outcome = await self._run_round(request.prompt + promise, None, env, workspace, context)
         files, commits, moved = await progress_since(workspace, before)
         common: dict[str, Any] = {
             "tokens": outcome.tokens,
@@ -307,6 +311,19 @@ class CliAgentWorker(Worker):
         tag = f"<promise>{self.options.promise}</promise>"
         done = bool(request.objective) and tag in outcome.reply
         return RoundResult(status="completed", output=outcome.reply, done=done, **common)
+
+    async def _run_round(
+        self,
+        prompt: str,
+        resume: str | None,
+        env: dict[str, str],
+        workspace: str,
+        context: RoundContext | None,
+    ) -> CliOutcome:
+        command = self.adapter.command(CliRound(prompt, self.options, resume, workspace))
+        return await self._run_cli(
+            command.argv, {**env, **command.env}, command.stdin, workspace, context
+        )
 
     async def _run_cli(
         self,

@@ -18,7 +18,7 @@ import shlex
 import shutil
 import signal
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Annotated, ClassVar
 
 import attrs
@@ -103,6 +103,8 @@ class GroupStopper:
     grace: float
     pgid: int | None = None
     deadline: float | None = None
+    #: Told the group id as soon as the child runs (the runtime lists it durably).
+    on_started: Callable[[int], None] | None = None
 
     def started(self, process: trio.Process | None = None) -> None:
         # run_process reports its Process through the ``task_status`` protocol; that is how we
@@ -110,6 +112,8 @@ class GroupStopper:
         if process is not None:
             self.pgid = process.pid  # start_new_session: the child leads its own group
             _running.add(self)
+            if self.on_started is not None:
+                self.on_started(process.pid)
 
     def kill_now(self) -> None:
         """SIGKILL the group now; a stop waiting out its grace returns at once."""
@@ -187,7 +191,9 @@ class CommandWorker(Worker):
             **({"LOOPACTORS_OBJECTIVE": request.objective} if request.objective else {}),
             **request.env,
         }
-        stopper = GroupStopper(self.kill_grace)
+        stopper = GroupStopper(
+            self.kill_grace, on_started=context.process_group_started if context else None
+        )
         try:
             done = await trio.run_process(
                 self.argv,
@@ -210,6 +216,9 @@ class CommandWorker(Worker):
             with trio.CancelScope(shield=True):
                 await stopper.stop()
             raise
+        finally:
+            if context is not None and stopper.pgid is not None:
+                context.process_group_ended(stopper.pgid)
         output, tokens, met = split_tokens_line(done.stdout.decode("utf-8", errors="replace"))
         if done.returncode == 0:
             return RoundResult(status="completed", output=output, tokens=tokens, done=met)

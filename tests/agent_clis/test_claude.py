@@ -286,3 +286,19 @@ async def test_one_limit_holds_back_the_other_loops_of_the_same_account(
     beta = [at for at, said in asked if "task beta" in said]
     assert beta
     assert min(beta) >= deferrals[0].until  # the held loop asked nothing before the reset
+
+
+async def test_a_lost_session_is_replaced_by_a_new_one_with_the_full_prompt(
+    tmp_path: Path, anthropic: AnthropicFake, claude_env: dict[str, str]
+) -> None:
+    anthropic.turns = [Turn(text="started over")]
+    worker = parse_worker(f"claude:workspace={git_workspace(tmp_path / 'ws')}")
+    lost = "0b5b3c1e-1111-4222-8333-444455556666"  # no such session in this HOME
+    result = await worker.run(
+        request("seed text\n\n---\n\ntask text", task="task text", mode="inherit", session=lost),
+        None,
+    )
+    assert result.status == "completed", result.error
+    assert result.output == "started over"
+    assert result.session_id != lost
+    assert "seed text" in str(anthropic.conversations[0])

@@ -197,6 +197,17 @@ def test_list_loops_order_filter_and_limit(backend: StoreBackend) -> None:
         backend.list_loops(limit=-1)
 
 
+def test_find_loop_ids_by_prefix(backend: StoreBackend) -> None:
+    ids = ["6b0c11", "6b0c12", "6b0d", "6b", "7a", "6b0c11-child", "é9"]
+    backend.commit([Write(state=state(i, "complete", created_at=1.0)) for i in ids])
+    assert backend.find_loop_ids("6b0c", limit=10) == ["6b0c11", "6b0c11-child", "6b0c12"]
+    assert backend.find_loop_ids("6b", limit=2) == ["6b", "6b0c11"]
+    assert backend.find_loop_ids("7a", limit=10) == ["7a"]
+    assert backend.find_loop_ids("é", limit=10) == ["é9"]
+    assert backend.find_loop_ids("x", limit=10) == []
+    assert backend.find_loop_ids("", limit=3) == ["6b", "6b0c11", "6b0c11-child"]
+
+
 def test_list_loops_ties_broken_by_id(backend: StoreBackend) -> None:
     backend.commit([Write(state=state(i, created_at=5.0)) for i in ("b", "c", "a")])
     assert [s.loop_id for s in backend.list_loops()] == ["c", "b", "a"]
@@ -207,7 +218,13 @@ def test_statistics_count_commits_and_writes(backend: StoreBackend) -> None:
     backend.commit([Write(state=state("a", "complete"), round=record("a", 1))])
     backend.commit([])  # nothing to do: not a commit
     assert backend.statistics() == StoreStatistics(
-        loops=2, live_loops=1, rounds=1, events=0, commits=2, writes=3
+        loops=2,
+        live_loops=1,
+        rounds=1,
+        events=0,
+        commits=2,
+        writes=3,
+        phases={"complete": 1, "dispatching": 1},
     )
 
 
@@ -249,7 +266,13 @@ def test_sqlite_survives_reopen(sqlite_path: Path) -> None:
         assert store.events("a") == [started("a", 1), started("a", 2)]
         # Counters are per open; counts are of the file.
         assert store.statistics() == StoreStatistics(
-            loops=1, live_loops=1, rounds=1, events=2, commits=1, writes=1
+            loops=1,
+            live_loops=1,
+            rounds=1,
+            events=2,
+            commits=1,
+            writes=1,
+            phases={"dispatching": 1},
         )
     finally:
         store.close()

@@ -1,0 +1,142 @@
+"""Dashboard benchmark: the page open on a node with 2,000 live loops.
+
+    python bench/dashboard.py                 # 2,000 live loops, 20 s of updates
+    python bench/dashboard.py --loops 200 --seconds 5   # a smoke run
+
+A `loopactors node` process (memory store) runs N loops of scripted rounds, each round
+taking about a second, so the page receives a few thousand events a second. Headless
+Chromium (the system's /usr/bin/chromium, driven by Playwright) shows the loops table; the
+page applies events once per animation frame and records how long each batch took
+(`window.__dashboard`). Prints a table, then one JSON line: batches, events per batch, mean,
+95th percentile and worst time to apply a batch, and how long a click on the phase filter
+took to re-render the table with every loop in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+from playwright.sync_api import sync_playwright
+
+from loopactors.client import connect
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def start_node(state: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str, str]:
+    """A `loopactors node` on a free port; its log goes to a file nobody has to read."""
+    log = (state / "node.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loopactors", "node", "--listen", "127.0.0.1:0",
+         "--state", str(state), "--rate-limit", "1000000", *extra],
+        stderr=log,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        match = re.search(r"serving ws://(\S+)", (state / "node.log").read_text())
+        if match:
+            return proc, match.group(1), (state / "node.token").read_text().strip()
+        time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("the node did not start")
+
+
+async def start_loops(address: str, token: str, texts: list[tuple[str, str]]) -> list[str]:
+    """Start each (text, worker) on the node, 64 at a time; their ids in order."""
+    ids: list[str] = [""] * len(texts)
+    limit = trio.Semaphore(64)
+    async with connect(f"ws://{address}", token=token, timeout=60) as node:
+
+        async def one(index: int, text: str, worker: str) -> None:
+            async with limit:
+                state = await node.start(text, worker=worker)
+                ids[index] = state.loop_id
+
+        async with trio.open_nursery() as nursery:
+            for index, (text, worker) in enumerate(texts):
+                nursery.start_soon(one, index, text, worker)
+    return ids
+
+
+def open_page(pw: Any, address: str, token: str, width: int = 1300, height: int = 900) -> Any:
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(f"http://{address}/#token={token}")
+    page.wait_for_selector('#conn-status[data-state="connected"]')
+    return browser, page
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--loops", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, address, token = start_node(Path(tmp), "--store", "memory")
+        try:
+            texts = [
+                (f"|loop:50,fresh| bench loop {i}", "scripted:latency=1") for i in range(args.loops)
+            ]
+            trio.run(start_loops, address, token, texts)
+            with sync_playwright() as pw:
+                browser, page = open_page(pw, address, token)
+                shown = f"document.querySelector('#counts').textContent.startsWith('{args.loops} ')"
+                page.wait_for_function(shown, timeout=120_000)
+                page.evaluate(
+                    "() => { const s = window.__dashboard; s.batches = 0; s.events = 0; "
+                    "s.maxBatchMs = 0; s.totalBatchMs = 0; s.recent = []; }"
+                )
+                time.sleep(args.seconds)
+                stats = page.evaluate("() => window.__dashboard")
+                # A filter change re-renders the table from every loop, synchronously.
+                filter_ms = page.evaluate(
+                    "() => { const sel = document.querySelector('#phase-filter'); "
+                    "const t0 = performance.now(); sel.value = 'live'; "
+                    "sel.dispatchEvent(new Event('change')); sel.value = ''; "
+                    "sel.dispatchEvent(new Event('change')); return (performance.now() - t0) / 2; }"
+                )
+                browser.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    samples = sorted(stats["recent"]) or [0.0]
+    result = {
+        "loops": args.loops,
+        "seconds": args.seconds,
+        "batches": stats["batches"],
+        "events": stats["events"],
+        "events_per_batch": round(stats["events"] / max(1, stats["batches"]), 1),
+        "mean_batch_ms": round(stats["totalBatchMs"] / max(1, stats["batches"]), 2),
+        "p95_batch_ms": round(samples[int(0.95 * (len(samples) - 1))], 2),
+        "max_batch_ms": round(stats["maxBatchMs"], 2),
+        "filter_click_ms": round(filter_ms, 1),
+        "machine": f"{platform.machine()}, {platform.python_version()}",
+    }
+    width = max(len(k) for k in result)
+    for key, value in result.items():
+        print(f"{key:<{width}}  {value}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

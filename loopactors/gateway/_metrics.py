@@ -1,0 +1,259 @@
+"""The node's figures: rounds, tokens and cost counted from the event stream, and the rest
+(loops by phase, actors, store, connections) read when asked. Served as the protocol's
+``statistics`` reply and as Prometheus metrics (``GET /metrics``), from one registry per node.
+
+``docs/observability.md`` lists the metric families.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import typing
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from ..actors import SupervisorRef
+from ..errors import ActorError, LoopNotFound
+from ..loops import AnyEvent, LoopFinished, LoopStarted, Phase, RoundFinished
+from ..runtime import Gap, Runtime
+from ..storage import CommitLatency
+from ._protocol import ActorInfo, NodeStatistics
+
+if TYPE_CHECKING:
+    from ._gateway import Gateway
+
+__all__ = ["NodeMetrics", "worker_kind"]
+
+log = logging.getLogger("loopactors.gateway")
+
+#: Round durations (seconds) as the histogram's buckets: scripted rounds take milliseconds,
+#: agent rounds minutes.
+ROUND_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
+#: A supervisor with more children than this is shown summed up (one loop runner per loop).
+_LISTED_CHILDREN = 32
+#: Events the metrics' own subscription may hold before it counts them as dropped.
+_QUEUE = 10_000
+
+
+def worker_kind(worker: str) -> str:
+    """``command:./agent.sh --fast`` -> ``command``: a label with few values."""
+    return worker.partition(":")[0] or "?"
+
+
+class NodeMetrics:
+    """Counts what the node's loops did, and reads the rest of its figures on demand.
+
+    Made once per gateway (its counters live as long as it); :meth:`run` follows the event
+    stream in the gateway's nursery.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.started = time.time()
+        self.registry = CollectorRegistry()
+        self._rounds = Counter(
+            "loopactors_rounds",
+            "Rounds finished, by status and worker kind.",
+            ["status", "worker_kind"],
+            registry=self.registry,
+        )
+        self._durations = Histogram(
+            "loopactors_round_duration_seconds",
+            "How long finished rounds took, by worker kind.",
+            ["worker_kind"],
+            buckets=ROUND_BUCKETS,
+            registry=self.registry,
+        )
+        self._tokens = Counter(
+            "loopactors_tokens",
+            "Tokens the workers reported, by worker kind.",
+            ["worker_kind"],
+            registry=self.registry,
+        )
+        self._cost = Counter(
+            "loopactors_cost_usd",
+            "Cost in US dollars the workers reported.",
+            registry=self.registry,
+        )
+        self.rounds: dict[str, int] = {}
+        self.tokens = 0
+        self.cost_usd = 0.0
+        #: Events this node's own metrics subscription missed (it fell behind).
+        self.missed = 0
+        self._kinds: dict[str, str] = {}
+        self._snapshot: NodeStatistics | None = None
+        self.registry.register(_Snapshot(self))
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+
+    async def run(self) -> None:
+        """Count every event the runtime publishes (until cancelled)."""
+        with self.runtime.subscribe(None, queue_size=_QUEUE) as events:
+            async for event in events:
+                if isinstance(event, Gap):
+                    self.missed += event.missed
+                    continue
+                await self._count(event)
+
+    async def _count(self, event: AnyEvent) -> None:
+        if isinstance(event, LoopStarted):
+            self._kinds[event.loop_id] = worker_kind(event.worker)
+        elif isinstance(event, RoundFinished):
+            kind = await self._kind_of(event.loop_id)
+            self._rounds.labels(event.status, kind).inc()
+            self.rounds[event.status] = self.rounds.get(event.status, 0) + 1
+            if event.duration is not None:
+                self._durations.labels(kind).observe(event.duration)
+            if event.tokens:
+                self._tokens.labels(kind).inc(event.tokens)
+                self.tokens += event.tokens
+            cost = getattr(event, "cost_usd", None)  # reported by workers that know a price
+            if isinstance(cost, int | float) and cost > 0:
+                self._cost.inc(cost)
+                self.cost_usd += cost
+        elif isinstance(event, LoopFinished):
+            self._kinds.pop(event.loop_id, None)
+
+    async def _kind_of(self, loop_id: str) -> str:
+        kind = self._kinds.get(loop_id)
+        if kind is None:  # a loop that started before this gateway (recovered, say)
+            try:
+                kind = worker_kind((await self.runtime.get(loop_id)).spec.worker)
+            except (LoopNotFound, ActorError):
+                kind = "?"
+            self._kinds[loop_id] = kind
+        return kind
+
+    async def statistics(self, gateway: Gateway) -> NodeStatistics:
+        """The node's figures right now (the store and the actor tree are asked)."""
+        runtime = self.runtime
+        store = await runtime.store_statistics()
+        gateway_stats = gateway.statistics()
+        return NodeStatistics(
+            node_id=gateway.node_id,
+            time=time.time(),
+            uptime=time.time() - self.started,
+            loops=dict(store.phases),
+            live_loops=store.live_loops,
+            rounds=dict(self.rounds),
+            tokens=self.tokens,
+            cost_usd=self.cost_usd,
+            store_rounds=store.rounds,
+            store_events=store.events,
+            store_commits=store.commits,
+            commit_seconds=store.commit_seconds or CommitLatency(),
+            connections=gateway_stats.connections,
+            subscriptions=gateway_stats.subscriptions,
+            events_dropped=gateway.events_dropped + self.missed,
+            actors=await actor_tree(runtime),
+        )
+
+    async def exposition(self, gateway: Gateway) -> bytes:
+        """The Prometheus text exposition of every metric, read now."""
+        self._snapshot = await self.statistics(gateway)
+        try:
+            return generate_latest(self.registry)
+        finally:
+            self._snapshot = None
+
+
+async def actor_tree(runtime: Runtime) -> list[ActorInfo]:
+    """The node's actors, depth first, with restart counts."""
+    found: list[ActorInfo] = []
+
+    async def walk(supervisor: SupervisorRef, prefix: str) -> int:
+        try:
+            children = await supervisor.which_children()
+        except ActorError:
+            return 0  # restarting right now: its children are shown at the next look
+        if len(children) > _LISTED_CHILDREN:
+            found.append(
+                ActorInfo(
+                    path=f"{prefix}*",
+                    running=all(c.running for c in children),
+                    restarts=sum(c.restarts for c in children),
+                    supervisor=False,
+                    children=len(children),
+                )
+            )
+            return len(children)
+        for child in children:
+            index = len(found)
+            info = ActorInfo(
+                path=f"{prefix}{child.id}",
+                running=child.running,
+                restarts=child.restarts,
+                supervisor=child.is_supervisor,
+            )
+            found.append(info)
+            if child.is_supervisor and child.ref is not None:
+                count = await walk(SupervisorRef(child.ref), f"{info.path}/")
+                found[index] = msgspec.structs.replace(info, children=count)
+        return len(children)
+
+    with trio.move_on_after(5.0):
+        await walk(runtime.node.supervisor, "")
+    return found
+
+
+class _Snapshot(Collector):
+    """The figures read at scrape time (the store, the actors, the connections)."""
+
+    def __init__(self, metrics: NodeMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        stats = self.metrics._snapshot
+        if stats is None:  # only :meth:`NodeMetrics.exposition` reads them
+            return
+        loops = GaugeMetricFamily(
+            "loopactors_loops", "Loops in the store by phase.", labels=["phase"]
+        )
+        for phase in typing.get_args(Phase):
+            loops.add_metric([phase], stats.loops.get(phase, 0))
+        yield loops
+        restarts = CounterMetricFamily(
+            "loopactors_actor_restarts",
+            "Times a supervisor restarted the actor (loop runners summed up as loops/*).",
+            labels=["actor"],
+        )
+        for actor in stats.actors:
+            restarts.add_metric([actor.path], actor.restarts)
+        yield restarts
+        latency = stats.commit_seconds
+        buckets: list[tuple[str, float]] = []
+        total = 0
+        for bound, count in zip((*latency.bounds, float("inf")), latency.counts, strict=True):
+            total += count
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), total))
+        commits = HistogramMetricFamily(
+            "loopactors_store_commit_seconds",
+            "How long the store's group commits took.",
+        )
+        commits.add_metric([], buckets, latency.sum)
+        yield commits
+        connections = GaugeMetricFamily(
+            "loopactors_gateway_connections", "Websocket clients connected now."
+        )
+        connections.add_metric([], stats.connections)
+        yield connections
+        dropped = CounterMetricFamily(
+            "loopactors_events_dropped",
+            "Events subscribers missed because they fell behind.",
+        )
+        dropped.add_metric([], stats.events_dropped)
+        yield dropped

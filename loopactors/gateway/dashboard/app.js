@@ -1,0 +1,863 @@
+// The loopactors dashboard: one page speaking the node's websocket protocol (docs/protocol.md).
+// No build step and no library. The token comes from the #token= fragment or the sign-in
+// form and is kept in sessionStorage only; it travels in the protocol's hello, never in a URL.
+"use strict";
+
+const PAGE_SIZE = 100;
+const STATUS_LIMIT = 1000; // the node's max_status_loops default
+const LIVE = new Set(["activating", "dispatching", "awaiting_worker", "summarizing", "finalizing", "paused"]);
+const TOKEN_KEY = "loopactors.token";
+const $ = (sel) => document.querySelector(sel);
+
+// -- the protocol -------------------------------------------------------------------------
+
+class NodeConnection {
+  constructor(url, token, handlers) {
+    this.url = url;
+    this.token = token;
+    this.handlers = handlers;
+    this.nextId = 1;
+    this.pending = new Map();
+    this.ws = null;
+    this.info = null;
+    this.closedByUs = false;
+    this.backoff = 250;
+  }
+
+  open() {
+    const ws = new WebSocket(this.url);
+    this.ws = ws;
+    ws.onopen = async () => {
+      try {
+        const info = await this.request("hello", { protocol: 1, token: this.token, client: "dashboard" });
+        this.backoff = 250;
+        const previous = this.info;
+        this.info = info;
+        this.handlers.connected(info, previous);
+      } catch (err) {
+        if (err.code === "unauthorized") {
+          this.closedByUs = true;
+          this.handlers.unauthorized(err.message);
+        }
+      }
+    };
+    ws.onmessage = (message) => this.receive(JSON.parse(message.data));
+    ws.onclose = () => {
+      for (const { reject } of this.pending.values()) reject({ code: "closed", message: "connection closed" });
+      this.pending.clear();
+      if (this.closedByUs) return;
+      this.handlers.disconnected(this.backoff);
+      setTimeout(() => this.open(), this.backoff);
+      this.backoff = Math.min(this.backoff * 2, 5000);
+    };
+  }
+
+  close() {
+    this.closedByUs = true;
+    if (this.ws) this.ws.close();
+  }
+
+  request(type, fields = {}) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      if (!this.ws || this.ws.readyState !== WebSocket.OPEN) {
+        reject({ code: "closed", message: "not connected to the node" });
+        return;
+      }
+      this.pending.set(id, { resolve, reject });
+      this.ws.send(JSON.stringify({ type, id, ...fields }));
+    });
+  }
+
+  receive(frame) {
+    if (frame.type === "ok" || frame.type === "error") {
+      const waiting = this.pending.get(frame.id);
+      if (!waiting) return;
+      this.pending.delete(frame.id);
+      if (frame.type === "ok") waiting.resolve(frame.data);
+      else waiting.reject(frame);
+    } else if (frame.type === "event") {
+      this.handlers.event(frame.subscription, frame.event);
+    } else if (frame.type === "gap") {
+      this.handlers.gap(frame.subscription, frame.missed);
+    } else if (frame.type === "closing") {
+      this.handlers.closing(frame.reason);
+    }
+  }
+}
+
+// -- state --------------------------------------------------------------------------------
+
+const model = {
+  loops: new Map(),      // loop_id -> row data
+  order: [],             // loop ids, newest first
+  orderDirty: false,
+  changed: new Set(),    // loop ids changed since the last render
+  queue: [],             // events not applied yet (applied once per animation frame)
+  page: 0,
+  filterPhase: "",
+  search: "",
+  fetching: new Set(),
+  fetchQueue: [],
+};
+const stats = { batches: 0, events: 0, lastBatchMs: 0, maxBatchMs: 0, totalBatchMs: 0, recent: [] };
+window.__dashboard = stats; // read by the benchmark (bench/dashboard.py)
+
+let node = null;
+let allSubscription = null;
+let view = "loops";
+let openLoop = null; // { id, subscription, events: [], history: null }
+let rateSamples = []; // [seconds, rounds finished]
+let statsTimer = null;
+let frameRequested = false;
+
+function rowFromState(state) {
+  const old = model.loops.get(state.loop_id);
+  return {
+    id: state.loop_id,
+    task: state.spec.task,
+    worker: state.spec.worker,
+    phase: state.phase,
+    round: state.round,
+    rounds: state.spec.rounds,
+    completed: state.completed_rounds,
+    running: state.phase === "awaiting_worker",
+    tokens: state.tokens_used,
+    cost: state.cost_usd ?? (old ? old.cost : null),
+    created: state.created_at,
+    updated: state.updated_at,
+    state,
+  };
+}
+
+function putState(state) {
+  const isNew = !model.loops.has(state.loop_id);
+  model.loops.set(state.loop_id, rowFromState(state));
+  if (isNew) model.orderDirty = true;
+  model.changed.add(state.loop_id);
+  if (openLoop && openLoop.id === state.loop_id) renderLoopSummary();
+}
+
+function applyEvent(event) {
+  const row = model.loops.get(event.loop_id);
+  if (!row) {
+    fetchLoop(event.loop_id);
+    return;
+  }
+  row.updated = event.at;
+  switch (event.type) {
+    case "round_started":
+      row.round = event.round;
+      row.running = true;
+      row.phase = "awaiting_worker";
+      break;
+    case "round_finished":
+      row.running = false;
+      row.completed = Math.max(row.completed, event.round);
+      row.tokens += event.tokens || 0;
+      if (typeof event.cost_usd === "number") row.cost = (row.cost || 0) + event.cost_usd;
+      row.phase = row.phase === "paused" ? "paused" : "summarizing";
+      break;
+    case "loop_paused":
+      row.phase = "paused";
+      row.running = false;
+      break;
+    case "loop_resumed":
+      row.phase = "dispatching";
+      break;
+    case "loop_recovered":
+      row.phase = event.phase;
+      row.round = event.round;
+      break;
+    case "loop_finished":
+      row.phase = event.phase;
+      row.running = false;
+      row.completed = event.completed_rounds;
+      fetchLoop(event.loop_id); // the final state (tokens, reason) from the store
+      break;
+    default:
+      break;
+  }
+  model.changed.add(event.loop_id);
+}
+
+// Loops the page has not seen (started elsewhere, or beyond the first status page) are
+// asked for one by one, a few at a time.
+function fetchLoop(loopId) {
+  if (model.fetching.has(loopId)) return;
+  model.fetching.add(loopId);
+  model.fetchQueue.push(loopId);
+  pumpFetches();
+}
+
+let fetchesInFlight = 0;
+function pumpFetches() {
+  while (fetchesInFlight < 16 && model.fetchQueue.length) {
+    const loopId = model.fetchQueue.shift();
+    fetchesInFlight++;
+    node.request("status", { loop_id: loopId })
+      .then((data) => { for (const state of data.loops) putState(state); scheduleRender(); })
+      .catch(() => {})
+      .finally(() => { fetchesInFlight--; model.fetching.delete(loopId); pumpFetches(); });
+  }
+}
+
+async function loadLoops() {
+  const [live, recent] = await Promise.all([
+    node.request("status", { live_only: true, limit: STATUS_LIMIT }),
+    node.request("status", { limit: STATUS_LIMIT }),
+  ]);
+  for (const state of recent.loops) putState(state);
+  for (const state of live.loops) putState(state);
+  scheduleRender();
+}
+
+// -- rendering ----------------------------------------------------------------------------
+
+function scheduleRender() {
+  if (frameRequested) return;
+  frameRequested = true;
+  requestAnimationFrame(flush);
+}
+
+function flush() {
+  frameRequested = false;
+  const started = performance.now();
+  const batch = model.queue;
+  model.queue = [];
+  for (const event of batch) applyEvent(event);
+  renderTable();
+  const took = performance.now() - started;
+  if (batch.length) {
+    stats.batches++;
+    stats.events += batch.length;
+    stats.lastBatchMs = took;
+    stats.maxBatchMs = Math.max(stats.maxBatchMs, took);
+    stats.totalBatchMs += took;
+    stats.recent.push(took);
+    if (stats.recent.length > 2000) stats.recent.shift();
+  }
+}
+
+function visibleIds() {
+  if (model.orderDirty) {
+    model.order = [...model.loops.keys()];
+    model.order.sort((a, b) => model.loops.get(b).created - model.loops.get(a).created);
+    model.orderDirty = false;
+  }
+  const phase = model.filterPhase;
+  const search = model.search.toLowerCase();
+  if (!phase && !search) return model.order;
+  return model.order.filter((id) => {
+    const row = model.loops.get(id);
+    if (phase === "live" ? !LIVE.has(row.phase) : phase && row.phase !== phase) return false;
+    return !search || id.toLowerCase().includes(search) || row.task.toLowerCase().includes(search);
+  });
+}
+
+const rowElements = new Map(); // loop_id -> <tr>, reused across renders
+let shownIds = [];
+
+function renderTable() {
+  const ids = visibleIds();
+  const pages = Math.max(1, Math.ceil(ids.length / PAGE_SIZE));
+  model.page = Math.min(model.page, pages - 1);
+  const pageIds = ids.slice(model.page * PAGE_SIZE, (model.page + 1) * PAGE_SIZE);
+  const sameRows = pageIds.length === shownIds.length && pageIds.every((id, i) => id === shownIds[i]);
+  if (sameRows) {
+    for (const id of pageIds) if (model.changed.has(id)) fillRow(rowElements.get(id), model.loops.get(id));
+  } else {
+    const body = $("#loop-rows");
+    const fragment = document.createDocumentFragment();
+    for (const id of pageIds) {
+      let tr = rowElements.get(id);
+      if (!tr) {
+        tr = makeRow(id);
+        rowElements.set(id, tr);
+        fillRow(tr, model.loops.get(id));
+      } else if (model.changed.has(id)) {
+        fillRow(tr, model.loops.get(id));
+      }
+      fragment.appendChild(tr);
+    }
+    body.replaceChildren(fragment);
+    shownIds = pageIds;
+    if (rowElements.size > 4 * PAGE_SIZE) { // keep the cache to about what can be shown
+      const keep = new Set(pageIds);
+      for (const id of rowElements.keys()) if (!keep.has(id)) rowElements.delete(id);
+    }
+  }
+  model.changed.clear();
+  let live = 0;
+  for (const row of model.loops.values()) if (LIVE.has(row.phase)) live++;
+  $("#counts").textContent = `${model.loops.size} loops, ${live} live` +
+    (ids.length !== model.loops.size ? `, ${ids.length} shown` : "");
+  $("#page-info").textContent = `${model.page + 1} / ${pages}`;
+  $("#prev-page").disabled = model.page === 0;
+  $("#next-page").disabled = model.page >= pages - 1;
+  $("#empty").hidden = model.loops.size > 0;
+}
+
+function cell(className) {
+  const td = document.createElement("td");
+  if (className) td.className = className;
+  return td;
+}
+
+function button(action, label) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.dataset.action = action;
+  b.textContent = label;
+  return b;
+}
+
+function makeRow(id) {
+  const tr = document.createElement("tr");
+  tr.dataset.loopId = id;
+  const idCell = cell("id");
+  const link = document.createElement("a");
+  link.href = "#";
+  link.className = "open";
+  link.dataset.open = id;
+  link.textContent = id;
+  link.title = "open this loop";
+  idCell.appendChild(link);
+  const actions = cell("actions");
+  actions.append(button("pause", "pause"), button("resume", "resume"), button("stop", "stop"));
+  tr.append(idCell, cell("task"), cell("worker"), cell("phase-cell"), cell("round num"),
+    cell("tokens num"), cell("cost num"), cell("updated"), actions);
+  return tr;
+}
+
+function fillRow(tr, row) {
+  const cells = tr.children;
+  cells[1].textContent = row.task;
+  cells[1].title = row.task;
+  cells[2].textContent = row.worker;
+  const phase = document.createElement("span");
+  phase.className = "phase";
+  phase.dataset.phase = row.phase;
+  phase.textContent = row.phase;
+  cells[3].replaceChildren(phase);
+  tr.dataset.phase = row.phase;
+  cells[4].textContent = `${Math.min(row.round, row.rounds)}/${row.rounds}` + (row.running ? " ▶" : "");
+  cells[4].title = row.running ? `round ${row.round} running` : `${row.completed} rounds done`;
+  cells[5].textContent = row.tokens.toLocaleString();
+  cells[6].textContent = row.cost == null ? "–" : `$${row.cost.toFixed(4)}`;
+  cells[7].textContent = ago(row.updated);
+  const live = LIVE.has(row.phase);
+  const [pause, resume, stop] = cells[8].children;
+  pause.disabled = !live || row.phase === "paused" || row.state.pause_requested;
+  resume.disabled = row.phase !== "paused" && !row.state.pause_requested;
+  stop.disabled = !live;
+}
+
+function ago(seconds) {
+  if (!seconds) return "–";
+  const delta = Math.max(0, Date.now() / 1000 - seconds);
+  if (delta < 60) return `${delta.toFixed(0)}s ago`;
+  if (delta < 3600) return `${(delta / 60).toFixed(0)}m ago`;
+  return new Date(seconds * 1000).toLocaleString();
+}
+
+// -- controls -----------------------------------------------------------------------------
+
+async function control(action, loopId, source) {
+  if (source) source.disabled = true;
+  try {
+    const state = await node.request(action, { loop_id: loopId });
+    putState(state);
+    if (action === "pause" && state.pause_requested) {
+      // Takes effect after the round in flight: the buttons follow the request at once.
+      const row = model.loops.get(loopId);
+      row.state = state;
+    }
+    scheduleRender();
+  } catch (err) {
+    showBanner(`${action} ${loopId}: ${err.message}`);
+    if (source) source.disabled = false;
+  }
+}
+
+async function startLoop(form) {
+  const text = form.elements.text.value.trim();
+  const worker = form.elements.worker.value.trim();
+  $("#start-error").textContent = "";
+  $("#start-ok").textContent = "";
+  try {
+    const fields = { text };
+    if (worker) fields.worker = worker;
+    const state = await node.request("start", fields);
+    putState(state);
+    scheduleRender();
+    $("#start-ok").textContent = `started ${state.loop_id}`;
+    form.elements.text.value = "";
+  } catch (err) {
+    $("#start-error").textContent = err.message || String(err);
+  }
+}
+
+// -- loop view ----------------------------------------------------------------------------
+
+async function showLoop(loopId) {
+  await closeLoop();
+  openLoop = { id: loopId, subscription: null, events: [], rounds: [], historyTimer: null };
+  setView("loop");
+  $("#events").replaceChildren();
+  $("#round-rows").replaceChildren();
+  $("#loop-title").textContent = loopId;
+  renderLoopSummary();
+  try {
+    const sub = await node.request("subscribe", { loop_id: loopId, replay: true });
+    if (openLoop && openLoop.id === loopId) openLoop.subscription = sub.subscription;
+  } catch (err) {
+    showBanner(`events of ${loopId}: ${err.message}`);
+  }
+  await loadHistory();
+}
+
+async function closeLoop() {
+  if (!openLoop) return;
+  const { subscription } = openLoop;
+  clearTimeout(openLoop.historyTimer);
+  openLoop = null;
+  if (subscription) await node.request("unsubscribe", { subscription }).catch(() => {});
+}
+
+async function loadHistory() {
+  if (!openLoop) return;
+  const loopId = openLoop.id;
+  const data = await node.request("history", { loop_id: loopId, output_head: 300 });
+  if (!openLoop || openLoop.id !== loopId) return;
+  putState(data.loop);
+  openLoop.rounds = data.rounds;
+  renderRounds();
+  renderLoopSummary();
+  scheduleRender();
+}
+
+function loopEvent(event) {
+  // Events of the open loop arrive on its own subscription (with replay) too; those are shown.
+  if (!openLoop || openLoop.historyTimer) return;
+  if (event.type === "round_finished" || event.type === "loop_finished" || event.type === "round_started") {
+    openLoop.historyTimer = setTimeout(() => {
+      if (openLoop) openLoop.historyTimer = null;
+      loadHistory().catch(() => {});
+    }, 300);
+  }
+}
+
+function showLoopEvent(event) {
+  const list = $("#events");
+  const item = document.createElement("li");
+  const when = new Date(event.at * 1000).toLocaleTimeString();
+  item.textContent = `${when} ${event.type}` + describe(event);
+  list.prepend(item);
+  while (list.children.length > 200) list.lastChild.remove();
+}
+
+function describe(event) {
+  switch (event.type) {
+    case "round_started": return ` round ${event.round}/${event.rounds}`;
+    case "round_finished":
+      return ` round ${event.round} ${event.status} in ${(event.duration ?? 0).toFixed(2)}s` +
+        (event.error ? `: ${event.error}` : "");
+    case "loop_finished":
+      return ` ${event.phase} after ${event.completed_rounds}/${event.rounds}` +
+        (event.reason ? ` (${event.trigger || event.reason})` : "");
+    case "loop_started": return ` ${event.rounds} rounds, ${event.mode}, ${event.worker}`;
+    default: return event.round ? ` round ${event.round}` : "";
+  }
+}
+
+function figure(label, value) {
+  const div = document.createElement("div");
+  div.className = "figure";
+  const b = document.createElement("b");
+  b.textContent = value;
+  const span = document.createElement("span");
+  span.textContent = label;
+  div.append(b, span);
+  return div;
+}
+
+function renderLoopSummary() {
+  if (!openLoop) return;
+  const row = model.loops.get(openLoop.id);
+  if (!row) return;
+  const s = row.state;
+  $("#loop-title").textContent = `${row.id}: ${row.task}`;
+  $("#loop-summary").replaceChildren(
+    figure("phase", row.phase),
+    figure("rounds done", `${row.completed}/${row.rounds}`),
+    figure("worker", row.worker),
+    figure("mode", s.spec.mode),
+    figure("tokens", row.tokens.toLocaleString()),
+    figure("cost", row.cost == null ? "–" : `$${row.cost.toFixed(4)}`),
+  );
+  if (s.reason) $("#loop-summary").append(figure(s.trigger || "reason", s.reason));
+  renderBreaker(s);
+}
+
+// The run ledger's breaker: each trigger as how far the loop is towards it (docs/ledger.md).
+function renderBreaker(s) {
+  const spec = s.spec;
+  const triggers = [
+    ["consecutive failures", s.consecutive_failures, spec.max_consecutive_failures],
+    ["no progress (same output)", s.stale_rounds, spec.stale_rounds_limit],
+    ["rounds", s.completed_rounds, spec.rounds],
+  ];
+  if (spec.max_tokens) triggers.push(["token budget", s.tokens_used, spec.max_tokens]);
+  if (spec.max_seconds && s.started_at) {
+    const end = LIVE.has(s.phase) ? Date.now() / 1000 : s.updated_at;
+    triggers.push(["time budget (s)", Math.round(end - s.started_at), spec.max_seconds]);
+  }
+  let closest = 0;
+  triggers.forEach((t, i) => { if (t[1] / t[2] > triggers[closest][1] / triggers[closest][2]) closest = i; });
+  const bars = triggers.map(([label, value, limit], i) => {
+    const bar = document.createElement("div");
+    bar.className = "bar" + (i === closest ? " closest" : "");
+    bar.dataset.trigger = label;
+    const name = document.createElement("span");
+    name.textContent = label + (i === closest ? " (closest)" : "");
+    const track = document.createElement("div");
+    track.className = "track";
+    const fill = document.createElement("div");
+    fill.className = "fill";
+    fill.style.width = `${Math.min(100, (100 * value) / limit)}%`;
+    track.appendChild(fill);
+    const figureText = document.createElement("span");
+    figureText.textContent = `${value} / ${limit}`;
+    bar.append(name, track, figureText);
+    return bar;
+  });
+  if (s.trigger) {
+    const tripped = document.createElement("p");
+    tripped.className = "error";
+    tripped.textContent = `tripped: ${s.trigger}: ${s.reason || ""}`;
+    bars.unshift(tripped);
+  }
+  $("#breaker").replaceChildren(...bars);
+}
+
+function renderRounds() {
+  const rows = openLoop.rounds.map((r) => {
+    const tr = document.createElement("tr");
+    tr.dataset.round = r.round;
+    const out = cell("output");
+    const details = document.createElement("details");
+    const summary = document.createElement("summary");
+    summary.textContent = r.output ? r.output.slice(0, 60).replace(/\s+/g, " ") : "(no output)";
+    const pre = document.createElement("pre");
+    pre.textContent = r.error ? `${r.error}\n\n${r.output}` : r.output;
+    details.append(summary, pre);
+    details.addEventListener("toggle", () => expandRound(details, r), { once: true });
+    out.appendChild(details);
+    const cost = r.cost_usd == null ? "–" : `$${r.cost_usd.toFixed(4)}`;
+    tr.append(td(r.round), td(r.status), td(r.duration == null ? "–" : `${r.duration.toFixed(2)}s`),
+      td(r.tokens.toLocaleString()), td(cost), out);
+    return tr;
+  });
+  $("#round-rows").replaceChildren(...rows);
+  drawTimeline(openLoop.rounds);
+}
+
+function td(text) {
+  const c = cell();
+  c.textContent = String(text);
+  return c;
+}
+
+// The whole output (history sends the head only), and an agent round's transcript.
+async function expandRound(details, record) {
+  if (!openLoop) return;
+  try {
+    const full = await node.request("output", { loop_id: openLoop.id, round: record.round });
+    const pre = details.querySelector("pre");
+    pre.textContent = full.error ? `${full.error}\n\n${full.output}` : full.output;
+    if (full.transcript && full.transcript.length) {
+      const transcript = document.createElement("pre");
+      transcript.className = "transcript";
+      transcript.textContent = full.transcript
+        .map((m) => `${m.role || m.type || "?"}: ${typeof m.content === "string" ? m.content : JSON.stringify(m.content ?? m)}`)
+        .join("\n\n");
+      const label = document.createElement("h4");
+      label.textContent = "transcript";
+      details.append(label, transcript);
+    }
+  } catch (err) {
+    showBanner(`output of round ${record.round}: ${err.message}`);
+  }
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function svgEl(name, attrs) {
+  const el = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  return el;
+}
+
+function drawTimeline(rounds) {
+  const svg = $("#timeline");
+  const width = 600, height = 140, pad = 18;
+  const done = rounds.filter((r) => r.duration != null);
+  const max = Math.max(0.001, ...done.map((r) => r.duration));
+  const step = (width - 2 * pad) / Math.max(1, rounds.length);
+  const colors = { completed: "#2f6fdd", failed: "#c53030", timed_out: "#b7791f", cancelled: "#8a94a3", running: "#9cc0f5" };
+  const items = rounds.map((r, i) => {
+    const h = r.duration == null ? 4 : Math.max(2, ((height - 2 * pad) * r.duration) / max);
+    const rect = svgEl("rect", {
+      x: pad + i * step + step * 0.1, y: height - pad - h, width: Math.max(1, step * 0.8), height: h,
+      fill: colors[r.status] || "#8a94a3",
+    });
+    const title = svgEl("title", {});
+    title.textContent = `round ${r.round}: ${r.status}, ${r.duration == null ? "running" : r.duration.toFixed(2) + "s"}`;
+    rect.appendChild(title);
+    return rect;
+  });
+  const label = svgEl("text", { x: pad, y: 13, "font-size": 11, fill: "#6b7686" });
+  label.textContent = done.length ? `longest ${max.toFixed(2)}s` : "no finished round yet";
+  svg.replaceChildren(label, svgEl("line", { x1: pad, y1: height - pad, x2: width - pad, y2: height - pad, stroke: "#ccd3dc" }), ...items);
+}
+
+// -- node view ----------------------------------------------------------------------------
+
+async function refreshNode() {
+  if (!node || !node.info) return;
+  let s;
+  try {
+    s = await node.request("statistics");
+  } catch {
+    return;
+  }
+  const finished = Object.values(s.rounds).reduce((a, b) => a + b, 0);
+  rateSamples.push([s.time, finished]);
+  rateSamples = rateSamples.filter(([t]) => t >= s.time - 300);
+  const latency = s.commit_seconds;
+  const commits = latency.counts.reduce((a, b) => a + b, 0);
+  $("#node-figures").replaceChildren(
+    figure("live loops", s.live_loops.toLocaleString()),
+    figure("rounds finished (since start)", finished.toLocaleString()),
+    figure("tokens", s.tokens.toLocaleString()),
+    figure("cost", `$${s.cost_usd.toFixed(4)}`),
+    figure("connections", s.connections),
+    figure("subscriptions", s.subscriptions),
+    figure("store commits", s.store_commits.toLocaleString()),
+    figure("commit latency (mean)", commits ? `${((1000 * latency.sum) / commits).toFixed(2)} ms` : "–"),
+    figure("commit latency (p95 ≤)", percentile(latency, 0.95)),
+    figure("events dropped", s.events_dropped),
+    figure("uptime", `${Math.round(s.uptime)} s`),
+  );
+  $("#phases").replaceChildren(
+    ...Object.entries(s.loops).map(([phase, n]) => {
+      const span = document.createElement("span");
+      span.className = "phase";
+      span.dataset.phase = phase;
+      span.textContent = `${phase} ${n}`;
+      return span;
+    }),
+  );
+  $("#actors").replaceChildren(
+    ...s.actors.map((a) => {
+      const li = document.createElement("li");
+      li.dataset.actor = a.path;
+      const depth = a.path.split("/").length - 1;
+      const name = a.path.split("/").pop();
+      li.textContent = `${"  ".repeat(depth)}${a.supervisor ? "▾ " : "• "}${name === "*" ? `${a.children} children` : name}` +
+        `${a.supervisor ? ` (${a.children} children)` : ""}${a.running ? "" : " (stopped)"}`;
+      li.style.paddingLeft = `${depth * 18}px`;
+      const restarts = document.createElement("span");
+      restarts.className = a.restarts ? "restarts" : "muted";
+      restarts.textContent = `  restarts ${a.restarts}`;
+      li.appendChild(restarts);
+      return li;
+    }),
+  );
+  drawRate();
+}
+
+function percentile(latency, q) {
+  const total = latency.counts.reduce((a, b) => a + b, 0);
+  if (!total) return "–";
+  let seen = 0;
+  for (let i = 0; i < latency.counts.length; i++) {
+    seen += latency.counts[i];
+    if (seen >= q * total) return i < latency.bounds.length ? `${latency.bounds[i] * 1000} ms` : "> 2.5 s";
+  }
+  return "–";
+}
+
+function drawRate() {
+  const svg = $("#rate-chart");
+  const width = 600, height = 160, pad = 20;
+  const points = [];
+  for (let i = 1; i < rateSamples.length; i++) {
+    const [t0, r0] = rateSamples[i - 1];
+    const [t1, r1] = rateSamples[i];
+    if (t1 > t0) points.push([t1, Math.max(0, (r1 - r0) / (t1 - t0))]);
+  }
+  const now = rateSamples.length ? rateSamples[rateSamples.length - 1][0] : 0;
+  const max = Math.max(1, ...points.map((p) => p[1]));
+  const xy = points.map(([t, v]) => [
+    pad + ((width - 2 * pad) * (300 - (now - t))) / 300,
+    height - pad - ((height - 2 * pad) * v) / max,
+  ]);
+  const label = svgEl("text", { x: pad, y: 14, "font-size": 11, fill: "#6b7686" });
+  const last = points.length ? points[points.length - 1][1] : 0;
+  label.textContent = `${last.toFixed(1)} rounds/s now, peak ${max.toFixed(1)}`;
+  svg.replaceChildren(
+    label,
+    svgEl("line", { x1: pad, y1: height - pad, x2: width - pad, y2: height - pad, stroke: "#ccd3dc" }),
+    svgEl("polyline", { points: xy.map((p) => p.join(",")).join(" "), fill: "none", stroke: "#2f6fdd", "stroke-width": 2 }),
+  );
+}
+
+// -- page ---------------------------------------------------------------------------------
+
+function setView(name) {
+  view = name;
+  $("#loops-view").hidden = name !== "loops";
+  $("#loop-view").hidden = name !== "loop";
+  $("#node-view").hidden = name !== "node";
+  for (const tab of document.querySelectorAll(".tab")) {
+    tab.classList.toggle("active", tab.dataset.view === name || (name === "loop" && tab.dataset.view === "loops"));
+  }
+  clearInterval(statsTimer);
+  if (name === "node") {
+    refreshNode();
+    statsTimer = setInterval(refreshNode, 2000);
+  }
+}
+
+function showBanner(text) {
+  const banner = $("#banner");
+  banner.textContent = text;
+  banner.hidden = !text;
+}
+
+function setStatus(state, text) {
+  const status = $("#conn-status");
+  status.dataset.state = state;
+  status.textContent = text;
+}
+
+function takeToken() {
+  // A token in the fragment is moved to sessionStorage and the fragment dropped at once, so
+  // it is neither bookmarked, nor sent anywhere, nor left in the history.
+  const match = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (match) {
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(match[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+function askToken(message) {
+  $("#app").hidden = true;
+  $("#login").hidden = false;
+  $("#login-error").textContent = message || "";
+}
+
+function connect(token) {
+  $("#login").hidden = true;
+  $("#app").hidden = false;
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  node = new NodeConnection(`${scheme}://${location.host}/`, token, {
+    async connected(info, previous) {
+      setStatus("connected", "connected");
+      $("#node-id").textContent = `node ${info.node_id} · v${info.version}`;
+      if (previous) {
+        showBanner(previous.node_id !== info.node_id
+          ? `Reconnected: the node restarted (was ${previous.node_id}, now ${info.node_id}).`
+          : "Reconnected to the node.");
+        setTimeout(() => showBanner(""), 8000);
+      }
+      const sub = await node.request("subscribe", {});
+      allSubscription = sub.subscription;
+      await loadLoops();
+      if (openLoop) showLoop(openLoop.id);
+      if (view === "node") refreshNode();
+    },
+    disconnected(delay) {
+      setStatus("reconnecting", "disconnected: reconnecting…");
+      showBanner(`Lost the connection to the node; trying again in ${(delay / 1000).toFixed(1)} s.`);
+    },
+    unauthorized(message) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      setStatus("unauthorized", "not signed in");
+      askToken(`The node refused the token: ${message}`);
+    },
+    closing(reason) {
+      showBanner(`The node is closing this connection: ${reason}`);
+    },
+    event(subscription, event) {
+      if (openLoop && subscription === openLoop.subscription) {
+        showLoopEvent(event);
+        loopEvent(event);
+        return;
+      }
+      model.queue.push(event);
+      scheduleRender();
+    },
+    gap(subscription, missed) {
+      if (subscription === allSubscription) {
+        // Events were dropped: the states are read again rather than guessed.
+        loadLoops().catch(() => {});
+      } else if (openLoop) {
+        showLoopEvent({ type: `(${missed} events missed)`, at: Date.now() / 1000 });
+      }
+    },
+  });
+  node.open();
+}
+
+function init() {
+  $("#login-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const token = e.target.elements.token.value.trim();
+    sessionStorage.setItem(TOKEN_KEY, token);
+    e.target.elements.token.value = "";
+    if (node) node.close();
+    connect(token);
+  });
+  $("#start-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    startLoop(e.target);
+  });
+  $("#loop-rows").addEventListener("click", (e) => {
+    const open = e.target.closest("[data-open]");
+    if (open) {
+      e.preventDefault();
+      showLoop(open.dataset.open);
+      return;
+    }
+    const action = e.target.closest("button[data-action]");
+    if (action) control(action.dataset.action, action.closest("tr").dataset.loopId, action);
+  });
+  $("#phase-filter").addEventListener("change", (e) => {
+    model.filterPhase = e.target.value;
+    model.page = 0;
+    renderTable();
+  });
+  $("#search").addEventListener("input", (e) => {
+    model.search = e.target.value.trim();
+    model.page = 0;
+    renderTable();
+  });
+  $("#prev-page").addEventListener("click", () => { model.page--; renderTable(); });
+  $("#next-page").addEventListener("click", () => { model.page++; renderTable(); });
+  $("#close-loop").addEventListener("click", () => { closeLoop(); setView("loops"); });
+  for (const tab of document.querySelectorAll(".tab")) {
+    tab.addEventListener("click", () => { if (tab.dataset.view !== "loop") closeLoop(); setView(tab.dataset.view); });
+  }
+  setInterval(() => { // "updated … ago" moves on without events
+    for (const id of shownIds) model.changed.add(id);
+    scheduleRender();
+  }, 5000);
+  const token = takeToken();
+  if (token) connect(token);
+  else askToken("");
+}
+
+init();

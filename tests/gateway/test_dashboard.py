@@ -1,0 +1,227 @@
+"""The dashboard in a real headless Chromium against a real `loopactors node` process.
+
+Chromium comes from the system's packages (``.ci/run`` installs it); Playwright drives it
+through ``executable_path`` and never downloads a browser. Without /usr/bin/chromium these
+tests are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .test_cli_node import NodeProcess
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="no system Chromium at /usr/bin/chromium (`apt-get install chromium`, as .ci/run does)",
+)
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright (dev extra)")
+expect = playwright_api.expect
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[NodeProcess]:
+    process = NodeProcess(tmp_path, "--worker", "scripted:latency=0.3")
+    yield process
+    if process.proc.poll() is None:
+        process.proc.kill()
+        process.proc.wait()
+
+
+class Dashboard:
+    """A page on the node's dashboard that records every console error and page error."""
+
+    def __init__(self, browser: Any, node: NodeProcess) -> None:
+        self.node = node
+        self.page = browser.new_page(viewport={"width": 1300, "height": 900})
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        token = (node.state / "node.token").read_text().strip()
+        self.http = node.url.replace("ws://", "http://")
+        self.page.goto(f"{self.http}/#token={token}")
+        expect(self.page.locator("#conn-status")).to_have_attribute("data-state", "connected")
+
+    def start(self, text: str, worker: str = "") -> str:
+        page = self.page
+        page.fill("textarea[name=text]", text)
+        page.fill("input[name=worker]", worker)
+        page.click("[data-action=start]")
+        expect(page.locator("#start-ok")).to_contain_text("started")
+        started = page.locator("#start-ok").text_content() or ""
+        return started.removeprefix("started ").strip()
+
+    def row(self, loop_id: str) -> Any:
+        return self.page.locator(f'tr[data-loop-id="{loop_id}"]')
+
+
+@pytest.fixture
+def dashboard(browser: Any, node: NodeProcess) -> Iterator[Dashboard]:
+    board = Dashboard(browser, node)
+    yield board
+    board.page.close()
+    assert board.errors == [], "JavaScript errors in the console"
+
+
+def cli_phase(node: NodeProcess, loop_id: str) -> str:
+    status = node.cli("status", loop_id, "--json")
+    assert status.returncode == 0, status.stderr
+    phase: str = json.loads(status.stdout)["phase"]
+    return phase
+
+
+def test_the_token_leaves_the_url_and_stays_in_session_storage(dashboard: Dashboard) -> None:
+    page = dashboard.page
+    assert "token" not in page.url
+    token = (dashboard.node.state / "node.token").read_text().strip()
+    assert page.evaluate("sessionStorage.getItem('loopactors.token')") == token
+    assert page.evaluate("localStorage.length") == 0
+    assert token not in "".join(dashboard.node.log)
+
+
+def test_a_running_loops_row_updates_live_and_its_stop_button_cancels_it(
+    dashboard: Dashboard,
+) -> None:
+    loop_id = dashboard.start("|loop:50,fresh| a long job")
+    row = dashboard.row(loop_id)
+    expect(row).to_have_count(1)
+    round_cell = row.locator("td.round")
+    first = round_cell.text_content()
+    expect(round_cell).not_to_have_text(first or "", timeout=10_000)  # no reload: pushed
+    expect(row.locator("td.task")).to_have_text("a long job")
+    row.locator('[data-action="stop"]').click()
+    expect(row).to_have_attribute("data-phase", "cancelled", timeout=10_000)
+    assert cli_phase(dashboard.node, loop_id) == "cancelled"
+    expect(row.locator('[data-action="stop"]')).to_be_disabled()
+
+
+def test_pause_and_resume_buttons(dashboard: Dashboard) -> None:
+    loop_id = dashboard.start("|loop:50,fresh| pausable")
+    row = dashboard.row(loop_id)
+    row.locator('[data-action="pause"]').click()
+    expect(row).to_have_attribute("data-phase", "paused", timeout=10_000)
+    assert cli_phase(dashboard.node, loop_id) == "paused"
+    expect(row.locator('[data-action="pause"]')).to_be_disabled()
+    row.locator('[data-action="resume"]').click()
+    expect(row).not_to_have_attribute("data-phase", "paused", timeout=10_000)
+    assert cli_phase(dashboard.node, loop_id) not in ("paused", "cancelled", "complete")
+    expect(row.locator('[data-action="resume"]')).to_be_disabled()
+
+
+def test_the_start_form_shows_the_nodes_errors(dashboard: Dashboard) -> None:
+    page = dashboard.page
+    page.fill("textarea[name=text]", "|loop:abc| bad count")
+    page.click("[data-action=start]")
+    expect(page.locator("#start-error")).to_contain_text('iterations "abc" is not a whole number')
+    page.fill("textarea[name=text]", "|loop:2| fine text")
+    page.fill("input[name=worker]", "no-such-worker")
+    page.click("[data-action=start]")
+    expect(page.locator("#start-error")).to_contain_text("no-such-worker")
+    assert page.locator("tr[data-loop-id]").count() == 0
+
+
+def test_the_loop_view_shows_rounds_breaker_and_output(dashboard: Dashboard) -> None:
+    page = dashboard.page
+    loop_id = dashboard.start("|loop:3,fresh| three rounds", worker="scripted:latency=0.05")
+    row = dashboard.row(loop_id)
+    expect(row).to_have_attribute("data-phase", "complete", timeout=10_000)
+    row.locator("a.open").click()
+    expect(page.locator("#loop-view")).to_be_visible()
+    rounds = page.locator("#round-rows tr")
+    expect(rounds).to_have_count(3)
+    expect(rounds.nth(0).locator("td").nth(1)).to_have_text("completed")
+    rounds.nth(0).locator("summary").click()
+    expect(rounds.nth(0).locator("pre")).to_contain_text("round 1 of 3")
+    expect(page.locator("#breaker .bar.closest")).to_have_count(1)
+    expect(page.locator("#timeline rect")).to_have_count(3)
+    expect(page.locator("#events li")).not_to_have_count(0)
+    expect(page.locator("#events")).to_contain_text("loop_finished")
+    page.click("#close-loop")
+    expect(page.locator("#loops-view")).to_be_visible()
+
+
+def test_filter_search_and_node_view(dashboard: Dashboard) -> None:
+    page = dashboard.page
+    done = dashboard.start("|loop:1| quick one", worker="scripted:latency=0.01")
+    slow = dashboard.start("|loop:50| slow one")
+    expect(dashboard.row(done)).to_have_attribute("data-phase", "complete", timeout=10_000)
+    page.select_option("#phase-filter", "live")
+    expect(page.locator("tr[data-loop-id]")).to_have_count(1)
+    expect(dashboard.row(slow)).to_have_count(1)
+    page.select_option("#phase-filter", "")
+    page.fill("#search", "quick")
+    expect(page.locator("tr[data-loop-id]")).to_have_count(1)
+    expect(dashboard.row(done)).to_have_count(1)
+    page.fill("#search", "")
+    page.click(".tab[data-view=node]")
+    expect(page.locator('#actors li[data-actor="store"]')).to_contain_text("restarts 0")
+    expect(page.locator('#actors li[data-actor="loops"]')).to_contain_text("children")
+    expect(page.locator("#node-figures")).to_contain_text("connections")
+    expect(page.locator("#rate-chart polyline")).to_have_count(1)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_the_page_survives_a_node_restart(browser: Any, tmp_path: Path) -> None:
+    port = _free_port()
+    first = NodeProcess(tmp_path, "--listen", f"127.0.0.1:{port}")
+    try:
+        board = Dashboard(browser, first)
+        old_id = board.page.locator("#node-id").text_content() or ""
+        loop_id = board.start("|loop:2| before the restart", worker="scripted:latency=0.01")
+        expect(board.row(loop_id)).to_have_attribute("data-phase", "complete", timeout=10_000)
+        assert first.terminate() == 0
+        expect(board.page.locator("#conn-status")).to_have_attribute("data-state", "reconnecting")
+        expect(board.page.locator("#banner")).to_contain_text("Lost the connection")
+        second = NodeProcess(tmp_path, "--listen", f"127.0.0.1:{port}")
+        try:
+            expect(board.page.locator("#conn-status")).to_have_attribute(
+                "data-state", "connected", timeout=15_000
+            )
+            expect(board.page.locator("#banner")).to_contain_text("the node restarted")
+            assert board.page.locator("#node-id").text_content() != old_id
+            expect(board.row(loop_id)).to_have_count(1)  # read again from the store
+            again = board.start("|loop:1| after the restart", worker="scripted:latency=0.01")
+            expect(board.row(again)).to_have_attribute("data-phase", "complete", timeout=10_000)
+            # Only the refused reconnection attempts may have been logged by the browser.
+            assert all(re.search(r"WebSocket|ERR_CONNECTION_REFUSED", e) for e in board.errors)
+        finally:
+            second.terminate()
+        board.page.close()
+    finally:
+        if first.proc.poll() is None:
+            first.proc.kill()
+            first.proc.wait()
