@@ -7,6 +7,7 @@ error frame with its stable code.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -87,8 +88,14 @@ async def answer(request: Any, gateway: Gateway) -> Any:
                 "invalid_request",
                 f"limit must be from 1 to {settings.max_status_loops}, got {limit}",
             )
-        loops = await rt.loops(live_only=request.live_only, limit=limit)
-        return LoopStatus(loops=[_headed(state, head) for state in loops])
+        after = _cursor(request.after) if request.after is not None else None
+        loops = await rt.loops(live_only=request.live_only, limit=limit + 1, after=after)
+        page = loops[:limit]
+        more = len(loops) > limit
+        return LoopStatus(
+            loops=[_headed(state, head) for state in page],
+            next=f"{page[-1].created_at!r}/{page[-1].loop_id}" if more else None,
+        )
     if isinstance(request, Ping):
         return Pong(time=time.time())
     if isinstance(request, Start):
@@ -149,6 +156,21 @@ async def _start(request: Start, gateway: Gateway) -> Any:
         loop, worker=request.worker, loop_id=request.loop_id, **request.options
     )
     return await handle.status()
+
+
+def _cursor(text: str) -> tuple[float, str]:
+    """A ``next`` token back: ``CREATED_AT/LOOP_ID``."""
+    created, slash, loop_id = text.partition("/")
+    try:
+        value = float(created)
+    except ValueError:
+        value = math.nan
+    if not slash or not loop_id or not math.isfinite(value):
+        raise Refusal(
+            "invalid_request",
+            f"after must be the next of an earlier status answer, got {text[:80]!r}",
+        )
+    return value, loop_id
 
 
 def _check_head(head: int) -> int:

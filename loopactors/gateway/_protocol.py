@@ -158,6 +158,8 @@ class Status(_Request, frozen=True, kw_only=True, tag="status"):
     live_only: bool = False
     limit: int | None = None
     output_head: int = 200
+    #: The ``next`` of the previous answer: the page after it.
+    after: str | None = None
 
 
 class History(_Request, frozen=True, kw_only=True, tag="history"):
@@ -262,6 +264,8 @@ class Pong(msgspec.Struct, frozen=True, kw_only=True):
 
 class LoopStatus(msgspec.Struct, frozen=True, kw_only=True):
     loops: list[LoopState]
+    #: More loops follow: ask again with ``after`` set to this. None on the last page.
+    next: str | None = None
 
 
 class Rounds(msgspec.Struct, frozen=True, kw_only=True):

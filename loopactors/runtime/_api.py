@@ -235,10 +235,17 @@ class Runtime:
             raise LoopNotFound(f"no loop {loop_id!r} in this runtime's store")
         return state
 
-    async def loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
-        """Loops in the store, newest first (only the live ones if ``live_only``)."""
+    async def loops(
+        self,
+        *,
+        live_only: bool = False,
+        limit: int | None = None,
+        after: tuple[float, str] | None = None,
+    ) -> list[LoopState]:
+        """Loops in the store, newest first (only the live ones if ``live_only``); ``after``
+        a loop's ``(created_at, loop_id)``: the ones listed after it (the next page)."""
         loops: list[LoopState] = await self._ask(
-            self._store, ListLoops(live_only=live_only, limit=limit)
+            self._store, ListLoops(live_only=live_only, limit=limit, after=after)
         )
         return loops
 
