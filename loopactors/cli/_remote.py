@@ -129,7 +129,10 @@ async def remote_status(args: argparse.Namespace, token: str) -> int:
     from ..client import connect  # noqa: PLC0415 - see the note on the imports
 
     async with connect(args.connect, token=token, client_name="loopactors status") as node:
-        states = [await node.get(args.loop_id)] if args.loop_id else await node.loops()
+        if args.loop_id:
+            states = [await node.get(args.loop_id)]
+        else:  # every loop, a page (the node's default size) at a time
+            states = [state async for page in node.loop_pages() for state in page]
     return _print_states(args, states)
 
 

@@ -472,3 +472,14 @@ def test_a_config_file_that_is_not_utf8_is_a_clear_error(tmp_path: Path, name: s
         load_config(find_config(tmp_path) if name == "pyproject.toml" else path)
     assert str(path) in str(info.value)
     assert "byte 0xe9 at offset 5" in str(info.value)
+
+
+def test_output_settings_and_a_bool_that_is_not_one(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "loopactors.toml", "max_output_bytes = 4096\nkeep_full_outputs = true\n"
+    )
+    config = load_config(path)
+    assert (config.max_output_bytes, config.keep_full_outputs) == (4096, True)
+    message = _config_error(_write(tmp_path / "loopactors.toml", "keep_full_outputs = 1\n"))
+    assert "keep_full_outputs" in message
+    assert "expected bool" in message
