@@ -213,13 +213,26 @@ def _describe(exc: BaseException, type_: type | None) -> str:
     return format_exception(exc, type_)
 
 
+def _key_first(problem: str) -> str:
+    """``message @ loopactors.breaker.key`` as ``breaker.key: message``; the file itself
+    (``@ loopactors``) is already named, so a problem of the whole file is its message."""
+    message, at, path = problem.rpartition(" @ ")
+    if not at:
+        return problem
+    key = path.removeprefix("loopactors").lstrip(".")
+    return f"{key}: {message}" if key else message
+
+
 def structure_config(data: Mapping[str, Any], source: str) -> RuntimeConfig:
     try:
         return _converter.structure(dict(data), RuntimeConfig)
     except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
         if isinstance(exc, cattrs.BaseValidationError):
             problems = "; ".join(
-                cattrs.transform_error(exc, path="loopactors", format_exception=_describe)
+                _key_first(problem)
+                for problem in cattrs.transform_error(
+                    exc, path="loopactors", format_exception=_describe
+                )
             )
         else:
             problems = str(exc)
