@@ -163,7 +163,9 @@ class Store(Actor[Any]):
             return await self._run(backend.get_loop, message.loop_id)
         if kind is ListLoops:
             return await self._run(
-                lambda: backend.list_loops(live_only=message.live_only, limit=message.limit)
+                lambda: backend.list_loops(
+                    live_only=message.live_only, limit=message.limit, after=message.after
+                )
             )
         if kind is FindLoopIds:
             return await self._run(
