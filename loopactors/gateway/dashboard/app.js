@@ -335,6 +335,7 @@ function fillRow(tr, row) {
   cells[1].textContent = row.task;
   cells[1].title = row.task;
   cells[2].textContent = row.worker;
+  cells[2].title = row.worker;
   const phase = document.createElement("span");
   phase.className = "phase";
   phase.dataset.phase = row.phase;
@@ -344,13 +345,18 @@ function fillRow(tr, row) {
   cells[4].textContent = `${Math.min(row.round, row.rounds)}/${row.rounds}` + (row.running ? " ▶" : "");
   cells[4].title = row.running ? `round ${row.round} running` : `${row.completed} rounds done`;
   cells[5].textContent = row.tokens.toLocaleString();
-  cells[6].textContent = row.cost == null ? "–" : `$${row.cost.toFixed(4)}`;
+  cells[6].textContent = money(row.cost);
   cells[7].textContent = ago(row.updated);
   const live = LIVE.has(row.phase);
   const [pause, resume, stop] = cells[8].children;
   pause.disabled = !live || row.phase === "paused" || row.state.pause_requested;
   resume.disabled = row.phase !== "paused" && !row.state.pause_requested;
   stop.disabled = !live;
+}
+
+// Workers that know no price report nothing (or 0): shown as a dash, not as $0.
+function money(usd) {
+  return usd ? `$${usd.toFixed(4)}` : "–";
 }
 
 function ago(seconds) {
@@ -494,7 +500,7 @@ function renderLoopSummary() {
     figure("worker", row.worker),
     figure("mode", s.spec.mode),
     figure("tokens", row.tokens.toLocaleString()),
-    figure("cost", row.cost == null ? "–" : `$${row.cost.toFixed(4)}`),
+    figure("cost", money(row.cost)),
   );
   if (s.reason) $("#loop-summary").append(figure(s.trigger || "reason", s.reason));
   renderBreaker(s);
@@ -554,7 +560,7 @@ function renderRounds() {
     details.append(summary, pre);
     details.addEventListener("toggle", () => expandRound(details, r), { once: true });
     out.appendChild(details);
-    const cost = r.cost_usd == null ? "–" : `$${r.cost_usd.toFixed(4)}`;
+    const cost = money(r.cost_usd);
     tr.append(td(r.round), td(r.status), td(r.duration == null ? "–" : `${r.duration.toFixed(2)}s`),
       td(r.tokens.toLocaleString()), td(cost), out);
     return tr;
