@@ -18,7 +18,7 @@ import trio
 from playwright.sync_api import sync_playwright
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
-from dashboard import open_page, start_loops, start_node
+from dashboard import open_page, start_loops, start_node, wait_for_loops
 
 from loopactors.client import connect
 
@@ -71,9 +71,7 @@ def main() -> None:
             time.sleep(3)  # a few rounds in
             with sync_playwright() as pw:
                 browser, page = open_page(pw, address, token, width=1400, height=900)
-                page.wait_for_function(
-                    "document.querySelector('#counts').textContent.startsWith('50 ')"
-                )
+                wait_for_loops(page, 50)
                 time.sleep(2.5)
                 OUT.parent.mkdir(exist_ok=True)
                 page.screenshot(path=str(OUT))

@@ -212,6 +212,22 @@ async function loadLoops() {
   scheduleRender();
 }
 
+let reloading = null;
+let lastReload = 0;
+function reloadSoon() {
+  if (reloading) return;
+  const wait = Math.max(0, lastReload + 5000 - Date.now());
+  reloading = setTimeout(async () => {
+    try {
+      await loadLoops();
+    } catch {
+      // the connection dropped: the reconnection reads everything again
+    }
+    lastReload = Date.now();
+    reloading = null;
+  }, wait);
+}
+
 // -- rendering ----------------------------------------------------------------------------
 
 function scheduleRender() {
@@ -808,8 +824,10 @@ function connect(token) {
     },
     gap(subscription, missed) {
       if (subscription === allSubscription) {
-        // Events were dropped: the states are read again rather than guessed.
-        loadLoops().catch(() => {});
+        // Events were dropped: the states are read again rather than guessed (once at a
+        // time, at most every 5 s: a page that fell behind must not fall further).
+        stats.gaps = (stats.gaps || 0) + missed;
+        reloadSoon();
       } else if (openLoop) {
         showLoopEvent({ type: `(${missed} events missed)`, at: Date.now() / 1000 });
       }
