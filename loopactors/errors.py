@@ -11,6 +11,7 @@ __all__ = [
     "ActorNotRunning",
     "AdmissionRefused",
     "AgentError",
+    "AmbiguousLoopId",
     "CallFailed",
     "CallTimeout",
     "CallToSelf",
@@ -130,6 +131,10 @@ class LoopNotFound(LoopError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class AmbiguousLoopId(LoopNotFound):
+    """A loop id prefix that more than one loop's id starts with; the message lists them."""
 
 
 class AdmissionRefused(LoopError):

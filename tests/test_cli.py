@@ -437,3 +437,54 @@ def test_code_is_listed_and_ledger_alone_is_a_usage_error() -> None:
     assert ledger.returncode == 64
     assert "loopactors ledger: error: choose an action: export LOOP_ID" in ledger.stderr
     assert ledger.stdout == ""
+
+
+def test_run_says_once_that_it_uses_the_scripted_worker() -> None:
+    quiet = cli("run", "|loop:2| x", "--store", "memory", "--json", "--worker", "scripted")
+    assert "scripted worker" not in quiet.stderr
+    told = cli("run", "|loop:2| x", "--store", "memory", "--json")
+    assert told.returncode == 0, told.stderr
+    assert told.stderr.count("no --worker given: this loop uses the scripted worker") == 1
+    assert json_lines(told.stdout)[-1]["phase"] == "complete"  # stdout stays JSON lines
+
+
+def test_any_unique_id_prefix_names_a_loop_and_an_ambiguous_one_lists_them(
+    tmp_path: Path,
+) -> None:
+    import trio
+
+    from loopactors.runtime import RuntimeConfig, open_runtime
+
+    state = tmp_path / "state"
+
+    async def make() -> None:
+        async with open_runtime(RuntimeConfig(store="sqlite", state_dir=state)) as rt:
+            for loop_id in ("alpha-1", "alpha-2", "beta-7"):
+                await (await rt.start(f"|loop:1| {loop_id}", loop_id=loop_id)).wait()
+            await rt.start("|loop:1| held", loop_id="gamma-3", worker="scripted:latency=60")
+
+    trio.run(make)
+    where = ["--state", str(state)]
+    shown = cli("status", "bet", *where, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["loop_id"] == "beta-7"
+    assert json.loads(cli("history", "beta", *where, "--json").stdout)["loop"]["loop_id"] == (
+        "beta-7"
+    )
+    assert json.loads(cli("ledger", "export", "b", *where).stdout)["goal"] == "beta-7"
+    stopped = cli("stop", "gam", *where, "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads(stopped.stdout)["phase"] == "cancelled"
+    for command in (["status"], ["history"], ["stop"], ["ledger", "export"]):
+        ambiguous = cli(*command, "alpha", *where)
+        assert ambiguous.returncode == 1
+        assert "loop id prefix 'alpha' matches several loops" in ambiguous.stderr
+        assert "alpha-1, alpha-2; give more of the id" in ambiguous.stderr
+    assert "no loop 'zeta'" in cli("status", "zeta", *where).stderr
+    # The table shows every id whole, even on a narrow terminal.
+    narrow = subprocess.run(
+        [*CLI, "status", *where], capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "COLUMNS": "60"},
+    )  # fmt: skip
+    for loop_id in ("alpha-1", "alpha-2", "beta-7", "gamma-3"):
+        assert loop_id in narrow.stdout

@@ -14,31 +14,22 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import trio
-from rich.console import Console
 
-from .. import __version__
+from .._version import __version__
 from ..errors import ConfigError, LoopactorsError, LoopNotFound, StoreError
-from ..ledger import encode_json
-from ..loops import LoopState, RoundRecord
-from ..runtime import (
-    LoopHandle,
-    Runtime,
-    RuntimeConfig,
-    ledger_of,
-    load_config,
-    new_loop_id,
-    open_runtime,
-)
-from ..storage import DB_FILENAME, SqliteBackend
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport
-from ..workers import cli_kinds, in_workspace
 from . import _dashboard, _prune, _remote
-from ._demo import run_demo
-from ._follow import PHASE_EXIT, ctrl_c_leaves, follow
-from ._progress import JsonLines, Progress, final_table
-from ._repl import run_repl
+
+# Only what the parser and the quick commands need is imported here. trio, the runtime, the
+# workers, rich and the REPL load in the commands that use them, so `status`, `history`,
+# `version` and `--help` start in about the time of importing trio and msgspec
+# (tests/test_cli_imports.py keeps it so).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..loops import LoopState, RoundRecord
+    from ..runtime import LoopHandle, Runtime, RuntimeConfig
+    from ._progress import JsonLines, Progress
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -50,7 +41,9 @@ _SEVERITY = ["complete", "escalated", "cancelled", "interrupted", "error"]
 _json = msgspec.json.Encoder()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given the ``command`` about to be parsed, the options of the other
+    commands may be left out where adding them would load modules (the ``worker`` kinds)."""
     parser = argparse.ArgumentParser(
         prog="loopactors",
         description=(
@@ -114,8 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("loop_id")
     _state_options(export, allow_memory=False)
 
-    resume = commands.add_parser("resume", help="resume every unfinished loop and run them")
+    resume = commands.add_parser(
+        "resume",
+        help="resume every unfinished loop and run them; or, with LOOP_ID and --connect, "
+        "resume that loop on a node",
+    )
+    resume.add_argument("loop_id", nargs="?")
     _state_options(resume, allow_memory=False)
+    _connect_options(resume)
 
     status = commands.add_parser("status", help="show loops (or one loop) in a state directory")
     status.add_argument("loop_id", nargs="?")
@@ -133,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     _remote.add_parsers(commands, _state_options, _connect_options)
     _prune.add_parser(commands, _state_options)
     _dashboard.add_parser(commands, _state_options, _connect_options)
-    _cli_transport.add_parsers(commands)  # --transport on run/resume/node/status; `worker`
+    _cli_transport.add_parsers(
+        commands, worker_options=command in (None, "worker")
+    )  # --transport on run/resume/node/status; `worker`
     stress_cli.add_parser(commands)
 
     commands.add_parser("version", help="print the installed version")
@@ -166,9 +167,12 @@ def _connect_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    args_given = list(sys.argv[1:] if argv is None else argv)
+    # The top-level parser has no option that takes a value: the first word is the command.
+    command = next((arg for arg in args_given if not arg.startswith("-")), "")
+    parser = build_parser(command)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(args_given)
         _check_usage(parser, args)
     except SystemExit as exc:  # argparse exits 2 on bad usage; 2 means "escalated" here
         code = exc.code if isinstance(exc.code, int) else EXIT_ERROR
@@ -221,6 +225,10 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"loopactors {__version__}")
         return EXIT_OK
     if args.command == "demo":
+        import trio  # noqa: PLC0415 - see the note on the imports
+
+        from ._demo import run_demo  # noqa: PLC0415
+
         return trio.run(run_demo, args.fast)
     if args.command == "worker":
         return _cli_transport.run_worker(args)
@@ -231,8 +239,22 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if getattr(args, "connect", None) and args.command != "repl":
         return _on_node(args)
     if args.command == "run":
+        import trio  # noqa: PLC0415 - see the note on the imports
+
         return trio.run(_run, args)
+    if args.command == "pause":
+        raise ConfigError(
+            "pause acts on a running loop: give the node's --connect URL (a loop in a state "
+            "directory no runtime runs is not running; `loopactors stop` ends it there)"
+        )
     if args.command == "resume":
+        if args.loop_id is not None:
+            raise ConfigError(
+                "resume LOOP_ID acts on a node: give its --connect URL; without LOOP_ID, "
+                "`loopactors resume` runs every unfinished loop of the state directory here"
+            )
+        import trio  # noqa: PLC0415 - see the note on the imports
+
         return trio.run(_resume, args)
     if args.command == "status":
         return _status(args)
@@ -245,6 +267,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "node":
         return _remote.run_node(args, _config(args, worker=args.worker))
     if args.command == "repl":
+        from ._repl import run_repl  # noqa: PLC0415 - see the note on the imports
+
         return run_repl(args, _config(args, worker=args.worker))
     if args.command == "ledger" and args.ledger_command == "export":
         return _export_ledger(args)
@@ -253,6 +277,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _on_node(args: argparse.Namespace) -> int:
+    import trio  # noqa: PLC0415 - see the note on the imports
+
     token = _remote.read_token(args, _config(args).state_dir)
     if args.command == "status":
         return trio.run(_remote.remote_status, args, token)
@@ -260,6 +286,15 @@ def _on_node(args: argparse.Namespace) -> int:
         return trio.run(_remote.remote_history, args, token)
     if args.command == "stop":
         return trio.run(_remote.remote_stop, args, token)
+    if args.command == "pause":
+        return trio.run(_remote.remote_pause, args, token)
+    if args.command == "resume":
+        if args.loop_id is None:
+            raise ConfigError(
+                "`loopactors resume --connect URL` needs the LOOP_ID to resume on the node "
+                "(a node resumes its own unfinished loops when it starts)"
+            )
+        return trio.run(_remote.remote_resume, args, token)
     if args.command == "run":
         options = {k: v for k, v in _loop_options(args).items() if v is not None}
         for flag in ("round_timeout", "inter_round_delay"):
@@ -281,6 +316,8 @@ def _loop_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _config(args: argparse.Namespace, **flags: Any) -> RuntimeConfig:
+    from ..runtime import load_config  # noqa: PLC0415 - the configuration only
+
     config = load_config(args.config)
     store = getattr(args, "store", None)
     transport = getattr(args, "transport", None)
@@ -288,6 +325,11 @@ def _config(args: argparse.Namespace, **flags: Any) -> RuntimeConfig:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    from ..runtime import new_loop_id, open_runtime  # noqa: PLC0415 - see the note on imports
+    from ..workers import cli_kinds, in_workspace  # noqa: PLC0415
+    from ._follow import PHASE_EXIT, ctrl_c_leaves  # noqa: PLC0415
+    from ._progress import JsonLines, Progress  # noqa: PLC0415
+
     config = _config(
         args,
         round_timeout=args.round_timeout,
@@ -303,6 +345,11 @@ async def _run(args: argparse.Namespace) -> int:
     async with ctrl_c_leaves(), open_runtime(config) as rt:
         loop_id = new_loop_id()
         display: JsonLines | Progress = JsonLines() if args.json else Progress()
+        if worker is None and config.worker == "scripted":
+            display.note(
+                "(no --worker given: this loop uses the scripted worker, a stand-in that needs "
+                "no model; --worker SPEC runs a real one)"
+            )
         with rt.subscribe(loop_id) as events:  # before start: no event can be missed
             handle = await rt.start(
                 args.text, worker=worker, loop_id=loop_id, **_loop_options(args)
@@ -312,6 +359,10 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _resume(args: argparse.Namespace) -> int:
+    from ..runtime import open_runtime  # noqa: PLC0415 - see the note on the imports
+    from ._follow import PHASE_EXIT, ctrl_c_leaves  # noqa: PLC0415
+    from ._progress import JsonLines, Progress  # noqa: PLC0415
+
     config = _config(args)
     display: JsonLines | Progress = JsonLines() if args.json else Progress()
     # Read before the runtime starts: it resumes these at once, and some may end (or be
@@ -335,6 +386,8 @@ async def _resume(args: argparse.Namespace) -> int:
 
 
 def _severity(code: int) -> int:
+    from ._follow import PHASE_EXIT  # noqa: PLC0415 - see the note on the imports
+
     phase = next(p for p, c in PHASE_EXIT.items() if c == code)
     return _SEVERITY.index(phase)
 
@@ -342,6 +395,8 @@ def _severity(code: int) -> int:
 async def _follow(
     rt: Runtime, handles: list[LoopHandle], events: Any, display: JsonLines | Progress
 ) -> list[LoopState]:
+    from ._follow import follow  # noqa: PLC0415 - see the note on the imports
+
     async def stop(loop_id: str) -> None:
         await rt.handle(loop_id).stop()
 
@@ -352,6 +407,8 @@ def _read_store(args: argparse.Namespace, *, missing_ok: bool = False) -> Any:
     """The state directory's store, opened read-only (a read-only disk will do); None if the
     directory has none yet. A path that is not a directory is an error, and so is a missing
     directory unless ``missing_ok``."""
+    from ..storage import DB_FILENAME, SqliteBackend  # noqa: PLC0415 - see the note on imports
+
     config = _config(args)
     state_dir = Path(config.state_dir)
     if state_dir.exists() and not state_dir.is_dir():
@@ -372,9 +429,7 @@ def _status(args: argparse.Namespace) -> int:
     backend = _read_store(args)
     try:
         if args.loop_id is not None:
-            state = backend.get_loop(args.loop_id) if backend is not None else None
-            if state is None:
-                raise LoopNotFound(f"no loop {args.loop_id!r} in {_config(args).state_dir}")
+            state = _stored_state(backend, args)
             states = [state]
         else:
             states = backend.list_loops() if backend is not None else []
@@ -382,9 +437,18 @@ def _status(args: argparse.Namespace) -> int:
         if backend is not None:
             backend.close()
     if args.json:
-        payload = states[0] if args.loop_id is not None else states
+        payload: Any = states[0] if args.loop_id is not None else states
+        transport = (
+            _cli_transport.status_data(_config(args).transport) if args.loop_id is None else None
+        )
+        if transport is not None:  # a Redis transport: the loops and its workers and streams
+            payload = {"loops": states, "transport": transport}
         print(_json.encode(payload).decode())
         return EXIT_OK
+    from rich.console import Console  # noqa: PLC0415 - see the note on the imports
+
+    from ._progress import final_table  # noqa: PLC0415
+
     console = Console()
     if not states:
         console.print(f"no loops in {_config(args).state_dir}")
@@ -398,14 +462,24 @@ def _stored_loop(args: argparse.Namespace) -> tuple[LoopState, list[RoundRecord]
     """A loop and its rounds, read straight from the store (no runtime, nothing resumed)."""
     backend = _read_store(args)
     try:
-        state = backend.get_loop(args.loop_id) if backend is not None else None
-        if state is None:
-            raise LoopNotFound(f"no loop {args.loop_id!r} in {_config(args).state_dir}")
-        rounds: list[RoundRecord] = backend.rounds(args.loop_id)
+        state = _stored_state(backend, args)
+        rounds: list[RoundRecord] = backend.rounds(state.loop_id)
     finally:
         if backend is not None:
             backend.close()
     return state, rounds
+
+
+def _stored_state(backend: Any, args: argparse.Namespace) -> LoopState:
+    """The loop ``args.loop_id`` names (its whole id or a unique prefix) in the store."""
+    where = str(_config(args).state_dir)
+    if backend is None:
+        raise LoopNotFound(f"no loop {args.loop_id!r} in {where}")
+    loop_id = backend.resolve_loop_id(args.loop_id, where=where)
+    state: LoopState | None = backend.get_loop(loop_id)
+    if state is None:  # pruned between the two reads
+        raise LoopNotFound(f"no loop {args.loop_id!r} in {where}")
+    return state
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -415,6 +489,9 @@ def _history(args: argparse.Namespace) -> int:
 
 def _export_ledger(args: argparse.Namespace) -> int:
     """Write a loop's ledger in loop-context's JSON, so either tool can read it."""
+    from ..ledger import encode_json  # noqa: PLC0415 - see the note on the imports
+    from ..runtime import ledger_of  # noqa: PLC0415
+
     state, rounds = _stored_loop(args)
     print(encode_json(msgspec.to_builtins(ledger_of(state, rounds))))
     return EXIT_OK

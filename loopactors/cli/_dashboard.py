@@ -12,11 +12,14 @@ import urllib.parse
 import webbrowser
 from typing import Any
 
-import httpx
-
 from ..errors import ConfigError
-from ..runtime import RuntimeConfig
 from ._remote import read_token
+
+# httpx and the runtime load when the command runs: the command line imports this module to
+# build its parser, for every command.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..runtime import RuntimeConfig
 
 __all__ = ["add_parser", "dashboard", "dashboard_url"]
 
@@ -54,6 +57,8 @@ def dashboard_url(node_url: str, token: str) -> str:
 
 
 def dashboard(args: argparse.Namespace, config: RuntimeConfig) -> int:
+    import httpx  # noqa: PLC0415 - see the note on the imports
+
     node = config.node
     if args.connect:
         node_url = args.connect

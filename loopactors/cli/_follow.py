@@ -9,8 +9,7 @@ from typing import Any, NoReturn
 
 import trio
 
-from ..loops import LoopFinished, LoopState, Phase
-from ..runtime import Gap
+from ..loops import Gap, LoopFinished, LoopState, Phase
 from ..workers import kill_worker_groups
 from ._progress import JsonLines, Progress, final_table
 

@@ -19,6 +19,7 @@ from rich.table import Table
 from ..loops import (
     AgentStep,
     AnyEvent,
+    Gap,
     LoopFinished,
     LoopStarted,
     LoopState,
@@ -26,7 +27,6 @@ from ..loops import (
     RoundFinished,
     RoundStarted,
 )
-from ..runtime import Gap
 
 __all__ = ["JsonLines", "Progress", "final_table"]
 
@@ -141,8 +141,13 @@ class Progress:
 def final_table(states: list[LoopState], extra: dict[str, dict[str, Any]] | None = None) -> Table:
     """The closing table: one row per loop with its outcome."""
     table = Table(title="result")
-    for column in ("loop", "task", "phase", "completed", "tokens", "cost", "reason"):
-        table.add_column(column)
+    # The id whole, whatever the width: it is copied from here (any unique prefix works too).
+    id_width = max((len(s.loop_id) for s in states), default=4)
+    table.add_column("loop", no_wrap=True, min_width=id_width)
+    table.add_column("task")
+    for column in ("phase", "completed", "tokens", "cost"):  # short: never broken
+        table.add_column(column, no_wrap=True)
+    table.add_column("reason")
     for state in states:
         reason = state.reason or state.trigger or ""
         if state.deferred_until is not None and not state.terminal:

@@ -11,8 +11,13 @@ from typing import Any
 import msgspec
 
 from ..errors import ConfigError, StoreError
-from ..runtime import MAX_AGE, RuntimeConfig, lock_state_dir
 from ..storage import DB_FILENAME, PruneReport, open_backend
+
+# The runtime loads only when a prune runs: the command line imports this module to build
+# its parser, for every command.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..runtime import RuntimeConfig
 
 __all__ = ["add_parser", "parse_duration", "prune"]
 
@@ -31,6 +36,8 @@ def parse_duration(text: str) -> float:
         raise ConfigError(f"invalid duration {shown!r}; accepted: {ACCEPTED}")
     number, unit = match.groups()
     seconds = float(number) * _UNITS[unit]
+    from ..runtime import MAX_AGE  # noqa: PLC0415 - see the note on the imports
+
     if not seconds <= MAX_AGE:  # also catches inf from a very long number
         raise ConfigError(f"duration {shown!r} is too long; accepted: {ACCEPTED}")
     return seconds
@@ -74,6 +81,8 @@ def prune(args: argparse.Namespace, config: RuntimeConfig) -> int:
         report = _prune(state_dir, before, dry_run=True)
     else:
         try:
+            from ..runtime import lock_state_dir  # noqa: PLC0415 - see the note on the imports
+
             lock = lock_state_dir(state_dir)
             lock.__enter__()
         except StoreError as exc:

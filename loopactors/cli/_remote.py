@@ -9,25 +9,28 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import trio
 from rich.console import Console
 from rich.table import Table
 
 from .._logs import add_log_format, configure_logging
-from ..agent import format_transcript
-from ..client import NodeClient, connect
-from ..errors import ConfigError, LoopNotFound, StoreError
-from ..gateway import TOKEN_FILENAME, parse_listen, serve_node
+from ..errors import ConfigError, ConnectionLost, LoopNotFound, StoreError
 from ..loops import LoopState, RoundRecord, cancel_loop
-from ..runtime import RuntimeConfig, lock_state_dir
 from ..storage import DB_FILENAME, Write, open_backend
-from ._follow import PHASE_EXIT, follow
 from ._progress import JsonLines, Progress, final_table
+
+# The agent, client, gateway and runtime load where they are used: `status` and `history`
+# on a state directory (and `--help`, which builds every parser) need none of them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..client import NodeClient
+    from ..runtime import RuntimeConfig
 
 __all__ = [
     "print_history",
     "read_token",
     "remote_history",
+    "remote_pause",
+    "remote_resume",
     "remote_run",
     "remote_status",
     "remote_stop",
@@ -51,6 +54,8 @@ def read_token(args: argparse.Namespace, state_dir: Path) -> str:
     token = os.environ.get("LOOPACTORS_TOKEN")
     if token:
         return token
+    from ..gateway import TOKEN_FILENAME  # noqa: PLC0415 - see the note on the imports
+
     local = state_dir / TOKEN_FILENAME
     if local.exists():
         return local.read_text(encoding="utf-8").strip()
@@ -69,6 +74,13 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
     )
     state_options(stop, allow_memory=False)
     connect_options(stop)
+
+    pause = commands.add_parser(
+        "pause", help="pause a loop on a node (--connect): its round finishes, no next one"
+    )
+    pause.add_argument("loop_id")
+    state_options(pause, allow_memory=False)
+    connect_options(pause)
 
     node = commands.add_parser("node", help="serve the runtime over a websocket API")
     node.add_argument(
@@ -97,6 +109,10 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
 
 
 def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
+    import trio  # noqa: PLC0415 - see the note on the imports
+
+    from ..gateway import parse_listen, serve_node  # noqa: PLC0415
+
     configure_logging(args.log_format)
     host, port = parse_listen(args.listen) if args.listen else (None, None)
     settings = config.node.replace(  # the configuration's [node] table, then the flags
@@ -110,32 +126,92 @@ def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
 
 
 async def remote_status(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
     async with connect(args.connect, token=token, client_name="loopactors status") as node:
-        states = [await node.get(args.loop_id)] if args.loop_id else await node.loops()
+        if args.loop_id:
+            states = [await node.get(args.loop_id)]
+        else:  # every loop, a page (the node's default size) at a time
+            states = [state async for page in node.loop_pages() for state in page]
     return _print_states(args, states)
 
 
 async def remote_history(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
     async with connect(args.connect, token=token, client_name="loopactors history") as node:
         rounds = await node.history(args.loop_id, output_head=60)
     return print_history(args, rounds.loop, rounds.rounds)
 
 
 async def remote_stop(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
     async with connect(args.connect, token=token, client_name="loopactors stop") as node:
         state = await node.stop(args.loop_id, after_round=args.after_round)
     return _report_stop(args, state)
 
 
+async def remote_pause(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
+    async with connect(args.connect, token=token, client_name="loopactors pause") as node:
+        state = await node.pause(args.loop_id)
+    if args.json:
+        print(_json.encode(state).decode())
+    elif state.phase == "paused":
+        print(f"{state.loop_id}: paused at round {state.round}")
+    elif state.pause_requested:
+        print(
+            f"{state.loop_id}: pauses once round {state.round} (running now) is recorded; "
+            "no next round is dispatched"
+        )
+    else:
+        print(f"{state.loop_id}: already {state.phase}")
+    return 0
+
+
+async def remote_resume(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
+    async with connect(args.connect, token=token, client_name="loopactors resume") as node:
+        state = await node.resume(args.loop_id)
+    if args.json:
+        print(_json.encode(state).decode())
+    elif state.terminal:
+        print(f"{state.loop_id}: already {state.phase}")
+    else:
+        print(f"{state.loop_id}: {state.phase}, round {state.round} (resumed)")
+    return 0
+
+
 async def remote_run(args: argparse.Namespace, token: str, options: dict[str, Any]) -> int:
     """Start a loop on a node and follow it here; Ctrl-C stops it on the node."""
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+    from ._follow import PHASE_EXIT, follow  # noqa: PLC0415
+
     display: JsonLines | Progress = JsonLines() if args.json else Progress()
-    async with (
-        connect(args.connect, token=token, client_name="loopactors run") as node,
-        await node.subscribe() as events,
-    ):
-        state = await node.start(args.text, worker=args.worker, **options)
-        final = await follow([state.loop_id], events, display, get=node.get, stop=_stopper(node))
+    loop_id: str | None = None
+    try:
+        async with (
+            connect(args.connect, token=token, client_name="loopactors run") as node,
+            await node.subscribe() as events,
+        ):
+            state = await node.start(args.text, worker=args.worker, **options)
+            loop_id = state.loop_id
+            final = await follow(
+                [state.loop_id], events, display, get=node.get, stop=_stopper(node)
+            )
+    except* ConnectionLost as lost:
+        if loop_id is None:
+            raise
+        # The loop lives on the node, not in this process: say where it went on.
+        raise ConnectionLost(
+            f"lost the node at {args.connect} ({lost.exceptions[0]}); loop {loop_id} stays "
+            f"on the node: follow it with `loopactors status {loop_id} --connect "
+            f"{args.connect}` (or `history`), stop it with `loopactors stop {loop_id} "
+            f"--connect {args.connect}`"
+        ) from None
     return PHASE_EXIT[final[0].phase]
 
 
@@ -152,6 +228,8 @@ def stop(args: argparse.Namespace, config: RuntimeConfig) -> int:
     if not (state_dir / DB_FILENAME).exists():
         raise LoopNotFound(f"no loop {args.loop_id!r} in {state_dir} (no store there)")
     try:
+        from ..runtime import lock_state_dir  # noqa: PLC0415 - see the note on the imports
+
         lock = lock_state_dir(state_dir)
         lock.__enter__()
     except StoreError as exc:
@@ -159,7 +237,7 @@ def stop(args: argparse.Namespace, config: RuntimeConfig) -> int:
     try:
         backend = open_backend("sqlite", state_dir)
         try:
-            state = backend.get_loop(args.loop_id)
+            state = backend.get_loop(backend.resolve_loop_id(args.loop_id, where=str(state_dir)))
             if state is None:
                 raise LoopNotFound(f"no loop {args.loop_id!r} in {state_dir}")
             if not state.terminal:
@@ -223,5 +301,7 @@ def print_history(args: argparse.Namespace, state: LoopState, rounds: list[Round
         for record in rounds:
             if record.transcript:
                 print(f"\n=== round {record.round} transcript")
+                from ..agent import format_transcript  # noqa: PLC0415 - see the note on imports
+
                 print(format_transcript(record.transcript))
     return 0

@@ -318,8 +318,9 @@ class Connection:
     async def _open_subscription(self, request: Subscribe) -> tuple[Subscribed, Any]:
         if request.replay and request.loop_id is None:
             raise Refusal("invalid_request", "replay needs a loop_id (one loop's stored events)")
-        if request.loop_id is not None:
-            await self.gateway.runtime.get(request.loop_id)  # not_found for an unknown loop
+        if request.loop_id is not None:  # not_found for an unknown loop; a prefix will do
+            loop_id = await self.gateway.runtime.resolve_loop_id(request.loop_id)
+            request = msgspec.structs.replace(request, loop_id=loop_id)
         sub = self.gateway.runtime.subscribe(
             request.loop_id, queue_size=self.settings.subscriber_queue
         )

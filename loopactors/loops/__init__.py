@@ -21,6 +21,8 @@ from ._events import RoundFinished as RoundFinished
 from ._events import RoundStarted as RoundStarted
 from ._events import RoundSummary as RoundSummary
 from ._events import event_decoder as event_decoder
+from ._ids import MATCHES_SHOWN as MATCHES_SHOWN
+from ._ids import resolve_loop_id as resolve_loop_id
 from ._model import LIVE_PHASES as LIVE_PHASES
 from ._model import MAX_ROUNDS as MAX_ROUNDS
 from ._model import TERMINAL_PHASES as TERMINAL_PHASES
@@ -58,6 +60,7 @@ from .steps import resume_step as resume_step
 
 __all__ = [
     "LIVE_PHASES",
+    "MATCHES_SHOWN",
     "MAX_ROUNDS",
     "TERMINAL_PHASES",
     "AgentStep",
@@ -103,6 +106,7 @@ __all__ = [
     "on_give_up",
     "on_recovery",
     "parse_loop",
+    "resolve_loop_id",
     "resume_step",
     "round_intent",
     "stale_rounds_after",

@@ -150,6 +150,12 @@ def check_before_round(state: LoopState, now: float) -> Verdict | None:
                 f"the output did not change for {state.stale_rounds} consecutive rounds "
                 "(compared with timestamps, durations and round counters masked)"
             )
+        # Named here because toy and test workers whose outputs differ only by a counter
+        # meet this rule first: say what lets them run on.
+        reason += (
+            f"; stale_rounds_limit is {spec.stale_rounds_limit}: raise it to allow more "
+            "(stale_rounds_limit in loopactors.toml's [breaker], or a loop option)"
+        )
         return Verdict(trigger="no_progress", reason=reason)
     if state.consecutive_failures >= spec.max_consecutive_failures:
         return Verdict(

@@ -7,24 +7,30 @@ General layout: ``_api`` (open_runtime, Runtime, LoopHandle), ``_coordinator``, 
 ``_config`` (configuration files).
 """
 
-from ._api import MAX_AGE as MAX_AGE
-from ._api import LoopHandle as LoopHandle
-from ._api import Runtime as Runtime
-from ._api import open_runtime as open_runtime
-from ._config import BreakerSettings as BreakerSettings
-from ._config import NodeSettings as NodeSettings
-from ._config import RuntimeConfig as RuntimeConfig
-from ._config import find_config as find_config
-from ._config import load_config as load_config
-from ._coordinator import new_loop_id as new_loop_id
-from ._events import Gap as Gap
-from ._events import Subscription as Subscription
-from ._ledger import ledger_of as ledger_of
-from ._lock import lock_state_dir as lock_state_dir
-from ._spec import build_spec as build_spec
+import importlib
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._api import MAX_AGE as MAX_AGE
+    from ._api import LoopHandle as LoopHandle
+    from ._api import Runtime as Runtime
+    from ._api import open_runtime as open_runtime
+    from ._config import BreakerSettings as BreakerSettings
+    from ._config import NodeSettings as NodeSettings
+    from ._config import RuntimeConfig as RuntimeConfig
+    from ._config import find_config as find_config
+    from ._config import load_config as load_config
+    from ._coordinator import new_loop_id as new_loop_id
+    from ._events import Gap as Gap
+    from ._events import Subscription as Subscription
+    from ._ledger import ledger_of as ledger_of
+    from ._lock import NODE_URL_FILE as NODE_URL_FILE
+    from ._lock import lock_state_dir as lock_state_dir
+    from ._spec import build_spec as build_spec
 
 __all__ = [
     "MAX_AGE",
+    "NODE_URL_FILE",
     "BreakerSettings",
     "Gap",
     "LoopHandle",
@@ -40,3 +46,37 @@ __all__ = [
     "new_loop_id",
     "open_runtime",
 ]
+
+# Names load their module on first use: the command line reads a configuration
+# (``_config``) for `loopactors status` without loading the actors.
+_HOMES = {
+    "BreakerSettings": "_config",
+    "Gap": "_events",
+    "LoopHandle": "_api",
+    "MAX_AGE": "_api",
+    "NODE_URL_FILE": "_lock",
+    "NodeSettings": "_config",
+    "Runtime": "_api",
+    "RuntimeConfig": "_config",
+    "Subscription": "_events",
+    "build_spec": "_spec",
+    "find_config": "_config",
+    "ledger_of": "_ledger",
+    "load_config": "_config",
+    "lock_state_dir": "_lock",
+    "new_loop_id": "_coordinator",
+    "open_runtime": "_api",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -24,6 +24,7 @@ from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
 from ..agent import Entry, FullPlan, MicroPlan
 from ..errors import ActorNotRunning, CallFailed, ConfigError, LoopNotFound
 from ..loops import (
+    MATCHES_SHOWN,
     TERMINAL_PHASES,
     AgentStep,
     AnyEvent,
@@ -33,6 +34,7 @@ from ..loops import (
     Phase,
     RoundRecord,
     StopMode,
+    resolve_loop_id,
 )
 from ..storage import DB_FILENAME, PruneReport, StoreBackend, StoreStatistics, open_backend
 from ..transport import transport_for
@@ -48,6 +50,7 @@ from ._lock import lock_state_dir, watch_state_dir
 from ._messages import (
     ApplyCompaction,
     ControlLoop,
+    FindLoopIds,
     GetEvents,
     GetLoop,
     GetRounds,
@@ -216,18 +219,45 @@ class Runtime:
     def handle(self, loop_id: str) -> LoopHandle:
         return LoopHandle(self, loop_id)
 
+    async def resolve_loop_id(self, given: str) -> str:
+        """The id of the one loop whose id is ``given`` or starts with it.
+
+        Raises:
+            LoopNotFound: none does.
+            AmbiguousLoopId: several do (the message lists them).
+        """
+        matches: list[str] = await self._ask(self._store, FindLoopIds(given, MATCHES_SHOWN + 1))
+        return resolve_loop_id(given, matches, where="this runtime's store")
+
     async def get(self, loop_id: str) -> LoopState:
         state: LoopState | None = await self._ask(self._store, GetLoop(loop_id))
         if state is None:
             raise LoopNotFound(f"no loop {loop_id!r} in this runtime's store")
         return state
 
-    async def loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
-        """Loops in the store, newest first (only the live ones if ``live_only``)."""
+    async def loops(
+        self,
+        *,
+        live_only: bool = False,
+        limit: int | None = None,
+        after: tuple[float, str] | None = None,
+    ) -> list[LoopState]:
+        """Loops in the store, newest first (only the live ones if ``live_only``); ``after``
+        a loop's ``(created_at, loop_id)``: the ones listed after it (the next page)."""
         loops: list[LoopState] = await self._ask(
-            self._store, ListLoops(live_only=live_only, limit=limit)
+            self._store, ListLoops(live_only=live_only, limit=limit, after=after)
         )
         return loops
+
+    async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
+        """Stop a loop now, or after the round in flight (as :meth:`LoopHandle.stop`)."""
+        return await self.handle(loop_id).stop(after_round=after_round)
+
+    async def pause(self, loop_id: str) -> LoopState:
+        return await self.handle(loop_id).pause()
+
+    async def resume(self, loop_id: str) -> LoopState:
+        return await self.handle(loop_id).resume()
 
     async def history(self, loop_id: str) -> list[RoundRecord]:
         await self.get(loop_id)  # a clear error for an unknown id
@@ -338,6 +368,10 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                 kill_grace=config.kill_grace,
                 context_factory=functools.partial(RuntimeRoundContext, config, deps.bus),
                 transport=functools.partial(transport_for, config.transport),
+                max_output_bytes=config.max_output_bytes,
+                outputs_dir=Path(config.state_dir) / "outputs"
+                if config.keep_full_outputs and config.store == "sqlite"
+                else None,
             ),
             name=DISPATCHER,
             shutdown=config.kill_grace + 5.0,

@@ -37,6 +37,7 @@ __all__ = [
     "ControlLoop",
     "Dispatch",
     "Escalate",
+    "FindLoopIds",
     "ForgetLedger",
     "Forward",
     "GetContextBuilderStatistics",
@@ -86,7 +87,16 @@ class GetLoop(msgspec.Struct, frozen=True):
 
 class ListLoops(msgspec.Struct, frozen=True, kw_only=True):
     live_only: bool = False
+    #: The ``created_at`` and ``loop_id`` of the last loop of the previous page.
+    after: tuple[float, str] | None = None
     limit: int | None = None
+
+
+class FindLoopIds(msgspec.Struct, frozen=True):
+    """Reply: the ids starting with ``prefix``, sorted, at most ``limit``."""
+
+    prefix: str
+    limit: int
 
 
 class GetRounds(msgspec.Struct, frozen=True):

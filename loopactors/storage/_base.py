@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import msgspec
 
 from ..errors import StoreError
-from ..loops import AnyEvent, LoopState, RoundRecord
+from ..loops import MATCHES_SHOWN, AnyEvent, LoopState, RoundRecord, resolve_loop_id
 
 __all__ = [
     "COMMIT_BUCKETS",
@@ -151,8 +151,32 @@ class StoreBackend(abc.ABC):
     def get_loop(self, loop_id: str) -> LoopState | None: ...
 
     @abc.abstractmethod
-    def list_loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
-        """Loops, newest first (by ``created_at``); only non-terminal ones if ``live_only``."""
+    def list_loops(
+        self,
+        *,
+        live_only: bool = False,
+        limit: int | None = None,
+        after: tuple[float, str] | None = None,
+    ) -> list[LoopState]:
+        """Loops, newest first (by ``created_at``, then ``loop_id``); only non-terminal ones if
+        ``live_only``; with ``after`` (a loop's ``created_at`` and ``loop_id``, the last of the
+        previous page) only the loops that come after it."""
+
+    @abc.abstractmethod
+    def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:
+        """The ids of the loops whose id starts with ``prefix``, sorted, at most ``limit``
+        (see ``loops.resolve_loop_id``)."""
+
+    def resolve_loop_id(self, given: str, *, where: str = "the store") -> str:
+        """The id of the one loop whose id is ``given`` or starts with it (a prefix copied
+        from a table will do).
+
+        Raises:
+            LoopNotFound: none does.
+            AmbiguousLoopId: several do (the message lists them).
+        """
+        matches = self.find_loop_ids(given, limit=MATCHES_SHOWN + 1)
+        return resolve_loop_id(given, matches, where=where)
 
     @abc.abstractmethod
     def rounds(self, loop_id: str) -> list[RoundRecord]:

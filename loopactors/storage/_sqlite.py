@@ -11,6 +11,7 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -258,15 +259,36 @@ class SqliteBackend(StoreBackend):
             ).fetchone()
             return None if row is None else self._state_decoder.decode(row[0])
 
-    def list_loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
+    def list_loops(
+        self,
+        *,
+        live_only: bool = False,
+        limit: int | None = None,
+        after: tuple[float, str] | None = None,
+    ) -> list[LoopState]:
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be None or >= 0, not {limit}")
-        where = f"WHERE {_NOT_TERMINAL}" if live_only else ""
-        params = (*(_TERMINAL if live_only else ()), -1 if limit is None else limit)
+        conditions = [_NOT_TERMINAL] if live_only else []
+        params: list[Any] = list(_TERMINAL) if live_only else []
+        if after is not None:
+            conditions.append("(created_at, loop_id) < (?, ?)")
+            params += after
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        params.append(-1 if limit is None else limit)
         query = f"SELECT state FROM loops {where} ORDER BY created_at DESC, loop_id DESC LIMIT ?"
         decode = self._state_decoder.decode
         with self._reading():
             return [decode(state) for (state,) in self._conn.execute(query, params)]
+
+    def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:
+        # A range on the primary key (text compares by its UTF-8 bytes, and no character
+        # sorts after U+10FFFF): an index seek, not a scan of every id.
+        query = (
+            "SELECT loop_id FROM loops WHERE loop_id >= ? AND loop_id < ? ORDER BY loop_id LIMIT ?"
+        )
+        with self._reading():
+            rows = self._conn.execute(query, (prefix, prefix + "\U0010ffff", limit))
+            return [loop_id for (loop_id,) in rows]
 
     def rounds(self, loop_id: str) -> list[RoundRecord]:
         decode = self._round_decoder.decode

@@ -5,17 +5,22 @@ report), ``_run`` (one stress run on an embedded runtime), ``_kill`` (kill trial
 processes SIGKILLed at random moments, then resumed), ``_cli`` (the subcommand).
 """
 
+import importlib
+
 from .._util import fix_public_module
-from ._kill import run_kill_trials as run_kill_trials
-from ._report import InvariantCheck as InvariantCheck
-from ._report import KillTrial as KillTrial
-from ._report import StoredLoop as StoredLoop
-from ._report import StressReport as StressReport
-from ._report import check_loops as check_loops
-from ._report import render_report as render_report
-from ._run import StressOptions as StressOptions
-from ._run import read_sqlite as read_sqlite
-from ._run import run_stress as run_stress
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._kill import run_kill_trials as run_kill_trials
+    from ._report import InvariantCheck as InvariantCheck
+    from ._report import KillTrial as KillTrial
+    from ._report import StoredLoop as StoredLoop
+    from ._report import StressReport as StressReport
+    from ._report import check_loops as check_loops
+    from ._report import render_report as render_report
+    from ._run import StressOptions as StressOptions
+    from ._run import read_sqlite as read_sqlite
+    from ._run import run_stress as run_stress
 
 __all__ = [
     "InvariantCheck",
@@ -30,4 +35,35 @@ __all__ = [
     "run_stress",
 ]
 
-fix_public_module(globals(), __all__)
+# Names load their module on first use: the command line imports ``_cli`` to build its
+# parser, and `loopactors status` must not pay for the runtime the stress run needs.
+_HOMES = {
+    "InvariantCheck": "_report",
+    "KillTrial": "_report",
+    "StoredLoop": "_report",
+    "StressOptions": "_run",
+    "StressReport": "_report",
+    "check_loops": "_report",
+    "read_sqlite": "_run",
+    "render_report": "_report",
+    "run_kill_trials": "_kill",
+    "run_stress": "_run",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    namespace = {
+        "__name__": __name__,
+        name: getattr(importlib.import_module(f"{__name__}.{module}"), name),
+    }
+    fix_public_module(namespace, [name])
+    value = namespace[name]
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -11,16 +11,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-import msgspec
-import trio
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-from rich.progress import Progress as ProgressBar
-
 from ..errors import ConfigError
-from ._kill import child_progress, run_kill_trials
-from ._report import StressReport, render_report
-from ._run import StressOptions, Tally, run_stress
+
+# The run's modules (and trio, rich, the runtime) load in main(): the command line imports
+# this module to build its parser, for every command.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._report import StressReport
+    from ._run import StressOptions, Tally
 
 __all__ = ["add_parser", "main"]
 
@@ -63,6 +61,8 @@ def add_parser(commands: Any) -> None:
 
 
 def options_of(args: argparse.Namespace) -> StressOptions:
+    from ._run import StressOptions  # noqa: PLC0415 - see the note on the imports
+
     store: Literal["memory", "sqlite"] = args.store or (
         "sqlite" if args.state is not None or args.kill_trials else "memory"
     )
@@ -92,6 +92,10 @@ def options_of(args: argparse.Namespace) -> StressOptions:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``loopactors stress``; 0 when every invariant holds, 1 otherwise."""
+    import trio  # noqa: PLC0415 - see the note on the imports
+
+    from ._kill import run_kill_trials  # noqa: PLC0415
+
     options = options_of(args)
     if args.kill_child:
         trio.run(_child, options)
@@ -106,16 +110,30 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _run(options: StressOptions, show: Any) -> StressReport:
+    from ._run import run_stress  # noqa: PLC0415 - see the note on the imports
+
     return await run_stress(options, progress=show)
 
 
 async def _child(options: StressOptions) -> None:
+    from ._kill import child_progress  # noqa: PLC0415 - see the note on the imports
+    from ._run import run_stress  # noqa: PLC0415
+
     await run_stress(options, progress=child_progress(), progress_interval=0.01)
 
 
 @contextlib.contextmanager
 def _progress_bar(options: StressOptions, *, quiet: bool) -> Iterator[Callable[[Tally], None]]:
     """A progress bar on stderr: rounds completed, and loops finished."""
+    from rich.console import Console  # noqa: PLC0415 - see the note on the imports
+    from rich.progress import (  # noqa: PLC0415
+        BarColumn,
+        MofNCompleteColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.progress import Progress as ProgressBar  # noqa: PLC0415
+
     bar = ProgressBar(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -135,6 +153,10 @@ def _progress_bar(options: StressOptions, *, quiet: bool) -> Iterator[Callable[[
 
 
 def _print(report: StressReport, *, as_json: bool) -> None:
+    import msgspec  # noqa: PLC0415 - see the note on the imports
+
+    from ._report import render_report  # noqa: PLC0415
+
     if as_json:
         data = msgspec.to_builtins(report)
         print(json.dumps(data))

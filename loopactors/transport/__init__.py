@@ -12,19 +12,19 @@ All private; this module is the public surface. The Redis parts (:class:`RedisTr
 import importlib
 
 from .._util import fix_public_module
-from ._base import InProcessTransport as InProcessTransport
-from ._base import RemoteTransport as RemoteTransport
-from ._base import RoundTransport as RoundTransport
-from ._local import LocalRedis as LocalRedis
-from ._local import local_redis as local_redis
-from ._select import transport_for as transport_for
-from ._url import IN_PROCESS as IN_PROCESS
-from ._url import check_transport as check_transport
-from ._url import redact_url as redact_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ._base import InProcessTransport as InProcessTransport
+    from ._base import RemoteTransport as RemoteTransport
+    from ._base import RoundTransport as RoundTransport
+    from ._local import LocalRedis as LocalRedis
+    from ._local import local_redis as local_redis
     from ._node import RedisTransport as RedisTransport
+    from ._select import transport_for as transport_for
+    from ._url import IN_PROCESS as IN_PROCESS
+    from ._url import check_transport as check_transport
+    from ._url import redact_url as redact_url
     from ._worker import WorkerSettings as WorkerSettings
     from ._worker import serve_worker as serve_worker
 
@@ -43,17 +43,37 @@ __all__ = [
     "transport_for",
 ]
 
-_LAZY = {"RedisTransport": "_node", "WorkerSettings": "_worker", "serve_worker": "_worker"}
+# Every name loads its module on first use: the command line's parser imports ``_cli`` (and
+# so this package) for ``loopactors status``, which must not pay for the workers and trio.
+_LAZY = {
+    "IN_PROCESS": "_url",
+    "InProcessTransport": "_base",
+    "LocalRedis": "_local",
+    "RedisTransport": "_node",
+    "RemoteTransport": "_base",
+    "RoundTransport": "_base",
+    "WorkerSettings": "_worker",
+    "check_transport": "_url",
+    "local_redis": "_local",
+    "redact_url": "_url",
+    "serve_worker": "_worker",
+    "transport_for": "_select",
+}
 
 
 def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    value.__module__ = __name__
+    namespace = {
+        "__name__": __name__,
+        name: getattr(importlib.import_module(f"{__name__}.{module}"), name),
+    }
+    fix_public_module(namespace, [name])
+    value = namespace[name]
     globals()[name] = value
     return value
 
 
-fix_public_module(globals(), [n for n in __all__ if n not in _LAZY])
+def __dir__() -> list[str]:
+    return sorted(__all__)

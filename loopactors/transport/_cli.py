@@ -10,33 +10,54 @@ import os
 import signal
 from typing import Any
 
-import trio
-
 from .._logs import add_log_format, configure_logging
 from ..errors import ConfigError
 from ._url import IN_PROCESS, check_transport, redact_url
-from ._wire import ALL_KINDS, KNOWN_KINDS
 
-__all__ = ["add_parsers", "print_status", "run_worker"]
+# trio and the wire format (which loads the workers) are imported where they are used:
+# `loopactors status` and `--help` build the parser from here and must start fast.
+
+__all__ = [
+    "WORKER_HELP",
+    "add_parsers",
+    "add_transport_option",
+    "add_worker_options",
+    "print_status",
+    "run_worker",
+    "status_data",
+]
 
 #: The commands that start a node (and so a Dispatcher) or read its state.
 TRANSPORT_COMMANDS = ("run", "resume", "node", "status")
 
 
-def add_parsers(commands: Any) -> None:
-    """``--transport`` on the commands that take it, and the ``worker`` command."""
+WORKER_HELP = "run rounds for a node on this machine, taken from Redis"
+
+
+def add_parsers(commands: Any, *, worker_options: bool = True) -> None:
+    """``--transport`` on the commands that take it, and the ``worker`` command (its options
+    only with ``worker_options``: they name the worker kinds, which loads the workers)."""
     for name in TRANSPORT_COMMANDS:
         parser = commands.choices.get(name)
         if parser is not None:
-            parser.add_argument(
-                "--transport",
-                metavar="URL",
-                help="inprocess (default) or redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for "
-                "TLS): run rounds on `loopactors worker` processes",
-            )
-    worker = commands.add_parser(
-        "worker", help="run rounds for a node on this machine, taken from Redis"
+            add_transport_option(parser)
+    worker = commands.add_parser("worker", help=WORKER_HELP)
+    if worker_options:
+        add_worker_options(worker)
+
+
+def add_transport_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--transport",
+        metavar="URL",
+        help="inprocess (default) or redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for "
+        "TLS): run rounds on `loopactors worker` processes",
     )
+
+
+def add_worker_options(worker: argparse.ArgumentParser) -> None:
+    from ._wire import ALL_KINDS, KNOWN_KINDS  # noqa: PLC0415 - loads the workers
+
     worker.add_argument(
         "--redis",
         metavar="URL",
@@ -75,8 +96,11 @@ def add_parsers(commands: Any) -> None:
 
 
 def run_worker(args: argparse.Namespace) -> int:
+    import trio  # noqa: PLC0415 - see the note on the imports
+
     # coredis loads only here
     from ._redis import REFUSED, find_error  # noqa: PLC0415
+    from ._wire import ALL_KINDS  # noqa: PLC0415
     from ._worker import WorkerSettings, default_worker_name, serve_worker  # noqa: PLC0415
 
     url = args.redis or os.environ.get("LOOPACTORS_REDIS")
@@ -130,8 +154,35 @@ def print_status(transport: str, *, console: Any) -> None:
     """The workers and per-stream backlog of a Redis transport (nothing for in-process)."""
     if transport == IN_PROCESS:
         return
+    status = _read_status(transport)
+    if isinstance(status, BaseException):
+        console.print(f"redis {redact_url(transport)} unreachable: {type(status).__name__}")
+        return
+    from ._status import render  # noqa: PLC0415
+
+    for table in render(status):
+        console.print(table)
+
+
+def status_data(transport: str) -> dict[str, Any] | None:
+    """The transport part of ``status --json``: workers (with ``dead_since``) and streams,
+    or ``{"unreachable": ...}``; None for in-process."""
+    if transport == IN_PROCESS:
+        return None
+    status = _read_status(transport)
+    if isinstance(status, BaseException):
+        return {"redis": redact_url(transport), "unreachable": type(status).__name__}
+    import msgspec  # noqa: PLC0415
+
+    data: dict[str, Any] = msgspec.to_builtins(status)
+    return {"redis": redact_url(transport), **data}
+
+
+def _read_status(transport: str) -> Any:
+    import trio  # noqa: PLC0415 - see the note on the imports
+
     from ._redis import RETRIED, client_name, open_redis  # noqa: PLC0415 - coredis loads only here
-    from ._status import collect, render  # noqa: PLC0415
+    from ._status import collect  # noqa: PLC0415
 
     async def read() -> Any:
         with trio.move_on_after(5):
@@ -142,9 +193,4 @@ def print_status(transport: str, *, console: Any) -> None:
                     return exc
         return TimeoutError("no answer within 5 s")
 
-    status = trio.run(read)
-    if isinstance(status, BaseException):
-        console.print(f"redis {redact_url(transport)} unreachable: {type(status).__name__}")
-        return
-    for table in render(status):
-        console.print(table)
+    return trio.run(read)

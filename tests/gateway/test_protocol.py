@@ -325,3 +325,52 @@ async def test_permessage_deflate_is_declined_and_the_connection_works_uncompres
     status, *headers = head.split(b"\r\n\r\n")[0].decode().split("\r\n")
     assert status.startswith("HTTP/1.1 101")
     assert not [h for h in headers if h.lower().startswith("sec-websocket-extensions")]
+
+
+async def test_requests_take_any_unique_loop_id_prefix(live_node: LiveNode) -> None:
+    async with open_raw(live_node) as raw:
+        for n, loop_id in enumerate(("alpha-1", "alpha-2", "beta-7")):
+            start = {"type": "start", "id": n, "text": f"|loop:3| {loop_id}", "loop_id": loop_id}
+            await raw.ask({**start, "worker": "scripted:latency=30"})
+        status = await raw.ask({"type": "status", "id": 10, "loop_id": "bet"})
+        assert status["data"]["loops"][0]["loop_id"] == "beta-7"
+        paused = await raw.ask({"type": "pause", "id": 11, "loop_id": "beta"})
+        assert paused["data"]["loop_id"] == "beta-7"
+        sub = await raw.ask({"type": "subscribe", "id": 12, "loop_id": "b"})
+        assert sub["data"]["loop_id"] == "beta-7"
+        for frame in (
+            {"type": "stop", "id": 13, "loop_id": "alpha"},
+            {"type": "subscribe", "id": 14, "loop_id": "alpha"},
+            {"type": "history", "id": 15, "loop_id": "al"},
+        ):
+            ambiguous = await raw.ask(frame)
+            assert ambiguous["type"] == "error", ambiguous
+            assert ambiguous["code"] == "not_found"
+            assert "matches several loops" in ambiguous["message"]
+            assert "alpha-1, alpha-2" in ambiguous["message"]
+        stopped = await raw.ask({"type": "stop", "id": 16, "loop_id": "alpha-2"})
+        assert stopped["data"]["phase"] == "cancelled"
+
+
+async def test_status_pages_and_heads(live_node: LiveNode) -> None:
+    """Status answers come in pages with a cursor, and carry a head of each output only."""
+    rt = live_node.runtime
+    started = [
+        await rt.start("|loop:1| page me", worker="scripted:output=" + "z" * 500) for _ in range(5)
+    ]
+    for handle in started:
+        await handle.wait()
+    async with connect(live_node.url, token=live_node.token) as node:
+        pages = [page async for page in node.loop_pages(page=2)]
+        assert [len(page) for page in pages] == [2, 2, 1]
+        listed = [state.loop_id for page in pages for state in page]
+        assert listed == [state.loop_id for state in await rt.loops()]  # newest first, once
+        assert all(len(s.last_output or "") == 200 for page in pages for s in page)
+        one = await node.get(started[0].loop_id)
+        assert one.last_output == "z" * 200
+        whole = await node.output(started[0].loop_id, 1)
+        assert whole.output == "z" * 500
+    async with open_raw(live_node) as raw:
+        bad = await raw.ask({"type": "status", "id": 9, "after": "nonsense"})
+        assert bad["type"] == "error"
+        assert bad["code"] == "invalid_request"

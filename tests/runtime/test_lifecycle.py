@@ -210,3 +210,28 @@ async def test_waiting_costs_a_watch_not_a_subscription(rt: Runtime) -> None:
     # Woken by any event (a pause is not an end), it saw the pause before the end.
     assert paused[0].phase == "paused"
     assert rt.bus._watches == {}
+
+
+async def test_the_no_progress_escalation_names_the_setting_that_changes_it(rt: Runtime) -> None:
+    counter_only = "scripted:output=step {round} done"
+    escalated = await (await rt.start("|loop:5| toy", worker=counter_only)).wait()
+    assert (escalated.phase, escalated.trigger) == ("escalated", "no_progress")
+    assert escalated.reason is not None
+    assert "stale_rounds_limit is 2: raise it to allow more" in escalated.reason
+    relaxed = await rt.start("|loop:5| toy again", worker=counter_only, stale_rounds_limit=10)
+    assert (await relaxed.wait()).phase == "complete"
+
+
+async def test_the_repl_s_embedded_target_takes_id_prefixes(rt: Runtime) -> None:
+    from loopactors.cli._repl_targets import EmbeddedTarget
+    from loopactors.errors import AmbiguousLoopId
+
+    for loop_id in ("alpha-1", "alpha-2", "beta-7"):
+        await rt.start(f"|loop:3| {loop_id}", loop_id=loop_id, worker="scripted:latency=30")
+    target = EmbeddedTarget(rt)
+    assert (await target.get("bet")).loop_id == "beta-7"
+    assert (await target.pause("beta")).loop_id == "beta-7"
+    assert (await target.stop("b")).phase == "cancelled"
+    with pytest.raises(AmbiguousLoopId, match="alpha-1, alpha-2"):
+        await target.stop("alpha")
+    assert (await rt.resolve_loop_id("alpha-2")) == "alpha-2"

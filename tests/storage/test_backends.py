@@ -197,9 +197,35 @@ def test_list_loops_order_filter_and_limit(backend: StoreBackend) -> None:
         backend.list_loops(limit=-1)
 
 
+def test_find_loop_ids_by_prefix(backend: StoreBackend) -> None:
+    ids = ["6b0c11", "6b0c12", "6b0d", "6b", "7a", "6b0c11-child", "é9"]
+    backend.commit([Write(state=state(i, "complete", created_at=1.0)) for i in ids])
+    assert backend.find_loop_ids("6b0c", limit=10) == ["6b0c11", "6b0c11-child", "6b0c12"]
+    assert backend.find_loop_ids("6b", limit=2) == ["6b", "6b0c11"]
+    assert backend.find_loop_ids("7a", limit=10) == ["7a"]
+    assert backend.find_loop_ids("é", limit=10) == ["é9"]
+    assert backend.find_loop_ids("x", limit=10) == []
+    assert backend.find_loop_ids("", limit=3) == ["6b", "6b0c11", "6b0c11-child"]
+
+
 def test_list_loops_ties_broken_by_id(backend: StoreBackend) -> None:
     backend.commit([Write(state=state(i, created_at=5.0)) for i in ("b", "c", "a")])
     assert [s.loop_id for s in backend.list_loops()] == ["c", "b", "a"]
+
+
+def test_list_loops_after_a_cursor_pages_without_gaps_or_repeats(backend: StoreBackend) -> None:
+    created = {"a": 1.0, "b": 2.0, "c": 2.0, "d": 3.0, "e": 4.0}
+    backend.commit([Write(state=state(i, created_at=t)) for i, t in created.items()])
+    pages: list[list[str]] = []
+    after: tuple[float, str] | None = None
+    while True:
+        page = backend.list_loops(limit=2, after=after)
+        if not page:
+            break
+        pages.append([s.loop_id for s in page])
+        after = (page[-1].created_at, page[-1].loop_id)
+    assert pages == [["e", "d"], ["c", "b"], ["a"]]
+    assert [s.loop_id for s in backend.list_loops(after=(2.0, "c"), live_only=True)] == ["b", "a"]
 
 
 def test_statistics_count_commits_and_writes(backend: StoreBackend) -> None:

@@ -1,0 +1,40 @@
+"""Loop ids given by a user: the whole id, or any unique prefix of it (as copied from a table).
+
+Pure: the store finds the ids that start with what was given (``find_loop_ids``), and
+:func:`resolve_loop_id` decides. Every place that takes a loop id from a person (the command
+line, the REPL, the node's requests) goes through these two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import AmbiguousLoopId, LoopNotFound
+
+__all__ = ["MATCHES_SHOWN", "resolve_loop_id"]
+
+#: How many matching ids an ambiguous prefix's error lists (ask the store for one more).
+MATCHES_SHOWN = 10
+
+
+def resolve_loop_id(given: str, matches: Sequence[str], *, where: str = "the store") -> str:
+    """The loop id ``given`` names among ``matches`` (the ids that start with it, sorted).
+
+    The whole id wins even when it is also the prefix of other ids.
+
+    Raises:
+        LoopNotFound: no id starts with ``given`` (or ``given`` is empty).
+        AmbiguousLoopId: several do; the message lists them (at most ``MATCHES_SHOWN``).
+    """
+    if given in matches:
+        return given
+    if not given or not matches:
+        raise LoopNotFound(f"no loop {given!r} in {where}")
+    if len(matches) == 1:
+        return matches[0]
+    shown = ", ".join(matches[:MATCHES_SHOWN])
+    more = " and more" if len(matches) > MATCHES_SHOWN else ""
+    raise AmbiguousLoopId(
+        f"loop id prefix {given!r} matches several loops in {where}: {shown}{more}; "
+        "give more of the id"
+    )
