@@ -6,7 +6,7 @@ at most 60 s) the test holds idle TCP connections that never send a byte, half-o
 send half a request head, upgraded websockets that never say hello, and a flood of connections
 opened and closed as fast as they go: well over the node's descriptor limit in all. Meanwhile a
 token holder connects afresh and asks for ``status`` every 0.2 s. Asserted: every status
-answer comes within 5 s (a liveness bound on a shared CI machine, not a performance goal:
+answer comes within 10 s (a liveness bound on a shared CI machine, not a performance goal:
 bench/ has those), every round of the loop completes (none fails for want of a descriptor),
 and the node's log holds no traceback and only a few rate-limited lines per condition.
 
@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -32,7 +33,7 @@ from loopactors.client import connect
 
 DESCRIPTOR_LIMIT = 400
 ROUNDS = 12
-STATUS_BOUND = 5.0
+STATUS_BOUND = 10.0
 TERMINAL = ("complete", "cancelled", "interrupted", "escalated", "error")
 UPGRADE = (
     b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -108,6 +109,38 @@ async def test_token_holders_and_rounds_survive_a_connection_flood(
     held: list[trio.SocketStream] = []
     latencies: list[float] = []
     churned = [0]
+    try:
+        final, rounds = await _flood_while_looping(
+            url, token, port=port, held=held, latencies=latencies, churned=churned
+        )
+    finally:
+        for stream in held:
+            await trio.aclose_forcefully(stream)
+    assert final.phase == "complete", final.reason
+    assert [r.status for r in rounds.rounds] == ["completed"] * ROUNDS
+    assert latencies
+    assert max(latencies) < STATUS_BOUND, latencies
+    assert churned[0] > 100  # the flood really ran
+    assert process.poll() is None
+    log = (tmp_path / "node.log").read_text()
+    assert "Traceback" not in log
+    warnings = Counter(
+        re.sub(r"[\d.:\[\]]+", "N", line.split(" ", 3)[-1])[:50]
+        for line in log.splitlines()
+        if "WARNING" in line
+    )
+    assert all(count <= 8 for count in warnings.values()), warnings
+
+
+async def _flood_while_looping(
+    url: str,
+    token: str,
+    *,
+    port: int,
+    held: list[trio.SocketStream],
+    latencies: list[float],
+    churned: list[int],
+) -> tuple[Any, Any]:
     stop = trio.Event()
     async with connect(url, token=token) as owner:
         loop = await owner.start(f"|loop:{ROUNDS},fresh| soak")
@@ -125,21 +158,4 @@ async def test_token_holders_and_rounds_survive_a_connection_flood(
                     latencies.append(time.monotonic() - started)
                     await trio.sleep(0.2)
                 stop.set()
-        final = await owner.get(loop.loop_id)
-        rounds = await owner.history(loop.loop_id)
-    for stream in held:
-        await trio.aclose_forcefully(stream)
-    assert final.phase == "complete", final.reason
-    assert [r.status for r in rounds.rounds] == ["completed"] * ROUNDS
-    assert latencies
-    assert max(latencies) < STATUS_BOUND, latencies
-    assert churned[0] > 100  # the flood really ran
-    assert process.poll() is None
-    log = (tmp_path / "node.log").read_text()
-    assert "Traceback" not in log
-    warnings = Counter(
-        re.sub(r"[\d.:\[\]]+", "N", line.split(" ", 3)[-1])[:50]
-        for line in log.splitlines()
-        if "WARNING" in line
-    )
-    assert all(count <= 8 for count in warnings.values()), warnings
+        return await owner.get(loop.loop_id), await owner.history(loop.loop_id)
