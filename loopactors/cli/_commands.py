@@ -437,7 +437,12 @@ def _status(args: argparse.Namespace) -> int:
         if backend is not None:
             backend.close()
     if args.json:
-        payload = states[0] if args.loop_id is not None else states
+        payload: Any = states[0] if args.loop_id is not None else states
+        transport = (
+            _cli_transport.status_data(_config(args).transport) if args.loop_id is None else None
+        )
+        if transport is not None:  # a Redis transport: the loops and its workers and streams
+            payload = {"loops": states, "transport": transport}
         print(_json.encode(payload).decode())
         return EXIT_OK
     from rich.console import Console  # noqa: PLC0415 - see the note on the imports
