@@ -1,4 +1,4 @@
-"""The actor kernel: OTP semantics on trio structure.
+"""The actor kernel: supervised actors on trio structure (docs/actors.md).
 
 General layout: ``_actor`` (actors, mailboxes, refs), ``_registry`` (node-scoped names),
 ``_supervisor`` (restart strategies), ``_node`` (the root of a tree, embedded or standalone).

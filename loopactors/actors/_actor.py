@@ -2,8 +2,8 @@
 
 An actor is one trio task that owns a bounded mailbox (see :mod:`._mailbox`) and handles one
 message at a time. Each incarnation of an actor has its own :class:`_Cell`; a restart makes a
-new cell, so a ref made before the restart reports the old incarnation as exited, as an Erlang
-pid would. Names (see :mod:`._node`) resolve to the live incarnation instead.
+new cell, so a ref made before the restart reports the old incarnation as exited
+(docs/actors.md). Names (see :mod:`._node`) resolve to the live incarnation instead.
 
 The hot path is the mailbox loop in :func:`_message_loop`: it awaits once, then drains what is
 already queued with ``take`` (no await), because one await per message costs ~15x more than a

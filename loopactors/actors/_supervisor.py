@@ -1,4 +1,4 @@
-"""Supervisors: OTP's restart strategies on trio nurseries.
+"""Supervisors: restart strategies on trio nurseries (docs/actors.md#supervisors).
 
 A supervisor is itself an actor. Its children run as tasks in its nursery, each inside a
 cancel scope of its own (the hard kill). Child exits arrive as messages, so restarts,

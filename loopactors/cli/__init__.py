@@ -1,10 +1,11 @@
 """The `loopactors` command line: a thin entry that loads only what a command needs.
 
-``loopactors context`` is the run-ledger tool (loop-context's command line) and must start
-fast, so it never imports trio or the runtime; ``loopactors code`` (code loops) lives in
-``codeloop._cli``; every other command lives in this package: ``_commands`` (the parser and
-the runtime's commands), ``_remote`` (``node`` and ``--connect``), ``_prune``, ``_repl*``
-(the interactive REPL), ``_progress`` and ``_follow`` (the live display), ``_demo``.
+``loopactors context`` is the run-ledger tool (loop-context's command line, docs/ledger.md)
+and must start fast, so it never imports trio or the runtime; ``loopactors code`` (code
+loops) lives in ``codeloop._cli``; every other command lives in this package: ``_commands``
+(the parser and the runtime's commands), ``_remote`` (``node`` and ``--connect``),
+``_prune``, ``_repl*`` (the interactive REPL), ``_progress`` and ``_follow`` (the live
+display), ``_demo``.
 This module imports nothing heavy: each command loads what it needs.
 Exit codes are listed in the README.
 """

@@ -1,9 +1,14 @@
-"""What the REPL acts on: an embedded runtime, or a node over the wire, behind one protocol."""
+"""What the REPL acts on: an embedded runtime, or a node over the wire, behind one protocol.
+
+:class:`LoopControl` is what both offer alike (``Runtime`` and ``NodeClient`` implement it),
+so the REPL's status, stop, pause and resume are written once, in :class:`_Target`; only
+starting a loop, its history, code loops and events differ by target.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 import trio
@@ -14,7 +19,24 @@ from ..gateway import Code, CodeLoops, Refusal, answer_code
 from ..loops import AnyEvent, LoopState, RoundRecord
 from ..runtime import Gap, Runtime
 
-__all__ = ["EmbeddedTarget", "RemoteTarget", "Target"]
+__all__ = ["EmbeddedTarget", "LoopControl", "RemoteTarget", "Target"]
+
+
+class LoopControl(Protocol):
+    """A node's loops, embedded (``Runtime``) or over the wire (``NodeClient``)."""
+
+    async def get(self, loop_id: str) -> LoopState: ...
+    async def loops(
+        self, *, live_only: bool = False, limit: int | None = None
+    ) -> list[LoopState]: ...
+    async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState: ...
+    async def pause(self, loop_id: str) -> LoopState: ...
+    async def resume(self, loop_id: str) -> LoopState: ...
+
+
+if TYPE_CHECKING:  # both implement it (checked by mypy)
+    _embedded: type[LoopControl] = Runtime
+    _remote: type[LoopControl] = NodeClient
 
 
 class Target(Protocol):
@@ -34,36 +56,58 @@ class Target(Protocol):
     def events(self) -> AsyncIterator[AnyEvent | Gap]: ...
 
 
-class EmbeddedTarget:
-    # Every loop id a person typed goes through resolve_loop_id: a unique prefix will do
-    # (a remote node resolves them itself).
+class _Target:
+    """The commands both targets share, written once over their :class:`LoopControl`."""
+
+    #: The REPL's list of loops shows at most this many.
+    LIST_LIMIT = 100
+
+    def __init__(self, control: LoopControl) -> None:
+        self.control = control
+
+    async def resolve(self, loop_id: str) -> str:
+        """The loop id a person typed, as the target needs it (a remote node resolves a
+        unique prefix itself)."""
+        return loop_id
+
+    async def stop(self, loop_id: str) -> LoopState:
+        return await self.control.stop(await self.resolve(loop_id))
+
+    async def pause(self, loop_id: str) -> LoopState:
+        return await self.control.pause(await self.resolve(loop_id))
+
+    async def resume(self, loop_id: str) -> LoopState:
+        return await self.control.resume(await self.resolve(loop_id))
+
+    async def get(self, loop_id: str) -> LoopState:
+        return await self.control.get(await self.resolve(loop_id))
+
+    async def loops(self, *, live_only: bool = False) -> list[LoopState]:
+        return await self.control.loops(live_only=live_only, limit=self.LIST_LIMIT)
+
+
+class EmbeddedTarget(_Target):
     keeps_running = False
 
     def __init__(self, runtime: Runtime) -> None:
+        super().__init__(runtime)
         self.rt = runtime
         self.background: trio.Nursery | None = None  # where code loops run
-        self.where = f"embedded node ({runtime.config.store} store in {runtime.config.state_dir})"
+        self.where = (
+            "embedded node (memory store: nothing is kept after you leave)"
+            if runtime.config.store == "memory"
+            else f"embedded node (sqlite store in {runtime.config.state_dir})"
+        )
+
+    async def resolve(self, loop_id: str) -> str:
+        # Every loop id a person typed goes through resolve_loop_id: a unique prefix will do.
+        return await self.rt.resolve_loop_id(loop_id)
 
     async def start(self, text: str, worker: str | None) -> LoopState:
         return await (await self.rt.start(text, worker=worker)).status()
 
-    async def stop(self, loop_id: str) -> LoopState:
-        return await self.rt.handle(await self.rt.resolve_loop_id(loop_id)).stop()
-
-    async def pause(self, loop_id: str) -> LoopState:
-        return await self.rt.handle(await self.rt.resolve_loop_id(loop_id)).pause()
-
-    async def resume(self, loop_id: str) -> LoopState:
-        return await self.rt.handle(await self.rt.resolve_loop_id(loop_id)).resume()
-
-    async def get(self, loop_id: str) -> LoopState:
-        return await self.rt.get(await self.rt.resolve_loop_id(loop_id))
-
-    async def loops(self, *, live_only: bool = False) -> list[LoopState]:
-        return await self.rt.loops(live_only=live_only, limit=100)
-
     async def history(self, loop_id: str) -> list[RoundRecord]:
-        return await self.rt.history(await self.rt.resolve_loop_id(loop_id))
+        return await self.rt.history(await self.resolve(loop_id))
 
     async def code(self, action: str, **fields: Any) -> CodeLoops:
         assert self.background is not None, "set when the session starts"
@@ -79,10 +123,11 @@ class EmbeddedTarget:
                 yield event
 
 
-class RemoteTarget:
+class RemoteTarget(_Target):
     keeps_running = True
 
     def __init__(self, node: NodeClient) -> None:
+        super().__init__(node)
         self.node = node
         self.where = f"node {node.info.node_id} at {node.url}"
 
@@ -92,21 +137,6 @@ class RemoteTarget:
 
     async def start(self, text: str, worker: str | None) -> LoopState:
         return await self.node.start(text, worker=worker)
-
-    async def stop(self, loop_id: str) -> LoopState:
-        return await self.node.stop(loop_id)
-
-    async def pause(self, loop_id: str) -> LoopState:
-        return await self.node.pause(loop_id)
-
-    async def resume(self, loop_id: str) -> LoopState:
-        return await self.node.resume(loop_id)
-
-    async def get(self, loop_id: str) -> LoopState:
-        return await self.node.get(loop_id)
-
-    async def loops(self, *, live_only: bool = False) -> list[LoopState]:
-        return await self.node.loops(live_only=live_only)
 
     async def history(self, loop_id: str) -> list[RoundRecord]:
         return (await self.node.history(loop_id, output_head=60)).rounds

@@ -1,6 +1,6 @@
-"""``HANDOFF.md``: a typed hand-off record rendered to Markdown (CodeShell 9). Pure, no trio.
+"""``HANDOFF.md``: a typed hand-off record rendered to Markdown (docs/codeloop.md). Pure, no trio.
 
-The record carries what the reference's final report promised: status, rounds, the candidate
+The record carries what a code loop's final report owes: status, rounds, the candidate
 against main, validation results, pending approvals, the next action, and the statement that
 nothing was pushed or merged into main.
 """

@@ -3,8 +3,8 @@ parsed and validated when present (a user-written one is reused, never regenerat
 rejected with the reason when it cannot be used. Pure, no trio.
 
 The fields are ``- key: value`` lines under fixed headings; everything else is prose for
-people. The reviewer is required and must differ from the executor: the reference's interview
-defaulted the reviewer to ``self`` while its contract forbade self-review (CodeShell 8).
+people. The reviewer is required and must differ from the executor: no
+review of one's own work (docs/codeloop.md).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ error frame with its stable code.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from ..errors import (
     LoopSyntaxError,
     WorkerSpecError,
 )
-from ..loops import RoundRecord
+from ..loops import LoopState, RoundRecord
 from ._code import answer_code
 from ._errors import Refusal
 from ._protocol import (
@@ -78,15 +79,23 @@ async def answer(request: Any, gateway: Gateway) -> Any:
             request, loop_id=await rt.resolve_loop_id(request.loop_id)
         )
     if isinstance(request, Status):
+        head = _check_head(request.output_head)
         if request.loop_id is not None:
-            return LoopStatus(loops=[await rt.get(request.loop_id)])
+            return LoopStatus(loops=[_headed(await rt.get(request.loop_id), head)])
         limit = settings.default_status_loops if request.limit is None else request.limit
         if not 1 <= limit <= settings.max_status_loops:
             raise Refusal(
                 "invalid_request",
                 f"limit must be from 1 to {settings.max_status_loops}, got {limit}",
             )
-        return LoopStatus(loops=await rt.loops(live_only=request.live_only, limit=limit))
+        after = _cursor(request.after) if request.after is not None else None
+        loops = await rt.loops(live_only=request.live_only, limit=limit + 1, after=after)
+        page = loops[:limit]
+        more = len(loops) > limit
+        return LoopStatus(
+            loops=[_headed(state, head) for state in page],
+            next=f"{page[-1].created_at!r}/{page[-1].loop_id}" if more else None,
+        )
     if isinstance(request, Ping):
         return Pong(time=time.time())
     if isinstance(request, Start):
@@ -149,12 +158,40 @@ async def _start(request: Start, gateway: Gateway) -> Any:
     return await handle.status()
 
 
+def _cursor(text: str) -> tuple[float, str]:
+    """A ``next`` token back: ``CREATED_AT/LOOP_ID``."""
+    created, slash, loop_id = text.partition("/")
+    try:
+        value = float(created)
+    except ValueError:
+        value = math.nan
+    if not slash or not loop_id or not math.isfinite(value):
+        raise Refusal(
+            "invalid_request",
+            f"after must be the next of an earlier status answer, got {text[:80]!r}",
+        )
+    return value, loop_id
+
+
+def _check_head(head: int) -> int:
+    if head < 0:
+        raise Refusal("invalid_request", f"output_head must be >= 0, got {head}")
+    return head
+
+
+def _headed(state: LoopState, head: int) -> LoopState:
+    """Never a whole output in a status answer: a frame must stay small whatever a worker
+    printed (docs/protocol.md)."""
+    last = state.last_output
+    if last is None or len(last) <= head:
+        return state
+    return msgspec.structs.replace(state, last_output=last[:head])
+
+
 async def _history(request: History, gateway: Gateway) -> Rounds:
-    if request.output_head < 0:
-        raise Refusal("invalid_request", f"output_head must be >= 0, got {request.output_head}")
+    head = _check_head(request.output_head)
     rt = gateway.runtime
-    state = await rt.get(request.loop_id)
-    head = request.output_head
+    state = _headed(await rt.get(request.loop_id), head)
     rounds = [
         msgspec.structs.replace(r, output=r.output[:head]) if len(r.output) > head else r
         for r in await rt.history(request.loop_id)

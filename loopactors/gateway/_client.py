@@ -29,6 +29,7 @@ from .._util import backoff_delay
 from ..errors import ConnectionLost, RemoteError
 from ..loops import LoopFinished, LoopSpec, LoopState, RoundRecord
 from ..runtime import Gap
+from . import _pong  # noqa: F401 - no Pong after our Close (see the module)
 from ._protocol import (
     PROTOCOL_VERSION,
     Closing,
@@ -157,9 +158,24 @@ class NodeClient:
         return status.loops[0]
 
     async def loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
-        """Loops in the node's store, newest first."""
+        """Loops in the node's store, newest first: the first ``limit`` (the node's default
+        page if None)."""
         request = Status(id=0, live_only=live_only, limit=limit)
         return (await self._request(request, LoopStatus)).loops
+
+    async def loop_pages(
+        self, *, live_only: bool = False, page: int | None = None
+    ) -> AsyncIterator[list[LoopState]]:
+        """Every loop in the node's store, newest first, one page (``page`` loops, the
+        node's default if None) at a time."""
+        after: str | None = None
+        while True:
+            request = Status(id=0, live_only=live_only, limit=page, after=after)
+            answer = await self._request(request, LoopStatus)
+            yield answer.loops
+            if answer.next is None:
+                return
+            after = answer.next
 
     async def history(self, loop_id: str, *, output_head: int = 200) -> Rounds:
         return await self._request(History(id=0, loop_id=loop_id, output_head=output_head), Rounds)

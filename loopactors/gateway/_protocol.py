@@ -150,15 +150,21 @@ class Resume(_Request, frozen=True, kw_only=True, tag="resume"):
 
 
 class Status(_Request, frozen=True, kw_only=True, tag="status"):
-    """One loop (``loop_id``), or the loops in the store, newest first."""
+    """One loop (``loop_id``), or the loops in the store, newest first; each loop's
+    ``last_output`` cut to its first ``output_head`` characters (an ``output`` request gives
+    a round's whole output)."""
 
     loop_id: str | None = None
     live_only: bool = False
     limit: int | None = None
+    output_head: int = 200
+    #: The ``next`` of the previous answer: the page after it.
+    after: str | None = None
 
 
 class History(_Request, frozen=True, kw_only=True, tag="history"):
-    """A loop's rounds; each output cut to its first ``output_head`` characters."""
+    """A loop's rounds; each output (and the loop's ``last_output``) cut to its first
+    ``output_head`` characters."""
 
     loop_id: str
     output_head: int = 200
@@ -258,6 +264,8 @@ class Pong(msgspec.Struct, frozen=True, kw_only=True):
 
 class LoopStatus(msgspec.Struct, frozen=True, kw_only=True):
     loops: list[LoopState]
+    #: More loops follow: ask again with ``after`` set to this. None on the last page.
+    next: str | None = None
 
 
 class Rounds(msgspec.Struct, frozen=True, kw_only=True):

@@ -6,8 +6,8 @@ similarity, trace pruning), ``_model`` (Structs, ledger parsing, config checks),
 (the breaker and the pure daily-budget step), ``_grouping`` (exact fast error grouping),
 ``_summary`` (prune, summary, context block).
 
-Compatibility with the reference
---------------------------------
+Compatibility with loop-context (docs/compat.md)
+-----------------------------------------------
 
 Quirks kept (a script may rely on them): URL schemes glued by the drive-form path rule
 (``httpusers?id=#``), ``and/or`` becoming ``andor``, ``:digits`` removal eating ports,
@@ -32,7 +32,7 @@ Deliberate differences (plain bugs or JavaScript accidents no script can rely on
 5. In the frustration walk a missing action compared with a string (or ``null`` with a missing
    action) ends the walk instead of crashing.
 6. A ``null`` action and a missing action are one entry (``None``) in ``actionsTried``,
-   printed ``undefined``; the reference lists them separately, the first as ``null``.
+   printed ``undefined``; loop-context lists them separately, the first as ``null``.
 7. ``BreakerConfig.token_budget=None`` means no cap (Python has no ``undefined``).
 8. The decoder refuses numbers beyond the double range (``1e400``, Infinity upstream) and
    lone-surrogate escapes; ``startedAt`` must be a string or null.

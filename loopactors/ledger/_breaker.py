@@ -1,4 +1,4 @@
-"""The circuit breaker (spec §3.4-3.6, §5) and the pure half of the daily budget (§10.2)."""
+"""The circuit breaker and the pure half of the daily budget (docs/ledger.md)."""
 
 from __future__ import annotations
 

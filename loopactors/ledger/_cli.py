@@ -1,7 +1,7 @@
-"""``loopactors context``: loop-context's command line on the pure ledger module (spec §9-11).
+"""``loopactors context``: loop-context's command line on the pure ledger module (docs/ledger.md).
 
 Only the standard library, msgspec and the ledger are imported, so the command starts fast
-(no trio, rich or runtime). Messages, output and exit codes are the reference's; the prefix
+(no trio, rich or runtime). Messages, output and exit codes are loop-context's; the prefix
 stays ``loop-context`` so scripts that grep for it keep working.
 """
 

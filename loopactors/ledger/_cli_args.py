@@ -1,8 +1,8 @@
 """Argument parsing for ``loopactors context``, token for token as loop-context does it.
 
-A hand-written parser, because argparse cannot reproduce the reference: unknown tokens are
+A hand-written parser, because argparse cannot reproduce loop-context's: unknown tokens are
 silently ignored, a value flag takes the next token whatever it looks like, and numeric values
-are validated while parsing with the reference's own messages (spec §9.2).
+are validated while parsing with loop-context's own messages.
 """
 
 from __future__ import annotations

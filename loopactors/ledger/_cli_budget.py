@@ -1,6 +1,6 @@
-"""Budgets from loop-cost's registry, through an installed ``loop-cost`` command (spec §10.1).
+"""Budgets from loop-cost's registry, through an installed ``loop-cost`` command.
 
-The reference runs ``node <loop-cost>/dist/cli.js``; here the ``loop-cost`` found on PATH is
+loop-context runs ``node <loop-cost>/dist/cli.js``; here the ``loop-cost`` found on PATH is
 run directly (it is the same CLI, installed by npm as a bin), with the same arguments and
 the same error messages.
 """

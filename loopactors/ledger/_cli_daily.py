@@ -1,5 +1,5 @@
-"""The CLI's side effects: the locked daily-spend state file (spec §10.2) and the
-``--on-exceed`` hook (spec §11)."""
+"""The CLI's side effects: the locked daily-spend state file and the
+``--on-exceed`` hook (docs/ledger.md)."""
 
 from __future__ import annotations
 

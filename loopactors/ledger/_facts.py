@@ -1,6 +1,6 @@
 """What the breaker's rules read from a ledger, gathered in one walk from the newest attempt.
 
-The rules (spec §5) need a count, a sum and the trailing failure run's tail: how many of the
+The rules (docs/ledger.md) need a count, a sum and the trailing failure run's tail: how many of the
 newest failures have an error (and an action) similar to the newest one. A walk from the newest
 attempt stops comparing at the first mismatch, so a run of distinct errors costs two signatures,
 not one per attempt. :func:`read_breaker_facts` gets the same facts straight from ledger JSON:

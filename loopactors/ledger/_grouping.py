@@ -1,6 +1,6 @@
 """Exact first-match grouping of error signatures, without comparing every pair.
 
-The reference puts each signature into the first group (in creation order) whose signature is
+loop-context puts each signature into the first group (in creation order) whose signature is
 at least ``threshold`` similar, which is quadratic. This finds the very same group with an exact
 filter that proposes a few candidate groups, then runs the exact similarity test on those,
 lowest index first. Two filters, both standard for set-similarity joins:

@@ -1,6 +1,6 @@
-"""ECMAScript semantics the reference relies on: whitespace, number-to-text and JSON output.
+"""ECMAScript semantics loop-context relies on: whitespace, number-to-text and JSON output.
 
-The reference is TypeScript, so its observable text follows JavaScript rules that Python's
+loop-context is TypeScript, so its observable text follows JavaScript rules that Python's
 defaults do not (``str.strip``, ``repr(1500.0)``, ``json.dumps``). Everything here is pure.
 """
 

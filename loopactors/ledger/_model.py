@@ -1,7 +1,7 @@
-"""The ledger's data: frozen msgspec Structs with the reference's JSON names, and the config
-checks (spec §1, §4).
+"""The ledger's data: frozen msgspec Structs with loop-context's JSON names, and the config
+checks (docs/ledger.md).
 
-Python attributes are snake_case; ``rename="camel"`` gives the reference's keys on the wire
+Python attributes are snake_case; ``rename="camel"`` gives loop-context's keys on the wire
 (``tokensUsed``, ``shouldContinue``). Optional attempt keys default to ``UNSET`` so a key that
 was absent stays absent on output, as JavaScript omits ``undefined``.
 """

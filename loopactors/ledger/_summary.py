@@ -1,4 +1,4 @@
-"""The ledger views: pruning (spec §6), the summary (§7) and the context block (§8)."""
+"""The ledger views: pruning, the summary and the context block (docs/ledger.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Text primitives: error signatures, trigram similarity and stack-trace pruning (spec §3.1-3.3).
+"""Text primitives: error signatures, trigram similarity and stack-trace pruning (docs/ledger.md).
 
 Regexes use ``re.ASCII`` so ``\\d`` and ``\\b`` are JavaScript's (J2), and spell the
 JavaScript whitespace set out (J1). Trigrams are taken over UTF-16 code units (J3).

@@ -2,7 +2,7 @@
 
 Events are tagged msgspec Structs (``type`` field): they are appended to the store's event log,
 fanned out to subscribers, printed by ``loopactors run --json`` and sent over the websocket as
-they are. ``note()`` keeps the reference's ``[loop-progress ...]`` wording.
+they are. ``note()`` keeps the ``[loop-progress ...]`` wording (docs/loops.md).
 """
 
 from __future__ import annotations

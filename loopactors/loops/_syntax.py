@@ -1,6 +1,6 @@
 """The ``|loop ...|`` activation syntax: find it, parse it, or say exactly what is wrong.
 
-Pure Python, no trio. Unlike the reference (rolebox's W5), nothing is guessed: a value that
+Pure Python, no trio. As docs/rolebox-lessons.md (W5) asks, nothing is guessed: a value that
 cannot be used raises :class:`LoopSyntaxError` naming the bad part and what is accepted, and
 the documented forms (``|loop:3,mode=fresh|``, ``|loop:iterations=3,mode=inherit|``,
 ``|loop:,fresh|``) mean what they say.

@@ -235,12 +235,29 @@ class Runtime:
             raise LoopNotFound(f"no loop {loop_id!r} in this runtime's store")
         return state
 
-    async def loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
-        """Loops in the store, newest first (only the live ones if ``live_only``)."""
+    async def loops(
+        self,
+        *,
+        live_only: bool = False,
+        limit: int | None = None,
+        after: tuple[float, str] | None = None,
+    ) -> list[LoopState]:
+        """Loops in the store, newest first (only the live ones if ``live_only``); ``after``
+        a loop's ``(created_at, loop_id)``: the ones listed after it (the next page)."""
         loops: list[LoopState] = await self._ask(
-            self._store, ListLoops(live_only=live_only, limit=limit)
+            self._store, ListLoops(live_only=live_only, limit=limit, after=after)
         )
         return loops
+
+    async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
+        """Stop a loop now, or after the round in flight (as :meth:`LoopHandle.stop`)."""
+        return await self.handle(loop_id).stop(after_round=after_round)
+
+    async def pause(self, loop_id: str) -> LoopState:
+        return await self.handle(loop_id).pause()
+
+    async def resume(self, loop_id: str) -> LoopState:
+        return await self.handle(loop_id).resume()
 
     async def history(self, loop_id: str) -> list[RoundRecord]:
         await self.get(loop_id)  # a clear error for an unknown id
@@ -351,6 +368,10 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                 kill_grace=config.kill_grace,
                 context_factory=functools.partial(RuntimeRoundContext, config, deps.bus),
                 transport=functools.partial(transport_for, config.transport),
+                max_output_bytes=config.max_output_bytes,
+                outputs_dir=Path(config.state_dir) / "outputs"
+                if config.keep_full_outputs and config.store == "sqlite"
+                else None,
             ),
             name=DISPATCHER,
             shutdown=config.kill_grace + 5.0,

@@ -109,6 +109,14 @@ class NodeSettings:
     default_status_loops: int = attrs.field(default=100, validator=_positive)
     #: Seconds a new connection has to send ``hello``.
     hello_timeout: float = attrs.field(default=10.0, validator=_positive)
+    #: Seconds a new TCP connection has to send its whole request head (the websocket
+    #: upgrade); and how many may be doing so at once (per node: a new one past it drops
+    #: the oldest).
+    handshake_timeout: float = attrs.field(default=5.0, validator=_positive)
+    max_handshaking: int = attrs.field(default=64, validator=_positive)
+    #: File descriptors the gateway leaves for the runtime's own work (store, workers,
+    #: model connections): its sockets never take more than the process's limit minus these.
+    fd_reserve: int = attrs.field(default=256, validator=_positive)
     #: A websocket ping every ``ping_interval`` s; no pong within ``ping_timeout`` s closes
     #: the connection (a half-open peer is found and cleaned up).
     ping_interval: float = attrs.field(default=20.0, validator=_positive)
@@ -139,6 +147,11 @@ class RuntimeConfig:
     seed_cap: int = attrs.field(default=8000, validator=_not_negative)
     #: Seconds a subprocess worker gets between SIGTERM and SIGKILL.
     kill_grace: float = attrs.field(default=5.0, validator=_not_negative)
+    #: Bytes of a round's output kept (the end of it, after a line saying what was cut);
+    #: the store, ``status`` and the next round's seed never see more.
+    max_output_bytes: int = attrs.field(default=1 << 20, validator=_positive)
+    #: Also write every output that was cut, whole, to ``<state_dir>/outputs/``.
+    keep_full_outputs: bool = False
     shutdown_grace: float = attrs.field(default=10.0, validator=_not_negative)
     event_queue_size: int = attrs.field(default=1000, validator=_positive)
     breaker: BreakerSettings = attrs.field(factory=BreakerSettings)
@@ -188,6 +201,15 @@ def _strict(kind: type, accepted: tuple[type, ...]) -> Any:
 _converter.register_structure_hook(int, _strict(int, (int,)))
 _converter.register_structure_hook(float, _strict(float, (int, float)))
 _converter.register_structure_hook(str, _strict(str, (str,)))
+
+
+def _bool(value: Any, _: Any) -> bool:
+    if not isinstance(value, bool):  # a TOML `true`, never 1 or "yes"
+        raise TypeError(f"expected true or false, got {type(value).__name__} {value!r}")
+    return value
+
+
+_converter.register_structure_hook(bool, _bool)
 _converter.register_structure_hook(Path, lambda value, _: Path(_strict(str, (str,))(value, _)))
 
 
@@ -199,13 +221,26 @@ def _describe(exc: BaseException, type_: type | None) -> str:
     return format_exception(exc, type_)
 
 
+def _key_first(problem: str) -> str:
+    """``message @ loopactors.breaker.key`` as ``breaker.key: message``; the file itself
+    (``@ loopactors``) is already named, so a problem of the whole file is its message."""
+    message, at, path = problem.rpartition(" @ ")
+    if not at:
+        return problem
+    key = path.removeprefix("loopactors").lstrip(".")
+    return f"{key}: {message}" if key else message
+
+
 def structure_config(data: Mapping[str, Any], source: str) -> RuntimeConfig:
     try:
         return _converter.structure(dict(data), RuntimeConfig)
     except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
         if isinstance(exc, cattrs.BaseValidationError):
             problems = "; ".join(
-                cattrs.transform_error(exc, path="loopactors", format_exception=_describe)
+                _key_first(problem)
+                for problem in cattrs.transform_error(
+                    exc, path="loopactors", format_exception=_describe
+                )
             )
         else:
             problems = str(exc)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import logging
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -25,7 +27,10 @@ from ..actors import Actor, ErrorReply, Node
 from ..transport import InProcessTransport, RemoteTransport, RoundTransport
 from ..workers import RoundContext, RoundRequest, RoundResult, Worker
 from ._messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
+from ._outputs import cap_output, keep_whole
 from ._wiring import deliver, runner_name
+
+log = logging.getLogger("loopactors.runtime")
 
 __all__ = ["Dispatcher"]
 
@@ -51,7 +56,13 @@ class Dispatcher(Actor[Any]):
         kill_grace: float,
         context_factory: Callable[[Node, str, int], RoundContext] | None = None,
         transport: Callable[[], RoundTransport] = InProcessTransport,
+        max_output_bytes: int = 1 << 20,
+        outputs_dir: Path | None = None,
     ) -> None:
+        """``max_output_bytes``: what is kept of each output (:func:`cap_output`);
+        ``outputs_dir``: where an output that was cut is also written whole."""
+        self._max_output = max_output_bytes
+        self._outputs_dir = outputs_dir
         self._transport = transport()
         made = self._transport
         self._remote = made if isinstance(made, RemoteTransport) else None
@@ -253,11 +264,25 @@ class Dispatcher(Actor[Any]):
         await self._finish(request, result, result.duration or time.monotonic() - started)
 
     async def _finish(self, request: RoundRequest, result: RoundResult, duration: float) -> None:
-        done = RoundDone(
-            request.loop_id, request.round, msgspec.structs.replace(result, duration=duration)
-        )
+        changes: dict[str, Any] = {"duration": duration}
+        if len(result.output) * 4 > self._max_output:  # may be too long: check off the loop
+            changes["output"] = await trio.to_thread.run_sync(self._cap, request, result.output)
+        done = RoundDone(request.loop_id, request.round, msgspec.structs.replace(result, **changes))
         # Nobody there: the loop ended, or its runner is restarting and will dispatch again.
         await deliver(self.node, runner_name(request.loop_id), done)
+
+    def _cap(self, request: RoundRequest, output: str) -> str:
+        kept_at = None
+        if self._outputs_dir is not None and len(output.encode("utf-8", "surrogatepass")) > (
+            self._max_output
+        ):
+            kept_at = self._outputs_dir / request.loop_id / f"{request.round}.txt"
+            try:
+                keep_whole(output, kept_at)
+            except OSError as exc:
+                log.warning("cannot keep the whole output of %s: %s", request.key, exc)
+                kept_at = None
+        return cap_output(output, self._max_output, kept_at=kept_at)
 
 
 class Slots:

@@ -87,6 +87,8 @@ class GetLoop(msgspec.Struct, frozen=True):
 
 class ListLoops(msgspec.Struct, frozen=True, kw_only=True):
     live_only: bool = False
+    #: The ``created_at`` and ``loop_id`` of the last loop of the previous page.
+    after: tuple[float, str] | None = None
     limit: int | None = None
 
 

@@ -163,7 +163,9 @@ class Store(Actor[Any]):
             return await self._run(backend.get_loop, message.loop_id)
         if kind is ListLoops:
             return await self._run(
-                lambda: backend.list_loops(live_only=message.live_only, limit=message.limit)
+                lambda: backend.list_loops(
+                    live_only=message.live_only, limit=message.limit, after=message.after
+                )
             )
         if kind is FindLoopIds:
             return await self._run(
@@ -225,7 +227,7 @@ class Store(Actor[Any]):
             return
         # A small batch waits a moment for company: a SQLite transaction costs about the
         # same for 10 writes as for 1,000 on nearby pages. Nobody has been told "done" yet,
-        # so the wait loses nothing (PostgreSQL's commit_delay, in spirit).
+        # so the wait loses nothing.
         self._flush_due = True
         self.nursery.start_soon(self._flush_soon)
 

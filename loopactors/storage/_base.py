@@ -151,8 +151,16 @@ class StoreBackend(abc.ABC):
     def get_loop(self, loop_id: str) -> LoopState | None: ...
 
     @abc.abstractmethod
-    def list_loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
-        """Loops, newest first (by ``created_at``); only non-terminal ones if ``live_only``."""
+    def list_loops(
+        self,
+        *,
+        live_only: bool = False,
+        limit: int | None = None,
+        after: tuple[float, str] | None = None,
+    ) -> list[LoopState]:
+        """Loops, newest first (by ``created_at``, then ``loop_id``); only non-terminal ones if
+        ``live_only``; with ``after`` (a loop's ``created_at`` and ``loop_id``, the last of the
+        previous page) only the loops that come after it."""
 
     @abc.abstractmethod
     def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:

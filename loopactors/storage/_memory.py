@@ -51,13 +51,21 @@ class MemoryBackend(StoreBackend):
         self._check_open()
         return self._loops.get(loop_id)
 
-    def list_loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
+    def list_loops(
+        self,
+        *,
+        live_only: bool = False,
+        limit: int | None = None,
+        after: tuple[float, str] | None = None,
+    ) -> list[LoopState]:
         self._check_open()
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be None or >= 0, not {limit}")
         states: Iterable[LoopState] = self._loops.values()
         if live_only:
             states = (s for s in states if s.phase not in TERMINAL_PHASES)
+        if after is not None:
+            states = (s for s in states if (s.created_at, s.loop_id) < after)
         # loop_id breaks ties the same way the SQLite backend's ORDER BY does.
         ordered = sorted(states, key=lambda s: (s.created_at, s.loop_id), reverse=True)
         return ordered if limit is None else ordered[:limit]

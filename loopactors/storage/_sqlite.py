@@ -11,6 +11,7 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -258,11 +259,22 @@ class SqliteBackend(StoreBackend):
             ).fetchone()
             return None if row is None else self._state_decoder.decode(row[0])
 
-    def list_loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
+    def list_loops(
+        self,
+        *,
+        live_only: bool = False,
+        limit: int | None = None,
+        after: tuple[float, str] | None = None,
+    ) -> list[LoopState]:
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be None or >= 0, not {limit}")
-        where = f"WHERE {_NOT_TERMINAL}" if live_only else ""
-        params = (*(_TERMINAL if live_only else ()), -1 if limit is None else limit)
+        conditions = [_NOT_TERMINAL] if live_only else []
+        params: list[Any] = list(_TERMINAL) if live_only else []
+        if after is not None:
+            conditions.append("(created_at, loop_id) < (?, ?)")
+            params += after
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        params.append(-1 if limit is None else limit)
         query = f"SELECT state FROM loops {where} ORDER BY created_at DESC, loop_id DESC LIMIT ?"
         decode = self._state_decoder.decode
         with self._reading():

@@ -45,7 +45,8 @@ _CACHE_HIT = re.compile(r", ([0-9.]+[kM]?) cache hit")
 _RECEIVED = re.compile(r", ([0-9.]+[kM]?)$")
 _COST = re.compile(r"Cost: \$(?P<message>[0-9.]+) message, \$(?P<session>[0-9.]+) session\.")
 #: An error aider reports and gives up on (it retries some itself first): litellm's exception.
-_ERROR = re.compile(r"^(?:litellm\.)?(?P<name>[A-Za-z]*Error): (?P<message>.*)$")
+#: Only litellm's: a reply that quotes a ``TypeError: ...`` is the model's words.
+_ERROR = re.compile(r"^litellm\.(?P<name>[A-Za-z]*Error): (?P<message>.*)$")
 #: Lines aider prints around the model's answer (not part of the reply).
 _CHATTER = (
     "Aider v",

@@ -243,6 +243,7 @@ def test_aider_token_counts_and_cache_fields_are_read() -> None:
         "Added hello.txt to the chat.",
         "",
         "I changed it.",
+        "TypeError: the old code passed a str here.",
         "",
         "Tokens: 2.5k sent, 1.2k cache write, 1.0k cache hit, 75 received. "
         "Cost: $0.01 message, $0.02 session.",
@@ -250,7 +251,8 @@ def test_aider_token_counts_and_cache_fields_are_read() -> None:
     ]:
         parser.feed(line)
     outcome = parser.finish(0, "")
-    assert outcome.reply == "I changed it."
+    assert outcome.reply == "I changed it.\nTypeError: the old code passed a str here."
+    assert not outcome.is_error
     assert outcome.input_tokens == 1500
     assert outcome.cache_read_tokens == 1000
     assert outcome.cache_write_tokens == 1200

@@ -350,3 +350,27 @@ async def test_requests_take_any_unique_loop_id_prefix(live_node: LiveNode) -> N
             assert "alpha-1, alpha-2" in ambiguous["message"]
         stopped = await raw.ask({"type": "stop", "id": 16, "loop_id": "alpha-2"})
         assert stopped["data"]["phase"] == "cancelled"
+
+
+async def test_status_pages_and_heads(live_node: LiveNode) -> None:
+    """Status answers come in pages with a cursor, and carry a head of each output only."""
+    rt = live_node.runtime
+    started = [
+        await rt.start("|loop:1| page me", worker="scripted:output=" + "z" * 500) for _ in range(5)
+    ]
+    for handle in started:
+        await handle.wait()
+    async with connect(live_node.url, token=live_node.token) as node:
+        pages = [page async for page in node.loop_pages(page=2)]
+        assert [len(page) for page in pages] == [2, 2, 1]
+        listed = [state.loop_id for page in pages for state in page]
+        assert listed == [state.loop_id for state in await rt.loops()]  # newest first, once
+        assert all(len(s.last_output or "") == 200 for page in pages for s in page)
+        one = await node.get(started[0].loop_id)
+        assert one.last_output == "z" * 200
+        whole = await node.output(started[0].loop_id, 1)
+        assert whole.output == "z" * 500
+    async with open_raw(live_node) as raw:
+        bad = await raw.ask({"type": "status", "id": 9, "after": "nonsense"})
+        assert bad["type"] == "error"
+        assert bad["code"] == "invalid_request"

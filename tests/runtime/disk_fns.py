@@ -16,3 +16,9 @@ async def big(request: RoundRequest, context: RoundContext | None) -> str:
     with Path(os.environ["DISK_TEST_RUNS"]).open("a") as runs:  # noqa: ASYNC230 - tiny
         runs.write(f"{request.round}\n")
     return f"round {request.round} " + "x" * OUTPUT_BYTES
+
+
+async def huge(request: RoundRequest, context: RoundContext | None) -> str:
+    """``HUGE_BYTES`` bytes: a start line, then é (two bytes each) to the end."""
+    size = int(os.environ["HUGE_BYTES"])
+    return "start\n" + "é" * ((size - 6) // 2)

@@ -250,8 +250,18 @@ def test_retention_days_from_pyproject(tmp_path: Path) -> None:
 def test_retention_days_of_the_wrong_type_names_the_key_and_the_file(tmp_path: Path) -> None:
     path = _write(tmp_path / "loopactors.toml", 'retention_days = "30d"\n')
     message = _config_error(path)
-    assert "expected float | None @ loopactors.retention_days" in message
+    assert "retention_days: invalid value for type, expected float | None" in message
     assert str(path) in message
+
+
+def test_config_errors_name_the_key_first_and_never_end_in_a_bare_path(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", '[breaker]\nstale_rounds_limit = "x"\n')
+    message = _config_error(path)
+    assert message.endswith("breaker.stale_rounds_limit: invalid value for type, expected int")
+    _write(path, "round_timeout = -1\n")
+    message = _config_error(path)
+    assert message.endswith("round_timeout must be a finite number > 0, got -1.0")
+    assert "@" not in message
 
 
 def test_zero_is_allowed_where_the_value_only_has_to_be_non_negative(tmp_path: Path) -> None:
@@ -462,3 +472,14 @@ def test_a_config_file_that_is_not_utf8_is_a_clear_error(tmp_path: Path, name: s
         load_config(find_config(tmp_path) if name == "pyproject.toml" else path)
     assert str(path) in str(info.value)
     assert "byte 0xe9 at offset 5" in str(info.value)
+
+
+def test_output_settings_and_a_bool_that_is_not_one(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "loopactors.toml", "max_output_bytes = 4096\nkeep_full_outputs = true\n"
+    )
+    config = load_config(path)
+    assert (config.max_output_bytes, config.keep_full_outputs) == (4096, True)
+    message = _config_error(_write(tmp_path / "loopactors.toml", "keep_full_outputs = 1\n"))
+    assert "keep_full_outputs" in message
+    assert "expected bool" in message

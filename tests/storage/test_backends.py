@@ -213,6 +213,21 @@ def test_list_loops_ties_broken_by_id(backend: StoreBackend) -> None:
     assert [s.loop_id for s in backend.list_loops()] == ["c", "b", "a"]
 
 
+def test_list_loops_after_a_cursor_pages_without_gaps_or_repeats(backend: StoreBackend) -> None:
+    created = {"a": 1.0, "b": 2.0, "c": 2.0, "d": 3.0, "e": 4.0}
+    backend.commit([Write(state=state(i, created_at=t)) for i, t in created.items()])
+    pages: list[list[str]] = []
+    after: tuple[float, str] | None = None
+    while True:
+        page = backend.list_loops(limit=2, after=after)
+        if not page:
+            break
+        pages.append([s.loop_id for s in page])
+        after = (page[-1].created_at, page[-1].loop_id)
+    assert pages == [["e", "d"], ["c", "b"], ["a"]]
+    assert [s.loop_id for s in backend.list_loops(after=(2.0, "c"), live_only=True)] == ["b", "a"]
+
+
 def test_statistics_count_commits_and_writes(backend: StoreBackend) -> None:
     backend.commit([Write(state=state("a")), Write(state=state("b"))])
     backend.commit([Write(state=state("a", "complete"), round=record("a", 1))])

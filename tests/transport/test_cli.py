@@ -45,7 +45,7 @@ def test_worker_without_redis_is_a_usage_error(
         (("--redis", "http://h:1"), "the scheme must be redis:// or rediss://"),
         (
             ("--redis", "redis://h:1/0", "--kinds", "telepathy"),
-            "accepted: agent, command, python, scripted",
+            "accepted: agent, command, python, scripted, aider, claude, codex, gemini",
         ),
         (("--redis", "redis://h:1/0", "--slots", "0"), "slots must be >= 1"),
     ],
