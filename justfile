@@ -34,3 +34,7 @@ stress:
 # How rounds/s, latency and memory grow from 10 to 50,000 loops (docs/benchmarks.md).
 scaling:
     pip install -e '.[bench]' && python bench/scaling.py
+
+# docs/img/dashboard.png: the dashboard of a node with 50 loops, in headless Chromium.
+screenshot:
+    python docs/build_screenshot.py

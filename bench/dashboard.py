@@ -4,7 +4,8 @@
     python bench/dashboard.py --loops 200 --seconds 5   # a smoke run
 
 A `loopactors node` process (memory store) runs N loops of scripted rounds, each round
-taking about a second, so the page receives a few thousand events a second. Headless
+taking two seconds, so the page receives about N events a second (a start and a finish per
+round of each loop every two seconds). Headless
 Chromium (the system's /usr/bin/chromium, driven by Playwright) shows the loops table; the
 page applies events once per animation frame and records how long each batch took
 (`window.__dashboard`). Prints a table, then one JSON line: batches, events per batch, mean,
@@ -81,9 +82,25 @@ async def start_loops(address: str, token: str, texts: list[tuple[str, str]]) ->
 def open_page(pw: Any, address: str, token: str, width: int = 1300, height: int = 900) -> Any:
     browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     page = browser.new_page(viewport={"width": width, "height": height})
+    page.on(
+        "console", lambda m: print("console:", m.type, m.text[:200]) if m.type == "error" else None
+    )
+    page.on("pageerror", lambda e: print("page error:", str(e)[:300]))
     page.goto(f"http://{address}/#token={token}")
     page.wait_for_selector('#conn-status[data-state="connected"]')
     return browser, page
+
+
+def wait_for_loops(page: Any, count: int, timeout: float = 120.0) -> int:
+    """Until the page's counter shows ``count`` loops, or ``timeout`` passed; how many it
+    shows (polled from here: the page's CSP forbids the string evaluation that
+    wait_for_function would need)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        known = int((page.text_content("#counts") or "0").split(" ", 1)[0] or 0)
+        if known >= count or time.monotonic() > deadline:
+            return known
+        time.sleep(0.2)
 
 
 def main() -> None:
@@ -95,19 +112,20 @@ def main() -> None:
         proc, address, token = start_node(Path(tmp), "--store", "memory")
         try:
             texts = [
-                (f"|loop:50,fresh| bench loop {i}", "scripted:latency=1") for i in range(args.loops)
+                (f"|loop:50,fresh| bench loop {i}", "scripted:latency=2") for i in range(args.loops)
             ]
-            trio.run(start_loops, address, token, texts)
             with sync_playwright() as pw:
+                # The page is open first: it sees every loop start, as a user watching would.
                 browser, page = open_page(pw, address, token)
-                shown = f"document.querySelector('#counts').textContent.startsWith('{args.loops} ')"
-                page.wait_for_function(shown, timeout=120_000)
+                trio.run(start_loops, address, token, texts)
+                known = wait_for_loops(page, args.loops, timeout=240)
                 page.evaluate(
                     "() => { const s = window.__dashboard; s.batches = 0; s.events = 0; "
                     "s.maxBatchMs = 0; s.totalBatchMs = 0; s.recent = []; }"
                 )
                 time.sleep(args.seconds)
                 stats = page.evaluate("() => window.__dashboard")
+                connection = page.text_content("#conn-status")
                 # A filter change re-renders the table from every loop, synchronously.
                 filter_ms = page.evaluate(
                     "() => { const sel = document.querySelector('#phase-filter'); "
@@ -122,6 +140,7 @@ def main() -> None:
     samples = sorted(stats["recent"]) or [0.0]
     result = {
         "loops": args.loops,
+        "loops_on_page": known,
         "seconds": args.seconds,
         "batches": stats["batches"],
         "events": stats["events"],
@@ -130,6 +149,8 @@ def main() -> None:
         "p95_batch_ms": round(samples[int(0.95 * (len(samples) - 1))], 2),
         "max_batch_ms": round(stats["maxBatchMs"], 2),
         "filter_click_ms": round(filter_ms, 1),
+        "events_missed": stats.get("gaps", 0),
+        "connection": connection,
         "machine": f"{platform.machine()}, {platform.python_version()}",
     }
     width = max(len(k) for k in result)

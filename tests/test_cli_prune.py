@@ -129,9 +129,9 @@ def test_dry_run_then_prune(state_dir: Path, capsys: pytest.CaptureFixture[str])
     assert report["before"] == pytest.approx(time.time() - 30 * DAY, abs=60)
     assert stored_ids(state_dir) == {"recent", "old-paused"}  # paused: live, however old
 
-    code, _, err = run(capsys, "history", "old", "--state", str(state_dir))
+    code, _, err = run(capsys, "history", "old-failed", "--state", str(state_dir))
     assert code == 1
-    assert "no loop 'old'" in err
+    assert "no loop 'old-failed'" in err
     code, out, _ = run(capsys, "prune", "--older-than", "30d", "--state", str(state_dir))
     assert (code, out.split(" (")[0]) == (0, "removed 0 loops, 0 rounds, 0 events")
 

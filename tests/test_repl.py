@@ -116,16 +116,21 @@ def settle() -> None:
 
 
 def test_ctrl_d_asks_when_loops_are_live(repl: pexpect.spawn) -> None:
+    # The memory store keeps nothing, and the banner says so (no state directory talk).
+    assert "memory store: nothing is kept after you leave" in repl.before
     repl.sendline("/worker scripted:latency=30")
     repl.expect("new loops use")
     repl.sendline("|loop:2| busy")
     repl.expect(r"started \S+: 2 rounds")
     settle()
     repl.sendeof()
-    repl.expect(r"1 loop\(s\) are live")
+    repl.expect(r"1 loop\(s\) are live; they stop with this embedded node and are lost")
     repl.sendline("n")
     repl.sendline("/status")
     repl.expect("awaiting_worker")
+    repl.expect(r"0/2 completed, round 1 running")  # never "round 1/2" for a running round
+    repl.sendline("/pause")
+    repl.expect(r"pauses once round 1 \(running now\) is recorded")
     settle()
     repl.sendeof()
     repl.expect("Quit")

@@ -107,8 +107,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     export.add_argument("loop_id")
     _state_options(export, allow_memory=False)
 
-    resume = commands.add_parser("resume", help="resume every unfinished loop and run them")
+    resume = commands.add_parser(
+        "resume",
+        help="resume every unfinished loop and run them; or, with LOOP_ID and --connect, "
+        "resume that loop on a node",
+    )
+    resume.add_argument("loop_id", nargs="?")
     _state_options(resume, allow_memory=False)
+    _connect_options(resume)
 
     status = commands.add_parser("status", help="show loops (or one loop) in a state directory")
     status.add_argument("loop_id", nargs="?")
@@ -236,7 +242,17 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         import trio  # noqa: PLC0415 - see the note on the imports
 
         return trio.run(_run, args)
+    if args.command == "pause":
+        raise ConfigError(
+            "pause acts on a running loop: give the node's --connect URL (a loop in a state "
+            "directory no runtime runs is not running; `loopactors stop` ends it there)"
+        )
     if args.command == "resume":
+        if args.loop_id is not None:
+            raise ConfigError(
+                "resume LOOP_ID acts on a node: give its --connect URL; without LOOP_ID, "
+                "`loopactors resume` runs every unfinished loop of the state directory here"
+            )
         import trio  # noqa: PLC0415 - see the note on the imports
 
         return trio.run(_resume, args)
@@ -270,6 +286,15 @@ def _on_node(args: argparse.Namespace) -> int:
         return trio.run(_remote.remote_history, args, token)
     if args.command == "stop":
         return trio.run(_remote.remote_stop, args, token)
+    if args.command == "pause":
+        return trio.run(_remote.remote_pause, args, token)
+    if args.command == "resume":
+        if args.loop_id is None:
+            raise ConfigError(
+                "`loopactors resume --connect URL` needs the LOOP_ID to resume on the node "
+                "(a node resumes its own unfinished loops when it starts)"
+            )
+        return trio.run(_remote.remote_resume, args, token)
     if args.command == "run":
         options = {k: v for k, v in _loop_options(args).items() if v is not None}
         for flag in ("round_timeout", "inter_round_delay"):
@@ -412,7 +437,12 @@ def _status(args: argparse.Namespace) -> int:
         if backend is not None:
             backend.close()
     if args.json:
-        payload = states[0] if args.loop_id is not None else states
+        payload: Any = states[0] if args.loop_id is not None else states
+        transport = (
+            _cli_transport.status_data(_config(args).transport) if args.loop_id is None else None
+        )
+        if transport is not None:  # a Redis transport: the loops and its workers and streams
+            payload = {"loops": states, "transport": transport}
         print(_json.encode(payload).decode())
         return EXIT_OK
     from rich.console import Console  # noqa: PLC0415 - see the note on the imports

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .._logs import add_log_format, configure_logging
-from ..errors import ConfigError, LoopNotFound, StoreError
+from ..errors import ConfigError, ConnectionLost, LoopNotFound, StoreError
 from ..loops import LoopState, RoundRecord, cancel_loop
 from ..storage import DB_FILENAME, Write, open_backend
 from ._progress import JsonLines, Progress, final_table
@@ -29,6 +29,8 @@ __all__ = [
     "print_history",
     "read_token",
     "remote_history",
+    "remote_pause",
+    "remote_resume",
     "remote_run",
     "remote_status",
     "remote_stop",
@@ -72,6 +74,13 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
     )
     state_options(stop, allow_memory=False)
     connect_options(stop)
+
+    pause = commands.add_parser(
+        "pause", help="pause a loop on a node (--connect): its round finishes, no next one"
+    )
+    pause.add_argument("loop_id")
+    state_options(pause, allow_memory=False)
+    connect_options(pause)
 
     node = commands.add_parser("node", help="serve the runtime over a websocket API")
     node.add_argument(
@@ -143,18 +152,66 @@ async def remote_stop(args: argparse.Namespace, token: str) -> int:
     return _report_stop(args, state)
 
 
+async def remote_pause(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
+    async with connect(args.connect, token=token, client_name="loopactors pause") as node:
+        state = await node.pause(args.loop_id)
+    if args.json:
+        print(_json.encode(state).decode())
+    elif state.phase == "paused":
+        print(f"{state.loop_id}: paused at round {state.round}")
+    elif state.pause_requested:
+        print(
+            f"{state.loop_id}: pauses once round {state.round} (running now) is recorded; "
+            "no next round is dispatched"
+        )
+    else:
+        print(f"{state.loop_id}: already {state.phase}")
+    return 0
+
+
+async def remote_resume(args: argparse.Namespace, token: str) -> int:
+    from ..client import connect  # noqa: PLC0415 - see the note on the imports
+
+    async with connect(args.connect, token=token, client_name="loopactors resume") as node:
+        state = await node.resume(args.loop_id)
+    if args.json:
+        print(_json.encode(state).decode())
+    elif state.terminal:
+        print(f"{state.loop_id}: already {state.phase}")
+    else:
+        print(f"{state.loop_id}: {state.phase}, round {state.round} (resumed)")
+    return 0
+
+
 async def remote_run(args: argparse.Namespace, token: str, options: dict[str, Any]) -> int:
     """Start a loop on a node and follow it here; Ctrl-C stops it on the node."""
     from ..client import connect  # noqa: PLC0415 - see the note on the imports
     from ._follow import PHASE_EXIT, follow  # noqa: PLC0415
 
     display: JsonLines | Progress = JsonLines() if args.json else Progress()
-    async with (
-        connect(args.connect, token=token, client_name="loopactors run") as node,
-        await node.subscribe() as events,
-    ):
-        state = await node.start(args.text, worker=args.worker, **options)
-        final = await follow([state.loop_id], events, display, get=node.get, stop=_stopper(node))
+    loop_id: str | None = None
+    try:
+        async with (
+            connect(args.connect, token=token, client_name="loopactors run") as node,
+            await node.subscribe() as events,
+        ):
+            state = await node.start(args.text, worker=args.worker, **options)
+            loop_id = state.loop_id
+            final = await follow(
+                [state.loop_id], events, display, get=node.get, stop=_stopper(node)
+            )
+    except* ConnectionLost as lost:
+        if loop_id is None:
+            raise
+        # The loop lives on the node, not in this process: say where it went on.
+        raise ConnectionLost(
+            f"lost the node at {args.connect} ({lost.exceptions[0]}); loop {loop_id} stays "
+            f"on the node: follow it with `loopactors status {loop_id} --connect "
+            f"{args.connect}` (or `history`), stop it with `loopactors stop {loop_id} "
+            f"--connect {args.connect}`"
+        ) from None
     return PHASE_EXIT[final[0].phase]
 
 

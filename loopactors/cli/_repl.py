@@ -157,7 +157,10 @@ class Repl:
                 "/resume": self.target.resume,
                 "/status": self.target.get,
             }[name]
-            self.say(_line(await action(loop_id)))
+            state = await action(loop_id)
+            self.say(_line(state))
+            if name == "/pause" and not state.terminal:
+                self.say(_pause_note(state))
 
     async def _start(self, text: str) -> None:
         worker = self.worker
@@ -256,11 +259,24 @@ class Repl:
 
 
 def _line(state: LoopState) -> str:
-    text = (
-        f"{state.loop_id}  {state.phase:<15} round {state.completed_rounds}/{state.spec.rounds}"
-        f"  {state.spec.task[:40]}"
-    )
+    # Completed rounds, and the one running (if any), never one number for both.
+    progress = f"{state.completed_rounds}/{state.spec.rounds} completed"
+    if state.phase in ("dispatching", "awaiting_worker", "summarizing"):
+        progress += f", round {state.round} running"
+    text = f"{state.loop_id}  {state.phase:<15} {progress}  {state.spec.task[:40]}"
     return text if state.reason is None else f"{text}  ({state.reason})"
+
+
+def _pause_note(state: LoopState) -> str:
+    """When a pause takes effect."""
+    if state.phase == "paused":
+        return f"paused: round {state.round} is next; /resume runs it"
+    if state.pause_requested:
+        return (
+            f"pauses once round {state.round} (running now) is recorded; no round after it "
+            "is dispatched until /resume"
+        )
+    return f"not paused: the loop is {state.phase}"
 
 
 def run_repl(args: argparse.Namespace, config: RuntimeConfig) -> int:
@@ -345,10 +361,15 @@ async def _confirm_quit(session: PromptSession[str], repl: Repl) -> bool:
         return True
     if repl.target.keeps_running:
         question = f"{live} loop(s) are live; they keep running in the node. Quit? [y/N] "
+    elif isinstance(repl.target, EmbeddedTarget) and repl.target.rt.config.store == "memory":
+        question = (
+            f"{live} loop(s) are live; they stop with this embedded node and are lost (the "
+            "memory store keeps nothing). Quit? [y/N] "
+        )
     else:
         question = (
-            f"{live} loop(s) are live; they stop with this embedded node (a SQLite state "
-            "directory keeps them for `loopactors resume`). Quit? [y/N] "
+            f"{live} loop(s) are live; they stop with this embedded node (its state directory "
+            "keeps them for `loopactors resume`). Quit? [y/N] "
         )
 
     def ask() -> str:

@@ -93,7 +93,11 @@ class EmbeddedTarget(_Target):
         super().__init__(runtime)
         self.rt = runtime
         self.background: trio.Nursery | None = None  # where code loops run
-        self.where = f"embedded node ({runtime.config.store} store in {runtime.config.state_dir})"
+        self.where = (
+            "embedded node (memory store: nothing is kept after you leave)"
+            if runtime.config.store == "memory"
+            else f"embedded node (sqlite store in {runtime.config.state_dir})"
+        )
 
     async def resolve(self, loop_id: str) -> str:
         # Every loop id a person typed goes through resolve_loop_id: a unique prefix will do.

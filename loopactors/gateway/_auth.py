@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from ..errors import ConfigError
 
-__all__ = ["TOKEN_FILENAME", "check_listen", "load_token", "token_matches"]
+__all__ = ["MIN_TOKEN_LENGTH", "TOKEN_FILENAME", "check_listen", "load_token", "token_matches"]
+
+log = logging.getLogger("loopactors.gateway")
 
 #: The token a node creates in its state directory at first start (mode 0600).
 TOKEN_FILENAME = "node.token"
+#: Characters a node's token has at least (the one a node makes itself has 43).
+MIN_TOKEN_LENGTH = 16
 
 
 def load_token(state_dir: Path, token_file: Path | None = None) -> tuple[str, Path]:
     """The node's token and the file it came from.
 
-    With ``token_file`` the token is read from it (it must exist and hold a non-empty line).
+    With ``token_file`` the token is read from it (it must exist and hold one line of at least
+    ``MIN_TOKEN_LENGTH`` characters; a file other users may read is logged as a warning).
     Without, ``<state_dir>/node.token`` is read, or created with a new random token and
     permissions 0600 (readable by the owner only) when it does not exist yet.
     """
@@ -42,10 +49,26 @@ def load_token(state_dir: Path, token_file: Path | None = None) -> tuple[str, Pa
 def _read(path: Path) -> str:
     try:
         token = path.read_text(encoding="utf-8").strip()
+        mode = path.stat().st_mode
     except OSError as exc:
         raise ConfigError(f"cannot read the token file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"the token file {path} is not UTF-8 text") from None
     if not token or "\n" in token:
         raise ConfigError(f"the token file {path} must hold the token on one non-empty line")
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ConfigError(
+            f"the token in {path} has {len(token)} characters; a node's token needs at least "
+            f"{MIN_TOKEN_LENGTH} (make one with: python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))')"
+        )
+    if mode & (stat.S_IRGRP | stat.S_IROTH):
+        log.warning(
+            "the token file %s can be read by other users (mode %o); "
+            "anyone who reads it can drive this node: chmod 600 it",
+            path,
+            stat.S_IMODE(mode),
+        )
     return token
 
 

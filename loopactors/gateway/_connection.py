@@ -187,7 +187,9 @@ class Connection:
 
     async def _refuse_auth(self, request_id: RequestId | None = None) -> bool:
         # Logged without the token: a log is no place for a secret, even a wrong one.
-        log.warning("refused a connection from %s: wrong or missing token", self.remote)
+        self.gateway.admission.notice(
+            "unauthorized", f"refused a connection from {self.remote}: wrong or missing token"
+        )
         self.gateway.auth_failures += 1
         await self._reply_now(
             Error(id=request_id, code="unauthorized", message="wrong or missing token")

@@ -9,7 +9,6 @@ it with) drops the connections; clients reconnect (``loopactors.client`` can do 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from typing import Any
 
@@ -25,6 +24,8 @@ from trio_websocket import (
 from .._logs import log_fields
 from ..actors import Actor
 from ..runtime import Runtime
+from . import _pong  # noqa: F401 - no Pong after our Close (see the module)
+from ._admission import Admission, descriptor_budget
 from ._auth import token_matches
 from ._connection import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, Connection, frame_text
 from ._http import SplitServer, UpgradeListener
@@ -52,6 +53,14 @@ class GatewayStatistics(msgspec.Struct, frozen=True, kw_only=True):
     auth_failures: int
     refused_connections: int
     gaps: int
+    #: TCP connections open (websocket, HTTP or still handshaking), and the most there may be.
+    sockets: int = 0
+    socket_capacity: int = 0
+    #: Connections closed for sending no whole request head in time, or dropped (oldest
+    #: first) to make room for new ones; accepts that failed for want of descriptors.
+    handshake_timeouts: int = 0
+    dropped_connections: int = 0
+    accept_errors: int = 0
 
 
 class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
@@ -84,6 +93,7 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         #: Events subscribers of this gateway missed because they fell behind.
         self.events_dropped = 0
         self._listener = trio.CancelScope()
+        self.admission = Admission(settings, descriptor_budget(settings.fd_reserve))
 
     async def on_start(self) -> None:
         self.port = await self.nursery.start(self._listen)
@@ -109,18 +119,14 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
                 max_message_size=4 * self.settings.max_frame_bytes,
                 message_queue_size=16,
             )
-            self.http = SplitServer(upgrades, WebRoutes(self), lambda: self.accepting)
+            self.http = SplitServer(
+                upgrades, WebRoutes(self), lambda: self.accepting, self.admission
+            )
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(server.run)
-                await nursery.start(
-                    functools.partial(
-                        trio.serve_listeners,
-                        self.http.serve,
-                        listeners,
-                        handler_nursery=self.nursery,
-                    )
-                )
                 task_status.started(listeners[0].socket.getsockname()[1])
+                # Every TCP connection is counted from accept to close (_admission).
+                await self.admission.serve(listeners, self.http.serve, self.nursery)
 
     async def handle(self, message: GetGatewayStatistics | GatewayShutdown) -> Any:
         if isinstance(message, GetGatewayStatistics):
@@ -140,6 +146,11 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
             auth_failures=self.auth_failures,
             refused_connections=self.refused_connections,
             gaps=self.gaps,
+            sockets=self.admission.open,
+            socket_capacity=self.admission.budget.capacity,
+            handshake_timeouts=self.admission.timed_out,
+            dropped_connections=self.admission.dropped,
+            accept_errors=self.admission.accept_errors,
         )
 
     async def _shutdown(self, reason: str) -> int:
@@ -172,7 +183,8 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         refusal = self._refusal(proven=proven)
         if refusal is not None:
             self.refused_connections += 1
-            log.warning("refused %s: %s", _endpoint(ws), refusal)
+            # One line per condition every 10 s: a flood must not flood the log too.
+            self.admission.notice("refused", f"refused {_endpoint(ws)}: {refusal}")
             error = Error(id=None, code="too_many_connections", message=refusal)
             with trio.move_on_after(2.0), contextlib.suppress(ConnectionClosed):
                 await ws.send_message(frame_text(error))
@@ -195,11 +207,11 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         right token in its upgrade request)."""
         if len(self.connections) >= self.settings.max_connections:
             return f"the node serves at most {self.settings.max_connections} connections"
-        if not proven and self.unauthenticated >= self.settings.max_unauthenticated:
+        if not proven and self.unauthenticated >= self.admission.max_unauthenticated:
             # Connections that never say hello must not crowd out those that do.
             return (
                 f"{self.unauthenticated} connections are still to say hello "
-                f"(at most {self.settings.max_unauthenticated}); try again later"
+                f"(at most {self.admission.max_unauthenticated}); try again later"
             )
         return None
 

@@ -1,6 +1,7 @@
 """Plain HTTP beside the websocket API, on the same port.
 
-Every TCP connection's request head is read here first (within ``HEAD_TIMEOUT`` seconds and
+Every TCP connection's request head is read here first (within the handshake limits of
+``_admission``: ``handshake_timeout`` seconds, ``max_handshaking`` at once; and
 ``MAX_HEAD_BYTES``, parsed by h11). A websocket upgrade, on any path, is handed on untouched
 to the websocket server through :class:`UpgradeListener`, with the bytes already read played
 back first; anything else is one HTTP request answered by the ``respond`` function the
@@ -19,8 +20,9 @@ import attrs
 import h11
 import trio
 
+from ._admission import Admission
+
 __all__ = [
-    "HEAD_TIMEOUT",
     "MAX_HEAD_BYTES",
     "MAX_REQUEST_LINE",
     "HttpRequest",
@@ -35,12 +37,8 @@ log = logging.getLogger("loopactors.gateway")
 MAX_HEAD_BYTES = 16 * 1024
 #: A request line longer than this is refused (414).
 MAX_REQUEST_LINE = 8 * 1024
-#: Seconds a client has to send its whole request head (a slow one is cut off with 408).
-HEAD_TIMEOUT = 10.0
 #: Seconds an HTTP response may take to be sent before the connection is dropped.
 SEND_TIMEOUT = 10.0
-#: HTTP connections whose head is still being read, at most; past it new ones get 503.
-MAX_PENDING_HEADS = 256
 
 _REASONS = {
     200: "OK",
@@ -156,35 +154,33 @@ class SplitServer:
     """Reads each connection's request head and sends it the websocket or the HTTP way."""
 
     def __init__(
-        self, upgrades: UpgradeListener, respond: Respond, accepting: Callable[[], bool]
+        self,
+        upgrades: UpgradeListener,
+        respond: Respond,
+        accepting: Callable[[], bool],
+        admission: Admission,
     ) -> None:
         self.upgrades = upgrades
         self.respond = respond
         self.accepting = accepting
-        self.pending_heads = 0
+        self.admission = admission
         #: Counted since this server started.
         self.http_requests = 0
         self.http_errors = 0
 
     async def serve(self, stream: trio.SocketStream) -> None:
-        """One TCP connection (a handler for ``trio.serve_listeners``)."""
+        """One TCP connection (a handler for ``Admission.serve``, which closes it after)."""
         remote = _peer(stream)
-        if self.pending_heads >= MAX_PENDING_HEADS:
-            self.http_errors += 1
-            await _send(stream, HttpResponse.text(503, "too many connections; try again later"))
-            return
-        self.pending_heads += 1
         request: HttpRequest | HttpResponse | None = None
         raw = b""
-        try:
-            with trio.move_on_after(HEAD_TIMEOUT) as waiting:
-                request, raw = await _read_head(stream, remote)
-        finally:
-            self.pending_heads -= 1
-        if waiting.cancelled_caught:  # slowloris, or a client that connected and said nothing
+        async with self.admission.handshake() as handshake:
+            request, raw = await _read_head(stream, remote)
+        if handshake.dropped:  # made room for a newer connection: closed without a word
+            return
+        if handshake.timed_out:  # slowloris, or a client that connected and said nothing
             self.http_errors += 1
-            log.debug("%s sent no whole request head within %gs", remote, HEAD_TIMEOUT)
-            await _send(stream, HttpResponse.text(408, "the request head took too long"))
+            with trio.move_on_after(1.0):  # a short reply at most: it is not worth more
+                await _send(stream, HttpResponse.text(408, "the request head took too long"))
             return
         if isinstance(request, HttpResponse):  # a malformed or oversized head: refused
             self.http_errors += 1
@@ -211,7 +207,7 @@ class SplitServer:
     async def _hand_over(self, stream: trio.SocketStream, raw: bytes, remote: str) -> None:
         replay = _ReplayStream(stream, raw, remote)
         try:
-            with trio.move_on_after(HEAD_TIMEOUT):
+            with trio.move_on_after(self.admission.handshake_timeout):
                 await self.upgrades._send.send(replay)
         except trio.BrokenResourceError:
             return  # the websocket server stopped: the connection is closed on return

@@ -19,7 +19,7 @@ from .._logs import log_fields
 from ..actors import ChildSpec, NamedRef
 from ..errors import SupervisorError
 from ..loops import AnyEvent, LoopFinished, LoopRecovered, LoopStarted
-from ..runtime import Runtime, RuntimeConfig, open_runtime
+from ..runtime import NODE_URL_FILE, Runtime, RuntimeConfig, open_runtime
 from ._auth import check_listen, load_token
 from ._gateway import Gateway, GatewayStatistics
 from ._messages import GatewayShutdown, GetGatewayStatistics
@@ -76,9 +76,16 @@ async def open_gateway(
     ref = runtime.node.ref("gateway")
     stats: GatewayStatistics = await ref.call(GetGatewayStatistics(), timeout=10.0)
     handle = GatewayHandle(ref, settings.host, stats.port, node_id, token_path)
+    # Where this node listens, for a command that finds the state directory in use (it
+    # suggests --connect with this URL); gone when the node stops.
+    url_file = Path(runtime.config.state_dir) / NODE_URL_FILE
+    with contextlib.suppress(OSError):  # only a hint: a read-only state directory will do
+        url_file.write_text(handle.url + "\n")
     try:
         yield handle
     finally:
+        with contextlib.suppress(OSError):
+            url_file.unlink(missing_ok=True)
         with trio.CancelScope(shield=True):
             try:
                 await handle.shutdown()

@@ -12,7 +12,7 @@ and its line in the runner's interpreter.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -79,7 +79,8 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     what it keeps in memory about the round in flight and the rounds so far."""
 
     state: LoopState
-    #: Every round's summary so far, for the final event (reloaded after a restart).
+    #: Every round's summary so far, by round (one each), for the final event (reloaded from
+    #: the store after a restart).
     summary: tuple[RoundSummary, ...] = ()
     #: The round in flight: where its prompt's seed came from, and when it started (UNIX).
     seed_source: Literal["task", "previous_output"] = "task"
@@ -211,10 +212,16 @@ def _summary(record: RoundRecord) -> RoundSummary:
     return RoundSummary(round=record.round, status=record.status, duration=record.duration)
 
 
+def _round(summary: RoundSummary) -> int:
+    return summary.round
+
+
 def _with_summary(
-    summary: Iterable[RoundSummary], record: RoundRecord | None
+    summary: tuple[RoundSummary, ...], record: RoundRecord | None
 ) -> tuple[RoundSummary, ...]:
     """The summaries by round (a later one of the same round replaces it), in order."""
+    if record is not None and (not summary or summary[-1].round < record.round):
+        return (*summary, _summary(record))  # a new round: the usual case
     by_round = {s.round: s for s in summary}
     if record is not None:
         by_round[record.round] = _summary(record)
@@ -325,7 +332,9 @@ def cancel_loop(
     if stop_requested is not None:
         before = state.moved(state.phase, stop_requested=stop_requested)
     final = before.moved("cancelled", reason=reason, trigger=None)
-    summaries = [r if isinstance(r, RoundSummary) else _summary(r) for r in rounds]
+    summaries = tuple(
+        sorted((r if isinstance(r, RoundSummary) else _summary(r) for r in rounds), key=_round)
+    )
     summary = _with_summary(summaries, in_flight)
     return final, in_flight, finished_event(before, final, summary, now)
 

@@ -24,11 +24,13 @@ if TYPE_CHECKING:
     from ._events import Gap as Gap
     from ._events import Subscription as Subscription
     from ._ledger import ledger_of as ledger_of
+    from ._lock import NODE_URL_FILE as NODE_URL_FILE
     from ._lock import lock_state_dir as lock_state_dir
     from ._spec import build_spec as build_spec
 
 __all__ = [
     "MAX_AGE",
+    "NODE_URL_FILE",
     "BreakerSettings",
     "Gap",
     "LoopHandle",
@@ -52,6 +54,7 @@ _HOMES = {
     "Gap": "_events",
     "LoopHandle": "_api",
     "MAX_AGE": "_api",
+    "NODE_URL_FILE": "_lock",
     "NodeSettings": "_config",
     "Runtime": "_api",
     "RuntimeConfig": "_config",

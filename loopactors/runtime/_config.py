@@ -109,6 +109,14 @@ class NodeSettings:
     default_status_loops: int = attrs.field(default=100, validator=_positive)
     #: Seconds a new connection has to send ``hello``.
     hello_timeout: float = attrs.field(default=10.0, validator=_positive)
+    #: Seconds a new TCP connection has to send its whole request head (the websocket
+    #: upgrade); and how many may be doing so at once (per node: a new one past it drops
+    #: the oldest).
+    handshake_timeout: float = attrs.field(default=5.0, validator=_positive)
+    max_handshaking: int = attrs.field(default=64, validator=_positive)
+    #: File descriptors the gateway leaves for the runtime's own work (store, workers,
+    #: model connections): its sockets never take more than the process's limit minus these.
+    fd_reserve: int = attrs.field(default=256, validator=_positive)
     #: A websocket ping every ``ping_interval`` s; no pong within ``ping_timeout`` s closes
     #: the connection (a half-open peer is found and cleaned up).
     ping_interval: float = attrs.field(default=20.0, validator=_positive)
@@ -213,13 +221,26 @@ def _describe(exc: BaseException, type_: type | None) -> str:
     return format_exception(exc, type_)
 
 
+def _key_first(problem: str) -> str:
+    """``message @ loopactors.breaker.key`` as ``breaker.key: message``; the file itself
+    (``@ loopactors``) is already named, so a problem of the whole file is its message."""
+    message, at, path = problem.rpartition(" @ ")
+    if not at:
+        return problem
+    key = path.removeprefix("loopactors").lstrip(".")
+    return f"{key}: {message}" if key else message
+
+
 def structure_config(data: Mapping[str, Any], source: str) -> RuntimeConfig:
     try:
         return _converter.structure(dict(data), RuntimeConfig)
     except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
         if isinstance(exc, cattrs.BaseValidationError):
             problems = "; ".join(
-                cattrs.transform_error(exc, path="loopactors", format_exception=_describe)
+                _key_first(problem)
+                for problem in cattrs.transform_error(
+                    exc, path="loopactors", format_exception=_describe
+                )
             )
         else:
             problems = str(exc)

@@ -18,6 +18,20 @@ from ..errors import StateDirectoryLost, StoreError
 __all__ = ["LOCK_FILE", "STATE_CHECK_SECONDS", "lock_state_dir", "watch_state_dir"]
 
 LOCK_FILE = "runtime.lock"
+#: Written by a node serving the state directory: the URL it listens on.
+NODE_URL_FILE = "node.url"
+
+
+def _node_hint(state_dir: Path) -> str:
+    try:
+        url = (state_dir / NODE_URL_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        url = ""
+    if url:
+        return f"a node serves it: act on it there with --connect {url}, or "
+    return "if a node (`loopactors node`) serves it, act on it there with --connect URL; or "
+
+
 #: How often a running runtime looks whether its state directory is still there.
 STATE_CHECK_SECONDS = 1.0
 
@@ -50,7 +64,8 @@ def lock_state_dir(state_dir: Path) -> Iterator[None]:
             holder = handle.read().decode("utf-8", "replace").strip() or "another process"
             raise StoreError(
                 f"the state directory {state_dir} is in use by another loopactors runtime "
-                f"({holder}); stop it first, or use another --state directory"
+                f"({holder}); {_node_hint(state_dir)}stop it first, or use another --state "
+                "directory"
             ) from None
         try:
             handle.seek(0)

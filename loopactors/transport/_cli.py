@@ -24,6 +24,7 @@ __all__ = [
     "add_worker_options",
     "print_status",
     "run_worker",
+    "status_data",
 ]
 
 #: The commands that start a node (and so a Dispatcher) or read its state.
@@ -153,10 +154,35 @@ def print_status(transport: str, *, console: Any) -> None:
     """The workers and per-stream backlog of a Redis transport (nothing for in-process)."""
     if transport == IN_PROCESS:
         return
+    status = _read_status(transport)
+    if isinstance(status, BaseException):
+        console.print(f"redis {redact_url(transport)} unreachable: {type(status).__name__}")
+        return
+    from ._status import render  # noqa: PLC0415
+
+    for table in render(status):
+        console.print(table)
+
+
+def status_data(transport: str) -> dict[str, Any] | None:
+    """The transport part of ``status --json``: workers (with ``dead_since``) and streams,
+    or ``{"unreachable": ...}``; None for in-process."""
+    if transport == IN_PROCESS:
+        return None
+    status = _read_status(transport)
+    if isinstance(status, BaseException):
+        return {"redis": redact_url(transport), "unreachable": type(status).__name__}
+    import msgspec  # noqa: PLC0415
+
+    data: dict[str, Any] = msgspec.to_builtins(status)
+    return {"redis": redact_url(transport), **data}
+
+
+def _read_status(transport: str) -> Any:
     import trio  # noqa: PLC0415 - see the note on the imports
 
     from ._redis import RETRIED, client_name, open_redis  # noqa: PLC0415 - coredis loads only here
-    from ._status import collect, render  # noqa: PLC0415
+    from ._status import collect  # noqa: PLC0415
 
     async def read() -> Any:
         with trio.move_on_after(5):
@@ -167,9 +193,4 @@ def print_status(transport: str, *, console: Any) -> None:
                     return exc
         return TimeoutError("no answer within 5 s")
 
-    status = trio.run(read)
-    if isinstance(status, BaseException):
-        console.print(f"redis {redact_url(transport)} unreachable: {type(status).__name__}")
-        return
-    for table in render(status):
-        console.print(table)
+    return trio.run(read)

@@ -21,6 +21,7 @@ from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.workers import CliAgentWorker, RoundRequest, parse_worker
 
 from ._fakes import AnthropicFake, Turn, anthropic_error, git_workspace
+from ._loops import off_loopback, traced
 
 
 def config(tmp_path: Path, **changes: object) -> RuntimeConfig:
@@ -302,3 +303,22 @@ async def test_a_lost_session_is_replaced_by_a_new_one_with_the_full_prompt(
     assert result.output == "started over"
     assert result.session_id != lost
     assert "seed text" in str(anthropic.conversations[0])
+
+
+async def test_claude_code_connects_to_nothing_but_the_fake(
+    tmp_path: Path, anthropic: AnthropicFake, claude_env: dict[str, str], claude_bin: Path
+) -> None:
+    """Every connect(2) of Claude Code and its children, traced: only 127.0.0.1 (with the
+    switches of the test environment, see _fakes.QUIET)."""
+    log = tmp_path / "connect.log"
+    ws = git_workspace(tmp_path / "ws")
+    anthropic.turns = [
+        Turn(tools=[("Bash", {"command": "echo hi > hi.txt"})]),
+        Turn(text="said hi"),
+    ]
+    worker = parse_worker(f"claude:workspace={ws},binary={traced(claude_bin, log)}")
+    result = await worker.run(request("say hi"), None)
+    assert result.status == "completed", result.error
+    assert (ws / "hi.txt").exists()
+    assert "connect(" in log.read_text()  # the trace saw the calls to the fake
+    assert off_loopback(log) == []

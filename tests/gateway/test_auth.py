@@ -25,10 +25,27 @@ def test_token_is_created_once_with_owner_only_permissions(tmp_path: Path) -> No
     assert load_token(tmp_path / "state") == (token, path)
 
 
-def test_an_explicit_token_file_is_read_and_checked(tmp_path: Path) -> None:
+def test_an_explicit_token_file_is_read_and_checked(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "tok"
-    path.write_text("s3cret\n")
-    assert load_token(tmp_path, path) == ("s3cret", path)
+    path.write_text("s3cret-long-enough\n")
+    path.chmod(0o600)
+    with caplog.at_level(logging.WARNING, logger="loopactors.gateway"):
+        assert load_token(tmp_path, path) == ("s3cret-long-enough", path)
+    assert caplog.records == []
+    path.chmod(0o644)  # others may read it: served, with a warning that never shows the token
+    with caplog.at_level(logging.WARNING, logger="loopactors.gateway"):
+        assert load_token(tmp_path, path) == ("s3cret-long-enough", path)
+    assert "can be read by other users (mode 644)" in caplog.text
+    assert "chmod 600" in caplog.text
+    assert "s3cret" not in caplog.text
+    path.write_text("s3cret\n")  # 6 characters: guessable, refused
+    with pytest.raises(ConfigError, match="has 6 characters; a node's token needs at least 16"):
+        load_token(tmp_path, path)
+    path.write_bytes(b"\xff\xfe-not-utf-8-but-long-enough\n")
+    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+        load_token(tmp_path, path)
     path.write_text("\n")
     with pytest.raises(ConfigError, match="one non-empty line"):
         load_token(tmp_path, path)

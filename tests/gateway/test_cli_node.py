@@ -158,3 +158,62 @@ trio.run(main)
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
+
+
+def test_a_command_on_a_directory_a_node_holds_is_told_its_url(node: NodeProcess) -> None:
+    assert (node.state / "node.url").read_text().strip() == node.url
+    held = subprocess.run(
+        [*LOOPACTORS, "run", "|loop:1| here", "--state", str(node.state)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert held.returncode == 1
+    assert f"a node serves it: act on it there with --connect {node.url}" in held.stderr
+    assert node.terminate() == 0
+    assert not (node.state / "node.url").exists()
+
+
+def test_pause_and_resume_a_loop_on_a_node_by_prefix(node: NodeProcess, tmp_path: Path) -> None:
+    run = subprocess.Popen(
+        [*LOOPACTORS, "run", "|loop:2| long", "--worker", "scripted:latency=30", "--json",
+         "--connect", node.url, "--state", str(node.state)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert run.stdout is not None
+    loop_id = json.loads(run.stdout.readline())["loop_id"]
+    paused = node.cli("pause", loop_id[:6])
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.startswith(f"{loop_id}: pauses once round 1 (running now) is recorded")
+    state = json.loads(node.cli("status", loop_id, "--json").stdout)
+    assert state["pause_requested"] is True
+    resumed = node.cli("resume", loop_id[:6])  # withdraws the pause asked for
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == f"{loop_id}: awaiting_worker, round 1 (resumed)\n"
+    assert json.loads(node.cli("status", loop_id, "--json").stdout)["pause_requested"] is False
+    assert node.cli("stop", loop_id).returncode == 0
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 3, err
+    offline = subprocess.run(
+        [*LOOPACTORS, "pause", loop_id, "--state", str(tmp_path / "other")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert offline.returncode == 1
+    assert "pause acts on a running loop: give the node's --connect URL" in offline.stderr
+
+
+def test_run_that_loses_its_node_says_the_loop_stays_there(node: NodeProcess) -> None:
+    run = subprocess.Popen(
+        [*LOOPACTORS, "run", "|loop:3| long", "--worker", "scripted:latency=30", "--json",
+         "--connect", node.url, "--state", str(node.state)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert run.stdout is not None
+    loop_id = json.loads(run.stdout.readline())["loop_id"]
+    node.proc.kill()  # the node goes away; the loop is still in its state directory
+    node.proc.wait()
+    assert node.proc.stderr is not None
+    node.proc.stderr.close()
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 1
+    assert f"loop {loop_id} stays on the node" in err
+    assert f"loopactors status {loop_id} --connect {node.url}" in err
+    assert "Traceback" not in err

@@ -11,7 +11,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 from trio_websocket import open_websocket_url
 
-from loopactors.gateway import _http
+from loopactors.gateway import GatewaySettings, _http
 from loopactors.gateway._web import dashboard_files
 
 from .conftest import LiveNode, RawClient, open_raw
@@ -219,10 +219,8 @@ async def test_oversized_and_malformed_heads_get_clean_errors(live_node: LiveNod
     assert await raw_http(live_node, b"GET / HT") == b""
 
 
-async def test_slowloris_is_cut_off_and_websocket_clients_go_on(
-    live_node: LiveNode, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_http, "HEAD_TIMEOUT", 0.5)
+@pytest.mark.parametrize("gateway_settings", [GatewaySettings(port=0, handshake_timeout=0.5)])
+async def test_slowloris_is_cut_off_and_websocket_clients_go_on(live_node: LiveNode) -> None:
     async with open_raw(live_node) as before:
         slow = await trio.open_tcp_stream("127.0.0.1", live_node.gateway.port)
         async with slow:

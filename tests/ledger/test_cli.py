@@ -331,3 +331,49 @@ def test_help_states_the_hook_timeout_in_use() -> None:
 
     assert _cli._HOOK_TIMEOUT == _cli_daily.HOOK_TIMEOUT
     assert f"at most {_cli_daily.HOOK_TIMEOUT:g} s" in HELP
+
+
+def test_the_example_ledger_of_the_docs_is_read_and_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    page = (Path(__file__).parents[2] / "docs" / "ledger.md").read_text(encoding="utf-8")
+    example = re.search(r"## An example ledger.*?```json\n(.*?)```", page, re.S)
+    assert example is not None
+    path = write(tmp_path, example.group(1))
+    code, out, _ = run(capsys, ["--check", "-f", path])
+    assert (code, out.strip()) == (0, "CONTINUE [ok] — Within limits — cleared to continue.")
+    code, out, _ = run(capsys, ["--summary", "--json", "-f", path])
+    assert code == 0
+    assert json.loads(out)["totalAttempts"] == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"goal": "g", "attempts": [}', "JSON is malformed: invalid character (byte 27)"),
+        ('\ufeff{"goal": "g", "attempts": []}', "JSON is malformed: invalid character (byte 0)"),
+        (
+            '{"goal": "g", "attempts": [], "x": ' + "[" * 5000 + "]" * 5000 + "}",
+            "maximum recursion depth exceeded",
+        ),
+    ],
+)
+def test_the_differences_compat_md_lists_for_bad_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    code, _, err = run(capsys, ["--check", "-f", write(tmp_path, text)])
+    assert code == 1
+    assert err.startswith(FAILED)
+    assert message in err
+
+
+@pytest.mark.parametrize("value", ["1.5", "Infinity"])
+def test_a_similarity_threshold_above_one_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    path = write(tmp_path, ledger_json())
+    code, _, err = run(capsys, ["--check", "--similarity-threshold", value, "-f", path])
+    assert code == 1
+    assert f"must be a fraction greater than 0 and at most 1 (default 0.85); got {value}" in err

@@ -109,13 +109,18 @@ results = st.builds(
     deferred_until=st.none() | st.just(NOW + 60),
 )
 
-summaries = st.lists(
-    st.builds(
-        RoundSummary,
-        round=st.integers(1, 6),
-        status=st.sampled_from(["completed", "failed"]),
-    ),
-    max_size=4,
+STATUSES = st.sampled_from(["completed", "failed"])
+
+# What a runner keeps: one summary per round, by round.
+summaries = st.lists(st.integers(1, 6), max_size=4, unique=True).flatmap(
+    lambda rounds: st.tuples(
+        *(
+            st.builds(
+                RoundSummary, round=st.just(n), status=st.sampled_from(["completed", "failed"])
+            )
+            for n in sorted(rounds)
+        )
+    ).map(list)
 )
 
 

@@ -250,8 +250,18 @@ def test_retention_days_from_pyproject(tmp_path: Path) -> None:
 def test_retention_days_of_the_wrong_type_names_the_key_and_the_file(tmp_path: Path) -> None:
     path = _write(tmp_path / "loopactors.toml", 'retention_days = "30d"\n')
     message = _config_error(path)
-    assert "expected float | None @ loopactors.retention_days" in message
+    assert "retention_days: invalid value for type, expected float | None" in message
     assert str(path) in message
+
+
+def test_config_errors_name_the_key_first_and_never_end_in_a_bare_path(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", '[breaker]\nstale_rounds_limit = "x"\n')
+    message = _config_error(path)
+    assert message.endswith("breaker.stale_rounds_limit: invalid value for type, expected int")
+    _write(path, "round_timeout = -1\n")
+    message = _config_error(path)
+    assert message.endswith("round_timeout must be a finite number > 0, got -1.0")
+    assert "@" not in message
 
 
 def test_zero_is_allowed_where_the_value_only_has_to_be_non_negative(tmp_path: Path) -> None:

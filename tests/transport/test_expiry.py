@@ -3,6 +3,7 @@ Redis connection carries a client name. Real redis-server, real `loopactors work
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -177,6 +178,18 @@ def test_status_shows_a_worker_whose_beats_stopped_as_dead(
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if "ghost" in line)
     assert "dead" in row
+    as_json = subprocess.run(
+        [sys.executable, "-m", "loopactors", "status", "--state", str(tmp_path),
+         "--transport", url, "--json"],
+        capture_output=True, check=False, text=True, timeout=60,
+    )  # fmt: skip
+    assert as_json.returncode == 0, as_json.stderr
+    data = json.loads(as_json.stdout)
+    assert data["loops"] == []
+    [ghost] = data["transport"]["workers"]
+    assert (ghost["name"], ghost["in_flight"]) == ("ghost", 1)
+    assert ghost["dead_since"] is not None
+    assert data["transport"]["redis"] == url
 
 
 async def test_an_outage_is_one_line_and_its_end_another(

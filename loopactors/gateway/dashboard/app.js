@@ -212,6 +212,22 @@ async function loadLoops() {
   scheduleRender();
 }
 
+let reloading = null;
+let lastReload = 0;
+function reloadSoon() {
+  if (reloading) return;
+  const wait = Math.max(0, lastReload + 5000 - Date.now());
+  reloading = setTimeout(async () => {
+    try {
+      await loadLoops();
+    } catch {
+      // the connection dropped: the reconnection reads everything again
+    }
+    lastReload = Date.now();
+    reloading = null;
+  }, wait);
+}
+
 // -- rendering ----------------------------------------------------------------------------
 
 function scheduleRender() {
@@ -335,6 +351,7 @@ function fillRow(tr, row) {
   cells[1].textContent = row.task;
   cells[1].title = row.task;
   cells[2].textContent = row.worker;
+  cells[2].title = row.worker;
   const phase = document.createElement("span");
   phase.className = "phase";
   phase.dataset.phase = row.phase;
@@ -344,13 +361,18 @@ function fillRow(tr, row) {
   cells[4].textContent = `${Math.min(row.round, row.rounds)}/${row.rounds}` + (row.running ? " ▶" : "");
   cells[4].title = row.running ? `round ${row.round} running` : `${row.completed} rounds done`;
   cells[5].textContent = row.tokens.toLocaleString();
-  cells[6].textContent = row.cost == null ? "–" : `$${row.cost.toFixed(4)}`;
+  cells[6].textContent = money(row.cost);
   cells[7].textContent = ago(row.updated);
   const live = LIVE.has(row.phase);
   const [pause, resume, stop] = cells[8].children;
   pause.disabled = !live || row.phase === "paused" || row.state.pause_requested;
   resume.disabled = row.phase !== "paused" && !row.state.pause_requested;
   stop.disabled = !live;
+}
+
+// Workers that know no price report nothing (or 0): shown as a dash, not as $0.
+function money(usd) {
+  return usd ? `$${usd.toFixed(4)}` : "–";
 }
 
 function ago(seconds) {
@@ -494,7 +516,7 @@ function renderLoopSummary() {
     figure("worker", row.worker),
     figure("mode", s.spec.mode),
     figure("tokens", row.tokens.toLocaleString()),
-    figure("cost", row.cost == null ? "–" : `$${row.cost.toFixed(4)}`),
+    figure("cost", money(row.cost)),
   );
   if (s.reason) $("#loop-summary").append(figure(s.trigger || "reason", s.reason));
   renderBreaker(s);
@@ -554,7 +576,7 @@ function renderRounds() {
     details.append(summary, pre);
     details.addEventListener("toggle", () => expandRound(details, r), { once: true });
     out.appendChild(details);
-    const cost = r.cost_usd == null ? "–" : `$${r.cost_usd.toFixed(4)}`;
+    const cost = money(r.cost_usd);
     tr.append(td(r.round), td(r.status), td(r.duration == null ? "–" : `${r.duration.toFixed(2)}s`),
       td(r.tokens.toLocaleString()), td(cost), out);
     return tr;
@@ -802,8 +824,10 @@ function connect(token) {
     },
     gap(subscription, missed) {
       if (subscription === allSubscription) {
-        // Events were dropped: the states are read again rather than guessed.
-        loadLoops().catch(() => {});
+        // Events were dropped: the states are read again rather than guessed (once at a
+        // time, at most every 5 s: a page that fell behind must not fall further).
+        stats.gaps = (stats.gaps || 0) + missed;
+        reloadSoon();
       } else if (openLoop) {
         showLoopEvent({ type: `(${missed} events missed)`, at: Date.now() / 1000 });
       }
