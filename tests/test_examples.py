@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -212,6 +213,9 @@ def test_agent_cli_loop_with_the_real_claude_code_against_a_fake_endpoint(
     assert lines[0].startswith("  round 1: Read ")
     assert lines[1].startswith("  round 1: Edit ")
     assert lines[2].startswith("  round 1: Bash python3 test_calc.py")
-    assert lines[3].startswith("round 1: completed, 1 files changed, 1 commits, ")
+    # calc.py, and what running the test left (its __pycache__), if Python wrote one
+    assert re.match(
+        r"round 1: completed, [12] files changed, 1 commits, \d+ tokens, \$0\.", lines[3]
+    )
     assert lines[-3].startswith("loop complete: objective met in round 1 (total $")
     assert lines[-2:] == ["test passes", "commits: 2"]

@@ -29,6 +29,7 @@ from .._util import backoff_delay
 from ..errors import ConnectionLost, RemoteError
 from ..loops import LoopFinished, LoopSpec, LoopState, RoundRecord
 from ..runtime import Gap
+from . import _pong  # noqa: F401 - no Pong after our Close (see the module)
 from ._protocol import (
     PROTOCOL_VERSION,
     Closing,

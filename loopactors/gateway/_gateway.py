@@ -24,6 +24,7 @@ from trio_websocket import (
 from .._logs import log_fields
 from ..actors import Actor
 from ..runtime import Runtime
+from . import _pong  # noqa: F401 - no Pong after our Close (see the module)
 from ._admission import Admission, descriptor_budget
 from ._auth import token_matches
 from ._connection import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, Connection, frame_text

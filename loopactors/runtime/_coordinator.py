@@ -67,6 +67,8 @@ class _StartMore:
 #: than 1 (one request per runner); 8 and more gave less, and longer steps between rounds,
 #: as more loops in flight together make the garbage collector's full passes longer.
 START_BATCH = 4
+#: How many recovered runners the Coordinator asks the loop supervisor for at a time.
+RECOVERY_BATCH = 1_000
 #: _known's answer for a loop id nobody has used (None there means "answered later").
 _NEW = object()
 
@@ -131,10 +133,16 @@ class Coordinator(Actor[Any]):
             loops = self.node.whereis("loops")
             if loops is None:
                 raise ActorError("the loop supervisor is not running")
-            specs = [self._runner_spec(state, recovered=True) for state in resume]
-            for result in await SupervisorRef(loops).start_children(specs, self.deps.call_timeout):
-                if isinstance(result, BaseException):
-                    raise result
+            supervisor = SupervisorRef(loops)
+            # In batches, each within the call timeout: 50,000 runners asked for at once took
+            # longer than that on a loaded machine, and the runtime then failed to open
+            # (bench/recovery.py).
+            for first in range(0, len(resume), RECOVERY_BATCH):
+                batch = resume[first : first + RECOVERY_BATCH]
+                specs = [self._runner_spec(state, recovered=True) for state in batch]
+                for result in await supervisor.start_children(specs, self.deps.call_timeout):
+                    if isinstance(result, BaseException):
+                        raise result
 
     async def handle(self, message: Any) -> Any:
         kind = type(message)

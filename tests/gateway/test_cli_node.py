@@ -8,12 +8,15 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 LOOPACTORS = [sys.executable, "-m", "loopactors"]
+#: Seconds a node gets to print an awaited line before the test fails.
+WAIT_LIMIT = 120.0
 
 
 class NodeProcess:
@@ -33,11 +36,18 @@ class NodeProcess:
             if match:
                 return match
         assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.log.append(line)
-            match = re.search(pattern, line)
-            if match:
-                return match
+        # A line that never comes must fail the test, not hang it: the node is killed, which
+        # ends the read below.
+        watchdog = threading.Timer(WAIT_LIMIT, self.proc.kill)
+        watchdog.start()
+        try:
+            for line in self.proc.stderr:
+                self.log.append(line)
+                match = re.search(pattern, line)
+                if match:
+                    return match
+        finally:
+            watchdog.cancel()
         raise AssertionError(f"node exited before {pattern!r}: {''.join(self.log)}")
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -119,8 +129,9 @@ def test_stop_over_the_wire_and_a_wrong_token(node: NodeProcess, tmp_path: Path)
 
 def test_sigterm_mid_run_then_restart_resumes_the_loops(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    first = NodeProcess(state, "--worker", "scripted:latency=0.3")
-    loop_ids = _start_loops(first.url, state, 3)  # 4 rounds of 0.3 s each
+    # Rounds long enough that the loops are mid-run at the SIGTERM however loaded the machine.
+    first = NodeProcess(state, "--worker", "scripted:latency=5")
+    loop_ids = _start_loops(first.url, state, 3)  # 4 rounds of 5 s each
     assert first.terminate() == 0  # graceful: clients told, loops left resumable
     assert "shutting down" in "".join(first.log)
     second = NodeProcess(state, "--worker", "scripted:latency=0.01")

@@ -158,3 +158,40 @@ async def test_a_lost_node_is_a_clear_error_not_an_exception_group(tmp_path: Pat
                 await gateway_cm.__aexit__(None, None, None)
                 async for _ in sub:
                     pass
+
+
+async def _ping_into_the_nodes_close(port: int) -> None:
+    """Say hello with a bad token (the node closes) and answer its Close with a Ping."""
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
+
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        ws = WSConnection(ConnectionType.CLIENT)
+        await stream.send_all(ws.send(Request(host="127.0.0.1", target="/")))
+        hello = '{"type": "hello", "id": 0, "protocol": 1, "token": "wrong-token-0123456789"}'
+        with trio.fail_after(10):
+            while True:
+                ws.receive_data(await stream.receive_some(65536) or None)
+                events = list(ws.events())
+                if any(isinstance(e, AcceptConnection) for e in events):
+                    await stream.send_all(ws.send(TextMessage(data=hello)))
+                if any(isinstance(e, CloseConnection) for e in events):
+                    break
+        # The node is now closing (it sent Close): a Ping here is owed no Pong.
+        mask = b"\x01\x02\x03\x04"
+        payload = bytes(b ^ mask[i % 4] for i, b in enumerate(b"ping"))
+        await stream.send_all(b"\x89\x84" + mask + payload)  # FIN + Ping, masked, 4 bytes
+        with trio.move_on_after(0.5):
+            while await stream.receive_some(65536):
+                pass
+
+
+async def test_a_ping_while_the_node_closes_never_crashes_the_gateway(
+    live_node: LiveNode,
+) -> None:
+    async with connect(live_node.url, token=live_node.token) as good:
+        for _ in range(15):  # more than the node's restart intensity, had each been a crash
+            await _ping_into_the_nodes_close(live_node.gateway.port)
+        assert await good.ping() > 0  # the same connection: the gateway never restarted
+    assert (await live_node.gateway.statistics()).port == live_node.gateway.port

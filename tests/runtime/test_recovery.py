@@ -196,3 +196,39 @@ async def test_resume_runs_every_live_loop(tmp_path: Path) -> None:
         for loop_id in ids:
             assert (await rt.get(loop_id)).phase == "complete"
             assert_each_round_once(await rt.history(loop_id), 3)
+
+
+async def test_recovered_runners_start_in_batches(tmp_path: Path, monkeypatch: Any) -> None:
+    # Many live loops are asked of the loop supervisor a batch at a time (each batch within
+    # the call timeout); every one of them resumes, whatever the batch size.
+    from loopactors.runtime import _coordinator
+
+    monkeypatch.setattr(_coordinator, "RECOVERY_BATCH", 2)
+    backend = open_backend("sqlite", tmp_path)
+    ids = [f"batch{i}" for i in range(5)]
+    backend.commit(
+        [
+            Write(
+                state=LoopState(
+                    loop_id=loop_id,
+                    spec=LoopSpec(task=f"task {loop_id}", rounds=2, mode="fresh"),
+                    phase="dispatching",
+                    created_at=time.time(),
+                )
+            )
+            for loop_id in ids
+        ]
+    )
+    backend.close()
+    recovered = []
+    config = sqlite_config(tmp_path)
+
+    def observe(event: Any) -> None:
+        if isinstance(event, LoopRecovered):
+            recovered.append(event.loop_id)
+
+    async with open_runtime(config, observer=observe) as rt:
+        await rt.wait_all()
+        for loop_id in ids:
+            assert (await rt.get(loop_id)).phase == "complete"
+    assert sorted(recovered) == ids
