@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import time
 from pathlib import Path
@@ -199,9 +200,51 @@ class GeminiAdapter(CliAdapter):
         if "GEMINI_CLI_SYSTEM_DEFAULTS_PATH" not in os.environ:
             api_key = bool(os.environ.get("GOOGLE_GEMINI_BASE_URL"))
             defaults = "api-key.json" if api_key else "quiet.json"
-            env["GEMINI_CLI_SYSTEM_DEFAULTS_PATH"] = str(_SETTINGS / defaults)
+            env["GEMINI_CLI_SYSTEM_DEFAULTS_PATH"] = str(_defaults_file(defaults))
+            if api_key:
+                env.setdefault("GEMINI_DEFAULT_AUTH_TYPE", "gemini-api-key")
         env.setdefault("GEMINI_TELEMETRY_ENABLED", "false")
         return CliCommand(argv=tuple(argv), env=env, stdin=round.prompt.encode("utf-8"))
 
     def parser(self) -> CliStreamParser:
         return _GeminiStream()
+
+
+def _defaults_file(name: str) -> Path:
+    """The shipped defaults file, or a copy the CLI accepts.
+
+    Gemini CLI skips a system defaults file unless the file and every directory above it are
+    owned by root and writable by nobody else. The copy in the caller's cache qualifies for
+    root wherever the package lies (a checkout under /tmp, say); for other users neither does,
+    and only the environment switches apply (docs/agent-clis.md).
+    """
+    shipped = _SETTINGS / name
+    if _root_owned_and_closed(shipped):
+        return shipped
+    # The account's own home, not $HOME (which a sandbox or test may point anywhere).
+    home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    cache = home / ".cache" / "loopactors" / "gemini-settings"
+    copy = cache / name
+    try:
+        content = shipped.read_bytes()
+        if not copy.exists() or copy.read_bytes() != content:
+            cache.mkdir(parents=True, exist_ok=True)
+            cache.chmod(0o755)
+            partial = cache / f"{name}.partial"
+            partial.write_bytes(content)
+            partial.chmod(0o644)
+            partial.replace(copy)
+    except OSError:
+        return shipped
+    return copy
+
+
+def _root_owned_and_closed(path: Path) -> bool:
+    try:
+        for part in (path, *path.parents):
+            status = part.stat()
+            if status.st_uid != 0 or status.st_mode & 0o022:
+                return False
+    except OSError:
+        return False
+    return True
