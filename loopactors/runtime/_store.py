@@ -26,6 +26,7 @@ from ._messages import (
     GetRounds,
     GetRoundSummaries,
     GetStoreStatistics,
+    ListLiveLoops,
     ListLoops,
     PruneLoops,
 )
@@ -168,6 +169,8 @@ class Store(Actor[Any]):
                     live_only=message.live_only, limit=message.limit, after=message.after
                 )
             )
+        if kind is ListLiveLoops:
+            return await self._run(backend.live_loops)
         if kind is FindLoopIds:
             return await self._run(
                 lambda: backend.find_loop_ids(message.prefix, limit=message.limit)
