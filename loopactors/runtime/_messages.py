@@ -43,6 +43,7 @@ __all__ = [
     "GetContextBuilderStatistics",
     "GetEvents",
     "GetLoop",
+    "GetRoundSummaries",
     "GetRounds",
     "GetStoreStatistics",
     "GetTimersStatistics",
@@ -101,6 +102,12 @@ class FindLoopIds(msgspec.Struct, frozen=True):
 
 class GetRounds(msgspec.Struct, frozen=True):
     loop_id: str
+
+
+class GetRoundSummaries(msgspec.Struct, frozen=True):
+    """Reply: the round summaries of each of these loops that has rounds, by loop id."""
+
+    loop_ids: tuple[str, ...]
 
 
 class GetEvents(msgspec.Struct, frozen=True):
