@@ -42,6 +42,7 @@ from ._protocol import (
     History,
     LoopStatus,
     NodeInfo,
+    NodeStatistics,
     Output,
     Pause,
     Ping,
@@ -49,6 +50,7 @@ from ._protocol import (
     Resume,
     Rounds,
     Start,
+    Statistics,
     Status,
     Stop,
     Subscribe,
@@ -191,6 +193,10 @@ class NodeClient:
         sub = RemoteSubscription(self, loop_id, queue_size, replay=replay)
         await self._open(sub)
         return sub
+
+    async def statistics(self) -> NodeStatistics:
+        """The node's figures now (loops by phase, rounds, store, connections, actors)."""
+        return await self._request(Statistics(id=0), NodeStatistics)
 
     async def code(self, action: str, **fields: Any) -> CodeLoops:
         """A code loop control (``init``, ``run``, ``status``, ``pause``, ``resume``, ``stop``,
