@@ -2,7 +2,9 @@
 
 General layout: ``_protocol`` (every frame as a msgspec Struct, the JSON Schema), ``_auth``
 (the token, where a node may listen), ``_limits``, ``_settings``, ``_connection`` (one client),
-``_gateway`` (the actor), ``_node`` (open_gateway, serve_node), ``_client`` (connect).
+``_gateway`` (the actor), ``_node`` (open_gateway, serve_node), ``_client`` (connect), ``_http``
+(HTTP beside the websocket), ``_web`` (health, metrics, dashboard), ``_door`` (the node's port
+for its whole life).
 """
 
 from .._util import fix_public_module
@@ -12,6 +14,8 @@ from ._client import NodeClient as NodeClient
 from ._client import RemoteSubscription as RemoteSubscription
 from ._client import connect as connect
 from ._code import answer_code as answer_code
+from ._door import Door as Door
+from ._door import open_door as open_door
 from ._errors import Refusal as Refusal
 from ._gateway import Gateway as Gateway
 from ._gateway import GatewayStatistics as GatewayStatistics
@@ -29,6 +33,7 @@ __all__ = [
     "TOKEN_FILENAME",
     "Code",
     "CodeLoops",
+    "Door",
     "Gateway",
     "GatewayHandle",
     "GatewaySettings",
@@ -39,6 +44,7 @@ __all__ = [
     "answer_code",
     "connect",
     "json_schema",
+    "open_door",
     "open_gateway",
     "parse_listen",
     "serve_node",
