@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 from pathlib import Path
@@ -112,6 +113,7 @@ def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
     import trio  # noqa: PLC0415 - see the note on the imports
 
     from ..gateway import parse_listen, serve_node  # noqa: PLC0415
+    from .schema import node_extensions  # noqa: PLC0415
 
     configure_logging(args.log_format)
     host, port = parse_listen(args.listen) if args.listen else (None, None)
@@ -122,7 +124,8 @@ def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
         slow_subscriber=args.slow_subscriber,
         max_requests_per_second=args.rate_limit,
     )
-    return trio.run(serve_node, config, settings)
+    serve = functools.partial(serve_node, extensions=node_extensions())
+    return trio.run(serve, config, settings)
 
 
 async def remote_status(args: argparse.Namespace, token: str) -> int:

@@ -10,12 +10,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-import msgspec
 import trio
 
 from ..client import NodeClient
-from ..errors import CodeLoopError
-from ..gateway import Code, CodeLoops, Refusal, answer_code
+from ..codeloop import CodeLoops, answer_code, code_request
 from ..loops import AnyEvent, LoopState, RoundRecord
 from ..runtime import Gap, Runtime
 
@@ -111,11 +109,7 @@ class EmbeddedTarget(_Target):
 
     async def code(self, action: str, **fields: Any) -> CodeLoops:
         assert self.background is not None, "set when the session starts"
-        request = msgspec.convert({"id": 0, "action": action, **fields}, Code)
-        try:
-            return await answer_code(request, self.rt, self.background)
-        except Refusal as exc:  # the node's wording, here as an error of this session
-            raise CodeLoopError(exc.message) from None
+        return await answer_code(code_request(action, **fields), self.rt, self.background)
 
     async def events(self) -> AsyncIterator[AnyEvent | Gap]:
         with self.rt.subscribe() as sub:
@@ -142,7 +136,7 @@ class RemoteTarget(_Target):
         return (await self.node.history(loop_id, output_head=60)).rounds
 
     async def code(self, action: str, **fields: Any) -> CodeLoops:
-        return await self.node.code(action, **fields)
+        return await self.node.request(code_request(action, **fields), CodeLoops)
 
     async def events(self) -> AsyncIterator[AnyEvent | Gap]:
         async with await self.node.subscribe() as sub:

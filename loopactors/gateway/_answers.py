@@ -21,15 +21,14 @@ from ..errors import (
     CodeLoopError,
     CodeLoopNotFound,
     ConfigError,
+    InvalidRequest,
     LoopNotFound,
     LoopSyntaxError,
     WorkerSpecError,
 )
 from ..loops import LoopState, RoundRecord
-from ._code import answer_code
 from ._errors import Refusal
 from ._protocol import (
-    Code,
     Error,
     ErrorCode,
     Hello,
@@ -61,6 +60,7 @@ _TAKES_A_LOOP_ID = (Status, Stop, Pause, Resume, History, Output)
 
 #: What each error means on the wire (the first match wins); anything else is ``internal``.
 _CODES: tuple[tuple[tuple[type[Exception], ...], ErrorCode], ...] = (
+    ((InvalidRequest,), "invalid_request"),
     ((LoopNotFound, CodeLoopNotFound), "not_found"),
     ((CodeLoopError, LoopSyntaxError, WorkerSpecError, AdmissionRefused, ConfigError), "rejected"),
     ((ActorNotRunning, CallFailed, CallTimeout), "unavailable"),
@@ -110,12 +110,13 @@ async def answer(request: Any, gateway: Gateway) -> Any:
         return await _history(request, gateway)
     if isinstance(request, Output):
         return await _output(request, gateway)
-    if isinstance(request, Code):
-        return await answer_code(request, rt, gateway.nursery)
     if isinstance(request, Statistics):
         return await gateway.metrics.statistics(gateway)
     if isinstance(request, Hello):
         raise Refusal("invalid_request", "hello was already sent on this connection")
+    added = gateway.added.by_type.get(kind_of(request))
+    if added is not None:  # a request an application added (gateway.NodeRequest)
+        return await added.answer(request, rt, gateway.nursery)
     raise Refusal("unknown_type", f"no handler for {kind_of(request)}")  # pragma: no cover
 
 

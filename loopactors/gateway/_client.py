@@ -34,8 +34,6 @@ from . import _pong  # noqa: F401 - no Pong after our Close (see the module)
 from ._protocol import (
     PROTOCOL_VERSION,
     Closing,
-    Code,
-    CodeLoops,
     Error,
     EventFrame,
     GapFrame,
@@ -199,11 +197,11 @@ class NodeClient:
         """The node's figures now (loops by phase, rounds, store, connections, actors)."""
         return await self._request(Statistics(id=0), NodeStatistics)
 
-    async def code(self, action: str, **fields: Any) -> CodeLoops:
-        """A code loop control (``init``, ``run``, ``status``, ``pause``, ``resume``, ``stop``,
-        ``handoff``); ``fields`` are those of the protocol's ``code`` request."""
-        request = msgspec.convert({"id": 0, "action": action, **fields}, Code)
-        return await self._request(request, CodeLoops)
+    async def request(self, request: msgspec.Struct, reply: type[T]) -> T:
+        """A request the node serves besides the protocol's own (``gateway.NodeRequest``,
+        such as ``codeloop.code_request(...)``); its ``ok`` data as ``reply``. The id is set
+        here."""
+        return await self._request(request, reply)
 
     async def wait(self, loop_id: str) -> LoopState:
         """Wait until the loop is in a terminal phase; its final state."""

@@ -33,7 +33,6 @@ from ._protocol import (
     MIN_COALESCE,
     PROTOCOL_VERSION,
     STATES_PER_FRAME,
-    ClientFrame,
     Closing,
     Error,
     EventFrame,
@@ -64,7 +63,6 @@ CLOSE_POLICY = 1008
 CLOSE_TRY_AGAIN_LATER = 1013
 
 _encode = msgspec.json.Encoder().encode
-_decode_request = msgspec.json.Decoder(ClientFrame).decode
 
 
 class _IdOnly(msgspec.Struct):
@@ -209,7 +207,7 @@ class Connection:
             protocol=PROTOCOL_VERSION,
             node_id=self.gateway.node_id,
             version=__version__,
-            capabilities=list(CAPABILITIES),
+            capabilities=[*CAPABILITIES, *self.gateway.added.by_type],
             default_worker=self.gateway.runtime.config.worker,
             limits=Limits(
                 max_frame_bytes=s.max_frame_bytes,
@@ -271,13 +269,13 @@ class Connection:
                 f"{self.settings.max_frame_bytes}",
             )
         try:
-            return _decode_request(message)
+            return self.gateway.added.decode(message)
         except msgspec.ValidationError as exc:
             text = str(exc)
             if text.endswith("`$.type`") or "missing required field `type`" in text:
                 raise Refusal(
                     "unknown_type",
-                    f"{text}; accepted types: {', '.join(_REQUEST_TYPES)}",
+                    f"{text}; accepted types: {', '.join(self.gateway.added.types)}",
                 ) from None
             raise Refusal("invalid_request", text) from None
         except msgspec.DecodeError as exc:
@@ -491,9 +489,6 @@ class Connection:
                 break
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
-
-
-_REQUEST_TYPES = [t.__struct_config__.tag for t in ClientFrame.__args__]
 
 
 def _id_of(message: str | bytes) -> RequestId | None:

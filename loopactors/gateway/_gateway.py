@@ -29,6 +29,7 @@ from ._admission import Admission, descriptor_budget
 from ._auth import token_matches
 from ._connection import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, Connection, frame_text
 from ._door import Door
+from ._extensions import AddedRequests
 from ._http import SplitServer, UpgradeListener
 from ._messages import GatewayShutdown, GetGatewayStatistics
 from ._metrics import NodeMetrics
@@ -75,9 +76,12 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         node_id: str,
         metrics: NodeMetrics | None = None,
         *,
+        added: AddedRequests | None = None,
         door: Door | None = None,
     ) -> None:
         self.runtime = runtime
+        #: Requests served besides the protocol's own (``code`` on a ``loopactors node``).
+        self.added = added if added is not None else AddedRequests.of(())
         #: Made by ``open_gateway`` so that its counters outlive a restart of this actor.
         self.metrics = metrics if metrics is not None else NodeMetrics(runtime)
         self.settings = settings

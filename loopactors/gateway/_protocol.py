@@ -9,16 +9,17 @@ loops are pushed as :class:`EventFrame` (and :class:`GapFrame` when the client f
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from collections.abc import Sequence
+from typing import Any, Final, Literal, Union
 
 import msgspec
 
-from ..codeloop import CodeLoopStatus
 from ..loops import AnyEvent, LoopSpec, LoopState, RoundRecord
 from ..storage import CommitLatency
 
 __all__ = [
     "CAPABILITIES",
+    "CLIENT_FRAMES",
     "MAX_COALESCE",
     "MIN_COALESCE",
     "PROTOCOL_VERSION",
@@ -27,8 +28,6 @@ __all__ = [
     "ActorInfo",
     "ClientFrame",
     "Closing",
-    "Code",
-    "CodeLoops",
     "Error",
     "ErrorCode",
     "EventFrame",
@@ -73,7 +72,6 @@ CAPABILITIES: Final = (
     "output",
     "subscribe",
     "ping",
-    "code",
     "statistics",
     "coalesce",
 )
@@ -211,26 +209,6 @@ class Unsubscribe(_Request, frozen=True, kw_only=True, tag="unsubscribe"):
     subscription: str
 
 
-class Code(_Request, frozen=True, kw_only=True, tag="code"):
-    """Act on a code loop of a repository on the node's machine (``loopactors code``'s
-    controls). ``init`` takes the settings below; ``run`` runs ``rounds`` rounds (null: until a
-    gate stops the loop) in the background and answers at once; ``resume`` may set new gates;
-    ``status`` without a slug lists every code loop of the repository."""
-
-    action: Literal["init", "run", "status", "pause", "resume", "stop", "handoff"]
-    repo: str = "."
-    slug: str | None = None
-    objective: str | None = None
-    executor: str | None = None
-    reviewer: str | None = None
-    validate: str | None = None
-    max_rounds: int | None = None
-    deadline: str | None = None
-    attendance: Literal["attended", "unattended"] = "attended"
-    force: bool = False
-    rounds: int | None = 1
-
-
 class Statistics(_Request, frozen=True, kw_only=True, tag="statistics"):
     """The node's figures right now: loops by phase, rounds, store, connections, actors."""
 
@@ -247,9 +225,11 @@ ClientFrame = (
     | Output
     | Subscribe
     | Unsubscribe
-    | Code
     | Statistics
 )
+
+#: The request types above; a node may serve more (``gateway.NodeRequest``).
+CLIENT_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = ClientFrame.__args__
 
 
 # -- reply data -----------------------------------------------------------------------------
@@ -296,13 +276,6 @@ class Rounds(msgspec.Struct, frozen=True, kw_only=True):
 class Subscribed(msgspec.Struct, frozen=True, kw_only=True):
     subscription: str
     loop_id: str | None
-
-
-class CodeLoops(msgspec.Struct, frozen=True, kw_only=True):
-    """Code loops after a ``code`` request, and what it did (or the hand-off, rendered)."""
-
-    loops: list[CodeLoopStatus]
-    message: str | None = None
 
 
 class Unsubscribed(msgspec.Struct, frozen=True, kw_only=True):
@@ -365,7 +338,6 @@ REPLY_DATA: Final[dict[str, type[msgspec.Struct]]] = {
     "output": RoundRecord,
     "subscribe": Subscribed,
     "unsubscribe": Unsubscribed,
-    "code": CodeLoops,
     "statistics": NodeStatistics,
 }
 
@@ -416,11 +388,17 @@ class Closing(msgspec.Struct, frozen=True, kw_only=True, tag="closing", tag_fiel
 ServerFrame = Ok | Error | EventFrame | GapFrame | States | Closing
 
 
-def json_schema() -> dict[str, Any]:
-    """The protocol as one JSON Schema document (what ``docs/protocol.schema.json`` holds)."""
-    data_types = sorted(set(REPLY_DATA.values()), key=lambda t: t.__name__)
+def json_schema(
+    added: Sequence[tuple[type[msgspec.Struct], type[msgspec.Struct]]] = (),
+) -> dict[str, Any]:
+    """The protocol as one JSON Schema document, with the requests a node adds (each a frame
+    and its reply's data; ``docs/protocol.schema.json`` holds a ``loopactors node``'s)."""
+    reply_data = dict(REPLY_DATA)
+    reply_data.update((str(frame.__struct_config__.tag), reply) for frame, reply in added)
+    data_types = sorted(set(reply_data.values()), key=lambda t: t.__name__)
+    frames: Any = Union[tuple(CLIENT_FRAMES + tuple(frame for frame, _ in added))]  # noqa: UP007
     (client, server, *_), components = msgspec.json.schema_components(
-        [ClientFrame, ServerFrame, *data_types], ref_template="#/$defs/{name}"
+        [frames, ServerFrame, *data_types], ref_template="#/$defs/{name}"
     )
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -433,7 +411,7 @@ def json_schema() -> dict[str, Any]:
         "client_frame": client,
         "server_frame": server,
         "reply_data": {
-            kind: {"$ref": f"#/$defs/{t.__name__}"} for kind, t in sorted(REPLY_DATA.items())
+            kind: {"$ref": f"#/$defs/{t.__name__}"} for kind, t in sorted(reply_data.items())
         },
         "$defs": components,
     }

@@ -44,6 +44,7 @@ __all__ = [
     "GetEvents",
     "GetLoop",
     "GetLoops",
+    "GetRoundSummaries",
     "GetRounds",
     "GetStoreStatistics",
     "GetTimersStatistics",
@@ -108,6 +109,12 @@ class FindLoopIds(msgspec.Struct, frozen=True):
 
 class GetRounds(msgspec.Struct, frozen=True):
     loop_id: str
+
+
+class GetRoundSummaries(msgspec.Struct, frozen=True):
+    """Reply: the round summaries of each of these loops that has rounds, by loop id."""
+
+    loop_ids: tuple[str, ...]
 
 
 class GetEvents(msgspec.Struct, frozen=True):

@@ -26,6 +26,7 @@ from ._messages import (
     GetLoop,
     GetLoops,
     GetRounds,
+    GetRoundSummaries,
     GetStoreStatistics,
     ListLoops,
     PruneLoops,
@@ -177,6 +178,8 @@ class Store(Actor[Any]):
             )
         if kind is GetRounds:
             return await self._run(backend.rounds, message.loop_id)
+        if kind is GetRoundSummaries:
+            return await self._run(backend.round_summaries, message.loop_ids)
         if kind is GetEvents:
             return await self._run(backend.events, message.loop_id)
         if kind is GetStoreStatistics:

@@ -13,7 +13,14 @@ from collections.abc import Sequence
 import msgspec
 
 from ..errors import StoreError
-from ..loops import MATCHES_SHOWN, AnyEvent, LoopState, RoundRecord, resolve_loop_id
+from ..loops import (
+    MATCHES_SHOWN,
+    AnyEvent,
+    LoopState,
+    RoundRecord,
+    RoundSummary,
+    resolve_loop_id,
+)
 
 __all__ = [
     "COMMIT_BUCKETS",
@@ -128,6 +135,11 @@ class PruneReport(msgspec.Struct, frozen=True, kw_only=True):
         return f"{verb} " + ", ".join(f"{n} {what}{'s' * (n != 1)}" for n, what in counts)
 
 
+def summary_of(record: RoundRecord) -> RoundSummary:
+    """What a loop's final event says of one of its rounds."""
+    return RoundSummary(round=record.round, status=record.status, duration=record.duration)
+
+
 def check_limit(limit: int) -> None:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"a prune batch takes at least 1 loop, got limit={limit!r}")
@@ -181,6 +193,18 @@ class StoreBackend(abc.ABC):
     @abc.abstractmethod
     def rounds(self, loop_id: str) -> list[RoundRecord]:
         """A loop's round records, by round number."""
+
+    def round_summaries(self, loop_ids: Sequence[str]) -> dict[str, tuple[RoundSummary, ...]]:
+        """The rounds of several loops at once, each as its summary, by round number; a
+        loop without rounds is left out. What a recovery needs of every loop it resumes
+        (the summaries its final event carries): a backend answers it with one read where
+        it can, not one per loop."""
+        found: dict[str, tuple[RoundSummary, ...]] = {}
+        for loop_id in loop_ids:
+            rounds = self.rounds(loop_id)
+            if rounds:
+                found[loop_id] = tuple(summary_of(r) for r in rounds)
+        return found
 
     @abc.abstractmethod
     def events(self, loop_id: str) -> list[AnyEvent]:
