@@ -43,6 +43,7 @@ __all__ = [
     "GetContextBuilderStatistics",
     "GetEvents",
     "GetLoop",
+    "GetLoops",
     "GetRoundSummaries",
     "GetRounds",
     "GetStoreStatistics",
@@ -85,6 +86,12 @@ class Commit(msgspec.Struct, frozen=True):
 
 class GetLoop(msgspec.Struct, frozen=True):
     loop_id: str
+
+
+class GetLoops(msgspec.Struct, frozen=True):
+    """Reply: the states of these loops, in this order (a loop not in the store is left out)."""
+
+    loop_ids: tuple[str, ...]
 
 
 class ListLoops(msgspec.Struct, frozen=True, kw_only=True):
