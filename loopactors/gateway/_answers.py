@@ -50,7 +50,7 @@ from ._protocol import (
 if TYPE_CHECKING:
     from ._gateway import Gateway
 
-__all__ = ["answer", "error_frame", "is_refusal", "kind_of"]
+__all__ = ["answer", "error_frame", "headed", "is_refusal", "kind_of"]
 
 #: Start options a client may not set: fields of ``start`` itself, or not for the wire.
 _RESERVED_OPTIONS = frozenset({"loop", "worker", "loop_id", "parent_id"})
@@ -81,7 +81,7 @@ async def answer(request: Any, gateway: Gateway) -> Any:
     if isinstance(request, Status):
         head = _check_head(request.output_head)
         if request.loop_id is not None:
-            return LoopStatus(loops=[_headed(await rt.get(request.loop_id), head)])
+            return LoopStatus(loops=[headed(await rt.get(request.loop_id), head)])
         limit = settings.default_status_loops if request.limit is None else request.limit
         if not 1 <= limit <= settings.max_status_loops:
             raise Refusal(
@@ -93,7 +93,7 @@ async def answer(request: Any, gateway: Gateway) -> Any:
         page = loops[:limit]
         more = len(loops) > limit
         return LoopStatus(
-            loops=[_headed(state, head) for state in page],
+            loops=[headed(state, head) for state in page],
             next=f"{page[-1].created_at!r}/{page[-1].loop_id}" if more else None,
         )
     if isinstance(request, Ping):
@@ -180,7 +180,7 @@ def _check_head(head: int) -> int:
     return head
 
 
-def _headed(state: LoopState, head: int) -> LoopState:
+def headed(state: LoopState, head: int) -> LoopState:
     """Never a whole output in a status answer: a frame must stay small whatever a worker
     printed (docs/protocol.md)."""
     return output_heads(state, [], head)[0]

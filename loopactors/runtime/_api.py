@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -45,7 +45,7 @@ from ._config import RuntimeConfig, load_config
 from ._context_builder import ContextBuilder
 from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
 from ._dispatcher import Dispatcher
-from ._events import EventBus, Gap, Subscription
+from ._events import STATE_EVENTS, Changes, EventBus, Gap, Subscription
 from ._groups import end_orphan_groups, forget_group, record_group
 from ._lock import lock_state_dir, watch_state_dir
 from ._messages import (
@@ -54,6 +54,7 @@ from ._messages import (
     FindLoopIds,
     GetEvents,
     GetLoop,
+    GetLoops,
     GetRounds,
     GetStoreStatistics,
     ListLoops,
@@ -236,6 +237,11 @@ class Runtime:
             raise LoopNotFound(f"no loop {loop_id!r} in this runtime's store")
         return state
 
+    async def states(self, loop_ids: Sequence[str]) -> list[LoopState]:
+        """The states of these loops, in this order; one not in the store is left out."""
+        states: list[LoopState] = await self._ask(self._store, GetLoops(tuple(loop_ids)))
+        return states
+
     async def loops(
         self,
         *,
@@ -322,6 +328,11 @@ class Runtime:
     ) -> Subscription:
         """Live events of one loop, or of all loops (``loop_id=None``)."""
         return self.bus.subscribe(loop_id, queue_size=queue_size)
+
+    def changes(self, loop_id: str | None = None) -> Changes:
+        """Which loops changed (had an event that changes their state) since last asked: a
+        view of many loops reads their states at its own pace and never falls behind."""
+        return self.bus.changes(loop_id, kinds=STATE_EVENTS)
 
     async def wait_all(self) -> list[LoopState]:
         """Wait until no loop is live; return the loops that were live when called, final."""
