@@ -3,7 +3,9 @@
 General layout: ``_protocol`` (every frame as a msgspec Struct, the JSON Schema), ``_auth``
 (the token, where a node may listen), ``_limits``, ``_settings``, ``_connection`` (one client),
 ``_extensions`` (requests an application adds, such as
-``code``), ``_gateway`` (the actor), ``_node`` (open_gateway, serve_node), ``_client`` (connect).
+``code``), ``_gateway`` (the actor), ``_node`` (open_gateway, serve_node), ``_client`` (connect),
+``_http`` (HTTP beside the websocket), ``_web`` (health, metrics, dashboard), ``_door`` (the
+node's port for its whole life).
 """
 
 from .._util import fix_public_module
@@ -12,6 +14,8 @@ from ._auth import parse_listen as parse_listen
 from ._client import NodeClient as NodeClient
 from ._client import RemoteSubscription as RemoteSubscription
 from ._client import connect as connect
+from ._door import Door as Door
+from ._door import open_door as open_door
 from ._errors import Refusal as Refusal
 from ._extensions import NodeRequest as NodeRequest
 from ._gateway import Gateway as Gateway
@@ -26,6 +30,7 @@ from ._settings import GatewaySettings as GatewaySettings
 __all__ = [
     "PROTOCOL_VERSION",
     "TOKEN_FILENAME",
+    "Door",
     "Gateway",
     "GatewayHandle",
     "GatewaySettings",
@@ -36,6 +41,7 @@ __all__ = [
     "RemoteSubscription",
     "connect",
     "json_schema",
+    "open_door",
     "open_gateway",
     "parse_listen",
     "serve_node",

@@ -26,7 +26,7 @@ from ..errors import (
     LoopSyntaxError,
     WorkerSpecError,
 )
-from ..loops import LoopState, RoundRecord
+from ..loops import LoopState, RoundRecord, output_heads
 from ._errors import Refusal
 from ._protocol import (
     Error,
@@ -50,7 +50,7 @@ from ._protocol import (
 if TYPE_CHECKING:
     from ._gateway import Gateway
 
-__all__ = ["answer", "error_frame", "is_refusal", "kind_of"]
+__all__ = ["answer", "error_frame", "headed", "is_refusal", "kind_of"]
 
 #: Start options a client may not set: fields of ``start`` itself, or not for the wire.
 _RESERVED_OPTIONS = frozenset({"loop", "worker", "loop_id", "parent_id"})
@@ -81,7 +81,7 @@ async def answer(request: Any, gateway: Gateway) -> Any:
     if isinstance(request, Status):
         head = _check_head(request.output_head)
         if request.loop_id is not None:
-            return LoopStatus(loops=[_headed(await rt.get(request.loop_id), head)])
+            return LoopStatus(loops=[headed(await rt.get(request.loop_id), head)])
         limit = settings.default_status_loops if request.limit is None else request.limit
         if not 1 <= limit <= settings.max_status_loops:
             raise Refusal(
@@ -93,7 +93,7 @@ async def answer(request: Any, gateway: Gateway) -> Any:
         page = loops[:limit]
         more = len(loops) > limit
         return LoopStatus(
-            loops=[_headed(state, head) for state in page],
+            loops=[headed(state, head) for state in page],
             next=f"{page[-1].created_at!r}/{page[-1].loop_id}" if more else None,
         )
     if isinstance(request, Ping):
@@ -180,23 +180,15 @@ def _check_head(head: int) -> int:
     return head
 
 
-def _headed(state: LoopState, head: int) -> LoopState:
+def headed(state: LoopState, head: int) -> LoopState:
     """Never a whole output in a status answer: a frame must stay small whatever a worker
     printed (docs/protocol.md)."""
-    last = state.last_output
-    if last is None or len(last) <= head:
-        return state
-    return msgspec.structs.replace(state, last_output=last[:head])
+    return output_heads(state, [], head)[0]
 
 
 async def _history(request: History, gateway: Gateway) -> Rounds:
     head = _check_head(request.output_head)
-    rt = gateway.runtime
-    state = _headed(await rt.get(request.loop_id), head)
-    rounds = [
-        msgspec.structs.replace(r, output=r.output[:head]) if len(r.output) > head else r
-        for r in await rt.history(request.loop_id)
-    ]
+    state, rounds = await gateway.runtime.recorded(request.loop_id, output_head=head)
     return Rounds(loop=state, rounds=rounds)
 
 

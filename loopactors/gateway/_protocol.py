@@ -20,8 +20,11 @@ from ..storage import CommitLatency
 __all__ = [
     "CAPABILITIES",
     "CLIENT_FRAMES",
+    "MAX_COALESCE",
+    "MIN_COALESCE",
     "PROTOCOL_VERSION",
     "REPLY_DATA",
+    "STATES_PER_FRAME",
     "ActorInfo",
     "ClientFrame",
     "Closing",
@@ -44,6 +47,7 @@ __all__ = [
     "Rounds",
     "ServerFrame",
     "Start",
+    "States",
     "Statistics",
     "Status",
     "Stop",
@@ -69,9 +73,16 @@ CAPABILITIES: Final = (
     "subscribe",
     "ping",
     "statistics",
+    "coalesce",
 )
 
 RequestId = int | str
+
+#: The shortest and longest ``coalesce`` interval of a subscription (seconds).
+MIN_COALESCE: Final = 0.05
+MAX_COALESCE: Final = 60.0
+#: The most loops in one ``states`` frame: more changed loops go in several frames.
+STATES_PER_FRAME: Final = 500
 
 #: Stable error codes (``docs/protocol.md`` says when each is sent).
 ErrorCode = Literal[
@@ -181,10 +192,17 @@ class Subscribe(_Request, frozen=True, kw_only=True, tag="subscribe"):
     With ``replay`` (one loop only) the loop's stored events come first, then the live ones,
     with no gap and no repeat between the two: a client that starts a loop and subscribes
     after, or one that reconnects, sees every event of the loop.
+
+    With ``coalesce`` (seconds, from ``MIN_COALESCE`` to ``MAX_COALESCE``) no event is sent:
+    instead, at most once per that interval, one :class:`States` frame (or a few, of at most
+    ``STATES_PER_FRAME`` loops each) with the latest state of each loop that changed since
+    the last one. A view of thousands of loops (the dashboard) stays live this way at a cost
+    bounded by the loops that changed, not by their events, and never misses a change.
     """
 
     loop_id: str | None = None
     replay: bool = False
+    coalesce: float | None = None
 
 
 class Unsubscribe(_Request, frozen=True, kw_only=True, tag="unsubscribe"):
@@ -224,6 +242,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_inflight_requests: int
     subscriber_queue: int
     slow_subscriber: Literal["gap", "disconnect"]
+    #: The largest ``limit`` of a ``status`` request (a page of loops).
+    max_status_loops: int = 1000
 
 
 class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -351,13 +371,21 @@ class GapFrame(msgspec.Struct, frozen=True, kw_only=True, tag="gap", tag_field="
     missed: int
 
 
+class States(msgspec.Struct, frozen=True, kw_only=True, tag="states", tag_field="type"):
+    """The latest state of each loop that changed, on a ``coalesce`` subscription (each
+    ``last_output`` cut to its first 200 characters, as in a ``status`` answer)."""
+
+    subscription: str
+    loops: list[LoopState]
+
+
 class Closing(msgspec.Struct, frozen=True, kw_only=True, tag="closing", tag_field="type"):
     """The node is about to close this connection (shutdown, too slow, ...)."""
 
     reason: str
 
 
-ServerFrame = Ok | Error | EventFrame | GapFrame | Closing
+ServerFrame = Ok | Error | EventFrame | GapFrame | States | Closing
 
 
 def json_schema(
