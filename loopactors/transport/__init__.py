@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from ._url import IN_PROCESS as IN_PROCESS
     from ._url import check_transport as check_transport
     from ._url import redact_url as redact_url
+    from ._cli import print_status as print_status
+    from ._cli import status_data as status_data
     from ._worker import WorkerSettings as WorkerSettings
     from ._worker import serve_worker as serve_worker
 
@@ -38,8 +40,10 @@ __all__ = [
     "WorkerSettings",
     "check_transport",
     "local_redis",
+    "print_status",
     "redact_url",
     "serve_worker",
+    "status_data",
     "transport_for",
 ]
 
@@ -55,8 +59,10 @@ _LAZY = {
     "WorkerSettings": "_worker",
     "check_transport": "_url",
     "local_redis": "_local",
+    "print_status": "_cli",
     "redact_url": "_url",
     "serve_worker": "_worker",
+    "status_data": "_cli",
     "transport_for": "_select",
 }
 
