@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from ._base import InProcessTransport as InProcessTransport
     from ._base import RemoteTransport as RemoteTransport
     from ._base import RoundTransport as RoundTransport
+    from ._cli import print_status as print_status
+    from ._cli import status_data as status_data
     from ._local import LocalRedis as LocalRedis
     from ._local import local_redis as local_redis
     from ._node import RedisTransport as RedisTransport
@@ -25,8 +27,6 @@ if TYPE_CHECKING:
     from ._url import IN_PROCESS as IN_PROCESS
     from ._url import check_transport as check_transport
     from ._url import redact_url as redact_url
-    from ._cli import print_status as print_status
-    from ._cli import status_data as status_data
     from ._worker import WorkerSettings as WorkerSettings
     from ._worker import serve_worker as serve_worker
 
