@@ -2,21 +2,26 @@
 
     python bench/dashboard.py                 # 2,000 live loops, 20 s of updates
     python bench/dashboard.py --loops 200 --seconds 5   # a smoke run
+    python bench/dashboard.py --loops 10000 --latency 20
 
 A `loopactors node` process (memory store) runs N loops of scripted rounds, each round
-taking two seconds, so the page receives about N events a second (a start and a finish per
-round of each loop every two seconds). Headless
-Chromium (the system's /usr/bin/chromium, driven by Playwright) shows the loops table; the
-page applies events once per animation frame and records how long each batch took
-(`window.__dashboard`). Prints a table, then one JSON line: batches, events per batch, mean,
-95th percentile and worst time to apply a batch, and how long a click on the phase filter
-took to re-render the table with every loop in it.
+taking ``--latency`` seconds (2), so the loops make about N events a second (a start and a
+finish per round of each loop every two seconds). Headless Chromium (the system's
+/usr/bin/chromium, driven by Playwright) shows the loops table. The table's subscription is
+a coalescing one (docs/protocol.md): the node sends the latest state of each changed loop at
+most every 0.5 s; the page applies what came once per animation frame and records how long
+each batch took (`window.__dashboard`). Prints a table, then one JSON line: batches, states
+per batch, mean, 95th percentile and worst time to apply a batch, how long a click on the
+phase filter took to re-render the table from every loop, how old the page's view of the
+live loops was at the end (staleness: now minus each live row's ``updated_at``), the node's
+dropped events and rounds a second, and the load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import subprocess
@@ -103,16 +108,31 @@ def wait_for_loops(page: Any, count: int, timeout: float = 120.0) -> int:
         time.sleep(0.2)
 
 
+async def node_figures(address: str, token: str) -> dict[str, float]:
+    """The node's rounds finished, dropped events and clock, from its statistics request."""
+    async with connect(f"ws://{address}", token=token, timeout=60) as node:
+        stats = await node.statistics()
+    return {
+        "rounds": sum(stats.rounds.values()),
+        "events_dropped": stats.events_dropped,
+        "time": stats.time,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--loops", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--latency", type=float, default=2.0, help="seconds per round")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
+    cpu_before = os.times()
     with tempfile.TemporaryDirectory() as tmp:
         proc, address, token = start_node(Path(tmp), "--store", "memory")
         try:
             texts = [
-                (f"|loop:50,fresh| bench loop {i}", "scripted:latency=2") for i in range(args.loops)
+                (f"|loop:50,fresh| bench loop {i}", f"scripted:latency={args.latency:g}")
+                for i in range(args.loops)
             ]
             with sync_playwright() as pw:
                 # The page is open first: it sees every loop start, as a user watching would.
@@ -121,10 +141,13 @@ def main() -> None:
                 known = wait_for_loops(page, args.loops, timeout=240)
                 page.evaluate(
                     "() => { const s = window.__dashboard; s.batches = 0; s.events = 0; "
-                    "s.maxBatchMs = 0; s.totalBatchMs = 0; s.recent = []; }"
+                    "s.frames = 0; s.maxBatchMs = 0; s.totalBatchMs = 0; s.recent = []; }"
                 )
+                before = trio.run(node_figures, address, token)
                 time.sleep(args.seconds)
+                after = trio.run(node_figures, address, token)
                 stats = page.evaluate("() => window.__dashboard")
+                staleness = page.evaluate("() => window.__dashboard.staleness()")
                 connection = page.text_content("#conn-status")
                 # A filter change re-renders the table from every loop, synchronously.
                 filter_ms = page.evaluate(
@@ -149,9 +172,18 @@ def main() -> None:
         "p95_batch_ms": round(samples[int(0.95 * (len(samples) - 1))], 2),
         "max_batch_ms": round(stats["maxBatchMs"], 2),
         "filter_click_ms": round(filter_ms, 1),
-        "events_missed": stats.get("gaps", 0),
+        "states_frames": stats["frames"],
+        "mean_staleness_s": staleness["mean"],
+        "max_staleness_s": staleness["max"],
+        "node_events_dropped": after["events_dropped"] - before["events_dropped"],
+        "node_rounds_per_s": round(
+            (after["rounds"] - before["rounds"]) / max(1e-9, after["time"] - before["time"]), 1
+        ),
         "connection": connection,
         "machine": f"{platform.machine()}, {platform.python_version()}",
+        "load_before": round(load_before, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+        "bench_cpu_s": round(sum(os.times()[:4]) - sum(cpu_before[:4]), 1),
     }
     width = max(len(k) for k in result)
     for key, value in result.items():

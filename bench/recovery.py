@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -106,9 +107,30 @@ async def recover(state_dir: Path, loops: int) -> dict[str, Any]:
     raise AssertionError("unreachable")
 
 
+def kill_prepared(state: Path, loops: int) -> float:
+    """Prepare ``loops`` live loops in ``state`` and SIGKILL their process: the time taken."""
+    base = [sys.executable, __file__, "--loops", str(loops), "--state", str(state)]
+    started = time.perf_counter()
+    with subprocess.Popen([*base, "--phase", "prepare"], stdout=subprocess.PIPE) as child:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        if line.strip() != b"ready":
+            raise SystemExit(f"the first process did not get ready: {line!r}")
+        prepared = time.perf_counter() - started
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    return prepared
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--loops", type=int, default=50_000)
+    parser.add_argument(
+        "--prepared",
+        type=Path,
+        help="keep the killed state directory here (made on the first use) and recover a "
+        "copy of it: repeated runs skip the preparation",
+    )
     parser.add_argument("--phase", choices=["prepare", "recover"], help=argparse.SUPPRESS)
     parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -121,16 +143,13 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "state"
+        prepared: float | None = None
+        kept = args.prepared
+        if kept is None or not kept.exists():
+            prepared = kill_prepared(state if kept is None else kept, args.loops)
+        if kept is not None:
+            shutil.copytree(kept, state)
         base = [sys.executable, __file__, "--loops", str(args.loops), "--state", str(state)]
-        started = time.perf_counter()
-        with subprocess.Popen([*base, "--phase", "prepare"], stdout=subprocess.PIPE) as child:
-            assert child.stdout is not None
-            line = child.stdout.readline()
-            if line.strip() != b"ready":
-                raise SystemExit(f"the first process did not get ready: {line!r}")
-            prepared = time.perf_counter() - started
-            child.send_signal(signal.SIGKILL)
-            child.wait()
         load_before = os.getloadavg()
         out = subprocess.run(  # its stderr passes through: a failure says why
             [*base, "--phase", "recover"], check=True, stdout=subprocess.PIPE, text=True

@@ -25,6 +25,7 @@ __all__ = [
     "GateClosed",
     "GitError",
     "IllegalTransition",
+    "InvalidRequest",
     "LeaseHeld",
     "LoopError",
     "LoopNotFound",
@@ -147,6 +148,10 @@ class WorkerSpecError(LoopError, ValueError):
 
 class ConfigError(LoopactorsError, ValueError):
     """A configuration file or flag that cannot be used; names the key and the file."""
+
+
+class InvalidRequest(LoopactorsError, ValueError):
+    """A request lacks what it needs (a field another one requires); says which."""
 
 
 class StoreError(LoopactorsError):

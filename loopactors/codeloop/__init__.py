@@ -5,7 +5,8 @@ events and the fold that rebuilds the state), ``_ledger`` (the ``.loop/<slug>/``
 ``_orchestration`` (``ORCHESTRATION.md``), ``_gates`` (gates, progress, verdicts),
 ``_handoff`` (the hand-off record), ``_lease`` (one owner at a time, across processes),
 ``_git`` (real git, confined to ``loop/<slug>/``), ``_round`` (one round), ``_worker`` (a round
-as a runtime worker), ``_loop`` (the Python API), ``_cli`` (``loopactors code``).
+as a runtime worker), ``_loop`` (the Python API), ``_node_request`` (the node protocol's ``code``
+request), ``_cli`` (``loopactors code``).
 """
 
 from .._util import fix_public_module
@@ -32,6 +33,11 @@ from ._model import Attendance as Attendance
 from ._model import CodeLoopState as CodeLoopState
 from ._model import CodeStatus as CodeStatus
 from ._model import check_slug as check_slug
+from ._node_request import CODE_REQUEST as CODE_REQUEST
+from ._node_request import Code as Code
+from ._node_request import CodeLoops as CodeLoops
+from ._node_request import answer_code as answer_code
+from ._node_request import code_request as code_request
 from ._orchestration import Orchestration as Orchestration
 from ._orchestration import parse_orchestration as parse_orchestration
 from ._report import CodeLoopStatus as CodeLoopStatus
@@ -39,13 +45,16 @@ from ._worker import CODE_ROUND_WORKER as CODE_ROUND_WORKER
 from ._worker import code_round as code_round
 
 __all__ = [
+    "CODE_REQUEST",
     "CODE_ROUND_WORKER",
     "AnyCodeEvent",
     "Attendance",
+    "Code",
     "CodeLedger",
     "CodeLoop",
     "CodeLoopState",
     "CodeLoopStatus",
+    "CodeLoops",
     "CodeRoundFinished",
     "CodeStatus",
     "GateTripped",
@@ -58,7 +67,9 @@ __all__ = [
     "RoundStarted",
     "SettingsChanged",
     "StatusChanged",
+    "answer_code",
     "check_slug",
+    "code_request",
     "code_round",
     "main_root",
     "open_code_loop",

@@ -7,6 +7,10 @@ and :func:`breaches` names every change outside ``refs/heads/loop/<slug>/``; :fu
 puts back what it can (refs, hook files, ``.git/config``). The round then trips the
 ``safety`` gate (docs/codeloop.md, "What a worker may change").
 
+The snapshot taken before a turn is also written to the ledger (:func:`save_turn`, removed
+once the turn has been checked): a loop that crashes during the turn finds it when it resumes
+and checks the turn then (:func:`load_turn`), so a crash never skips the check.
+
 Pushes are refused up front instead (:func:`refuse_push_env`): a push that got out cannot be
 undone. A role can still remove that setting from its own environment; such a push is seen
 afterwards only through the remote-tracking ref it moves.
@@ -21,16 +25,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
+import msgspec
 
 from ._git import git
 from ._lease import read_lease
+from ._ledger import write_atomic
 
 __all__ = [
     "RepoSnapshot",
     "breaches",
     "live_loops",
+    "load_turn",
     "push_urls",
     "refuse_push_env",
+    "save_turn",
     "take_snapshot",
     "undo",
 ]
@@ -50,6 +58,39 @@ class RepoSnapshot:
     #: directories; contents None for what is not a regular file of at most 1 MiB.
     hooks: Mapping[str, tuple[int, int, int, bytes | None]]
     config: bytes | None
+
+
+class _SavedTurn(msgspec.Struct, forbid_unknown_fields=True):
+    """A role's turn under way, as written to the ledger (``TURN.json``)."""
+
+    role: str
+    refs: dict[str, str]
+    hooks: dict[str, tuple[int, int, int, bytes | None]]
+    config: bytes | None
+
+
+def save_turn(path: Path, role: str, before: RepoSnapshot) -> None:
+    """Write the snapshot taken before ``role``'s turn durably (fsync, rename)."""
+    saved = _SavedTurn(role, dict(before.refs), dict(before.hooks), before.config)
+    write_atomic(path, msgspec.json.encode(saved))
+
+
+def load_turn(path: Path) -> tuple[str, RepoSnapshot] | None:
+    """The role and snapshot of a turn that was never checked (its loop crashed), or None.
+
+    Raises ``ValueError`` naming the file when it cannot be read back.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be read: {exc.strerror}") from None
+    try:
+        saved = msgspec.json.decode(data, type=_SavedTurn)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"{path} is damaged: {exc}") from None
+    return saved.role, RepoSnapshot(refs=saved.refs, hooks=saved.hooks, config=saved.config)
 
 
 async def take_snapshot(root: Path) -> RepoSnapshot:

@@ -83,6 +83,11 @@ class CodeLedger:
         return self.dir / "HANDOFF.md"
 
     @property
+    def turn_path(self) -> Path:
+        """The repository as it was before the role's turn under way (see ``_guard``)."""
+        return self.dir / "TURN.json"
+
+    @property
     def control_path(self) -> Path:
         """A pause or stop asked for while a round runs (the holder applies it)."""
         return self.dir / "CONTROL.json"

@@ -25,8 +25,10 @@ from ._guard import (
     RepoSnapshot,
     breaches,
     live_loops,
+    load_turn,
     push_urls,
     refuse_push_env,
+    save_turn,
     take_snapshot,
     undo,
 )
@@ -148,12 +150,15 @@ class CodeRound:
         number = state.round
         branch = self.git.round_branch(number)
         tip = await self.git.rev(branch)
-        if state.status == "running" or tip is None:
-            await self._interrupt(
-                number,
-                f"interrupted while {state.status} (its process is gone); the branch is kept",
-            )
+        breach = await self._check_crashed_turn()
+        if state.status == "running" or tip is None or breach is not None:
+            reason = f"interrupted while {state.status} (its process is gone); the branch is kept"
+            await self._interrupt(number, reason + (f"; {breach}" if breach else ""))
+            if breach is not None:
+                await self._trip(Gate("safety", breach, "blocked"))
+            self.ledger.turn_path.unlink(missing_ok=True)  # checked, and the check recorded
             return
+        self.ledger.turn_path.unlink(missing_ok=True)
         # Validation and review read only the committed branch: run them again.
         self._record(
             StatusChanged,
@@ -273,24 +278,41 @@ class CodeRound:
         refuse = refuse_push_env(await push_urls(root))
         request = msgspec.structs.replace(request, env={**request.env, **refuse})
         before = await take_snapshot(root)
+        # Durably, before the turn: if the loop crashes during it, reconcile checks it.
+        save_turn(self.ledger.turn_path, role, before)
         try:
             return await parse_worker(spec).run(request, None)
         finally:
             with trio.CancelScope(shield=True):
-                await self._check_turn(role, before)
+                text = await self._check_turn(role, before)
+                self._breach = self._breach or text
+                self.ledger.turn_path.unlink(missing_ok=True)
 
-    async def _check_turn(self, role: str, before: RepoSnapshot) -> None:
-        """Compare the repository with ``before``; put back and remember what the turn changed."""
+    async def _check_turn(self, role: str, before: RepoSnapshot, *, when: str = "") -> str | None:
+        """Compare the repository with ``before``; put back and say what the turn changed."""
         root, slug = self.git.root, self.git.slug
         after = await take_snapshot(root)
         live = live_loops(root, slug)
         found = breaches(before, after, slug, live=live)
         if not found:
-            return
+            return None
         left = await undo(root, before, after, slug, live=live)
-        text = f"the {role} changed the repository outside loop/{slug}/: " + "; ".join(found)
+        text = f"the {role} changed the repository outside loop/{slug}/{when}: " + "; ".join(found)
         text += ("; not put back: " + "; ".join(left)) if left else " (all put back)"
-        self._breach = self._breach or text
+        return text
+
+    async def _check_crashed_turn(self) -> str | None:
+        """The after-check of a role's turn the loop crashed in (its snapshot is in the
+        ledger): what changed since the turn began, put back where it can be."""
+        try:
+            saved = load_turn(self.ledger.turn_path)
+        except ValueError as exc:
+            return f"the record of the repository before a crashed turn is unreadable ({exc})"
+        if saved is None:
+            return None
+        role, before = saved
+        when = " during a turn the loop crashed in (or since)"
+        return await self._check_turn(role, before, when=when)
 
     async def _after_executor(self, number: int, base: str, tip: str, result: RoundResult) -> None:
         worktree = self.ledger.worktree(number)

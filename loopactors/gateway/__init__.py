@@ -2,7 +2,10 @@
 
 General layout: ``_protocol`` (every frame as a msgspec Struct, the JSON Schema), ``_auth``
 (the token, where a node may listen), ``_limits``, ``_settings``, ``_connection`` (one client),
-``_gateway`` (the actor), ``_node`` (open_gateway, serve_node), ``_client`` (connect).
+``_extensions`` (requests an application adds, such as
+``code``), ``_gateway`` (the actor), ``_node`` (open_gateway, serve_node), ``_client`` (connect),
+``_http`` (HTTP beside the websocket), ``_web`` (health, metrics, dashboard), ``_door`` (the
+node's port for its whole life).
 """
 
 from .._util import fix_public_module
@@ -11,34 +14,34 @@ from ._auth import parse_listen as parse_listen
 from ._client import NodeClient as NodeClient
 from ._client import RemoteSubscription as RemoteSubscription
 from ._client import connect as connect
-from ._code import answer_code as answer_code
+from ._door import Door as Door
+from ._door import open_door as open_door
 from ._errors import Refusal as Refusal
+from ._extensions import NodeRequest as NodeRequest
 from ._gateway import Gateway as Gateway
 from ._gateway import GatewayStatistics as GatewayStatistics
 from ._node import GatewayHandle as GatewayHandle
 from ._node import open_gateway as open_gateway
 from ._node import serve_node as serve_node
 from ._protocol import PROTOCOL_VERSION as PROTOCOL_VERSION
-from ._protocol import Code as Code
-from ._protocol import CodeLoops as CodeLoops
 from ._protocol import json_schema as json_schema
 from ._settings import GatewaySettings as GatewaySettings
 
 __all__ = [
     "PROTOCOL_VERSION",
     "TOKEN_FILENAME",
-    "Code",
-    "CodeLoops",
+    "Door",
     "Gateway",
     "GatewayHandle",
     "GatewaySettings",
     "GatewayStatistics",
     "NodeClient",
+    "NodeRequest",
     "Refusal",
     "RemoteSubscription",
-    "answer_code",
     "connect",
     "json_schema",
+    "open_door",
     "open_gateway",
     "parse_listen",
     "serve_node",

@@ -21,15 +21,14 @@ from ..errors import (
     CodeLoopError,
     CodeLoopNotFound,
     ConfigError,
+    InvalidRequest,
     LoopNotFound,
     LoopSyntaxError,
     WorkerSpecError,
 )
-from ..loops import LoopState, RoundRecord
-from ._code import answer_code
+from ..loops import LoopState, RoundRecord, output_heads
 from ._errors import Refusal
 from ._protocol import (
-    Code,
     Error,
     ErrorCode,
     Hello,
@@ -51,7 +50,7 @@ from ._protocol import (
 if TYPE_CHECKING:
     from ._gateway import Gateway
 
-__all__ = ["answer", "error_frame", "is_refusal", "kind_of"]
+__all__ = ["answer", "error_frame", "headed", "is_refusal", "kind_of"]
 
 #: Start options a client may not set: fields of ``start`` itself, or not for the wire.
 _RESERVED_OPTIONS = frozenset({"loop", "worker", "loop_id", "parent_id"})
@@ -61,6 +60,7 @@ _TAKES_A_LOOP_ID = (Status, Stop, Pause, Resume, History, Output)
 
 #: What each error means on the wire (the first match wins); anything else is ``internal``.
 _CODES: tuple[tuple[tuple[type[Exception], ...], ErrorCode], ...] = (
+    ((InvalidRequest,), "invalid_request"),
     ((LoopNotFound, CodeLoopNotFound), "not_found"),
     ((CodeLoopError, LoopSyntaxError, WorkerSpecError, AdmissionRefused, ConfigError), "rejected"),
     ((ActorNotRunning, CallFailed, CallTimeout), "unavailable"),
@@ -81,7 +81,7 @@ async def answer(request: Any, gateway: Gateway) -> Any:
     if isinstance(request, Status):
         head = _check_head(request.output_head)
         if request.loop_id is not None:
-            return LoopStatus(loops=[_headed(await rt.get(request.loop_id), head)])
+            return LoopStatus(loops=[headed(await rt.get(request.loop_id), head)])
         limit = settings.default_status_loops if request.limit is None else request.limit
         if not 1 <= limit <= settings.max_status_loops:
             raise Refusal(
@@ -93,7 +93,7 @@ async def answer(request: Any, gateway: Gateway) -> Any:
         page = loops[:limit]
         more = len(loops) > limit
         return LoopStatus(
-            loops=[_headed(state, head) for state in page],
+            loops=[headed(state, head) for state in page],
             next=f"{page[-1].created_at!r}/{page[-1].loop_id}" if more else None,
         )
     if isinstance(request, Ping):
@@ -110,12 +110,13 @@ async def answer(request: Any, gateway: Gateway) -> Any:
         return await _history(request, gateway)
     if isinstance(request, Output):
         return await _output(request, gateway)
-    if isinstance(request, Code):
-        return await answer_code(request, rt, gateway.nursery)
     if isinstance(request, Statistics):
         return await gateway.metrics.statistics(gateway)
     if isinstance(request, Hello):
         raise Refusal("invalid_request", "hello was already sent on this connection")
+    added = gateway.added.by_type.get(kind_of(request))
+    if added is not None:  # a request an application added (gateway.NodeRequest)
+        return await added.answer(request, rt, gateway.nursery)
     raise Refusal("unknown_type", f"no handler for {kind_of(request)}")  # pragma: no cover
 
 
@@ -179,23 +180,15 @@ def _check_head(head: int) -> int:
     return head
 
 
-def _headed(state: LoopState, head: int) -> LoopState:
+def headed(state: LoopState, head: int) -> LoopState:
     """Never a whole output in a status answer: a frame must stay small whatever a worker
     printed (docs/protocol.md)."""
-    last = state.last_output
-    if last is None or len(last) <= head:
-        return state
-    return msgspec.structs.replace(state, last_output=last[:head])
+    return output_heads(state, [], head)[0]
 
 
 async def _history(request: History, gateway: Gateway) -> Rounds:
     head = _check_head(request.output_head)
-    rt = gateway.runtime
-    state = _headed(await rt.get(request.loop_id), head)
-    rounds = [
-        msgspec.structs.replace(r, output=r.output[:head]) if len(r.output) > head else r
-        for r in await rt.history(request.loop_id)
-    ]
+    state, rounds = await gateway.runtime.recorded(request.loop_id, output_head=head)
     return Rounds(loop=state, rounds=rounds)
 
 

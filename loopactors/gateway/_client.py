@@ -20,6 +20,7 @@ import msgspec
 import trio
 from trio_websocket import (
     ConnectionClosed,
+    ConnectionRejected,
     HandshakeError,
     WebSocketConnection,
     connect_websocket_url,
@@ -33,8 +34,6 @@ from . import _pong  # noqa: F401 - no Pong after our Close (see the module)
 from ._protocol import (
     PROTOCOL_VERSION,
     Closing,
-    Code,
-    CodeLoops,
     Error,
     EventFrame,
     GapFrame,
@@ -42,6 +41,7 @@ from ._protocol import (
     History,
     LoopStatus,
     NodeInfo,
+    NodeStatistics,
     Output,
     Pause,
     Ping,
@@ -49,6 +49,7 @@ from ._protocol import (
     Resume,
     Rounds,
     Start,
+    Statistics,
     Status,
     Stop,
     Subscribe,
@@ -180,6 +181,17 @@ class NodeClient:
     async def history(self, loop_id: str, *, output_head: int = 200) -> Rounds:
         return await self._request(History(id=0, loop_id=loop_id, output_head=output_head), Rounds)
 
+    async def recorded(
+        self, loop_id: str, *, output_head: int | None = None
+    ) -> tuple[LoopState, list[RoundRecord]]:
+        """The loop and its rounds, each output cut to ``output_head`` characters (the
+        node's default, 200, if None: a node never sends whole outputs in one frame)."""
+        request = History(id=0, loop_id=loop_id)
+        if output_head is not None:
+            request = History(id=0, loop_id=loop_id, output_head=output_head)
+        answer = await self._request(request, Rounds)
+        return answer.loop, answer.rounds
+
     async def output(self, loop_id: str, round: int) -> RoundRecord:
         return await self._request(Output(id=0, loop_id=loop_id, round=round), RoundRecord)
 
@@ -192,11 +204,15 @@ class NodeClient:
         await self._open(sub)
         return sub
 
-    async def code(self, action: str, **fields: Any) -> CodeLoops:
-        """A code loop control (``init``, ``run``, ``status``, ``pause``, ``resume``, ``stop``,
-        ``handoff``); ``fields`` are those of the protocol's ``code`` request."""
-        request = msgspec.convert({"id": 0, "action": action, **fields}, Code)
-        return await self._request(request, CodeLoops)
+    async def statistics(self) -> NodeStatistics:
+        """The node's figures now (loops by phase, rounds, store, connections, actors)."""
+        return await self._request(Statistics(id=0), NodeStatistics)
+
+    async def request(self, request: msgspec.Struct, reply: type[T]) -> T:
+        """A request the node serves besides the protocol's own (``gateway.NodeRequest``,
+        such as ``codeloop.code_request(...)``); its ``ok`` data as ``reply``. The id is set
+        here."""
+        return await self._request(request, reply)
 
     async def wait(self, loop_id: str) -> LoopState:
         """Wait until the loop is in a terminal phase; its final state."""
@@ -262,18 +278,42 @@ class NodeClient:
         assert pending.raw is not None
         return msgspec.json.decode(pending.raw, type=data_type)
 
-    async def _handshake(self, nursery: trio.Nursery) -> None:
+    async def _connection(
+        self, *, task_status: trio.TaskStatus[WebSocketConnection] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """One websocket connection, for as long as it lasts, in a nursery of its own.
+
+        trio-websocket runs a connection's reader in the nursery it is given, and that reader
+        raises ``ConnectionRejected`` into it when the upgrade is refused (a node answers 503
+        while it starts or shuts down): here that costs this attempt, never the client.
+        """
+        started = False
         try:
-            ws = await connect_websocket_url(
-                nursery,
-                self.url,
-                max_message_size=64 << 20,
-                # The token in the upgrade request too: a node never counts such a connection
-                # against its cap of connections still to say hello (docs/node.md).
-                extra_headers=[(b"authorization", f"Bearer {self._token}".encode())],
-            )
-        except (OSError, HandshakeError, trio.TooSlowError) as exc:
-            raise ConnectionLost(f"cannot connect to {self.url}: {exc}") from None
+            async with trio.open_nursery() as nursery:
+                ws = await connect_websocket_url(
+                    nursery,
+                    self.url,
+                    max_message_size=64 << 20,
+                    # The token in the upgrade request too: a node never counts such a
+                    # connection against its cap of connections still to say hello.
+                    extra_headers=[(b"authorization", f"Bearer {self._token}".encode())],
+                )
+                started = True
+                task_status.started(ws)
+        except BaseExceptionGroup as group:
+            matched, rest = group.split(_CONNECT_ERRORS)
+            if rest is not None:
+                raise
+            if not started and matched is not None:
+                raise ConnectionLost(
+                    f"cannot connect to {self.url}: {_describe(_first(matched))}"
+                ) from None
+        except _CONNECT_ERRORS as exc:
+            if not started:
+                raise ConnectionLost(f"cannot connect to {self.url}: {_describe(exc)}") from None
+
+    async def _handshake(self, nursery: trio.Nursery) -> None:
+        ws: WebSocketConnection = await nursery.start(self._connection)
         hello = Hello(id=0, protocol=PROTOCOL_VERSION, token=self._token, client=self.client_name)
         try:
             await ws.send_message(_encode(hello).decode())
@@ -375,6 +415,22 @@ class NodeClient:
         self._closed = True
         if self._ws is not None:
             await self._ws.aclose()
+
+
+#: How an attempt to connect can fail (or a connection end, for its reader).
+_CONNECT_ERRORS = (OSError, HandshakeError, trio.TooSlowError, ConnectionClosed)
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    leaf = group.exceptions[0]
+    return _first(leaf) if isinstance(leaf, BaseExceptionGroup) else leaf
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRejected):  # its str() is a tuple with every header
+        body = exc.body.decode("utf-8", "replace").strip() if exc.body else ""
+        return f"refused with HTTP {exc.status_code}" + (f": {body}" if body else "")
+    return str(exc)
 
 
 @asynccontextmanager

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
@@ -19,16 +20,19 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from .. import __version__
+from ..errors import ActorNotRunning, CallFailed, CallTimeout
 from ..loops import AnyEvent
-from ..runtime import Gap, Subscription
-from ._answers import answer, error_frame, is_refusal, kind_of
+from ..runtime import Changes, Gap, Subscription
+from ._answers import answer, error_frame, headed, is_refusal, kind_of
 from ._auth import token_matches
 from ._errors import Refusal
 from ._limits import TokenBucket
 from ._protocol import (
     CAPABILITIES,
+    MAX_COALESCE,
+    MIN_COALESCE,
     PROTOCOL_VERSION,
-    ClientFrame,
+    STATES_PER_FRAME,
     Closing,
     Error,
     EventFrame,
@@ -38,6 +42,7 @@ from ._protocol import (
     NodeInfo,
     Ok,
     RequestId,
+    States,
     Subscribe,
     Subscribed,
     Unsubscribe,
@@ -58,7 +63,6 @@ CLOSE_POLICY = 1008
 CLOSE_TRY_AGAIN_LATER = 1013
 
 _encode = msgspec.json.Encoder().encode
-_decode_request = msgspec.json.Decoder(ClientFrame).decode
 
 
 class _IdOnly(msgspec.Struct):
@@ -87,7 +91,7 @@ class Connection:
         self.settings = gateway.settings
         self._header_token = header_token
         self._send, self._recv = trio.open_memory_channel[str](64)
-        self._subs: dict[str, tuple[Subscription, trio.CancelScope]] = {}
+        self._subs: dict[str, tuple[Subscription | Changes, trio.CancelScope]] = {}
         #: Event frames sent per subscription, replayed ones included (``unsubscribe``).
         self._delivered: dict[str, int] = {}
         self._sub_ids = itertools.count(1)
@@ -203,7 +207,7 @@ class Connection:
             protocol=PROTOCOL_VERSION,
             node_id=self.gateway.node_id,
             version=__version__,
-            capabilities=list(CAPABILITIES),
+            capabilities=[*CAPABILITIES, *self.gateway.added.by_type],
             default_worker=self.gateway.runtime.config.worker,
             limits=Limits(
                 max_frame_bytes=s.max_frame_bytes,
@@ -212,6 +216,7 @@ class Connection:
                 max_inflight_requests=s.max_inflight_requests,
                 subscriber_queue=s.subscriber_queue,
                 slow_subscriber=s.slow_subscriber,
+                max_status_loops=s.max_status_loops,
             ),
         )
 
@@ -264,13 +269,13 @@ class Connection:
                 f"{self.settings.max_frame_bytes}",
             )
         try:
-            return _decode_request(message)
+            return self.gateway.added.decode(message)
         except msgspec.ValidationError as exc:
             text = str(exc)
             if text.endswith("`$.type`") or "missing required field `type`" in text:
                 raise Refusal(
                     "unknown_type",
-                    f"{text}; accepted types: {', '.join(_REQUEST_TYPES)}",
+                    f"{text}; accepted types: {', '.join(self.gateway.added.types)}",
                 ) from None
             raise Refusal("invalid_request", text) from None
         except msgspec.DecodeError as exc:
@@ -320,9 +325,24 @@ class Connection:
     async def _open_subscription(self, request: Subscribe) -> tuple[Subscribed, Any]:
         if request.replay and request.loop_id is None:
             raise Refusal("invalid_request", "replay needs a loop_id (one loop's stored events)")
+        coalesce = request.coalesce
+        if coalesce is not None and not MIN_COALESCE <= coalesce <= MAX_COALESCE:
+            raise Refusal(
+                "invalid_request",
+                f"coalesce must be from {MIN_COALESCE:g} to {MAX_COALESCE:g} seconds (or null "
+                f"for every event), got {coalesce!r}",
+            )
+        if coalesce is not None and request.replay:
+            raise Refusal(
+                "invalid_request",
+                "replay and coalesce do not go together: replay sends a loop's stored events, "
+                "coalesce sends states and no events",
+            )
         if request.loop_id is not None:  # not_found for an unknown loop; a prefix will do
             loop_id = await self.gateway.runtime.resolve_loop_id(request.loop_id)
             request = msgspec.structs.replace(request, loop_id=loop_id)
+        if coalesce is not None:
+            return self._open_states(request.loop_id, coalesce)
         sub = self.gateway.runtime.subscribe(
             request.loop_id, queue_size=self.settings.subscriber_queue
         )
@@ -344,6 +364,45 @@ class Connection:
             self._nursery.start_soon(self._pump, sid, sub, scope, stored)
 
         return Subscribed(subscription=sid, loop_id=request.loop_id), start_pump
+
+    def _open_states(self, loop_id: str | None, interval: float) -> tuple[Subscribed, Any]:
+        changes = self.gateway.runtime.changes(loop_id)
+        sid = f"s{next(self._sub_ids)}"
+        scope = trio.CancelScope()
+        self._subs[sid] = (changes, scope)
+        self._delivered[sid] = 0
+
+        def start_pump() -> None:  # after the reply is queued, as for events
+            assert self._nursery is not None
+            self._nursery.start_soon(self._pump_states, sid, changes, scope, interval)
+
+        return Subscribed(subscription=sid, loop_id=loop_id), start_pump
+
+    async def _pump_states(
+        self, sid: str, changes: Changes, scope: trio.CancelScope, interval: float
+    ) -> None:
+        """At most one ``states`` batch per ``interval``: each changed loop once, as it is
+        when read (so a loop that changed many times costs one state)."""
+        runtime = self.gateway.runtime
+        with scope:
+            sent_at = -math.inf
+            while True:
+                await changes.wait()
+                await trio.sleep_until(sent_at + interval)
+                sent_at = trio.current_time()
+                loop_ids = changes.take()
+                for first in range(0, len(loop_ids), STATES_PER_FRAME):
+                    chunk = loop_ids[first : first + STATES_PER_FRAME]
+                    try:
+                        states = await runtime.states(chunk)
+                    except (ActorNotRunning, CallFailed, CallTimeout):
+                        # The store is restarting: these go with the next batch.
+                        changes.mark(loop_ids[first:])
+                        break
+                    if states:
+                        frame = States(subscription=sid, loops=[headed(s, 200) for s in states])
+                        await self._send.send(frame_text(frame))
+                        self._delivered[sid] += len(states)
 
     def _unsubscribe(self, request: Unsubscribe) -> Unsubscribed:
         entry = self._subs.pop(request.subscription, None)
@@ -430,9 +489,6 @@ class Connection:
                 break
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
-
-
-_REQUEST_TYPES = [t.__struct_config__.tag for t in ClientFrame.__args__]
 
 
 def _id_of(message: str | bytes) -> RequestId | None:

@@ -28,6 +28,8 @@ from . import _pong  # noqa: F401 - no Pong after our Close (see the module)
 from ._admission import Admission, descriptor_budget
 from ._auth import token_matches
 from ._connection import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, Connection, frame_text
+from ._door import Door
+from ._extensions import AddedRequests
 from ._http import SplitServer, UpgradeListener
 from ._messages import GatewayShutdown, GetGatewayStatistics
 from ._metrics import NodeMetrics
@@ -73,8 +75,13 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         token: str,
         node_id: str,
         metrics: NodeMetrics | None = None,
+        *,
+        added: AddedRequests | None = None,
+        door: Door | None = None,
     ) -> None:
         self.runtime = runtime
+        #: Requests served besides the protocol's own (``code`` on a ``loopactors node``).
+        self.added = added if added is not None else AddedRequests.of(())
         #: Made by ``open_gateway`` so that its counters outlive a restart of this actor.
         self.metrics = metrics if metrics is not None else NodeMetrics(runtime)
         self.settings = settings
@@ -93,7 +100,14 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         #: Events subscribers of this gateway missed because they fell behind.
         self.events_dropped = 0
         self._listener = trio.CancelScope()
-        self.admission = Admission(settings, descriptor_budget(settings.fd_reserve))
+        #: The node's port when ``serve_node`` opened it before the runtime (it outlives
+        #: this actor); None: this gateway listens on its own.
+        self.door = door
+        self.admission = (
+            door.admission
+            if door is not None
+            else Admission(settings, descriptor_budget(settings.fd_reserve))
+        )
 
     async def on_start(self) -> None:
         self.port = await self.nursery.start(self._listen)
@@ -106,7 +120,6 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
 
     async def _listen(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         with self._listener:
-            listeners = await trio.open_tcp_listeners(self.settings.port, host=self.settings.host)
             # Each connection's request head is read first (_http): websocket upgrades, on any
             # path, go on to the websocket server; plain HTTP is answered by _web.
             upgrades = UpgradeListener()
@@ -122,11 +135,21 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
             self.http = SplitServer(
                 upgrades, WebRoutes(self), lambda: self.accepting, self.admission
             )
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(server.run)
-                task_status.started(listeners[0].socket.getsockname()[1])
-                # Every TCP connection is counted from accept to close (_admission).
-                await self.admission.serve(listeners, self.http.serve, self.nursery)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(server.run)
+                    if self.door is not None:
+                        with self.door.serving(self.http):
+                            task_status.started(self.door.port)
+                            await trio.sleep_forever()
+                    listeners = await trio.open_tcp_listeners(
+                        self.settings.port, host=self.settings.host
+                    )
+                    task_status.started(listeners[0].socket.getsockname()[1])
+                    # Every TCP connection is counted from accept to close (_admission).
+                    await self.admission.serve(listeners, self.http.serve, self.nursery)
+            finally:
+                self.http.stopped.set()
 
     async def handle(self, message: GetGatewayStatistics | GatewayShutdown) -> Any:
         if isinstance(message, GetGatewayStatistics):
@@ -220,6 +243,7 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         node = self.runtime.node
         return (
             self.accepting
+            and (self.door is None or self.door.state == "serving")
             and node.whereis("store") is not None
             and node.whereis("coordinator") is not None
         )

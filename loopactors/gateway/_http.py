@@ -159,11 +159,16 @@ class SplitServer:
         respond: Respond,
         accepting: Callable[[], bool],
         admission: Admission,
+        refusal: Callable[[], str] = lambda: "the node is shutting down",
     ) -> None:
         self.upgrades = upgrades
         self.respond = respond
         self.accepting = accepting
         self.admission = admission
+        #: What a websocket upgrade is told while ``accepting()`` is false (with a 503).
+        self.refusal = refusal
+        #: Set when the websocket server stops: connections handed to it are over.
+        self.stopped = trio.Event()
         #: Counted since this server started.
         self.http_requests = 0
         self.http_errors = 0
@@ -189,8 +194,10 @@ class SplitServer:
         if request is None:  # closed before a whole head came
             return
         if request.is_websocket_upgrade:
-            if not self.accepting():  # shutting down: the listener closes in a moment
-                await _send(stream, HttpResponse.text(503, "the node is shutting down"))
+            if not self.accepting():  # a refusal the client can retry, not a reset
+                await _send(
+                    stream, HttpResponse.text(503, self.refusal(), headers=(("Retry-After", "1"),))
+                )
                 return
             await self._hand_over(stream, raw, remote)
             return
@@ -211,9 +218,16 @@ class SplitServer:
                 await self.upgrades._send.send(replay)
         except trio.BrokenResourceError:
             return  # the websocket server stopped: the connection is closed on return
-        if not replay.closed.is_set():
-            # The websocket server owns the stream now; it closes it when the client is done.
-            await replay.closed.wait()
+        # The websocket server owns the stream now; it closes it when the client is done, or
+        # the server stops (then this ends too, and the admission closes the stream).
+        async with trio.open_nursery() as nursery:
+            for event in (replay.closed, self.stopped):
+                nursery.start_soon(_first_of, event, nursery.cancel_scope)
+
+
+async def _first_of(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 async def _read_head(

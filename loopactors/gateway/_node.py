@@ -7,7 +7,7 @@ import functools
 import logging
 import secrets
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,8 @@ from ..errors import SupervisorError
 from ..loops import AnyEvent, LoopFinished, LoopRecovered, LoopStarted
 from ..runtime import NODE_URL_FILE, Runtime, RuntimeConfig, open_runtime
 from ._auth import check_listen, load_token
+from ._door import Door, open_door
+from ._extensions import AddedRequests, NodeRequest
 from ._gateway import Gateway, GatewayStatistics
 from ._messages import GatewayShutdown, GetGatewayStatistics
 from ._metrics import NodeMetrics
@@ -58,20 +60,29 @@ class GatewayHandle:
 
 @asynccontextmanager
 async def open_gateway(
-    runtime: Runtime, settings: GatewaySettings | None = None
+    runtime: Runtime,
+    settings: GatewaySettings | None = None,
+    *,
+    extensions: Sequence[NodeRequest] = (),
+    door: Door | None = None,
 ) -> AsyncIterator[GatewayHandle]:
-    """Serve ``runtime`` over websockets for the duration of the block.
+    """Serve ``runtime`` over websockets for the duration of the block, with the requests an
+    application adds (``extensions``: ``codeloop.CODE_REQUEST`` serves ``code``).
 
     The token is the one in ``settings.token_file``, else ``<state_dir>/node.token``
     (created with mode 0600 at first start). A non-loopback ``host`` needs an explicit
-    ``token_file``.
+    ``token_file``. With a ``door`` (:func:`open_door`, opened before the runtime) the
+    gateway serves on its port, which answers ``503`` while no gateway does.
     """
     settings = settings or GatewaySettings()
+    added = AddedRequests.of(extensions)  # a clear error now, not a child that fails to start
     check_listen(settings.host, explicit_token_file=settings.token_file is not None)
     token, token_path = load_token(Path(runtime.config.state_dir), settings.token_file)
     node_id = secrets.token_hex(6)  # new at each start: a client can tell a restart
     metrics = NodeMetrics(runtime)  # its counters outlive restarts of the gateway
-    factory = functools.partial(Gateway, runtime, settings, token, node_id, metrics)
+    factory = functools.partial(
+        Gateway, runtime, settings, token, node_id, metrics, added=added, door=door
+    )
     await runtime.node.start_child(ChildSpec("gateway", factory, name="gateway"))
     ref = runtime.node.ref("gateway")
     stats: GatewayStatistics = await ref.call(GetGatewayStatistics(), timeout=10.0)
@@ -99,13 +110,20 @@ async def serve_node(
     config: RuntimeConfig,
     settings: GatewaySettings,
     *,
+    extensions: Sequence[NodeRequest] = (),
     task_status: trio.TaskStatus[GatewayHandle] = trio.TASK_STATUS_IGNORED,
 ) -> int:
-    """Run a node until SIGTERM or SIGINT, then shut down gracefully (loops persist)."""
+    """Run a node until SIGTERM or SIGINT, then shut down gracefully (loops persist).
+
+    The port is open from before the runtime until after it stopped: ``/healthz`` answers
+    ``503`` while the runtime starts (recovering its loops) and for the whole shutdown.
+    """
+    check_listen(settings.host, explicit_token_file=settings.token_file is not None)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with (
+            open_door(settings) as door,
             open_runtime(config, observer=_log_loop) as runtime,
-            open_gateway(runtime, settings) as gateway,
+            open_gateway(runtime, settings, extensions=extensions, door=door) as gateway,
         ):
             log.info(
                 "node %s serving %s (state %s, token in %s, worker %s)",
@@ -123,6 +141,7 @@ async def serve_node(
                     "%s: shutting down (loops stay resumable)", name, extra=log_fields("shutdown")
                 )
                 break
+            door.shutting_down()
             closed = await gateway.shutdown()
             log.info("told %d client(s) the node is going away", closed)
     log.info("node stopped", extra=log_fields("node_stopped"))

@@ -9,23 +9,25 @@ loops are pushed as :class:`EventFrame` (and :class:`GapFrame` when the client f
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from collections.abc import Sequence
+from typing import Any, Final, Literal, Union
 
 import msgspec
 
-from ..codeloop import CodeLoopStatus
 from ..loops import AnyEvent, LoopSpec, LoopState, RoundRecord
 from ..storage import CommitLatency
 
 __all__ = [
     "CAPABILITIES",
+    "CLIENT_FRAMES",
+    "MAX_COALESCE",
+    "MIN_COALESCE",
     "PROTOCOL_VERSION",
     "REPLY_DATA",
+    "STATES_PER_FRAME",
     "ActorInfo",
     "ClientFrame",
     "Closing",
-    "Code",
-    "CodeLoops",
     "Error",
     "ErrorCode",
     "EventFrame",
@@ -45,6 +47,7 @@ __all__ = [
     "Rounds",
     "ServerFrame",
     "Start",
+    "States",
     "Statistics",
     "Status",
     "Stop",
@@ -69,11 +72,17 @@ CAPABILITIES: Final = (
     "output",
     "subscribe",
     "ping",
-    "code",
     "statistics",
+    "coalesce",
 )
 
 RequestId = int | str
+
+#: The shortest and longest ``coalesce`` interval of a subscription (seconds).
+MIN_COALESCE: Final = 0.05
+MAX_COALESCE: Final = 60.0
+#: The most loops in one ``states`` frame: more changed loops go in several frames.
+STATES_PER_FRAME: Final = 500
 
 #: Stable error codes (``docs/protocol.md`` says when each is sent).
 ErrorCode = Literal[
@@ -183,34 +192,21 @@ class Subscribe(_Request, frozen=True, kw_only=True, tag="subscribe"):
     With ``replay`` (one loop only) the loop's stored events come first, then the live ones,
     with no gap and no repeat between the two: a client that starts a loop and subscribes
     after, or one that reconnects, sees every event of the loop.
+
+    With ``coalesce`` (seconds, from ``MIN_COALESCE`` to ``MAX_COALESCE``) no event is sent:
+    instead, at most once per that interval, one :class:`States` frame (or a few, of at most
+    ``STATES_PER_FRAME`` loops each) with the latest state of each loop that changed since
+    the last one. A view of thousands of loops (the dashboard) stays live this way at a cost
+    bounded by the loops that changed, not by their events, and never misses a change.
     """
 
     loop_id: str | None = None
     replay: bool = False
+    coalesce: float | None = None
 
 
 class Unsubscribe(_Request, frozen=True, kw_only=True, tag="unsubscribe"):
     subscription: str
-
-
-class Code(_Request, frozen=True, kw_only=True, tag="code"):
-    """Act on a code loop of a repository on the node's machine (``loopactors code``'s
-    controls). ``init`` takes the settings below; ``run`` runs ``rounds`` rounds (null: until a
-    gate stops the loop) in the background and answers at once; ``resume`` may set new gates;
-    ``status`` without a slug lists every code loop of the repository."""
-
-    action: Literal["init", "run", "status", "pause", "resume", "stop", "handoff"]
-    repo: str = "."
-    slug: str | None = None
-    objective: str | None = None
-    executor: str | None = None
-    reviewer: str | None = None
-    validate: str | None = None
-    max_rounds: int | None = None
-    deadline: str | None = None
-    attendance: Literal["attended", "unattended"] = "attended"
-    force: bool = False
-    rounds: int | None = 1
 
 
 class Statistics(_Request, frozen=True, kw_only=True, tag="statistics"):
@@ -229,9 +225,11 @@ ClientFrame = (
     | Output
     | Subscribe
     | Unsubscribe
-    | Code
     | Statistics
 )
+
+#: The request types above; a node may serve more (``gateway.NodeRequest``).
+CLIENT_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = ClientFrame.__args__
 
 
 # -- reply data -----------------------------------------------------------------------------
@@ -244,6 +242,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_inflight_requests: int
     subscriber_queue: int
     slow_subscriber: Literal["gap", "disconnect"]
+    #: The largest ``limit`` of a ``status`` request (a page of loops).
+    max_status_loops: int = 1000
 
 
 class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -276,13 +276,6 @@ class Rounds(msgspec.Struct, frozen=True, kw_only=True):
 class Subscribed(msgspec.Struct, frozen=True, kw_only=True):
     subscription: str
     loop_id: str | None
-
-
-class CodeLoops(msgspec.Struct, frozen=True, kw_only=True):
-    """Code loops after a ``code`` request, and what it did (or the hand-off, rendered)."""
-
-    loops: list[CodeLoopStatus]
-    message: str | None = None
 
 
 class Unsubscribed(msgspec.Struct, frozen=True, kw_only=True):
@@ -345,7 +338,6 @@ REPLY_DATA: Final[dict[str, type[msgspec.Struct]]] = {
     "output": RoundRecord,
     "subscribe": Subscribed,
     "unsubscribe": Unsubscribed,
-    "code": CodeLoops,
     "statistics": NodeStatistics,
 }
 
@@ -379,20 +371,34 @@ class GapFrame(msgspec.Struct, frozen=True, kw_only=True, tag="gap", tag_field="
     missed: int
 
 
+class States(msgspec.Struct, frozen=True, kw_only=True, tag="states", tag_field="type"):
+    """The latest state of each loop that changed, on a ``coalesce`` subscription (each
+    ``last_output`` cut to its first 200 characters, as in a ``status`` answer)."""
+
+    subscription: str
+    loops: list[LoopState]
+
+
 class Closing(msgspec.Struct, frozen=True, kw_only=True, tag="closing", tag_field="type"):
     """The node is about to close this connection (shutdown, too slow, ...)."""
 
     reason: str
 
 
-ServerFrame = Ok | Error | EventFrame | GapFrame | Closing
+ServerFrame = Ok | Error | EventFrame | GapFrame | States | Closing
 
 
-def json_schema() -> dict[str, Any]:
-    """The protocol as one JSON Schema document (what ``docs/protocol.schema.json`` holds)."""
-    data_types = sorted(set(REPLY_DATA.values()), key=lambda t: t.__name__)
+def json_schema(
+    added: Sequence[tuple[type[msgspec.Struct], type[msgspec.Struct]]] = (),
+) -> dict[str, Any]:
+    """The protocol as one JSON Schema document, with the requests a node adds (each a frame
+    and its reply's data; ``docs/protocol.schema.json`` holds a ``loopactors node``'s)."""
+    reply_data = dict(REPLY_DATA)
+    reply_data.update((str(frame.__struct_config__.tag), reply) for frame, reply in added)
+    data_types = sorted(set(reply_data.values()), key=lambda t: t.__name__)
+    frames: Any = Union[tuple(CLIENT_FRAMES + tuple(frame for frame, _ in added))]  # noqa: UP007
     (client, server, *_), components = msgspec.json.schema_components(
-        [ClientFrame, ServerFrame, *data_types], ref_template="#/$defs/{name}"
+        [frames, ServerFrame, *data_types], ref_template="#/$defs/{name}"
     )
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -405,7 +411,7 @@ def json_schema() -> dict[str, Any]:
         "client_frame": client,
         "server_frame": server,
         "reply_data": {
-            kind: {"$ref": f"#/$defs/{t.__name__}"} for kind, t in sorted(REPLY_DATA.items())
+            kind: {"$ref": f"#/$defs/{t.__name__}"} for kind, t in sorted(reply_data.items())
         },
         "$defs": components,
     }

@@ -1,6 +1,7 @@
 """What the node answers to plain HTTP: health, Prometheus metrics and the dashboard.
 
-- ``GET /healthz``: ``200 ok`` while the node serves, ``503`` while it starts or stops.
+- ``GET /healthz``: ``200 ok`` while the node serves; ``503`` and why (``starting``,
+  ``shutting down``, ``unavailable``) while it starts, stops or restarts an actor it needs.
 - ``GET /metrics``: the Prometheus exposition, with ``Authorization: Bearer <token>`` only.
 - ``GET /`` and ``GET /<file>``: the dashboard's files, shipped inside the package.
 
@@ -103,7 +104,14 @@ class WebRoutes:
     def _health(self) -> HttpResponse:
         if self.gateway.healthy():
             return HttpResponse.text(200, "ok", headers=(("Cache-Control", "no-store"),))
-        return HttpResponse.text(503, "unavailable", headers=(("Cache-Control", "no-store"),))
+        door = self.gateway.door
+        if door is not None and door.state != "serving":
+            why: str = door.state  # "starting" or "shutting down"
+        elif not self.gateway.accepting:
+            why = "shutting down"
+        else:
+            why = "unavailable"  # an actor the runtime needs is down (it is being restarted)
+        return HttpResponse.text(503, why, headers=(("Cache-Control", "no-store"),))
 
     async def _metrics(self, request: HttpRequest) -> HttpResponse:
         scheme, _, offered = request.headers.get("authorization", "").partition(" ")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ._config import find_config as find_config
     from ._config import load_config as load_config
     from ._coordinator import new_loop_id as new_loop_id
+    from ._events import Changes as Changes
     from ._events import Gap as Gap
     from ._events import Subscription as Subscription
     from ._ledger import ledger_of as ledger_of
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_AGE",
     "NODE_URL_FILE",
     "BreakerSettings",
+    "Changes",
     "Gap",
     "LoopHandle",
     "NodeSettings",
@@ -51,6 +53,7 @@ __all__ = [
 # (``_config``) for `loopactors status` without loading the actors.
 _HOMES = {
     "BreakerSettings": "_config",
+    "Changes": "_events",
     "Gap": "_events",
     "LoopHandle": "_api",
     "MAX_AGE": "_api",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,6 +34,7 @@ from ..loops import (
     Phase,
     RoundRecord,
     StopMode,
+    output_heads,
     resolve_loop_id,
 )
 from ..storage import DB_FILENAME, PruneReport, StoreBackend, StoreStatistics, open_backend
@@ -44,7 +45,7 @@ from ._config import RuntimeConfig, load_config
 from ._context_builder import ContextBuilder
 from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
 from ._dispatcher import Dispatcher
-from ._events import EventBus, Gap, Subscription
+from ._events import STATE_EVENTS, Changes, EventBus, Gap, Subscription
 from ._groups import end_orphan_groups, forget_group, record_group
 from ._lock import lock_state_dir, watch_state_dir
 from ._messages import (
@@ -53,6 +54,7 @@ from ._messages import (
     FindLoopIds,
     GetEvents,
     GetLoop,
+    GetLoops,
     GetRounds,
     GetStoreStatistics,
     ListLoops,
@@ -235,6 +237,11 @@ class Runtime:
             raise LoopNotFound(f"no loop {loop_id!r} in this runtime's store")
         return state
 
+    async def states(self, loop_ids: Sequence[str]) -> list[LoopState]:
+        """The states of these loops, in this order; one not in the store is left out."""
+        states: list[LoopState] = await self._ask(self._store, GetLoops(tuple(loop_ids)))
+        return states
+
     async def loops(
         self,
         *,
@@ -259,10 +266,32 @@ class Runtime:
     async def resume(self, loop_id: str) -> LoopState:
         return await self.handle(loop_id).resume()
 
+    async def loop_pages(
+        self, *, live_only: bool = False, page: int | None = None
+    ) -> AsyncIterator[list[LoopState]]:
+        """Every loop in the store, newest first, ``page`` loops (all if None) at a time."""
+        after: tuple[float, str] | None = None
+        while True:
+            loops = await self.loops(live_only=live_only, limit=page, after=after)
+            if loops or after is None:
+                yield loops
+            if page is None or len(loops) < page:
+                return
+            after = (loops[-1].created_at, loops[-1].loop_id)
+
     async def history(self, loop_id: str) -> list[RoundRecord]:
         await self.get(loop_id)  # a clear error for an unknown id
         rounds: list[RoundRecord] = await self._ask(self._store, GetRounds(loop_id))
         return rounds
+
+    async def recorded(
+        self, loop_id: str, *, output_head: int | None = None
+    ) -> tuple[LoopState, list[RoundRecord]]:
+        """The loop and its rounds as recorded, each output cut to ``output_head``
+        characters if given (``loops.output_heads``)."""
+        state = await self.get(loop_id)
+        rounds: list[RoundRecord] = await self._ask(self._store, GetRounds(loop_id))
+        return output_heads(state, rounds, output_head)
 
     async def stored_events(self, loop_id: str) -> list[AnyEvent]:
         """The loop's event log as the store keeps it."""
@@ -299,6 +328,11 @@ class Runtime:
     ) -> Subscription:
         """Live events of one loop, or of all loops (``loop_id=None``)."""
         return self.bus.subscribe(loop_id, queue_size=queue_size)
+
+    def changes(self, loop_id: str | None = None) -> Changes:
+        """Which loops changed (had an event that changes their state) since last asked: a
+        view of many loops reads their states at its own pace and never falls behind."""
+        return self.bus.changes(loop_id, kinds=STATE_EVENTS)
 
     async def wait_all(self) -> list[LoopState]:
         """Wait until no loop is live; return the loops that were live when called, final."""

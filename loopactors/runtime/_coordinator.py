@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import trio
 
+from .._util import gc_paused
 from ..actors import Actor, ChildSpec, ErrorReply, PendingReply, SupervisorRef
 from ..errors import (
     ActorError,
@@ -25,7 +26,7 @@ from ..errors import (
     LoopNotFound,
     WorkerSpecError,
 )
-from ..loops import LoopState, RoundRecord, cancel_loop
+from ..loops import LoopState, RoundRecord, RoundSummary, cancel_loop
 from ..storage import Write
 from ..workers import check_worker_spec
 from ._messages import (
@@ -36,11 +37,12 @@ from ._messages import (
     Forward,
     GetLoop,
     GetRounds,
-    ListLoops,
+    GetRoundSummaries,
+    ListLiveLoops,
     LoopEnded,
     StartLoop,
 )
-from ._runner import RunnerFactory
+from ._runner import Resumed, RunnerFactory, worker_problem
 from ._wiring import BREAKER, COORDINATOR, RunnerDeps, runner_name, services_of
 
 __all__ = ["Coordinator", "CoordinatorLimits"]
@@ -106,16 +108,30 @@ class Coordinator(Actor[Any]):
         self._usable_workers: set[str] = set()
 
     async def on_start(self) -> None:
+        # Recovering many loops makes objects that all live on (runners, rounds): garbage
+        # collections would walk the growing heap again and again for nothing (a third of
+        # the CPU time of recovering 50,000 loops, bench/recovery.py).
+        with gc_paused():
+            await self._recover()
+
+    async def _recover(self) -> None:
         self.svc = services_of(self.node)
+        loops = self.node.whereis("loops")
+        if loops is None:
+            raise ActorError("the loop supervisor is not running")
+        supervisor = SupervisorRef(loops)
         # Recovery: every non-terminal loop resumes from its last committed step. A runner
         # still alive (only this actor restarted) is adopted; the others are started.
-        states: list[LoopState] = await self.svc.store.call(
-            ListLoops(live_only=True), self.deps.call_timeout
-        )
-        for state in sorted(states, key=lambda s: s.created_at):
+        # With no runner alive (the runtime's start) nothing but this actor changes a live
+        # loop, so the snapshot below stays true and the new runners take it as it is;
+        # else each reads its loop again (it may have moved on since).
+        fresh = (await supervisor.statistics()).children == 0
+        states: list[LoopState] = await self.svc.store.call(ListLiveLoops(), self.deps.call_timeout)
+        states.sort(key=lambda s: (s.created_at, s.loop_id))  # parents before children
+        for state in states:
             self._index(state)
         resume: list[LoopState] = []
-        for state in sorted(states, key=lambda s: s.created_at):  # parents before children
+        for state in states:
             parent_id = state.spec.parent_id
             runner = self.node.whereis(runner_name(state.loop_id))
             if parent_id is not None and parent_id not in self._live:
@@ -128,21 +144,37 @@ class Coordinator(Actor[Any]):
             elif runner is None:
                 resume.append(state)
         if resume:
-            # Side by side: a recovered runner reads its rounds from the store as it starts,
-            # and those reads then share the Store's batches.
-            loops = self.node.whereis("loops")
-            if loops is None:
-                raise ActorError("the loop supervisor is not running")
-            supervisor = SupervisorRef(loops)
+            handed = await self._resumed(resume) if fresh else {}
             # In batches, each within the call timeout: 50,000 runners asked for at once took
             # longer than that on a loaded machine, and the runtime then failed to open
             # (bench/recovery.py).
             for first in range(0, len(resume), RECOVERY_BATCH):
                 batch = resume[first : first + RECOVERY_BATCH]
-                specs = [self._runner_spec(state, recovered=True) for state in batch]
+                specs = [
+                    self._runner_spec(state, recovered=True, resumed=handed.get(state.loop_id))
+                    for state in batch
+                ]
                 for result in await supervisor.start_children(specs, self.deps.call_timeout):
                     if isinstance(result, BaseException):
                         raise result
+
+    async def _resumed(self, states: list[LoopState]) -> dict[str, Resumed]:
+        """What the recovered runners would each read from the store as they start, read
+        for all of them at once: their rounds (one read, not one per loop) and whether
+        their workers can still be used (one check per worker spec, not one per loop)."""
+        started = [s.loop_id for s in states if s.phase != "activating"]
+        summaries: dict[str, tuple[RoundSummary, ...]] = await self.svc.store.call(
+            GetRoundSummaries(tuple(started)), self.deps.call_timeout
+        )
+        problems: dict[str, str | None] = {}
+        handed: dict[str, Resumed] = {}
+        here = not self.deps.remote_workers
+        for state in states:
+            spec = state.spec.worker
+            if spec not in problems:
+                problems[spec] = worker_problem(spec, self.deps.kill_grace, here=here)
+            handed[state.loop_id] = Resumed(summaries.get(state.loop_id, ()), problems[spec])
+        return handed
 
     async def handle(self, message: Any) -> Any:
         kind = type(message)
@@ -355,10 +387,12 @@ class Coordinator(Actor[Any]):
                 todo.extend(loop.children)
         return size
 
-    def _runner_spec(self, state: LoopState, *, recovered: bool) -> ChildSpec:
+    def _runner_spec(
+        self, state: LoopState, *, recovered: bool, resumed: Resumed | None = None
+    ) -> ChildSpec:
         return ChildSpec(
             state.loop_id,
-            RunnerFactory(state.loop_id, self.deps, state, recovered=recovered),
+            RunnerFactory(state.loop_id, self.deps, state, recovered=recovered, resumed=resumed),
             restart="transient",
             name=runner_name(state.loop_id),
             shutdown=self.limits.runner_shutdown,

@@ -27,7 +27,7 @@ from ..actors import Actor, ErrorReply, Node
 from ..transport import InProcessTransport, RemoteTransport, RoundTransport
 from ..workers import RoundContext, RoundRequest, RoundResult, Worker
 from ._messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
-from ._outputs import cap_output, keep_whole
+from ._outputs import cap_output, is_cut, keep_whole
 from ._wiring import deliver, runner_name
 
 log = logging.getLogger("loopactors.runtime")
@@ -251,6 +251,8 @@ class Dispatcher(Actor[Any]):
                             context = self._context_factory(
                                 self.node, request.loop_id, request.round
                             )
+                        if worker.bounds_output:
+                            request = self._bounded(request)
                         result = await worker.run(request, context)
                     finally:
                         if kind_limit is not None:
@@ -283,7 +285,9 @@ class Dispatcher(Actor[Any]):
         try:
             with scope:
                 assert self._remote is not None  # only remote rounds come here
-                result = await self._remote.run_remote(request, dispatch.timeout)
+                # Cut where the round runs (no whole output is kept there).
+                bounded = msgspec.structs.replace(request, max_output_bytes=self._max_output)
+                result = await self._remote.run_remote(bounded, dispatch.timeout)
         except Exception as exc:  # a transport bug must not crash the Dispatcher
             result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
         finally:
@@ -302,7 +306,17 @@ class Dispatcher(Actor[Any]):
         # Nobody there: the loop ended, or its runner is restarting and will dispatch again.
         await deliver(self.node, runner_name(request.loop_id), done)
 
+    def _bounded(self, request: RoundRequest) -> RoundRequest:
+        whole_at = None
+        if self._outputs_dir is not None:
+            whole_at = str(self._outputs_dir / request.loop_id / f"{request.round}.txt")
+        return msgspec.structs.replace(
+            request, max_output_bytes=self._max_output, whole_output_at=whole_at
+        )
+
     def _cap(self, request: RoundRequest, output: str) -> str:
+        if is_cut(output, self._max_output):  # by the worker, which kept the whole itself
+            return output
         kept_at = None
         if self._outputs_dir is not None and len(output.encode("utf-8", "surrogatepass")) > (
             self._max_output

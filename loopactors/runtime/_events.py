@@ -7,17 +7,44 @@ and it receives one :class:`Gap` with the count as soon as it has room again.
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
 
 import trio
 
-from ..loops import AnyEvent, Gap
+from ..loops import (
+    AnyEvent,
+    Gap,
+    LoopFinished,
+    LoopInterrupted,
+    LoopPaused,
+    LoopRecovered,
+    LoopResumed,
+    LoopStarted,
+    RoundDeferred,
+    RoundFinished,
+    RoundStarted,
+)
 
-__all__ = ["EventBus", "Gap", "Subscription", "Watch"]
+__all__ = ["STATE_EVENTS", "Changes", "EventBus", "Gap", "Subscription", "Watch"]
 
 DEFAULT_QUEUE_SIZE = 1000
+
+#: The events that go with a change of the loop's stored state (every kind but the live-only
+#: ``AgentStep``).
+STATE_EVENTS: tuple[type, ...] = (
+    LoopStarted,
+    RoundStarted,
+    RoundFinished,
+    RoundDeferred,
+    LoopPaused,
+    LoopResumed,
+    LoopRecovered,
+    LoopInterrupted,
+    LoopFinished,
+)
 
 log = logging.getLogger("loopactors.runtime")
 
@@ -145,6 +172,77 @@ class Watch:
         self.close()
 
 
+class Changes:
+    """The ids of the loops that had an event since they were last taken: what a view of
+    many loops needs (it reads their states), at a cost bounded by the number of loops.
+
+    Unlike a :class:`Subscription` it never falls behind: a loop that changes a thousand
+    times between two :meth:`take` calls is in the set once. ``kinds`` are the event types
+    that count (None: all).
+    """
+
+    __slots__ = ("_bus", "_changed", "_ids", "_kinds", "loop_id")
+
+    def __init__(self, bus: EventBus, loop_id: str | None, kinds: tuple[type, ...] | None) -> None:
+        self._bus = bus
+        self.loop_id = loop_id
+        self._kinds = kinds
+        self._ids: dict[str, None] = {}  # insertion-ordered: the oldest change first
+        self._changed = trio.Event()
+
+    def _offer(self, event: AnyEvent) -> None:
+        if self._kinds is None or isinstance(event, self._kinds):
+            self._ids[event.loop_id] = None
+            self._changed.set()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @property
+    def missed(self) -> int:
+        """Always 0 (for a caller that treats it like a :class:`Subscription`)."""
+        return 0
+
+    def mark(self, loop_ids: Iterable[str]) -> None:
+        """Count these loops as changed again (their states could not be read)."""
+        for loop_id in loop_ids:
+            self._ids[loop_id] = None
+        if self._ids:
+            self._changed.set()
+
+    async def wait(self) -> None:
+        """Until some loop changed that was not taken yet."""
+        if not self._ids:
+            if self._changed.is_set():
+                self._changed = trio.Event()
+            await self._changed.wait()
+
+    def take(self, limit: int | None = None) -> list[str]:
+        """The ids changed since the last take (the oldest ``limit`` of them), forgotten."""
+        if limit is None or limit >= len(self._ids):
+            ids = list(self._ids)
+            self._ids.clear()
+        else:
+            ids = list(itertools.islice(self._ids, limit))
+            for loop_id in ids:
+                del self._ids[loop_id]
+        return ids
+
+    def close(self) -> None:
+        self._bus._unchange(self)
+
+    def __enter__(self) -> Changes:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
 class EventBus:
     def __init__(
         self,
@@ -156,6 +254,7 @@ class EventBus:
         self._by_loop: dict[str, list[Subscription]] = {}
         self._all: list[Subscription] = []
         self._watches: dict[str, list[Watch]] = {}
+        self._changes: list[Changes] = []
 
     def subscribe(
         self, loop_id: str | None = None, *, queue_size: int | None = None
@@ -177,6 +276,16 @@ class EventBus:
         self._watches.setdefault(loop_id, []).append(watch)
         return watch
 
+    def changes(self, loop_id: str | None = None, kinds: tuple[type, ...] | None = None) -> Changes:
+        """A :class:`Changes` of one loop, or of every loop; close it after use."""
+        changes = Changes(self, loop_id, kinds)
+        self._changes.append(changes)
+        return changes
+
+    def _unchange(self, changes: Changes) -> None:
+        if changes in self._changes:
+            self._changes.remove(changes)
+
     def _unwatch(self, watch: Watch) -> None:
         watches = self._watches.get(watch.loop_id)
         if watches and watch in watches:
@@ -193,6 +302,9 @@ class EventBus:
             sub._offer(event)
         for sub in self._all:
             sub._offer(event)
+        for changes in self._changes:
+            if changes.loop_id is None or changes.loop_id == event.loop_id:
+                changes._offer(event)
         if self.observer is not None:
             try:
                 self.observer(event)
@@ -212,4 +324,4 @@ class EventBus:
 
     @property
     def subscribers(self) -> int:
-        return len(self._all) + sum(len(s) for s in self._by_loop.values())
+        return len(self._all) + sum(len(s) for s in self._by_loop.values()) + len(self._changes)

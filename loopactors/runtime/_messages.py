@@ -43,9 +43,12 @@ __all__ = [
     "GetContextBuilderStatistics",
     "GetEvents",
     "GetLoop",
+    "GetLoops",
+    "GetRoundSummaries",
     "GetRounds",
     "GetStoreStatistics",
     "GetTimersStatistics",
+    "ListLiveLoops",
     "ListLoops",
     "LoopEnded",
     "PromptReady",
@@ -85,11 +88,21 @@ class GetLoop(msgspec.Struct, frozen=True):
     loop_id: str
 
 
+class GetLoops(msgspec.Struct, frozen=True):
+    """Reply: the states of these loops, in this order (a loop not in the store is left out)."""
+
+    loop_ids: tuple[str, ...]
+
+
 class ListLoops(msgspec.Struct, frozen=True, kw_only=True):
     live_only: bool = False
     #: The ``created_at`` and ``loop_id`` of the last loop of the previous page.
     after: tuple[float, str] | None = None
     limit: int | None = None
+
+
+class ListLiveLoops(msgspec.Struct, frozen=True):
+    """Reply: every live loop's state, in no particular order (a recovery's read)."""
 
 
 class FindLoopIds(msgspec.Struct, frozen=True):
@@ -101,6 +114,12 @@ class FindLoopIds(msgspec.Struct, frozen=True):
 
 class GetRounds(msgspec.Struct, frozen=True):
     loop_id: str
+
+
+class GetRoundSummaries(msgspec.Struct, frozen=True):
+    """Reply: the round summaries of each of these loops that has rounds, by loop id."""
+
+    loop_ids: tuple[str, ...]
 
 
 class GetEvents(msgspec.Struct, frozen=True):

@@ -39,7 +39,7 @@ from ..loops import (
 )
 from ..loops import Run as RunnerKnowledge
 from ..loops import steps as effects
-from ..storage import Write
+from ..storage import Write, summary_of
 from ..workers import RoundRequest, RoundResult, check_worker_spec
 from ._ledger import attempt_of
 from ._messages import (
@@ -65,7 +65,7 @@ from ._messages import (
 )
 from ._wiring import BREAKER, COORDINATOR, DISPATCHER, RunnerDeps, runner_name, services_of
 
-__all__ = ["LoopRunner", "RunnerFactory", "Watchdog"]
+__all__ = ["LoopRunner", "Resumed", "RunnerFactory", "Watchdog"]
 
 #: Extra time past the round timeout before the runner gives up on hearing back (W18).
 WATCHDOG_GRACE = 30.0
@@ -97,15 +97,31 @@ class RunnerFactory:
     a crash) with none, so the new incarnation reloads the last committed state. Past
     :data:`MAX_RUNNER_RESTARTS` the new incarnation only ends the loop in ``error``."""
 
-    __slots__ = ("deps", "excused", "initial", "loop_id", "made", "recovered", "restarts")
+    __slots__ = (
+        "deps",
+        "excused",
+        "initial",
+        "loop_id",
+        "made",
+        "recovered",
+        "restarts",
+        "resumed",
+    )
 
     def __init__(
-        self, loop_id: str, deps: RunnerDeps, initial: LoopState | None, *, recovered: bool
+        self,
+        loop_id: str,
+        deps: RunnerDeps,
+        initial: LoopState | None,
+        *,
+        recovered: bool,
+        resumed: Resumed | None = None,
     ) -> None:
         self.loop_id = loop_id
         self.deps = deps
         self.initial = initial
         self.recovered = recovered
+        self.resumed = resumed
         self.restarts: list[float] = []  # when this loop's runner was restarted
         self.made = False
         #: Exits caused by a runtime service being down (SERVICE_DOWN): restarts not counted.
@@ -115,7 +131,8 @@ class RunnerFactory:
         first, self.made = not self.made, True
         initial, self.initial = self.initial, None
         recovered, self.recovered = self.recovered, True
-        runner = LoopRunner(self.loop_id, self.deps, initial, recovered=recovered)
+        resumed, self.resumed = self.resumed, None  # a restart reads the store again
+        runner = LoopRunner(self.loop_id, self.deps, initial, recovered=recovered, resumed=resumed)
         runner.factory = self
         if self.excused:
             self.excused -= 1
@@ -131,15 +148,35 @@ class RunnerFactory:
         return runner
 
 
+class Resumed(msgspec.Struct, gc=False, frozen=True):
+    """What a recovery that read the store itself hands a loop's first runner, so that the
+    runner need not read it again: the loop's rounds so far (for the summary its final
+    event carries) and whether its worker can still be used (see :func:`worker_problem`).
+
+    Only for a snapshot that cannot be stale: one read while no runner was alive (the
+    runtime's start); after a Coordinator restart, runners read their loop themselves.
+    """
+
+    summary: tuple[RoundSummary, ...]
+    worker_problem: str | None
+
+
 class LoopRunner(Actor[Any]):
     mailbox_size = 64
 
     def __init__(
-        self, loop_id: str, deps: RunnerDeps, initial: LoopState | None, *, recovered: bool
+        self,
+        loop_id: str,
+        deps: RunnerDeps,
+        initial: LoopState | None,
+        *,
+        recovered: bool,
+        resumed: Resumed | None = None,
     ) -> None:
         self.loop_id = loop_id
         self.deps = deps
         self._initial = initial
+        self._resumed = resumed
         #: What this runner knows of its loop (set in on_start): the decisions' input.
         self.run: RunnerKnowledge
         self.recovered = recovered
@@ -184,11 +221,13 @@ class LoopRunner(Actor[Any]):
     async def _start(self) -> None:
         self.svc = services_of(self.node)
         state = self._initial
-        if state is None or self.recovered:
+        resumed = self._resumed
+        if state is None or (self.recovered and resumed is None):
             # A recovery's snapshot may be stale: the loop's previous runner may have
             # finished it after the snapshot was read, and then a second runner would run
             # its last round again (found by `loopactors stress`). The store has the truth:
-            # it applies every write queued before a read.
+            # it applies every write queued before a read. (A snapshot read while no runner
+            # was alive comes with ``resumed``: nobody can have changed the loop since.)
             state = await self.svc.store.call(GetLoop(self.loop_id), self.deps.call_timeout)
             if state is None:
                 self.stop()
@@ -203,11 +242,14 @@ class LoopRunner(Actor[Any]):
             return
         if self.recovered and state.phase != "activating":
             # The rounds so far, for the summary the loop's final event carries.
-            rounds: list[RoundRecord] = await self.svc.store.call(
-                GetRounds(self.loop_id), self.deps.call_timeout
-            )
-            by_round = {r.round: _summary(r) for r in rounds}
-            summary = tuple(by_round[n] for n in sorted(by_round))
+            if resumed is not None:
+                summary = resumed.summary
+            else:
+                rounds: list[RoundRecord] = await self.svc.store.call(
+                    GetRounds(self.loop_id), self.deps.call_timeout
+                )
+                by_round = {r.round: summary_of(r) for r in rounds}
+                summary = tuple(by_round[n] for n in sorted(by_round))
             self.run = msgspec.structs.replace(self.run, summary=summary)
         self.ref.cast_nowait(Advance(self.epoch))
 
@@ -258,9 +300,15 @@ class LoopRunner(Actor[Any]):
         recovered, self.recovered = self.recovered, False
         now = time.time()
         if recovered:
-            problem = worker_problem(
-                self.run.state.spec.worker, self.deps.kill_grace, here=not self.deps.remote_workers
-            )
+            resumed, self._resumed = self._resumed, None
+            if resumed is not None:
+                problem = resumed.worker_problem
+            else:
+                problem = worker_problem(
+                    self.run.state.spec.worker,
+                    self.deps.kill_grace,
+                    here=not self.deps.remote_workers,
+                )
             await self._perform(on_recovery(self.run, problem, now))
         else:
             await self._perform(resume_step(self.run, now))
@@ -394,10 +442,6 @@ class LoopRunner(Actor[Any]):
             await self.svc.store.call(commit, None)
         else:
             await self.svc.store.cast(commit)
-
-
-def _summary(record: RoundRecord) -> RoundSummary:
-    return RoundSummary(round=record.round, status=record.status, duration=record.duration)
 
 
 def worker_problem(spec: str, kill_grace: float, *, here: bool = True) -> str | None:

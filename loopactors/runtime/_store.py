@@ -24,8 +24,11 @@ from ._messages import (
     Forward,
     GetEvents,
     GetLoop,
+    GetLoops,
     GetRounds,
+    GetRoundSummaries,
     GetStoreStatistics,
+    ListLiveLoops,
     ListLoops,
     PruneLoops,
 )
@@ -176,18 +179,24 @@ class Store(Actor[Any]):
         await self._flush()  # a read sees every write queued before it
         if kind is GetLoop:
             return await self._run(backend.get_loop, message.loop_id)
+        if kind is GetLoops:
+            return await self._run(_get_loops, backend, message.loop_ids)
         if kind is ListLoops:
             return await self._run(
                 lambda: backend.list_loops(
                     live_only=message.live_only, limit=message.limit, after=message.after
                 )
             )
+        if kind is ListLiveLoops:
+            return await self._run(backend.live_loops)
         if kind is FindLoopIds:
             return await self._run(
                 lambda: backend.find_loop_ids(message.prefix, limit=message.limit)
             )
         if kind is GetRounds:
             return await self._run(backend.rounds, message.loop_id)
+        if kind is GetRoundSummaries:
+            return await self._run(backend.round_summaries, message.loop_ids)
         if kind is GetEvents:
             return await self._run(backend.events, message.loop_id)
         if kind is GetStoreStatistics:
@@ -322,3 +331,8 @@ class Store(Actor[Any]):
         # the loop for at most FLUSH_AT writes (~50 ms); at that load everything waits on
         # the Store anyway.
         return fn(*args)
+
+
+def _get_loops(backend: StoreBackend, loop_ids: tuple[str, ...]) -> list[LoopState]:
+    found = (backend.get_loop(loop_id) for loop_id in loop_ids)
+    return [state for state in found if state is not None]

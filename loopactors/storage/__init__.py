@@ -18,6 +18,7 @@ from ._base import PruneReport as PruneReport
 from ._base import StoreBackend as StoreBackend
 from ._base import StoreStatistics as StoreStatistics
 from ._base import Write as Write
+from ._base import summary_of as summary_of
 from ._memory import MemoryBackend as MemoryBackend
 from ._sqlite import SqliteBackend as SqliteBackend
 
@@ -32,6 +33,7 @@ __all__ = [
     "StoreStatistics",
     "Write",
     "open_backend",
+    "summary_of",
 ]
 
 DB_FILENAME = "loopactors.db"

@@ -13,7 +13,14 @@ from collections.abc import Sequence
 import msgspec
 
 from ..errors import StoreError
-from ..loops import MATCHES_SHOWN, AnyEvent, LoopState, RoundRecord, resolve_loop_id
+from ..loops import (
+    MATCHES_SHOWN,
+    AnyEvent,
+    LoopState,
+    RoundRecord,
+    RoundSummary,
+    resolve_loop_id,
+)
 
 __all__ = [
     "COMMIT_BUCKETS",
@@ -128,6 +135,11 @@ class PruneReport(msgspec.Struct, frozen=True, kw_only=True):
         return f"{verb} " + ", ".join(f"{n} {what}{'s' * (n != 1)}" for n, what in counts)
 
 
+def summary_of(record: RoundRecord) -> RoundSummary:
+    """What a loop's final event says of one of its rounds."""
+    return RoundSummary(round=record.round, status=record.status, duration=record.duration)
+
+
 def check_limit(limit: int) -> None:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"a prune batch takes at least 1 loop, got limit={limit!r}")
@@ -162,6 +174,11 @@ class StoreBackend(abc.ABC):
         ``live_only``; with ``after`` (a loop's ``created_at`` and ``loop_id``, the last of the
         previous page) only the loops that come after it."""
 
+    def live_loops(self) -> list[LoopState]:
+        """Every live (non-terminal) loop, in no particular order: what a recovery reads,
+        which orders them itself (sorting the rows in the store costs more than that)."""
+        return self.list_loops(live_only=True)
+
     @abc.abstractmethod
     def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:
         """The ids of the loops whose id starts with ``prefix``, sorted, at most ``limit``
@@ -181,6 +198,18 @@ class StoreBackend(abc.ABC):
     @abc.abstractmethod
     def rounds(self, loop_id: str) -> list[RoundRecord]:
         """A loop's round records, by round number."""
+
+    def round_summaries(self, loop_ids: Sequence[str]) -> dict[str, tuple[RoundSummary, ...]]:
+        """The rounds of several loops at once, each as its summary, by round number; a
+        loop without rounds is left out. What a recovery needs of every loop it resumes
+        (the summaries its final event carries): a backend answers it with one read where
+        it can, not one per loop."""
+        found: dict[str, tuple[RoundSummary, ...]] = {}
+        for loop_id in loop_ids:
+            rounds = self.rounds(loop_id)
+            if rounds:
+                found[loop_id] = tuple(summary_of(r) for r in rounds)
+        return found
 
     @abc.abstractmethod
     def events(self, loop_id: str) -> list[AnyEvent]:

@@ -17,6 +17,7 @@ from ..errors import ConfigError
 # this module to build its parser, for every command.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ._flood import FloodOptions
     from ._report import StressReport
     from ._run import StressOptions, Tally
 
@@ -32,9 +33,16 @@ def add_parser(commands: Any) -> None:
         "stress",
         help="run many loops at once (with crashes, stops or SIGKILLs) and check every invariant",
     )
-    stress.add_argument("--loops", type=int, default=100, metavar="N", help="loops (100)")
-    stress.add_argument("--rounds", type=int, default=5, metavar="M", help="rounds each (5)")
-    stress.add_argument("--worker", default="scripted", metavar="SPEC", help="(scripted)")
+    stress.add_argument(
+        "--loops", type=int, metavar="N", help="loops (100; 4 with --gateway-flood)"
+    )
+    stress.add_argument(
+        "--rounds", type=int, metavar="M", help="rounds each (5; 12 with --gateway-flood)"
+    )
+    stress.add_argument(
+        "--worker", metavar="SPEC",
+        help="(scripted; with --gateway-flood a command that sleeps 0.2 s)",
+    )  # fmt: skip
     stress.add_argument("--store", choices=["memory", "sqlite"], help="memory unless --state")
     stress.add_argument("--state", type=Path, metavar="DIR", help="the sqlite state directory")
     stress.add_argument(
@@ -55,6 +63,33 @@ def add_parser(commands: Any) -> None:
         help="seconds without progress before the remaining loops count as stuck (60)",
     )  # fmt: skip
     stress.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    flood = stress.add_argument_group(
+        "gateway flood", "a node process on loopback under abusive connections (docs/stress.md)"
+    )
+    flood.add_argument(
+        "--gateway-flood", action="store_true",
+        help="run the loops on a node process while flooding its port; check that a token "
+        "holder's status stays answered and that every round completes",
+    )  # fmt: skip
+    flood.add_argument(
+        "--connections", type=int, default=600, metavar="N",
+        help="connections held at once: idle, half-sent heads, upgraded without hello (600)",
+    )  # fmt: skip
+    flood.add_argument(
+        "--churners", type=int, default=4, metavar="N",
+        help="tasks opening and closing connections as fast as they go (4)",
+    )  # fmt: skip
+    flood.add_argument(
+        "--descriptors", type=int, default=400, metavar="N", help="the node's ulimit -n (400)"
+    )
+    flood.add_argument(
+        "--flood-seconds", type=float, default=60.0, metavar="S",
+        help="the flood ends with the loops, or after S seconds (a failure) (60)",
+    )  # fmt: skip
+    flood.add_argument(
+        "--status-bound", type=float, default=10.0, metavar="S",
+        help="a token holder's status must be answered within S seconds (10)",
+    )  # fmt: skip
     # Internal: the child process of a kill trial.
     stress.add_argument("--task-prefix", default="", help=argparse.SUPPRESS)
     stress.add_argument("--kill-child", action="store_true", help=argparse.SUPPRESS)
@@ -73,9 +108,9 @@ def options_of(args: argparse.Namespace) -> StressOptions:
     if args.kill_trials < 0:
         raise ConfigError(f"--kill-trials must be >= 0, got {args.kill_trials}")
     options = StressOptions(
-        loops=args.loops,
-        rounds=args.rounds,
-        worker=args.worker,
+        loops=100 if args.loops is None else args.loops,
+        rounds=5 if args.rounds is None else args.rounds,
+        worker=args.worker or "scripted",
         store=store,
         state_dir=args.state,
         crash_rate=args.crash_rate,
@@ -96,6 +131,8 @@ def main(args: argparse.Namespace) -> int:
 
     from ._kill import run_kill_trials  # noqa: PLC0415
 
+    if args.gateway_flood:
+        return _flood(args)
     options = options_of(args)
     if args.kill_child:
         trio.run(_child, options)
@@ -106,6 +143,53 @@ def main(args: argparse.Namespace) -> int:
         with _progress_bar(options, quiet=args.json) as show:
             report = trio.run(_run, options, show)
     _print(report, as_json=args.json)
+    return EXIT_OK if report.ok else EXIT_VIOLATED
+
+
+def flood_options_of(args: argparse.Namespace) -> FloodOptions:
+    from ._flood import DEFAULT_WORKER, FloodOptions  # noqa: PLC0415 - see the note on the imports
+
+    other = [
+        flag
+        for flag, value in (
+            ("--store", args.store),
+            ("--crash-rate", args.crash_rate),
+            ("--stop-rate", args.stop_rate),
+            ("--kill-trials", args.kill_trials),
+        )
+        if value
+    ]
+    if other:
+        raise ConfigError(
+            f"--gateway-flood runs a node process of its own: {', '.join(other)} "
+            "cannot go with it (--loops, --rounds, --worker, --state and the flood's "
+            "options can)"
+        )
+    options = FloodOptions(
+        connections=args.connections,
+        churners=args.churners,
+        loops=4 if args.loops is None else args.loops,
+        rounds=12 if args.rounds is None else args.rounds,
+        worker=args.worker or DEFAULT_WORKER,
+        descriptors=args.descriptors,
+        seconds=args.flood_seconds,
+        status_bound=args.status_bound,
+        state_dir=args.state,
+    )
+    options.check()
+    return options
+
+
+def _flood(args: argparse.Namespace) -> int:
+    import msgspec  # noqa: PLC0415 - see the note on the imports
+
+    from ._flood import render_flood_report, run_gateway_flood  # noqa: PLC0415
+
+    report = run_gateway_flood(flood_options_of(args))
+    if args.json:
+        print(json.dumps(msgspec.to_builtins(report)))
+    else:
+        print(render_flood_report(report))
     return EXIT_OK if report.ok else EXIT_VIOLATED
 
 

@@ -59,6 +59,11 @@ class RoundRequest(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     #: The agent session to resume (a coding-agent CLI's own session id, from the previous
     #: round of an ``inherit`` loop), or ``None``.
     session: str | None = None
+    #: Bytes of the output that are kept (``max_output_bytes``), and where to write the whole
+    #: of a longer one (``keep_full_outputs``): set by the Dispatcher for workers that keep
+    #: only that much while the output streams in (``Worker.bounds_output``).
+    max_output_bytes: int | None = None
+    whole_output_at: str | None = None
 
     #: Idempotency key ``loop_id:round``: the same round dispatched again has the same key.
     @property
@@ -177,6 +182,9 @@ class Worker(abc.ABC):
     """Runs one round. Subclasses set ``kind`` and implement :meth:`run`."""
 
     kind: ClassVar[str]
+    #: The worker keeps at most the request's ``max_output_bytes`` of its output while the
+    #: round runs (and writes the whole to ``whole_output_at``); the Dispatcher then sets them.
+    bounds_output: ClassVar[bool] = False
 
     @abc.abstractmethod
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:

@@ -2,7 +2,9 @@
 
 Spec: ``command:ARGV``, split with :func:`shlex.split` and never run through a shell. The prompt
 goes on stdin, the round's identity in ``LOOPACTORS_*`` environment variables (plus the
-request's ``env``; it runs in the request's ``cwd`` if one is set), and stdout is the output.
+request's ``env``; it runs in the request's ``cwd`` if one is set), and stdout is the output:
+only its last ``max_output_bytes`` are held while it streams in (the whole goes to a file
+with ``keep_full_outputs``), so a worker printing gigabytes costs no more memory than that.
 A last stdout line ``{"loopactors": {"tokens": N}}`` reports tokens and is removed.
 
 The child gets its own session, so a stop reaches everything it started: SIGTERM to the whole
@@ -12,13 +14,17 @@ process group, ``kill_grace`` seconds, then SIGKILL to whatever of the group is 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import math
 import os
 import shlex
 import shutil
 import signal
+import subprocess
 import weakref
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Annotated, ClassVar
 
 import attrs
@@ -27,10 +33,17 @@ import trio
 
 from ..errors import WorkerSpecError
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
+from ._output import OutputTail
 
 __all__ = ["CommandWorker", "GroupStopper", "kill_worker_groups"]
 
+log = logging.getLogger("loopactors.workers")
+
 _STDERR_TAIL = 2000
+_STDERR_KEPT = 64 * 1024  # bytes of stderr held while the worker runs (the tail is used)
+#: Without a limit in the request (a worker run outside a runtime): kept whole, in practice.
+_UNBOUNDED = 1 << 62
+_CHUNK = 1 << 16
 _POLL = 0.05  # how often a stop looks whether the group is gone during the grace period
 
 
@@ -122,6 +135,8 @@ class GroupStopper:
             _signal_group(self.pgid, signal.SIGKILL)
 
     async def deliver_cancel(self, process: trio.Process) -> None:
+        if self.pgid is None:  # cancelled before the runner heard of the process
+            self.started(process)
         await self.stop()
 
     async def stop(self) -> None:
@@ -141,6 +156,16 @@ class GroupStopper:
         _running.discard(self)
 
 
+async def _drain(stream: trio.abc.ReceiveStream, into: OutputTail) -> None:
+    """Read ``stream`` to its end into ``into`` (file writes, if any, in a thread)."""
+    while chunk := await stream.receive_some(_CHUNK):
+        if into.writes(len(chunk)):
+            await trio.to_thread.run_sync(into.feed, chunk)
+        else:
+            into.feed(chunk)
+    into.close()
+
+
 def _to_argv(words: Iterable[str]) -> tuple[str, ...]:
     return tuple(words)
 
@@ -150,6 +175,7 @@ class CommandWorker(Worker):
     """Runs ``argv`` once per round; a non-zero exit is a failed round with the stderr tail."""
 
     kind: ClassVar[str] = "command"
+    bounds_output: ClassVar[bool] = True
 
     argv: tuple[str, ...] = attrs.field(converter=_to_argv)
     kill_grace: float = attrs.field(default=5.0, kw_only=True)
@@ -194,34 +220,54 @@ class CommandWorker(Worker):
         stopper = GroupStopper(
             self.kill_grace, on_started=context.process_group_started if context else None
         )
+        limit = request.max_output_bytes or _UNBOUNDED
+        whole_at = Path(request.whole_output_at) if request.whole_output_at else None
+        stdout = OutputTail(limit, whole_at=whole_at)
+        stderr = OutputTail(_STDERR_KEPT)
         try:
-            done = await trio.run_process(
-                self.argv,
-                executable=self.executable,
-                stdin=request.prompt.encode("utf-8"),
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env=env,
-                cwd=request.cwd,
-                start_new_session=True,
-                deliver_cancel=stopper.deliver_cancel,
-                task_status=stopper,
-            )
+            async with trio.open_nursery() as nursery:
+                try:
+                    process: trio.Process = await nursery.start(
+                        functools.partial(
+                            trio.run_process,
+                            self.argv,
+                            executable=self.executable,
+                            stdin=request.prompt.encode("utf-8"),
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
+                            check=False,
+                            env=env,
+                            cwd=request.cwd,
+                            start_new_session=True,
+                            deliver_cancel=stopper.deliver_cancel,
+                        )
+                    )
+                except OSError as exc:
+                    # It never started: the program vanished or lost its execute bit since
+                    # parsing.
+                    return RoundResult(
+                        status="failed", error=f"cannot run {self.executable}: {exc}"
+                    )
+                stopper.started(process)
+                assert process.stdout is not None  # both are pipes
+                assert process.stderr is not None
+                nursery.start_soon(_drain, process.stderr, stderr)
+                await _drain(process.stdout, stdout)
             _running.discard(stopper)
-        except BaseException as exc:
-            if stopper.pgid is None and isinstance(exc, OSError):
-                # It never started: the program vanished or lost its execute bit since parsing.
-                return RoundResult(status="failed", error=f"cannot run {self.executable}: {exc}")
+        except BaseException:
+            stdout.close()
             with trio.CancelScope(shield=True):
                 await stopper.stop()
             raise
         finally:
             if context is not None and stopper.pgid is not None:
                 context.process_group_ended(stopper.pgid)
-        output, tokens, met = split_tokens_line(done.stdout.decode("utf-8", errors="replace"))
-        if done.returncode == 0:
+        returncode = process.returncode
+        if stdout.whole_error is not None:  # the round itself is fine: the cut line says less
+            log.warning("cannot keep the whole output of %s: %s", request.key, stdout.whole_error)
+        output, tokens, met = split_tokens_line(stdout.text())
+        if returncode == 0:
             return RoundResult(status="completed", output=output, tokens=tokens, done=met)
-        stderr = done.stderr.decode("utf-8", errors="replace").rstrip()[-_STDERR_TAIL:]
-        error = f"exit code {done.returncode}" + (f": {stderr}" if stderr else "")
+        tail = stderr.kept.decode("utf-8", errors="replace").rstrip()[-_STDERR_TAIL:]
+        error = f"exit code {returncode}" + (f": {tail}" if tail else "")
         return RoundResult(status="failed", output=output, error=error, tokens=tokens)

@@ -250,3 +250,57 @@ async def test_an_error_inside_the_model_stream_fails_the_round_with_its_message
     assert "upstream model overloaded" in result.error
     assert "cut off" not in result.error
     assert len(server.requests) == 1
+
+
+async def test_stopping_an_agent_loop_in_a_catastrophic_grep(tmp_path: Path) -> None:
+    """The model asks for ``grep (a+)+$`` over a 100 MB workspace of ``a...ab`` lines (with
+    Python's ``re`` each line alone takes seconds, holding the GIL: the node froze; with RE2
+    the whole walk takes about 10 s of a worker thread). While it runs the runtime answers;
+    a stop returns at once and the grep's result never reaches the model; a second loop with
+    a 1 s round timeout times out on time. About 3 s: the workspace is written first."""
+    import time
+
+    import trio
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    chunk = ("a" * 32 + "b\n") * 30_000  # 1 MB
+    for n in range(100):
+        (workspace / f"f{n:03}.txt").write_text(chunk)
+    grep = completion(calls=[("g", "grep", {"pattern": "(a+)+$"})])
+    config = RuntimeConfig(store="sqlite", state_dir=tmp_path / "state", shutdown_grace=5.0)
+    with ChatServer([grep, grep, completion("never asked")]) as server:
+        spec = f"agent:model=m,base_url={server.base_url},workspace={workspace},stream=false"
+        async with open_runtime(config) as runtime:
+            handle = await runtime.start("|loop:1| find it", worker=spec)
+            with trio.fail_after(10):
+                while not server.requests:  # the model has been asked: its answer is a grep
+                    await trio.sleep(0.01)
+            await trio.sleep(0.3)  # the grep is under way
+            with trio.fail_after(2):
+                assert (await runtime.get(handle.loop_id)).phase == "awaiting_worker"
+                assert len(await runtime.loops()) == 1
+            assert len(server.requests) == 1  # the grep has not returned
+            stopped_at = time.monotonic()
+            with trio.fail_after(3):
+                state = await handle.stop()
+            took_to_stop = time.monotonic() - stopped_at
+            rounds = await handle.history()
+            await trio.sleep(0.2)
+            assert len(server.requests) == 1  # its result never went to the model
+
+            timed = await runtime.start("|loop:1| find it again", worker=spec, round_timeout=1.0)
+            started_at = time.monotonic()
+            with trio.fail_after(6):
+                timed_state = await timed.wait()
+            took_to_time_out = time.monotonic() - started_at
+            timed_rounds = await timed.history()
+            with trio.fail_after(2):
+                assert len(await runtime.loops()) == 2  # the runtime still answers
+    assert state.phase == "cancelled"
+    assert [r.status for r in rounds] == ["cancelled"]
+    assert took_to_stop < 2, took_to_stop
+    assert [r.status for r in timed_rounds] == ["timed_out"]
+    assert timed_state.terminal
+    assert took_to_time_out < 4, took_to_time_out
+    assert len(server.requests) == 2  # the second loop's first ask, and nothing after it

@@ -135,3 +135,57 @@ def test_ctrl_c_mid_round_marks_it_interrupted_and_releases_the_lease(repo: Path
     assert event_types(repo)[-1] == ("round_interrupted", 1)
     assert not (repo / ".loop" / "fix-calc" / "LEASE.json").exists()
     assert git(repo, "worktree", "list").count("\n") == 0
+
+
+def test_a_turn_the_loop_was_killed_in_is_checked_when_it_resumes(repo: Path) -> None:
+    """The executor moves main, tags and plants a hook, then the loop is SIGKILLed during its
+    turn: the after-check never ran. The next run finds the turn's snapshot in the ledger,
+    checks the repository against it, puts back what it can and trips the safety gate."""
+    base = repo.parent
+    rc, _, err = finish(
+        code(
+            repo, "init", "--slug", "fix-calc", "--objective", "make VALUE 42",
+            "--executor", worker(base, "tamper-wait"), "--reviewer", worker(base, "approve"),
+            "--validate", VALIDATE, "--max-rounds", "5", "--attendance", "unattended",
+        )
+    )  # fmt: skip
+    assert rc == 0, err
+    main = git(repo, "rev-parse", "main")
+    sync = base / "sync"
+    sync.mkdir()
+    mark = base / "hook-ran"
+    env = {"TOY_SYNC": str(sync), "TOY_HOOK_MARK": str(mark)}
+    first = code(repo, "run", "--slug", "fix-calc", "--rounds", "1", env=env)
+    executor = int(wait_for(sync / "started-1"))
+    first.kill()  # during the executor's turn: no after-check
+    first.communicate(timeout=60)
+    os.kill(executor, signal.SIGKILL)
+    turn = repo / ".loop" / "fix-calc" / "TURN.json"
+    assert json.loads(turn.read_text())["role"] == "executor"
+    assert git(repo, "rev-parse", "main") != main  # the breach is there, not yet seen
+
+    rc, out, err = finish(code(repo, "run", "--slug", "fix-calc", "--rounds", "1", env=env))
+    assert rc == 2, (out, err)
+    state = json.loads((repo / ".loop" / "fix-calc" / "STATE.json").read_text())
+    assert (state["status"], state["active_gate"], state["merged_rounds"]) == (
+        "blocked", "safety", 0,
+    )  # fmt: skip
+    reason = state["reason"]
+    assert reason.startswith(
+        "the executor changed the repository outside loop/fix-calc/ during a turn the loop "
+        "crashed in (or since):"
+    )
+    assert f"refs/heads/main moved {main[:12]} ->" in reason
+    assert "refs/tags/v-evil created" in reason
+    assert "hook post-checkout created" in reason
+    assert reason.endswith("(all put back)")
+    assert reason in out + err
+    # Put back, and the planted hook never ran in the loop's own git commands.
+    assert git(repo, "rev-parse", "main") == main
+    assert git(repo, "tag", "--list") == ""
+    assert not (repo / ".git" / "hooks" / "post-checkout").exists()
+    assert not mark.exists()
+    assert not turn.exists()
+    assert ("round_interrupted", 1) in event_types(repo)
+    assert [t for t in event_types(repo) if t[0] == "round_started"] == [("round_started", 1)]
+    assert "gate safety" in (repo / ".loop" / "fix-calc" / "HANDOFF.md").read_text()

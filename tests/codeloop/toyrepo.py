@@ -93,6 +93,23 @@ elif how == "push-no-env":
     subprocess.run(["git", "push", "-q", "origin", "HEAD:refs/heads/main"], env=env, check=True)
 print("fixed, and tampered:", how)
 """,
+    # Fixes calc.py, moves main and tags, plants a hook, says it started, then waits
+    # forever: the loop is killed during this turn.
+    "tamper-wait": """import os, pathlib, subprocess, time
+def git(*args):
+    return subprocess.run(["git", *args], check=False, capture_output=True, text=True)
+open("calc.py", "w").write("VALUE = 42\\n")
+git("commit", "-qam", "fix")
+git("update-ref", "refs/heads/main", "HEAD")
+git("tag", "v-evil", "HEAD")
+common = pathlib.Path(git("rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip())
+hook = common / "hooks" / "post-checkout"
+hook.write_text("#!/bin/sh\\necho ran >> " + os.environ["TOY_HOOK_MARK"] + "\\n")
+hook.chmod(0o755)
+sync = pathlib.Path(os.environ["TOY_SYNC"])
+(sync / ("started-" + os.environ["LOOPACTORS_ROUND"])).write_text(str(os.getpid()))
+time.sleep(600)
+""",
     "approve": (
         "import sys; sys.stdin.read(); "
         "print('diff is fine\\nVERDICT: approve\\nsmall and tested')\n"

@@ -14,6 +14,7 @@ import pytest
 import trio
 from trio_websocket import WebSocketConnection, open_websocket_url
 
+from loopactors.cli.schema import node_extensions
 from loopactors.gateway import GatewayHandle, GatewaySettings, open_gateway
 from loopactors.runtime import Runtime, RuntimeConfig, open_runtime
 
@@ -42,7 +43,7 @@ def gateway_settings() -> GatewaySettings:
 async def live_node(tmp_path: Path, gateway_settings: GatewaySettings) -> AsyncIterator[LiveNode]:
     async with (
         open_runtime(node_config(tmp_path)) as runtime,
-        open_gateway(runtime, gateway_settings) as gateway,
+        open_gateway(runtime, gateway_settings, extensions=node_extensions()) as gateway,
     ):
         token = gateway.token_path.read_text().strip()
         yield LiveNode(runtime, gateway, token)

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+
+from loopactors.client import connect
 
 from .test_cli_node import NodeProcess
 
@@ -225,3 +228,36 @@ def test_the_page_survives_a_node_restart(browser: Any, tmp_path: Path) -> None:
         if first.proc.poll() is None:
             first.proc.kill()
             first.proc.wait()
+
+
+def test_every_loop_is_reachable_past_one_status_page(browser: Any, tmp_path: Path) -> None:
+    # Pages of 40 loops: 130 loops take four status pages, and the oldest is on the last.
+    config = tmp_path / "loopactors.toml"
+    config.write_text("[node]\nmax_status_loops = 40\n")
+    node = NodeProcess(tmp_path / "state", "--config", str(config))
+    try:
+        token = (node.state / "node.token").read_text().strip()
+
+        async def start_loops() -> list[str]:
+            async with connect(node.url, token=token) as client:
+                return [
+                    (await client.start(f"|loop:1| paged job {n}", worker="scripted")).loop_id
+                    for n in range(130)
+                ]
+
+        loop_ids = trio.run(start_loops)
+        board = Dashboard(browser, node)
+        page = board.page
+        expect(page.locator("#counts")).to_have_text("130 loops, 0 live", timeout=15_000)
+        expect(page.locator("#page-info")).to_have_text("1 / 2")
+        expect(page.locator("tr[data-loop-id]")).to_have_count(100)
+        page.click("#next-page")
+        expect(page.locator("tr[data-loop-id]")).to_have_count(30)
+        expect(board.row(loop_ids[0])).to_have_count(1)  # the oldest, on the last page
+        page.fill("#search", "paged job 0")
+        expect(page.locator("tr[data-loop-id]")).to_have_count(1)
+        expect(board.row(loop_ids[0])).to_have_attribute("data-phase", "complete")
+        board.page.close()
+        assert board.errors == []
+    finally:
+        node.terminate()

@@ -4,6 +4,7 @@ that must cost their own connection only (websocket clients go on undisturbed)."
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -11,10 +12,12 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 from trio_websocket import open_websocket_url
 
-from loopactors.gateway import GatewaySettings, _http
+from loopactors.client import ConnectionLost, connect
+from loopactors.gateway import GatewaySettings, _http, open_door, open_gateway
 from loopactors.gateway._web import dashboard_files
+from loopactors.runtime import open_runtime
 
-from .conftest import LiveNode, RawClient, open_raw
+from .conftest import LiveNode, RawClient, node_config, open_raw
 
 
 @pytest.fixture
@@ -280,3 +283,49 @@ async def test_statistics_request_reports_the_node(live_node: LiveNode) -> None:
     assert {"store", "coordinator", "loops", "gateway"} <= set(paths)
     assert paths["loops"]["supervisor"] is True
     assert all(actor["restarts"] == 0 for actor in stats["actors"])
+
+
+async def test_healthz_is_503_while_starting_and_for_the_whole_shutdown(tmp_path: Path) -> None:
+    """`loopactors node`'s port (serve_node's door) is open before the runtime and after it:
+    plain HTTP gets 503 then, and a websocket client a clean refusal it survives."""
+    settings = GatewaySettings(port=0)
+    async with open_door(settings) as door:
+        url = f"ws://127.0.0.1:{door.port}"
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{door.port}") as http:
+
+            async def health() -> tuple[int, str]:
+                reply = await http.get("/healthz")
+                return reply.status_code, reply.text
+
+            assert await health() == (503, "starting\n")
+            page = await http.get("/")
+            assert page.status_code == 503
+            assert page.headers["retry-after"] == "1"
+            assert "the node is starting" in page.text
+            with pytest.raises(ConnectionLost, match="503"):
+                async with connect(url, token="t" * 20):
+                    pass
+            async with open_runtime(node_config(tmp_path)) as runtime:
+                assert await health() == (503, "starting\n")  # the runtime is not served yet
+                async with open_gateway(runtime, settings, door=door) as gateway:
+                    assert gateway.port == door.port
+                    assert await health() == (200, "ok\n")
+                    token = gateway.token_path.read_text().strip()
+                    async with connect(url, token=token, reconnect=True, timeout=1) as client:
+                        assert await client.ping() > 0
+                        door.shutting_down()  # what serve_node does on SIGTERM, first
+                        assert await health() == (503, "shutting down\n")
+                        assert await gateway.shutdown() == 1
+                        assert await health() == (503, "shutting down\n")
+                        # The client's reconnection meets 503 refusals and stays whole.
+                        with pytest.raises(ConnectionLost):
+                            await client.ping()
+                        assert client.reconnects == 0
+                # No gateway any more; the runtime is still stopping.
+                assert await health() == (503, "shutting down\n")
+                with pytest.raises(ConnectionLost, match="503"):
+                    async with connect(url, token=token):
+                        pass
+            assert await health() == (503, "shutting down\n")
+    with pytest.raises(OSError, match="connect"):
+        await trio.open_tcp_stream("127.0.0.1", door.port)

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from loopactors.cli.schema import node_schema
 from loopactors.client import RemoteError, connect
-from loopactors.gateway import GatewaySettings, json_schema
+from loopactors.gateway import GatewaySettings
 from loopactors.loops import AnyEvent, LoopFinished, LoopPaused, RoundFinished
 from loopactors.runtime import Gap
 
@@ -21,8 +22,8 @@ SCHEMA = Path(__file__).parents[2] / "docs" / "protocol.schema.json"
 
 def test_published_schema_is_current() -> None:
     """docs/protocol.schema.json is generated from the code: regenerate it with
-    `python -m loopactors.gateway.schema > docs/protocol.schema.json` when this fails."""
-    assert json.loads(SCHEMA.read_text()) == json.loads(json.dumps(json_schema()))
+    `python -m loopactors.cli.schema > docs/protocol.schema.json` when this fails."""
+    assert json.loads(SCHEMA.read_text()) == json.loads(json.dumps(node_schema()))
 
 
 async def test_every_request_round_trips(live_node: LiveNode) -> None:

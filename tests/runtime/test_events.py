@@ -382,3 +382,42 @@ def test_events_round_trip_through_the_tagged_decoder(event: AnyEvent) -> None:
     decoded = event_decoder.decode(data)
     assert decoded == event
     assert type(decoded) is type(event)
+
+
+async def test_changes_hold_each_changed_loop_once_oldest_first() -> None:
+    bus = EventBus(queue_size=1)
+    changes = bus.changes()
+    one = bus.changes("b")
+    for n in range(1000):  # far more events than any queue: nothing is dropped
+        bus.publish(_event("b" if n % 2 else "a", n))
+    bus.publish(_event("c", 1))
+    assert len(changes) == 3
+    assert changes.missed == 0
+    assert changes.take(2) == ["a", "b"]  # by their first change since the last take
+    assert changes.take() == ["c"]
+    assert changes.take() == []
+    assert one.take() == ["b"]
+    assert bus.subscribers == 2
+    changes.close()
+    one.close()
+    assert bus.subscribers == 0
+    bus.publish(_event("a", 1))  # closed: no longer offered
+    assert changes.take() == []
+
+
+async def test_changes_wait_wakes_on_a_change_of_an_event_kind_that_counts() -> None:
+    bus = EventBus()
+    with bus.changes(kinds=(LoopPaused,)) as changes:
+        bus.publish(LoopResumed(loop_id="x", at=1.0, round=1))  # not a kind that counts
+        with trio.move_on_after(0.1) as scope:
+            await changes.wait()
+        assert scope.cancelled_caught
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(changes.wait)
+            await trio.testing.wait_all_tasks_blocked()
+            bus.publish(_event("x", 1))
+        assert changes.take() == ["x"]
+        changes.mark(["y", "z"])  # put back (e.g. their states could not be read)
+        with trio.fail_after(1):
+            await changes.wait()
+        assert changes.take() == ["y", "z"]

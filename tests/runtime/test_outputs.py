@@ -6,11 +6,14 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.runtime._outputs import cap_output
+from loopactors.workers import _command
+from loopactors.workers._output import OutputTail
 from tests.gateway.test_cli_node import NodeProcess
 
 
@@ -69,3 +72,104 @@ def test_a_70_mb_output_over_the_wire(tmp_path: Path) -> None:
         if node.proc.poll() is None:
             node.proc.kill()
             node.proc.wait()
+
+
+# 20 MB of numbered lines, then the tokens line: what is kept is checkable byte for byte.
+LINES = 2_500_000
+PRINT_20MB = shlex.join(
+    [
+        sys.executable,
+        "-c",
+        "import sys; w = sys.stdout.buffer.write\n"
+        f"for i in range(0, {LINES}, 100_000):\n"
+        "    w(b''.join(b'%07d\\n' % n for n in range(i, i + 100_000)))\n"
+        'w(b\'{"loopactors": {"tokens": 7}}\\n\')',
+    ]
+)
+
+
+class _SpyTail(OutputTail):
+    """Records the most bytes the worker ever held of the output."""
+
+    held: ClassVar[list[int]] = []
+
+    def feed(self, chunk: bytes | bytearray) -> None:
+        super().feed(chunk)
+        if self.limit == LIMIT:
+            self.held.append(len(self.kept))
+
+
+LIMIT = 100_000
+
+
+async def test_a_command_worker_holds_only_the_kept_tail_while_its_output_streams(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: the whole 20 MB was collected in memory and cut when the round ended.
+    monkeypatch.setattr(_command, "OutputTail", _SpyTail)
+    _SpyTail.held.clear()
+    config = RuntimeConfig(
+        state_dir=tmp_path,
+        worker=f"command:{PRINT_20MB}",
+        max_output_bytes=LIMIT,
+        keep_full_outputs=True,
+    )
+    async with open_runtime(config) as rt:
+        handle = await rt.start("|loop:1| talk a lot")
+        state = await handle.wait()
+        (record,) = await rt.history(handle.loop_id)
+    assert state.phase == "complete"
+    whole = tmp_path / "outputs" / handle.loop_id / "1.txt"
+    total = LINES * 8 + len('{"loopactors": {"tokens": 7}}\n')
+    assert len(_SpyTail.held) > 100  # fed in many chunks
+    assert max(_SpyTail.held) <= LIMIT
+    first, _, rest = record.output.partition("\n")
+    assert first == (
+        f"[output cut: the first {total - LIMIT} of {total} bytes were dropped "
+        f"(max_output_bytes = {LIMIT}); whole output in {whole}]"
+    )
+    # The tail, whole lines but the first, and the tokens line taken off it.
+    lines = rest.splitlines()
+    assert lines[-1] == f"{LINES - 1:07d}"
+    assert lines[1:] == [f"{n:07d}" for n in range(LINES - len(lines) + 1, LINES)]
+    assert len(rest.encode()) <= LIMIT
+    assert record.tokens == 7
+    data = whole.read_bytes()
+    assert len(data) == total
+    assert data.startswith(b"0000000\n0000001\n")
+    assert data.endswith(b'2499999\n{"loopactors": {"tokens": 7}}\n')
+
+
+async def test_a_cut_output_without_keep_full_outputs_names_no_file(tmp_path: Path) -> None:
+    config = RuntimeConfig(
+        state_dir=tmp_path, worker=f"command:{PRINT_20MB}", max_output_bytes=LIMIT
+    )
+    async with open_runtime(config) as rt:
+        handle = await rt.start("|loop:1| talk a lot")
+        await handle.wait()
+        (record,) = await rt.history(handle.loop_id)
+    first, _, rest = record.output.partition("\n")
+    assert first.endswith(f"bytes were dropped (max_output_bytes = {LIMIT})]")
+    assert rest.endswith(f"{LINES - 1:07d}\n")
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_output_tail_keeps_whole_characters_and_says_what_it_dropped(tmp_path: Path) -> None:
+    tail = OutputTail(5, whole_at=tmp_path / "o" / "1.txt")
+    for piece in ("a", "é" * 5, "é" * 5):  # 21 bytes, fed cut mid-character
+        data = piece.encode()
+        tail.feed(data[:1])
+        tail.feed(data[1:])
+    assert len(tail.kept) == 5
+    text = tail.text()
+    assert text == cap_output("a" + "é" * 10, 5, kept_at=tmp_path / "o" / "1.txt")
+    assert (tmp_path / "o" / "1.txt").read_text() == "a" + "é" * 10
+    small = OutputTail(5, whole_at=tmp_path / "o" / "2.txt")
+    small.feed(b"abc")
+    assert small.text() == "abc"
+    assert not (tmp_path / "o" / "2.txt").exists()  # only an output that was cut is kept
+
+
+def test_a_cut_output_is_not_cut_again() -> None:
+    cut = cap_output("x" * 50, 10)
+    assert cap_output(cut, 10) == cut

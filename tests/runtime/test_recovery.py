@@ -10,10 +10,16 @@ from typing import Any
 import pytest
 import trio
 
-from loopactors.loops._events import LoopInterrupted, LoopRecovered, RoundFinished, RoundStarted
+from loopactors.loops._events import (
+    LoopFinished,
+    LoopInterrupted,
+    LoopRecovered,
+    RoundFinished,
+    RoundStarted,
+)
 from loopactors.loops._model import LoopSpec, LoopState, Phase, RoundRecord
 from loopactors.runtime import Runtime, open_runtime
-from loopactors.storage import Write, open_backend
+from loopactors.storage import SqliteBackend, Write, open_backend
 
 from .conftest import sqlite_config
 
@@ -125,6 +131,9 @@ async def test_resume_from_each_committed_phase(
         assert recovered == []  # nothing had started: it simply starts
     else:
         assert [e.phase for e in recovered] == [phase]
+    # The final event sums up every round, those before the crash included.
+    [finished] = [e for e in log if isinstance(e, LoopFinished)]
+    assert [(r.round, r.status) for r in finished.summary] == [(n, "completed") for n in (1, 2, 3)]
 
 
 async def test_a_paused_loop_stays_paused_across_a_restart(tmp_path: Path) -> None:
@@ -232,3 +241,62 @@ async def test_recovered_runners_start_in_batches(tmp_path: Path, monkeypatch: A
         for loop_id in ids:
             assert (await rt.get(loop_id)).phase == "complete"
     assert sorted(recovered) == ids
+
+
+async def test_a_start_recovers_from_one_read_of_the_store(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # At a runtime's start no runner is alive, so the Coordinator's snapshot of the live
+    # loops is the truth: the runners take it, and their rounds read for all of them at
+    # once, instead of each reading its loop and its rounds again.
+    now = time.time()
+    ids = [f"many{i:02d}" for i in range(12)]
+    writes = []
+    for loop_id in ids:
+        state = LoopState(
+            loop_id=loop_id,
+            spec=LoopSpec(
+                task=f"task {loop_id}", rounds=3, mode="fresh", worker="scripted:latency=0.3"
+            ),
+            phase="awaiting_worker",
+            round=2,
+            completed_rounds=1,
+            created_at=now,
+            updated_at=now,
+            started_at=now,
+        )
+        writes.append(Write(state=state, round=done(loop_id, 1)))
+        running = RoundRecord(loop_id=loop_id, round=2, status="running", started_at=now)
+        writes.append(Write(state=state, round=running))
+    backend = open_backend("sqlite", tmp_path)
+    backend.commit(writes)
+    backend.close()
+    reads: list[str] = []
+    for method in ("get_loop", "rounds", "round_summaries"):
+        original = getattr(SqliteBackend, method)
+
+        def counted(self: Any, *args: Any, _name: str = method, _fn: Any = original) -> Any:
+            reads.append(_name)
+            return _fn(self, *args)
+
+        monkeypatch.setattr(SqliteBackend, method, counted)
+    recovered: list[str] = []
+    everyone = trio.Event()
+
+    def observe(event: Any) -> None:
+        if isinstance(event, LoopRecovered):
+            recovered.append(event.loop_id)
+            if len(recovered) == len(ids):
+                everyone.set()
+
+    async with open_runtime(sqlite_config(tmp_path), observer=observe) as rt:
+        with trio.fail_after(10):
+            await everyone.wait()
+        assert reads == ["round_summaries"]
+        await rt.wait_all()
+        for loop_id in ids:
+            assert (await rt.get(loop_id)).phase == "complete"
+            assert_each_round_once(await rt.history(loop_id), 3)
+            log = await rt.stored_events(loop_id)
+            [finished] = [e for e in log if isinstance(e, LoopFinished)]
+            assert [r.round for r in finished.summary] == [1, 2, 3]

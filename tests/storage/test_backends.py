@@ -126,6 +126,50 @@ def test_rounds_ordered_by_number(backend: StoreBackend) -> None:
     assert [r.round for r in backend.rounds("a")] == [1, 2, 3]
 
 
+def test_round_summaries_of_many_loops_in_one_read(backend: StoreBackend) -> None:
+    # More loops than one SQLite query takes ids, each with its rounds out of order.
+    ids = [f"loop-{i:04d}" for i in range(1_200)]
+    writes = []
+    for i, loop_id in enumerate(ids):
+        for n in (3, 1, 2)[: i % 4]:
+            rec = msgspec.structs.replace(
+                record(loop_id, n, "failed" if n == 2 else "completed", output="x" * n),
+                duration=n / 10,
+            )
+            writes.append(Write(state=state(loop_id), round=rec))
+    backend.commit(writes)
+    asked = [*ids[::-1], "no-such-loop"]
+    summaries = backend.round_summaries(asked)
+    expected = {
+        loop_id: tuple(
+            RoundSummary(round=r.round, status=r.status, duration=r.duration)
+            for r in backend.rounds(loop_id)
+        )
+        for loop_id in ids
+        if backend.rounds(loop_id)
+    }
+    assert summaries == expected
+    assert summaries["loop-0003"] == (
+        RoundSummary(round=1, status="completed", duration=0.1),
+        RoundSummary(round=2, status="failed", duration=0.2),
+        RoundSummary(round=3, status="completed", duration=0.3),
+    )
+    assert "loop-0000" not in summaries  # no rounds: left out
+    assert backend.round_summaries([]) == {}
+
+
+def test_live_loops_are_the_live_ones_in_any_order(backend: StoreBackend) -> None:
+    phases: list[Phase] = ["dispatching", "complete", "paused", "cancelled", "awaiting_worker"]
+    backend.commit(
+        [Write(state=state(f"l{i}", phase, created_at=float(i))) for i, phase in enumerate(phases)]
+    )
+    live = backend.live_loops()
+    assert sorted(s.loop_id for s in live) == ["l0", "l2", "l4"]
+    assert sorted(live, key=lambda s: s.loop_id) == sorted(
+        backend.list_loops(live_only=True), key=lambda s: s.loop_id
+    )
+
+
 def test_several_writes_per_loop_in_one_batch(backend: StoreBackend) -> None:
     batch = [
         Write(state=state("a", rnd=1), round=record("a", 1, "running"), events=(started("a", 1),)),

@@ -4,7 +4,9 @@
 "use strict";
 
 const PAGE_SIZE = 100;
-const STATUS_LIMIT = 1000; // the node's max_status_loops default
+// The node sends the latest state of each loop that changed, at most once per this many
+// seconds (a "coalesce" subscription): the table's cost follows loops changed, not events.
+const COALESCE_SECONDS = 0.5;
 const LIVE = new Set(["activating", "dispatching", "awaiting_worker", "summarizing", "finalizing", "paused"]);
 const TOKEN_KEY = "loopactors.token";
 const $ = (sel) => document.querySelector(sel);
@@ -78,6 +80,8 @@ class NodeConnection {
       else waiting.reject(frame);
     } else if (frame.type === "event") {
       this.handlers.event(frame.subscription, frame.event);
+    } else if (frame.type === "states") {
+      this.handlers.states(frame.subscription, frame.loops);
     } else if (frame.type === "gap") {
       this.handlers.gap(frame.subscription, frame.missed);
     } else if (frame.type === "closing") {
@@ -93,15 +97,26 @@ const model = {
   order: [],             // loop ids, newest first
   orderDirty: false,
   changed: new Set(),    // loop ids changed since the last render
-  queue: [],             // events not applied yet (applied once per animation frame)
+  queue: [],             // states not applied yet (applied once per animation frame)
   page: 0,
   filterPhase: "",
   search: "",
-  fetching: new Set(),
-  fetchQueue: [],
+  loading: false,        // the pages of loops are being read
 };
-const stats = { batches: 0, events: 0, lastBatchMs: 0, maxBatchMs: 0, totalBatchMs: 0, recent: [] };
+// Read by the benchmark (bench/dashboard.py): `events` counts the loop states applied.
+const stats = { batches: 0, events: 0, frames: 0, lastBatchMs: 0, maxBatchMs: 0, totalBatchMs: 0, recent: [] };
 window.__dashboard = stats; // read by the benchmark (bench/dashboard.py)
+// How old the page's view of the live loops is: now minus each one's last update.
+stats.staleness = () => {
+  const now = Date.now() / 1000;
+  let sum = 0, max = 0, n = 0;
+  for (const row of model.loops.values()) {
+    if (!LIVE.has(row.phase)) continue;
+    const age = Math.max(0, now - row.updated);
+    sum += age; max = Math.max(max, age); n++;
+  }
+  return { mean: n ? Math.round((100 * sum) / n) / 100 : 0, max: Math.round(100 * max) / 100, live: n };
+};
 
 let node = null;
 let allSubscription = null;
@@ -131,101 +146,37 @@ function rowFromState(state) {
 }
 
 function putState(state) {
-  const isNew = !model.loops.has(state.loop_id);
+  const old = model.loops.get(state.loop_id);
+  // A status page read before a newer pushed state must not take the row back in time.
+  if (old && old.state.updated_at > state.updated_at) return;
+  const isNew = !old;
   model.loops.set(state.loop_id, rowFromState(state));
   if (isNew) model.orderDirty = true;
   model.changed.add(state.loop_id);
   if (openLoop && openLoop.id === state.loop_id) renderLoopSummary();
 }
 
-function applyEvent(event) {
-  const row = model.loops.get(event.loop_id);
-  if (!row) {
-    fetchLoop(event.loop_id);
-    return;
-  }
-  row.updated = event.at;
-  switch (event.type) {
-    case "round_started":
-      row.round = event.round;
-      row.running = true;
-      row.phase = "awaiting_worker";
-      break;
-    case "round_finished":
-      row.running = false;
-      row.completed = Math.max(row.completed, event.round);
-      row.tokens += event.tokens || 0;
-      if (typeof event.cost_usd === "number") row.cost = (row.cost || 0) + event.cost_usd;
-      row.phase = row.phase === "paused" ? "paused" : "summarizing";
-      break;
-    case "loop_paused":
-      row.phase = "paused";
-      row.running = false;
-      break;
-    case "loop_resumed":
-      row.phase = "dispatching";
-      break;
-    case "loop_recovered":
-      row.phase = event.phase;
-      row.round = event.round;
-      break;
-    case "loop_finished":
-      row.phase = event.phase;
-      row.running = false;
-      row.completed = event.completed_rounds;
-      fetchLoop(event.loop_id); // the final state (tokens, reason) from the store
-      break;
-    default:
-      break;
-  }
-  model.changed.add(event.loop_id);
-}
-
-// Loops the page has not seen (started elsewhere, or beyond the first status page) are
-// asked for one by one, a few at a time.
-function fetchLoop(loopId) {
-  if (model.fetching.has(loopId)) return;
-  model.fetching.add(loopId);
-  model.fetchQueue.push(loopId);
-  pumpFetches();
-}
-
-let fetchesInFlight = 0;
-function pumpFetches() {
-  while (fetchesInFlight < 16 && model.fetchQueue.length) {
-    const loopId = model.fetchQueue.shift();
-    fetchesInFlight++;
-    node.request("status", { loop_id: loopId })
-      .then((data) => { for (const state of data.loops) putState(state); scheduleRender(); })
-      .catch(() => {})
-      .finally(() => { fetchesInFlight--; model.fetching.delete(loopId); pumpFetches(); });
-  }
-}
-
+// Every loop in the store, page by page (the live ones first): none is out of reach, however
+// many there are. The pushed states keep the rows current meanwhile.
 async function loadLoops() {
-  const [live, recent] = await Promise.all([
-    node.request("status", { live_only: true, limit: STATUS_LIMIT }),
-    node.request("status", { limit: STATUS_LIMIT }),
-  ]);
-  for (const state of recent.loops) putState(state);
-  for (const state of live.loops) putState(state);
-  scheduleRender();
-}
-
-let reloading = null;
-let lastReload = 0;
-function reloadSoon() {
-  if (reloading) return;
-  const wait = Math.max(0, lastReload + 5000 - Date.now());
-  reloading = setTimeout(async () => {
-    try {
-      await loadLoops();
-    } catch {
-      // the connection dropped: the reconnection reads everything again
+  model.loading = true;
+  const limit = (node.info.limits && node.info.limits.max_status_loops) || 1000;
+  try {
+    for (const liveOnly of [true, false]) {
+      let after = null;
+      do {
+        const fields = { live_only: liveOnly, limit };
+        if (after) fields.after = after;
+        const page = await node.request("status", fields);
+        for (const state of page.loops) putState(state);
+        after = page.next;
+        scheduleRender();
+      } while (after);
     }
-    lastReload = Date.now();
-    reloading = null;
-  }, wait);
+  } finally {
+    model.loading = false;
+    scheduleRender();
+  }
 }
 
 // -- rendering ----------------------------------------------------------------------------
@@ -241,7 +192,7 @@ function flush() {
   const started = performance.now();
   const batch = model.queue;
   model.queue = [];
-  for (const event of batch) applyEvent(event);
+  for (const state of batch) putState(state);
   renderTable();
   const took = performance.now() - started;
   if (batch.length) {
@@ -307,7 +258,8 @@ function renderTable() {
   let live = 0;
   for (const row of model.loops.values()) if (LIVE.has(row.phase)) live++;
   $("#counts").textContent = `${model.loops.size} loops, ${live} live` +
-    (ids.length !== model.loops.size ? `, ${ids.length} shown` : "");
+    (ids.length !== model.loops.size ? `, ${ids.length} shown` : "") +
+    (model.loading ? " (reading…)" : "");
   $("#page-info").textContent = `${model.page + 1} / ${pages}`;
   $("#prev-page").disabled = model.page === 0;
   $("#next-page").disabled = model.page >= pages - 1;
@@ -795,7 +747,7 @@ function connect(token) {
           : "Reconnected to the node.");
         setTimeout(() => showBanner(""), 8000);
       }
-      const sub = await node.request("subscribe", {});
+      const sub = await node.request("subscribe", { coalesce: COALESCE_SECONDS });
       allSubscription = sub.subscription;
       await loadLoops();
       if (openLoop) showLoop(openLoop.id);
@@ -814,21 +766,20 @@ function connect(token) {
       showBanner(`The node is closing this connection: ${reason}`);
     },
     event(subscription, event) {
+      // Only the open loop's subscription sends events; the table's sends states.
       if (openLoop && subscription === openLoop.subscription) {
         showLoopEvent(event);
         loopEvent(event);
-        return;
       }
-      model.queue.push(event);
+    },
+    states(subscription, loops) {
+      if (subscription !== allSubscription) return;
+      stats.frames++;
+      for (const state of loops) model.queue.push(state);
       scheduleRender();
     },
     gap(subscription, missed) {
-      if (subscription === allSubscription) {
-        // Events were dropped: the states are read again rather than guessed (once at a
-        // time, at most every 5 s: a page that fell behind must not fall further).
-        stats.gaps = (stats.gaps || 0) + missed;
-        reloadSoon();
-      } else if (openLoop) {
+      if (openLoop && subscription === openLoop.subscription) {
         showLoopEvent({ type: `(${missed} events missed)`, at: Date.now() / 1000 });
       }
     },
