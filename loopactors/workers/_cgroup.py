@@ -136,19 +136,18 @@ def join_argv(cgroup: Path, executable: str, argv: tuple[str, ...]) -> list[str]
 
 
 def joined(cgroup: Path, pid: int) -> bool | None:
-    """The worker's process is in its cgroup (True; also when it is gone or exiting), it
-    runs its program outside (False), or it is still the shell about to join (None)."""
-    if pid in _members(cgroup):
+    """The worker's process is in its cgroup (True; also when it is gone), it runs its
+    program outside (False), or that cannot be told yet (None: it is still the shell about
+    to join, or between two programs, or exiting)."""
+    if pid in _members(cgroup) or not _alive(pid):
         return True
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return True  # gone
-    if _JOIN.encode() in cmdline.split(b"\0")[:3]:
-        return None  # still the shell that joins
-    # An exiting process leaves its cgroup after its memory (and so its cmdline): with a
-    # cmdline still there, a process that joined is listed.
-    return not cmdline or not _alive(pid) or pid in _members(cgroup)
+    if not cmdline or _JOIN.encode() in cmdline.split(b"\0")[:3]:
+        return None
+    return pid in _members(cgroup)  # joined meanwhile, else not
 
 
 def not_joined(cgroup: Path) -> None:

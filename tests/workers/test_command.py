@@ -330,13 +330,31 @@ async def test_a_cgroup_that_cannot_be_joined_is_said_once_and_not_tried_again(
         pytest.skip(f"command workers get no cgroup here: {reason}")
     monkeypatch.setattr(_cgroup, "_JOIN", 'shift; exec "$@"')  # never joins
     monkeypatch.setattr(_cgroup._where, "base", _cgroup._where.base)
-    # A program that is a shell itself, and that runs a moment (the check is made meanwhile).
-    worker = command(["sh", "-c", "cat > /dev/null; sleep 0.3; echo ran"])
+    go = tmp_path / "go"
+    # A program that is a shell itself, and that runs until the check has been made.
+    script = (
+        f"cat > /dev/null; while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.01; done; echo ran"
+    )
+    worker = command(["sh", "-c", script])
+
+    def said() -> list[str]:
+        return [r.message for r in caplog.records if "without a cgroup" in r.message]
+
+    outputs = []
+
+    async def run_round() -> None:
+        outputs.append((await worker.run(make_request(), None)).output)
+
     with caplog.at_level("WARNING", logger="loopactors.workers"):
-        first = await worker.run(make_request(), None)
-        second = await worker.run(make_request(), None)
-    assert (first.output, second.output) == ("ran\n", "ran\n")
-    said = [r.message for r in caplog.records if "without a cgroup" in r.message]
-    assert len(said) == 1
-    assert "cannot be moved into" in said[0]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_round)
+            with trio.fail_after(10):
+                while not said():
+                    await trio.sleep(0.01)
+            go.touch()
+        await run_round()  # no cgroup made for this one
+    assert outputs == ["ran\n", "ran\n"]
+    assert len(said()) == 1
+    assert "cannot be moved into" in said()[0]
     assert _cgroup.unavailable_reason() is not None
+    assert _cgroup.new_cgroup() is None
