@@ -27,6 +27,7 @@ from ..errors import (
     WorkerSpecError,
 )
 from ..loops import LoopState, RoundRecord
+from ..runtime import breaker_standing
 from ._errors import Refusal
 from ._protocol import (
     Error,
@@ -192,12 +193,14 @@ def headed(state: LoopState, head: int) -> LoopState:
 async def _history(request: History, gateway: Gateway) -> Rounds:
     head = _check_head(request.output_head)
     rt = gateway.runtime
-    state = headed(await rt.get(request.loop_id), head)
+    state = await rt.get(request.loop_id)
+    records = await rt.history(request.loop_id)
     rounds = [
         msgspec.structs.replace(r, output=r.output[:head]) if len(r.output) > head else r
-        for r in await rt.history(request.loop_id)
+        for r in records
     ]
-    return Rounds(loop=state, rounds=rounds)
+    breaker = breaker_standing(state, records, time.time())
+    return Rounds(loop=headed(state, head), rounds=rounds, breaker=breaker)
 
 
 async def _output(request: Output, gateway: Gateway) -> RoundRecord:

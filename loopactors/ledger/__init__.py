@@ -52,6 +52,8 @@ from ._breaker import record_daily_spend as record_daily_spend
 from ._breaker import total_tokens as total_tokens
 from ._breaker import trailing_failure_run as trailing_failure_run
 from ._breaker import utc_day as utc_day
+from ._facts import BreakerFacts as BreakerFacts
+from ._facts import breaker_facts as breaker_facts
 from ._js import encode_json as encode_json
 from ._js import format_number as format_number
 from ._model import Attempt as Attempt
@@ -81,6 +83,7 @@ __all__ = [
     "AttemptSummary",
     "BreakerConfig",
     "BreakerDecision",
+    "BreakerFacts",
     "DailySpend",
     "ErrorGroup",
     "Ledger",
@@ -90,6 +93,7 @@ __all__ = [
     "apply_daily_budget",
     "assert_positive_integer",
     "assert_similarity_threshold",
+    "breaker_facts",
     "build_context_injection",
     "calculate_similarity",
     "check_circuit_breaker",

@@ -57,6 +57,8 @@ def node(tmp_path: Path) -> Iterator[NodeProcess]:
     if process.proc.poll() is None:
         process.proc.kill()
         process.proc.wait()
+    if process.proc.stderr is not None:
+        process.proc.stderr.close()
 
 
 class Dashboard:
@@ -164,6 +166,11 @@ def test_the_loop_view_shows_rounds_breaker_and_output(dashboard: Dashboard) -> 
     rounds.nth(0).locator("summary").click()
     expect(rounds.nth(0).locator("pre")).to_contain_text("round 1 of 3")
     expect(page.locator("#breaker .bar.closest")).to_have_count(1)
+    expect(page.locator("#breaker .bar")).to_have_count(5)  # no token or time budget set
+    expect(page.locator('#breaker .bar[data-trigger="max_rounds"]')).to_have_class("bar closest")
+    expect(page.locator('#breaker [data-trigger="max_rounds"] .count')).to_have_text("3 / 3")
+    expect(page.locator('#breaker [data-trigger="stagnation"] .count')).to_have_text("0 / 3")
+    expect(page.locator('#breaker [data-trigger="frustration"] .count')).to_have_text("0 / 3")
     expect(page.locator("#timeline rect")).to_have_count(3)
     expect(page.locator("#events li")).not_to_have_count(0)
     expect(page.locator("#events")).to_contain_text("loop_finished")
@@ -261,3 +268,37 @@ def test_every_loop_is_reachable_past_one_status_page(browser: Any, tmp_path: Pa
         assert board.errors == []
     finally:
         node.terminate()
+
+
+def test_the_breaker_shows_the_ledgers_counts_and_the_closest_trigger(
+    dashboard: Dashboard,
+) -> None:
+    page = dashboard.page
+    # Failed rounds with the same action: frustration and consecutive failures reach 3 together;
+    # consecutive failures, checked first, is the closest and trips the loop.
+    loop_id = dashboard.start(
+        "|loop:10| fix the parser", worker="python:tests.runtime.round_fns:same_action"
+    )
+    row = dashboard.row(loop_id)
+    expect(row).to_have_attribute("data-phase", "escalated", timeout=15_000)
+    row.locator("a.open").click()
+    breaker = page.locator("#breaker")
+    expect(breaker.locator(".bar.closest")).to_have_attribute(
+        "data-trigger", "consecutive_failures"
+    )
+    expect(breaker.locator(".bar.closest span").first).to_have_text(
+        "consecutive failures (closest)"
+    )
+    expect(breaker.locator('[data-trigger="frustration"] .count')).to_have_text("3 / 3")
+    expect(breaker.locator("p.error")).to_contain_text("tripped: consecutive_failures")
+
+    async def standing() -> dict[str, str]:
+        token = (dashboard.node.state / "node.token").read_text().strip()
+        async with connect(dashboard.node.url, token=token) as client:
+            rounds = await client.history(loop_id)
+        assert rounds.breaker is not None
+        return {t.trigger: f"{t.value:g} / {t.limit:g}" for t in rounds.breaker.triggers}
+
+    # Every count on the page is the node's (the ledger's similarity is computed there).
+    for trigger, text in trio.run(standing).items():
+        expect(breaker.locator(f'[data-trigger="{trigger}"] .count')).to_have_text(text)
