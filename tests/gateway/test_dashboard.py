@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import re
 import socket
+import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -302,3 +305,25 @@ def test_the_breaker_shows_the_ledgers_counts_and_the_closest_trigger(
     # Every count on the page is the node's (the ledger's similarity is computed there).
     for trigger, text in trio.run(standing).items():
         expect(breaker.locator(f'[data-trigger="{trigger}"] .count')).to_have_text(text)
+
+
+def test_the_docs_build_saves_the_screenshot_the_readme_shows(tmp_path: Path) -> None:
+    # Over 2 s on purpose: a node with 50 loops and a Chromium, as `just docs` runs them.
+    root = Path(__file__).parents[2]
+    assert (
+        "![The dashboard with 50 loops](docs/img/dashboard.png)" in (root / "README.md").read_text()
+    )
+    assert (root / "docs" / "img" / "dashboard.png").stat().st_size > 10_000
+    assert "python docs/build_screenshot.py" in (root / "justfile").read_text()
+    out = tmp_path / "dashboard.png"
+    built = subprocess.run(  # noqa: PLW1510 - the exit code is asserted
+        [sys.executable, str(root / "docs" / "build_screenshot.py"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    png = out.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert (width, height) == (1400, 900)
