@@ -327,3 +327,27 @@ def test_the_docs_build_saves_the_screenshot_the_readme_shows(tmp_path: Path) ->
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", png[16:24])
     assert (width, height) == (1400, 900)
+
+
+def test_an_agent_rounds_transcript_opens_in_the_loop_view(dashboard: Dashboard) -> None:
+    from tests.agent.chat_server import ChatServer, completion
+
+    page = dashboard.page
+    replies = [
+        completion(calls=[("c1", "bash", {"command": "echo checked"})], prompt_tokens=120),
+        completion("All checked: nothing to change.", prompt_tokens=150),
+    ]
+    with ChatServer(replies) as server:  # a model on loopback: no network, no key
+        loop_id = dashboard.start(
+            "|loop:1| check the build",
+            worker=f"agent:model=scripted,base_url={server.base_url},stream=false",
+        )
+        row = dashboard.row(loop_id)
+        expect(row).to_have_attribute("data-phase", "complete", timeout=20_000)
+    row.locator("a.open").click()
+    first = page.locator("#round-rows tr").first
+    first.locator("summary").click()
+    transcript = first.locator("pre.transcript")
+    expect(transcript).to_contain_text("All checked: nothing to change.")
+    expect(transcript).to_contain_text("echo checked")  # the tool call the agent made
+    expect(first.locator("h4")).to_have_text("transcript")
