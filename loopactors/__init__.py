@@ -18,11 +18,13 @@ The names below are imported on first use, so that a pure part (``loopactors.led
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from ._version import __version__ as __version__
 
+TYPE_CHECKING = False  # not typing's: ``loopactors context`` does without loading typing
 if TYPE_CHECKING:
+    from typing import Any
+
     from .actors import Actor as Actor
     from .actors import ActorRef as ActorRef
     from .actors import ChildSpec as ChildSpec

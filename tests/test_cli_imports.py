@@ -91,3 +91,21 @@ def test_the_worker_command_still_lists_its_kinds() -> None:
     assert "--kinds" in out
     assert "scripted" in out
     assert "loopactors.workers" in loaded
+
+
+def test_context_check_on_a_small_ledger_loads_no_msgspec(tmp_path: Path) -> None:
+    # loop-context's everyday call: the standard library reads the ledger (start-up).
+    ledger = tmp_path / "ledger.json"
+    attempts = [{"iteration": 1, "outcome": "failure", "error": "E: x", "tokensUsed": 5}]
+    ledger.write_text(json.dumps({"goal": "g", "attempts": attempts}))
+    code = (
+        "import sys; from loopactors.cli import main; code = main(sys.argv[1:]); "
+        "print(code, sorted(m for m in ('msgspec', 'typing', 'inspect', 'decimal', "
+        "'loopactors.ledger._model') if m in sys.modules), file=sys.stderr)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, "context", "--check", "--json", "-f", str(ledger)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert json.loads(result.stdout)["trigger"] == "ok"
+    assert result.stderr.strip().splitlines()[-1] == "0 []"

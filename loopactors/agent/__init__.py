@@ -41,7 +41,7 @@ from ._loop import AgentEvent as AgentEvent
 from ._loop import AgentResult as AgentResult
 from ._loop import MaxIterationsExceeded as MaxIterationsExceeded
 from ._loop import run_agent as run_agent
-from ._loop_tools import LoopControl as LoopControl
+from ._loop_tools import ChildLoops as ChildLoops
 from ._loop_tools import SubAgentRun as SubAgentRun
 from ._loop_tools import SubAgentStarter as SubAgentStarter
 from ._loop_tools import loop_tools as loop_tools
@@ -88,6 +88,7 @@ __all__ = [
     "ChatClient",
     "ChatModel",
     "ChatReply",
+    "ChildLoops",
     "CompactBudgetUnrecovered",
     "CompactRetriesExhausted",
     "CompactionAction",
@@ -97,7 +98,6 @@ __all__ = [
     "Entry",
     "FullPlan",
     "HookError",
-    "LoopControl",
     "MaxIterationsExceeded",
     "McpServer",
     "Message",

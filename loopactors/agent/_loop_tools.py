@@ -1,7 +1,7 @@
 """Tools that let an agent start and steer child loops, and run a sub-agent.
 
 Loop tools (``loop_start``, ``loop_status``, ``loop_list``, ``loop_history``, ``loop_output``,
-``loop_cancel``) work through a :class:`LoopControl`, which the agent worker builds from the
+``loop_cancel``) work through a :class:`ChildLoops`, which the agent worker builds from the
 round's context: a child loop lives in its parent loop's scope (stopping the parent stops it)
 and counts against the runtime's tree cap. An agent sees and steers only its own loop's
 children.
@@ -29,13 +29,16 @@ from ._loop import SUBAGENT_MAX_ITERATIONS, AgentConfig, AgentResult, run_agent
 from ._sandbox import BashMode
 from ._tools import Tool, ToolContext, ToolError, ToolSet
 
-__all__ = ["LoopControl", "SubAgentRun", "SubAgentStarter", "loop_tools", "subagent_tool"]
+__all__ = ["ChildLoops", "SubAgentRun", "SubAgentStarter", "loop_tools", "subagent_tool"]
 
 _HEAD = 200
 
 
-class LoopControl(Protocol):
-    """The child-loop operations an agent round may use (implemented by the agent worker)."""
+class ChildLoops(Protocol):
+    """The child loops of the round's loop, which an agent round may start and steer
+    (implemented by the agent worker over ``workers.RoundContext``). Not the command line's
+    ``LoopControl``: it sees only its own loop's children, in that loop's scope
+    (docs/architecture.md, "Two ways to act on loops")."""
 
     async def start_child(self, text: str, worker: str | None) -> LoopState: ...
 
@@ -80,7 +83,7 @@ def _head(text: str) -> str:
 
 @attrs.frozen
 class _LoopTools:
-    control: LoopControl
+    control: ChildLoops
 
     async def start(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         task = str(arguments.get("task", "")).strip()
@@ -149,8 +152,8 @@ def _params(required: list[str], **properties: dict[str, Any]) -> dict[str, Any]
 _ID = {"type": "string", "description": "a child loop's id"}
 
 
-def loop_tools(control: LoopControl) -> list[Tool]:
-    """The six loop tools, bound to one round's :class:`LoopControl`."""
+def loop_tools(control: ChildLoops) -> list[Tool]:
+    """The six loop tools, bound to one round's :class:`ChildLoops`."""
     tools = _LoopTools(control)
     return [
         Tool(

@@ -16,10 +16,11 @@ from typing import Any
 import msgspec
 
 from .._version import __version__
-from ..errors import ConfigError, LoopactorsError, LoopNotFound, StoreError
+from ..errors import ConfigError, LoopactorsError
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport
 from . import _dashboard, _prune, _remote
+from ._loop_control import StoredLoops, run_offline
 
 # Only what the parser and the quick commands need is imported here. trio, the runtime, the
 # workers, rich and the REPL load in the commands that use them, so `status`, `history`,
@@ -27,7 +28,7 @@ from . import _dashboard, _prune, _remote
 # (tests/test_cli_imports.py keeps it so).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..loops import LoopState, RoundRecord
+    from ..loops import LoopState
     from ..runtime import LoopHandle, Runtime, RuntimeConfig
     from ._progress import JsonLines, Progress
 
@@ -37,6 +38,9 @@ EXIT_USAGE = 64
 EXIT_ABORTED = 130
 
 _SEVERITY = ["complete", "escalated", "cancelled", "interrupted", "error"]
+
+#: The commands written once for a state directory and a node (cli/_loop_control.py).
+_LOOP_COMMANDS = ("status", "history", "stop", "pause", "resume")
 
 _json = msgspec.json.Encoder()
 
@@ -242,26 +246,14 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         import trio  # noqa: PLC0415 - see the note on the imports
 
         return trio.run(_run, args)
-    if args.command == "pause":
-        raise ConfigError(
-            "pause acts on a running loop: give the node's --connect URL (a loop in a state "
-            "directory no runtime runs is not running; `loopactors stop` ends it there)"
-        )
-    if args.command == "resume":
-        if args.loop_id is not None:
-            raise ConfigError(
-                "resume LOOP_ID acts on a node: give its --connect URL; without LOOP_ID, "
-                "`loopactors resume` runs every unfinished loop of the state directory here"
-            )
+    if args.command == "resume" and args.loop_id is None:
         import trio  # noqa: PLC0415 - see the note on the imports
 
         return trio.run(_resume, args)
-    if args.command == "status":
-        return _status(args)
-    if args.command == "history":
-        return _history(args)
-    if args.command == "stop":
-        return _remote.stop(args, _config(args))
+    if args.command in _LOOP_COMMANDS:  # on the state directory, read in place (no runtime)
+        stored = StoredLoops(lambda: _config(args))
+        local = _config(args) if args.command in ("status", "history") else None
+        return run_offline(_remote.loop_command(stored, args, local=local))
     if args.command == "prune":
         return _prune.prune(args, _config(args))
     if args.command == "node":
@@ -280,21 +272,13 @@ def _on_node(args: argparse.Namespace) -> int:
     import trio  # noqa: PLC0415 - see the note on the imports
 
     token = _remote.read_token(args, _config(args).state_dir)
-    if args.command == "status":
-        return trio.run(_remote.remote_status, args, token)
-    if args.command == "history":
-        return trio.run(_remote.remote_history, args, token)
-    if args.command == "stop":
-        return trio.run(_remote.remote_stop, args, token)
-    if args.command == "pause":
-        return trio.run(_remote.remote_pause, args, token)
-    if args.command == "resume":
-        if args.loop_id is None:
-            raise ConfigError(
-                "`loopactors resume --connect URL` needs the LOOP_ID to resume on the node "
-                "(a node resumes its own unfinished loops when it starts)"
-            )
-        return trio.run(_remote.remote_resume, args, token)
+    if args.command == "resume" and args.loop_id is None:
+        raise ConfigError(
+            "`loopactors resume --connect URL` needs the LOOP_ID to resume on the node "
+            "(a node resumes its own unfinished loops when it starts)"
+        )
+    if args.command in _LOOP_COMMANDS:
+        return trio.run(_remote.on_node, args, token)
     if args.command == "run":
         options = {k: v for k, v in _loop_options(args).items() if v is not None}
         for flag in ("round_timeout", "inter_round_delay"):
@@ -367,7 +351,7 @@ async def _resume(args: argparse.Namespace) -> int:
     display: JsonLines | Progress = JsonLines() if args.json else Progress()
     # Read before the runtime starts: it resumes these at once, and some may end (or be
     # found impossible to resume) before a query made afterwards could see them live.
-    backend = _read_store(args, missing_ok=True)
+    backend = StoredLoops(lambda: config).open_store(missing_ok=True)
     live = backend.list_loops(live_only=True) if backend is not None else []
     if backend is not None:
         backend.close()
@@ -403,95 +387,11 @@ async def _follow(
     return await follow([h.loop_id for h in handles], events, display, get=rt.get, stop=stop)
 
 
-def _read_store(args: argparse.Namespace, *, missing_ok: bool = False) -> Any:
-    """The state directory's store, opened read-only (a read-only disk will do); None if the
-    directory has none yet. A path that is not a directory is an error, and so is a missing
-    directory unless ``missing_ok``."""
-    from ..storage import DB_FILENAME, SqliteBackend  # noqa: PLC0415 - see the note on imports
-
-    config = _config(args)
-    state_dir = Path(config.state_dir)
-    if state_dir.exists() and not state_dir.is_dir():
-        raise StoreError(f"the state directory {state_dir} is not a directory")
-    if not state_dir.exists():
-        if missing_ok:
-            return None
-        raise StoreError(
-            f"no state directory {state_dir} (give the one a runtime used: --state DIR)"
-        )
-    if not (state_dir / DB_FILENAME).exists():
-        return None
-    return SqliteBackend(state_dir / DB_FILENAME, read_only=True)
-
-
-def _status(args: argparse.Namespace) -> int:
-    # Read-only: opening a runtime would resume the loops, which `status` must not do.
-    backend = _read_store(args)
-    try:
-        if args.loop_id is not None:
-            state = _stored_state(backend, args)
-            states = [state]
-        else:
-            states = backend.list_loops() if backend is not None else []
-    finally:
-        if backend is not None:
-            backend.close()
-    if args.json:
-        payload: Any = states[0] if args.loop_id is not None else states
-        transport = (
-            _cli_transport.status_data(_config(args).transport) if args.loop_id is None else None
-        )
-        if transport is not None:  # a Redis transport: the loops and its workers and streams
-            payload = {"loops": states, "transport": transport}
-        print(_json.encode(payload).decode())
-        return EXIT_OK
-    from rich.console import Console  # noqa: PLC0415 - see the note on the imports
-
-    from ._progress import final_table  # noqa: PLC0415
-
-    console = Console()
-    if not states:
-        console.print(f"no loops in {_config(args).state_dir}")
-    else:
-        console.print(final_table(states))
-    _cli_transport.print_status(_config(args).transport, console=console)
-    return EXIT_OK
-
-
-def _stored_loop(args: argparse.Namespace) -> tuple[LoopState, list[RoundRecord]]:
-    """A loop and its rounds, read straight from the store (no runtime, nothing resumed)."""
-    backend = _read_store(args)
-    try:
-        state = _stored_state(backend, args)
-        rounds: list[RoundRecord] = backend.rounds(state.loop_id)
-    finally:
-        if backend is not None:
-            backend.close()
-    return state, rounds
-
-
-def _stored_state(backend: Any, args: argparse.Namespace) -> LoopState:
-    """The loop ``args.loop_id`` names (its whole id or a unique prefix) in the store."""
-    where = str(_config(args).state_dir)
-    if backend is None:
-        raise LoopNotFound(f"no loop {args.loop_id!r} in {where}")
-    loop_id = backend.resolve_loop_id(args.loop_id, where=where)
-    state: LoopState | None = backend.get_loop(loop_id)
-    if state is None:  # pruned between the two reads
-        raise LoopNotFound(f"no loop {args.loop_id!r} in {where}")
-    return state
-
-
-def _history(args: argparse.Namespace) -> int:
-    state, rounds = _stored_loop(args)
-    return _remote.print_history(args, state, rounds)
-
-
 def _export_ledger(args: argparse.Namespace) -> int:
     """Write a loop's ledger in loop-context's JSON, so either tool can read it."""
     from ..ledger import encode_json  # noqa: PLC0415 - see the note on the imports
     from ..runtime import ledger_of  # noqa: PLC0415
 
-    state, rounds = _stored_loop(args)
+    state, rounds = run_offline(StoredLoops(lambda: _config(args)).recorded(args.loop_id))
     print(encode_json(msgspec.to_builtins(ledger_of(state, rounds))))
     return EXIT_OK

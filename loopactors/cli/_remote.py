@@ -1,23 +1,26 @@
-"""The command line's node side: `loopactors node`, `stop`, and `--connect` for the others."""
+"""The command line's node side: `loopactors node`, the loop commands on any target, and
+`run --connect`."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 import os
-import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-import msgspec
-from rich.console import Console
-from rich.table import Table
-
 from .._logs import add_log_format, configure_logging
-from ..errors import ConfigError, ConnectionLost, LoopNotFound, StoreError
-from ..loops import LoopState, RoundRecord, cancel_loop
-from ..storage import DB_FILENAME, Write, open_backend
-from ._progress import JsonLines, Progress, final_table
+from ..errors import ConfigError, ConnectionLost
+from ._loop_control import (
+    LoopControl,
+    pause_loop,
+    resume_loop,
+    show_history,
+    show_status,
+    stop_loop,
+)
+from ._progress import JsonLines, Progress
 
 # The agent, client, gateway and runtime load where they are used: `status` and `history`
 # on a state directory (and `--help`, which builds every parser) need none of them.
@@ -26,20 +29,7 @@ if TYPE_CHECKING:
     from ..client import NodeClient
     from ..runtime import RuntimeConfig
 
-__all__ = [
-    "print_history",
-    "read_token",
-    "remote_history",
-    "remote_pause",
-    "remote_resume",
-    "remote_run",
-    "remote_status",
-    "remote_stop",
-    "run_node",
-    "stop",
-]
-
-_json = msgspec.json.Encoder()
+__all__ = ["loop_command", "on_node", "read_token", "remote_run", "run_node"]
 
 
 def read_token(args: argparse.Namespace, state_dir: Path) -> str:
@@ -128,64 +118,38 @@ def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
     return trio.run(serve, config, settings)
 
 
-async def remote_status(args: argparse.Namespace, token: str) -> int:
+async def on_node(args: argparse.Namespace, token: str) -> int:
+    """A loop command (``status``, ``history``, ``stop``, ``pause``, ``resume LOOP_ID``) on a
+    node: the same command as on a state directory, over the node's ``NodeClient``."""
     from ..client import connect  # noqa: PLC0415 - see the note on the imports
 
-    async with connect(args.connect, token=token, client_name="loopactors status") as node:
-        if args.loop_id:
-            states = [await node.get(args.loop_id)]
-        else:  # every loop, a page (the node's default size) at a time
-            states = [state async for page in node.loop_pages() for state in page]
-    return _print_states(args, states)
+    client_name = f"loopactors {args.command}"
+    async with connect(args.connect, token=token, client_name=client_name) as node:
+        return await loop_command(node, args)
 
 
-async def remote_history(args: argparse.Namespace, token: str) -> int:
-    from ..client import connect  # noqa: PLC0415 - see the note on the imports
-
-    async with connect(args.connect, token=token, client_name="loopactors history") as node:
-        rounds = await node.history(args.loop_id, output_head=60)
-    return print_history(args, rounds.loop, rounds.rounds)
-
-
-async def remote_stop(args: argparse.Namespace, token: str) -> int:
-    from ..client import connect  # noqa: PLC0415 - see the note on the imports
-
-    async with connect(args.connect, token=token, client_name="loopactors stop") as node:
-        state = await node.stop(args.loop_id, after_round=args.after_round)
-    return _report_stop(args, state)
-
-
-async def remote_pause(args: argparse.Namespace, token: str) -> int:
-    from ..client import connect  # noqa: PLC0415 - see the note on the imports
-
-    async with connect(args.connect, token=token, client_name="loopactors pause") as node:
-        state = await node.pause(args.loop_id)
-    if args.json:
-        print(_json.encode(state).decode())
-    elif state.phase == "paused":
-        print(f"{state.loop_id}: paused at round {state.round}")
-    elif state.pause_requested:
-        print(
-            f"{state.loop_id}: pauses once round {state.round} (running now) is recorded; "
-            "no next round is dispatched"
+def loop_command(
+    control: LoopControl, args: argparse.Namespace, *, local: RuntimeConfig | None = None
+) -> Coroutine[Any, Any, int]:
+    """The loop command ``args`` names, on ``control``: a node's client, or (with the
+    ``local`` configuration) the state directory's ``StoredLoops``. The command is the same
+    for both; only what a state directory adds (its path, its transport) differs."""
+    if args.command == "status":
+        if local is None:
+            return show_status(control, args, empty="no loops")
+        return show_status(
+            control, args, empty=f"no loops in {local.state_dir}", transport=local.transport
         )
-    else:
-        print(f"{state.loop_id}: already {state.phase}")
-    return 0
-
-
-async def remote_resume(args: argparse.Namespace, token: str) -> int:
-    from ..client import connect  # noqa: PLC0415 - see the note on the imports
-
-    async with connect(args.connect, token=token, client_name="loopactors resume") as node:
-        state = await node.resume(args.loop_id)
-    if args.json:
-        print(_json.encode(state).decode())
-    elif state.terminal:
-        print(f"{state.loop_id}: already {state.phase}")
-    else:
-        print(f"{state.loop_id}: {state.phase}, round {state.round} (resumed)")
-    return 0
+    if args.command == "history":
+        # Over the wire: output heads only (a node never sends whole outputs in one frame).
+        return show_history(control, args, output_head=None if local else 60)
+    if args.command == "stop":
+        return stop_loop(control, args)
+    if args.command == "pause":
+        return pause_loop(control, args)
+    if args.command == "resume":
+        return resume_loop(control, args)
+    raise AssertionError(f"{args.command} is no loop command")
 
 
 async def remote_run(args: argparse.Namespace, token: str, options: dict[str, Any]) -> int:
@@ -223,88 +187,3 @@ def _stopper(node: NodeClient) -> Any:
         await node.stop(loop_id)
 
     return stop
-
-
-def stop(args: argparse.Namespace, config: RuntimeConfig) -> int:
-    """Stop a loop in a state directory no runtime is running (the loop ends cancelled)."""
-    state_dir = Path(config.state_dir)
-    if not (state_dir / DB_FILENAME).exists():
-        raise LoopNotFound(f"no loop {args.loop_id!r} in {state_dir} (no store there)")
-    try:
-        from ..runtime import lock_state_dir  # noqa: PLC0415 - see the note on the imports
-
-        lock = lock_state_dir(state_dir)
-        lock.__enter__()
-    except StoreError as exc:
-        raise StoreError(f"{exc}; to stop a loop of a running node use --connect URL") from None
-    try:
-        backend = open_backend("sqlite", state_dir)
-        try:
-            state = backend.get_loop(backend.resolve_loop_id(args.loop_id, where=str(state_dir)))
-            if state is None:
-                raise LoopNotFound(f"no loop {args.loop_id!r} in {state_dir}")
-            if not state.terminal:
-                state = _cancel(backend, state)
-        finally:
-            backend.close()
-    finally:
-        lock.__exit__(None, None, None)
-    return _report_stop(args, state)
-
-
-def _cancel(backend: Any, state: LoopState) -> LoopState:
-    rounds: list[RoundRecord] = backend.rounds(state.loop_id)
-    reason = "stopped while no runtime was running it"
-    # The round it had in flight, if any, is closed as the runtime's stop would.
-    final, record, event = cancel_loop(
-        state, reason, time.time(), rounds=rounds, stop_requested="now"
-    )
-    backend.commit([Write(state=final, round=record, events=(event,))])
-    return final
-
-
-def _report_stop(args: argparse.Namespace, state: LoopState) -> int:
-    if args.json:
-        print(_json.encode(state).decode())
-    elif state.phase == "cancelled":
-        print(f"{state.loop_id}: cancelled after {state.completed_rounds} completed round(s)")
-    elif state.stop_requested == "after_round":
-        print(f"{state.loop_id}: stops after the round in flight (round {state.round})")
-    else:
-        print(f"{state.loop_id}: already {state.phase}")
-    return 0
-
-
-def _print_states(args: argparse.Namespace, states: list[LoopState]) -> int:
-    if args.json:
-        payload: Any = states[0] if args.loop_id is not None else states
-        print(_json.encode(payload).decode())
-        return 0
-    console = Console()
-    if not states:
-        console.print("no loops")
-        return 0
-    console.print(final_table(states))
-    return 0
-
-
-def print_history(args: argparse.Namespace, state: LoopState, rounds: list[RoundRecord]) -> int:
-    if args.json:
-        print(_json.encode({"loop": state, "rounds": rounds}).decode())
-        return 0
-    table = Table(title=f"{state.loop_id}: {state.phase}, {state.completed_rounds} completed")
-    for column in ("round", "status", "duration", "output"):
-        table.add_column(column)
-    for record in rounds:
-        duration = "?" if record.duration is None else f"{record.duration:.2f}s"
-        head = " ".join((record.output or record.error or "").split())[:60]
-        table.add_row(str(record.round), record.status, duration, head)
-    Console().print(table)
-    if getattr(args, "transcript", False):
-        for record in rounds:
-            if record.transcript:
-                print(f"\n=== round {record.round} transcript")
-                from ..agent import format_transcript  # noqa: PLC0415 - see the note on imports
-
-                print(format_transcript(record.transcript))
-    return 0

@@ -8,7 +8,7 @@ starting a loop, its history, code loops and events differ by target.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -16,25 +16,9 @@ from ..client import NodeClient
 from ..codeloop import CodeLoops, answer_code, code_request
 from ..loops import AnyEvent, LoopState, RoundRecord
 from ..runtime import Gap, Runtime
+from ._loop_control import LoopControl
 
-__all__ = ["EmbeddedTarget", "LoopControl", "RemoteTarget", "Target"]
-
-
-class LoopControl(Protocol):
-    """A node's loops, embedded (``Runtime``) or over the wire (``NodeClient``)."""
-
-    async def get(self, loop_id: str) -> LoopState: ...
-    async def loops(
-        self, *, live_only: bool = False, limit: int | None = None
-    ) -> list[LoopState]: ...
-    async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState: ...
-    async def pause(self, loop_id: str) -> LoopState: ...
-    async def resume(self, loop_id: str) -> LoopState: ...
-
-
-if TYPE_CHECKING:  # both implement it (checked by mypy)
-    _embedded: type[LoopControl] = Runtime
-    _remote: type[LoopControl] = NodeClient
+__all__ = ["EmbeddedTarget", "RemoteTarget", "Target"]
 
 
 class Target(Protocol):
@@ -59,6 +43,8 @@ class _Target:
 
     #: The REPL's list of loops shows at most this many.
     LIST_LIMIT = 100
+    #: Outputs in a history: whole (None), or their first characters.
+    output_head: int | None = None
 
     def __init__(self, control: LoopControl) -> None:
         self.control = control
@@ -83,6 +69,10 @@ class _Target:
     async def loops(self, *, live_only: bool = False) -> list[LoopState]:
         return await self.control.loops(live_only=live_only, limit=self.LIST_LIMIT)
 
+    async def history(self, loop_id: str) -> list[RoundRecord]:
+        loop_id = await self.resolve(loop_id)
+        return (await self.control.recorded(loop_id, output_head=self.output_head))[1]
+
 
 class EmbeddedTarget(_Target):
     keeps_running = False
@@ -104,9 +94,6 @@ class EmbeddedTarget(_Target):
     async def start(self, text: str, worker: str | None) -> LoopState:
         return await (await self.rt.start(text, worker=worker)).status()
 
-    async def history(self, loop_id: str) -> list[RoundRecord]:
-        return await self.rt.history(await self.resolve(loop_id))
-
     async def code(self, action: str, **fields: Any) -> CodeLoops:
         assert self.background is not None, "set when the session starts"
         return await answer_code(code_request(action, **fields), self.rt, self.background)
@@ -119,6 +106,7 @@ class EmbeddedTarget(_Target):
 
 class RemoteTarget(_Target):
     keeps_running = True
+    output_head = 60  # a node never sends whole outputs in one frame (/output fetches one)
 
     def __init__(self, node: NodeClient) -> None:
         super().__init__(node)
@@ -131,9 +119,6 @@ class RemoteTarget(_Target):
 
     async def start(self, text: str, worker: str | None) -> LoopState:
         return await self.node.start(text, worker=worker)
-
-    async def history(self, loop_id: str) -> list[RoundRecord]:
-        return (await self.node.history(loop_id, output_head=60)).rounds
 
     async def code(self, action: str, **fields: Any) -> CodeLoops:
         return await self.node.request(code_request(action, **fields), CodeLoops)

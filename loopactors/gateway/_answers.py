@@ -26,7 +26,7 @@ from ..errors import (
     LoopSyntaxError,
     WorkerSpecError,
 )
-from ..loops import LoopState, RoundRecord
+from ..loops import LoopState, RoundRecord, output_heads
 from ..runtime import breaker_standing
 from ._errors import Refusal
 from ._protocol import (
@@ -184,23 +184,16 @@ def _check_head(head: int) -> int:
 def headed(state: LoopState, head: int) -> LoopState:
     """Never a whole output in a status answer: a frame must stay small whatever a worker
     printed (docs/protocol.md)."""
-    last = state.last_output
-    if last is None or len(last) <= head:
-        return state
-    return msgspec.structs.replace(state, last_output=last[:head])
+    return output_heads(state, [], head)[0]
 
 
 async def _history(request: History, gateway: Gateway) -> Rounds:
     head = _check_head(request.output_head)
-    rt = gateway.runtime
-    state = await rt.get(request.loop_id)
-    records = await rt.history(request.loop_id)
-    rounds = [
-        msgspec.structs.replace(r, output=r.output[:head]) if len(r.output) > head else r
-        for r in records
-    ]
+    # Read whole: the breaker's counts compare whole outputs and errors; the answer is cut.
+    state, records = await gateway.runtime.recorded(request.loop_id)
     breaker = breaker_standing(state, records, time.time())
-    return Rounds(loop=headed(state, head), rounds=rounds, breaker=breaker)
+    state, rounds = output_heads(state, records, head)
+    return Rounds(loop=state, rounds=rounds, breaker=breaker)
 
 
 async def _output(request: Output, gateway: Gateway) -> RoundRecord:

@@ -181,6 +181,17 @@ class NodeClient:
     async def history(self, loop_id: str, *, output_head: int = 200) -> Rounds:
         return await self._request(History(id=0, loop_id=loop_id, output_head=output_head), Rounds)
 
+    async def recorded(
+        self, loop_id: str, *, output_head: int | None = None
+    ) -> tuple[LoopState, list[RoundRecord]]:
+        """The loop and its rounds, each output cut to ``output_head`` characters (the
+        node's default, 200, if None: a node never sends whole outputs in one frame)."""
+        request = History(id=0, loop_id=loop_id)
+        if output_head is not None:
+            request = History(id=0, loop_id=loop_id, output_head=output_head)
+        answer = await self._request(request, Rounds)
+        return answer.loop, answer.rounds
+
     async def output(self, loop_id: str, round: int) -> RoundRecord:
         return await self._request(Output(id=0, loop_id=loop_id, round=round), RoundRecord)
 

@@ -42,41 +42,45 @@ Deliberate differences (plain bugs or JavaScript accidents no script can rely on
    ``(previous state, UTC day, delta) -> new state``; locking is the CLI's job.
 """
 
-from ._breaker import DailySpend as DailySpend
-from ._breaker import apply_daily_budget as apply_daily_budget
-from ._breaker import check_circuit_breaker as check_circuit_breaker
-from ._breaker import decode_daily_spend as decode_daily_spend
-from ._breaker import encode_daily_spend as encode_daily_spend
-from ._breaker import newest_attempt_tokens as newest_attempt_tokens
-from ._breaker import record_daily_spend as record_daily_spend
-from ._breaker import total_tokens as total_tokens
-from ._breaker import trailing_failure_run as trailing_failure_run
-from ._breaker import utc_day as utc_day
-from ._facts import BreakerFacts as BreakerFacts
-from ._facts import breaker_facts as breaker_facts
-from ._js import encode_json as encode_json
-from ._js import format_number as format_number
-from ._model import Attempt as Attempt
-from ._model import AttemptSummary as AttemptSummary
-from ._model import BreakerConfig as BreakerConfig
-from ._model import BreakerDecision as BreakerDecision
-from ._model import ErrorGroup as ErrorGroup
-from ._model import Ledger as Ledger
-from ._model import LedgerError as LedgerError
-from ._model import PruneConfig as PruneConfig
-from ._model import Trigger as Trigger
-from ._model import assert_positive_integer as assert_positive_integer
-from ._model import assert_similarity_threshold as assert_similarity_threshold
-from ._model import parse_ledger as parse_ledger
-from ._model import validate_breaker_config as validate_breaker_config
-from ._model import validate_prune_config as validate_prune_config
-from ._summary import build_context_injection as build_context_injection
-from ._summary import format_summary as format_summary
-from ._summary import prune_ledger as prune_ledger
-from ._summary import summarize_attempts as summarize_attempts
-from ._text import calculate_similarity as calculate_similarity
-from ._text import error_signature as error_signature
-from ._text import prune_stack_trace as prune_stack_trace
+import importlib
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._breaker import DailySpend as DailySpend
+    from ._breaker import apply_daily_budget as apply_daily_budget
+    from ._breaker import check_circuit_breaker as check_circuit_breaker
+    from ._breaker import decode_daily_spend as decode_daily_spend
+    from ._breaker import encode_daily_spend as encode_daily_spend
+    from ._breaker import newest_attempt_tokens as newest_attempt_tokens
+    from ._breaker import record_daily_spend as record_daily_spend
+    from ._breaker import total_tokens as total_tokens
+    from ._breaker import trailing_failure_run as trailing_failure_run
+    from ._breaker import utc_day as utc_day
+    from ._facts import BreakerFacts as BreakerFacts
+    from ._facts import breaker_facts as breaker_facts
+    from ._js import encode_json as encode_json
+    from ._js import format_number as format_number
+    from ._model import Attempt as Attempt
+    from ._model import AttemptSummary as AttemptSummary
+    from ._model import BreakerConfig as BreakerConfig
+    from ._model import BreakerDecision as BreakerDecision
+    from ._model import ErrorGroup as ErrorGroup
+    from ._model import Ledger as Ledger
+    from ._model import LedgerError as LedgerError
+    from ._model import PruneConfig as PruneConfig
+    from ._model import Trigger as Trigger
+    from ._model import assert_positive_integer as assert_positive_integer
+    from ._model import assert_similarity_threshold as assert_similarity_threshold
+    from ._model import parse_ledger as parse_ledger
+    from ._model import validate_breaker_config as validate_breaker_config
+    from ._model import validate_prune_config as validate_prune_config
+    from ._summary import build_context_injection as build_context_injection
+    from ._summary import format_summary as format_summary
+    from ._summary import prune_ledger as prune_ledger
+    from ._summary import summarize_attempts as summarize_attempts
+    from ._text import calculate_similarity as calculate_similarity
+    from ._text import error_signature as error_signature
+    from ._text import prune_stack_trace as prune_stack_trace
 
 __all__ = [
     "Attempt",
@@ -115,3 +119,56 @@ __all__ = [
     "validate_breaker_config",
     "validate_prune_config",
 ]
+
+# Names load their module on first use: ``loopactors context --check`` loads only the
+# modules it runs (no msgspec on a small ledger; docs/benchmarks.md, start-up).
+_HOMES = {
+    "Attempt": "_model",
+    "AttemptSummary": "_model",
+    "BreakerConfig": "_model",
+    "BreakerDecision": "_model",
+    "BreakerFacts": "_facts",
+    "DailySpend": "_breaker",
+    "ErrorGroup": "_model",
+    "Ledger": "_model",
+    "LedgerError": "_model",
+    "PruneConfig": "_model",
+    "Trigger": "_model",
+    "apply_daily_budget": "_breaker",
+    "assert_positive_integer": "_model",
+    "assert_similarity_threshold": "_model",
+    "breaker_facts": "_facts",
+    "build_context_injection": "_summary",
+    "calculate_similarity": "_text",
+    "check_circuit_breaker": "_breaker",
+    "decode_daily_spend": "_breaker",
+    "encode_daily_spend": "_breaker",
+    "encode_json": "_js",
+    "error_signature": "_text",
+    "format_number": "_js",
+    "format_summary": "_summary",
+    "newest_attempt_tokens": "_breaker",
+    "parse_ledger": "_model",
+    "prune_ledger": "_summary",
+    "prune_stack_trace": "_text",
+    "record_daily_spend": "_breaker",
+    "summarize_attempts": "_summary",
+    "total_tokens": "_breaker",
+    "trailing_failure_run": "_breaker",
+    "utc_day": "_breaker",
+    "validate_breaker_config": "_model",
+    "validate_prune_config": "_model",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -9,7 +9,7 @@ import msgspec
 from msgspec import UNSET
 
 from ._facts import BreakerFacts, breaker_facts
-from ._js import as_double, encode_json, format_number, js_number, js_string
+from ._js import as_double, encode_json, format_number, js_number
 from ._model import (
     Attempt,
     BreakerConfig,
@@ -18,6 +18,7 @@ from ._model import (
     Trigger,
     validate_breaker_config,
 )
+from ._rules import breaker_verdict
 
 __all__ = [
     "DailySpend",
@@ -81,63 +82,8 @@ def decide(facts: BreakerFacts, config: BreakerConfig = _DEFAULT_BREAKER) -> Bre
 
     ``facts`` must have been gathered at ``config.similarity_threshold``.
     """
-    iterations = facts.iterations
-    tokens = facts.tokens_used
-    run = facts.failure_run
-
-    if run and run >= config.stagnation_threshold:
-        count = facts.same_error
-        if count >= config.stagnation_threshold:
-            return _decision(
-                iterations,
-                tokens,
-                "stagnation",
-                f"Same error repeated {count}\u00d7 in a row (threshold "
-                f'{format_number(config.stagnation_threshold)}): "{facts.last_signature}". '
-                "Escalating instead of retrying.",
-            )
-
-    if run and run >= config.frustration_threshold:
-        count = facts.same_action
-        if count >= config.frustration_threshold:
-            return _decision(
-                iterations,
-                tokens,
-                "frustration",
-                "Semantic looping detected: agent repeated highly similar action "
-                f"{count}\u00d7 in a row (threshold {format_number(config.frustration_threshold)})"
-                f': "{js_string(facts.last_action)}". Escalating.',
-            )
-
-    if run >= config.no_progress_threshold:
-        return _decision(
-            iterations,
-            tokens,
-            "no-progress",
-            f"{run} consecutive failures with no progress (threshold "
-            f"{format_number(config.no_progress_threshold)}). Escalating.",
-        )
-
-    budget = config.token_budget
-    if budget is not None and tokens >= budget:
-        return _decision(
-            iterations,
-            tokens,
-            "token-budget",
-            f"Token budget reached ({format_number(tokens)} \u2265 {format_number(budget)}). "
-            "Escalating to avoid cost blowup.",
-        )
-
-    if iterations >= config.max_iterations:
-        return _decision(
-            iterations,
-            tokens,
-            "max-iterations",
-            f"Iteration cap reached ({iterations} \u2265 {format_number(config.max_iterations)}"
-            "). Escalating.",
-        )
-
-    return _decision(iterations, tokens, "ok", "Within limits \u2014 cleared to continue.")
+    trigger, reason = breaker_verdict(facts, config)
+    return _decision(facts.iterations, facts.tokens_used, trigger, reason)
 
 
 class DailySpend(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

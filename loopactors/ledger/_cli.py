@@ -1,7 +1,9 @@
 """``loopactors context``: loop-context's command line on the pure ledger module (docs/ledger.md).
 
-Only the standard library, msgspec and the ledger are imported, so the command starts fast
-(no trio, rich or runtime). Messages, output and exit codes are loop-context's; the prefix
+Only the standard library and the ledger are imported, so the command starts fast (no trio,
+rich or runtime); ``--check`` on a small ledger without the daily budget or a hook does not
+even load msgspec (docs/benchmarks.md, start-up): the other operations import their modules
+when they run. Messages, output and exit codes are loop-context's; the prefix
 stays ``loop-context`` so scripts that grep for it keep working.
 """
 
@@ -12,18 +14,14 @@ import gc
 import sys
 from collections.abc import Sequence
 
-from ._breaker import apply_daily_budget, check_circuit_breaker, decide
 from ._cli_args import Options, parse_args
 from ._facts import BreakerFacts, read_breaker_facts
-from ._js import encode_json, is_integer
-from ._model import (
-    BreakerConfig,
-    BreakerDecision,
-    Ledger,
-    PruneConfig,
-    parse_ledger,
-    validate_breaker_config,
-)
+from ._js import encode_plain_json, is_integer
+from ._rules import BreakerLimits, breaker_verdict, check_limits
+
+TYPE_CHECKING = False  # typing itself is not loaded by ``context --check``
+if TYPE_CHECKING:
+    from ._model import BreakerConfig, BreakerDecision, Ledger, PruneConfig
 
 __all__ = ["HELP", "main"]
 
@@ -119,6 +117,8 @@ def _read_bytes(path: str | None) -> bytes:
 
 
 def _read_ledger(path: str | None) -> Ledger:
+    from ._model import parse_ledger  # noqa: PLC0415 - not needed by --check
+
     # Node's utf8 decoding replaces bad bytes instead of failing.
     return parse_ledger(_read_bytes(path).decode("utf-8", errors="replace"))
 
@@ -129,16 +129,29 @@ def _write(text: str) -> None:
     out.flush()
 
 
-def _configs(opts: Options, token_budget: int | float | None) -> tuple[BreakerConfig, PruneConfig]:
+def _limits(opts: Options, token_budget: int | float | None) -> BreakerLimits:
     if token_budget is not None and is_integer(token_budget):
         token_budget = int(token_budget)
-    breaker = BreakerConfig(
+    return BreakerLimits(
         max_iterations=opts.max_iterations,
         stagnation_threshold=opts.stagnation,
         no_progress_threshold=opts.no_progress,
         similarity_threshold=opts.similarity_threshold,
         # A non-integral loop-cost value is kept so the breaker's own check refuses it.
         token_budget=token_budget,  # type: ignore[arg-type]
+    )
+
+
+def _configs(opts: Options, token_budget: int | float | None) -> tuple[BreakerConfig, PruneConfig]:
+    from ._model import BreakerConfig, PruneConfig  # noqa: PLC0415 - not needed by --check
+
+    limits = _limits(opts, token_budget)
+    breaker = BreakerConfig(
+        max_iterations=limits.max_iterations,
+        stagnation_threshold=limits.stagnation_threshold,
+        no_progress_threshold=limits.no_progress_threshold,
+        similarity_threshold=limits.similarity_threshold,
+        token_budget=limits.token_budget,
     )
     prune = PruneConfig(
         max_trace_lines=opts.max_trace_lines,
@@ -148,12 +161,43 @@ def _configs(opts: Options, token_budget: int | float | None) -> tuple[BreakerCo
     return breaker, prune
 
 
-def _check(facts: BreakerFacts, breaker: BreakerConfig, opts: Options) -> BreakerDecision:
-    validate_breaker_config(breaker)
-    decision = decide(facts, breaker)
+def _check(facts: BreakerFacts, limits: BreakerLimits, opts: Options) -> dict[str, object]:
+    """The decision as JSON fields (the order of :class:`BreakerDecision`'s keys)."""
+    check_limits(limits)
+    trigger, reason = breaker_verdict(facts, limits)
+    if opts.daily_pattern or (trigger != "ok" and opts.on_exceed):
+        decision = _daily_budget_and_hook(facts, trigger, reason, opts)
+        trigger, reason = decision.trigger, decision.reason
+    escalate = trigger != "ok"
+    return {
+        "iterations": facts.iterations,
+        "tokensUsed": facts.tokens_used,
+        "shouldContinue": not escalate,
+        "escalate": escalate,
+        "trigger": trigger,
+        "reason": reason,
+    }
+
+
+def _daily_budget_and_hook(
+    facts: BreakerFacts, trigger: str, reason: str, opts: Options
+) -> BreakerDecision:
+    # Only when asked for: these load msgspec and the daily-state and hook modules.
+    from ._breaker import apply_daily_budget  # noqa: PLC0415
+    from ._model import BreakerDecision  # noqa: PLC0415
+
+    ok = trigger == "ok"
+    decision = BreakerDecision(
+        iterations=facts.iterations,
+        tokens_used=facts.tokens_used,
+        should_continue=ok,
+        escalate=not ok,
+        trigger=trigger,  # type: ignore[arg-type]
+        reason=reason,
+    )
     if opts.daily_pattern:
         # Recorded even when a per-run trigger already escalated (spec §10.2).
-        from ._cli_budget import resolve_daily_cap  # noqa: PLC0415 - only when asked for
+        from ._cli_budget import resolve_daily_cap  # noqa: PLC0415
         from ._cli_daily import add_daily_spend  # noqa: PLC0415
 
         state = add_daily_spend(opts.daily_state_dir, opts.daily_pattern, facts.newest_tokens)
@@ -163,7 +207,7 @@ def _check(facts: BreakerFacts, breaker: BreakerConfig, opts: Options) -> Breake
                 decision, opts.daily_pattern, state.tokens_used_today, cap
             )
     if decision.escalate and opts.on_exceed:
-        from ._cli_daily import run_hook  # noqa: PLC0415 - only when asked for
+        from ._cli_daily import run_hook  # noqa: PLC0415
 
         run_hook(opts.on_exceed, decision)
     return decision
@@ -178,15 +222,16 @@ def _run(opts: Options) -> int:
     if opts.operation == "check":
         # The breaker reads only what its rules need, straight from the JSON (see _facts).
         facts = read_breaker_facts(_read_bytes(opts.ledger), opts.similarity_threshold)
-        breaker, _ = _configs(opts, token_budget)
-        decision = _check(facts, breaker, opts)
+        answer = _check(facts, _limits(opts, token_budget), opts)
         if opts.json:
-            _write(encode_json(decision))
+            _write(encode_plain_json(answer))
         else:
-            verdict = "ESCALATE" if decision.escalate else "CONTINUE"
-            _write(f"{verdict} [{decision.trigger}] \u2014 {decision.reason}")
-        return EXIT_ESCALATE if decision.escalate else EXIT_CONTINUE
-    from ._summary import (  # noqa: PLC0415 - not needed by --check
+            verdict = "ESCALATE" if answer["escalate"] else "CONTINUE"
+            _write(f"{verdict} [{answer['trigger']}] \u2014 {answer['reason']}")
+        return EXIT_ESCALATE if answer["escalate"] else EXIT_CONTINUE
+    from ._breaker import check_circuit_breaker  # noqa: PLC0415 - not needed by --check
+    from ._js import encode_json  # noqa: PLC0415
+    from ._summary import (  # noqa: PLC0415
         build_context_injection,
         format_summary,
         prune_ledger,

@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..errors import LoopactorsError
 from ._js import as_double, trim
-from ._model import assert_similarity_threshold
+from ._rules import assert_similarity_threshold
 
 __all__ = ["CliError", "Options", "js_to_number", "parse_args"]
 
@@ -23,8 +22,10 @@ class CliError(LoopactorsError):
     """A command-line problem; printed as ``loop-context failed: <message>``, exit 1."""
 
 
-@dataclass
 class Options:
+    """The parsed command line; the class attributes are the defaults (no dataclass: it
+    loads ``inspect``, a start-up cost)."""
+
     operation: str = "status"
     ledger: str | None = None
     json: bool = False

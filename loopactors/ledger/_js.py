@@ -7,17 +7,22 @@ defaults do not (``str.strip``, ``repr(1500.0)``, ``json.dumps``). Everything he
 from __future__ import annotations
 
 import math
-from decimal import Decimal
+import sys
 from json.encoder import encode_basestring  # json.dumps(text, ensure_ascii=False), minus its set-up
-from typing import Any, TypeGuard
 
-import msgspec
+TYPE_CHECKING = False  # typing itself is not loaded by ``context --check``
+if TYPE_CHECKING:
+    from typing import Any, TypeGuard
+
+# Nothing here imports msgspec or decimal: ``loopactors context --check`` on a small ledger
+# loads neither (docs/benchmarks.md, start-up).
 
 __all__ = [
     "WHITESPACE",
     "WS_CLASS",
     "as_double",
     "encode_json",
+    "encode_plain_json",
     "format_number",
     "is_integer",
     "is_number",
@@ -97,13 +102,15 @@ def format_number(value: int | float) -> str:
     if x == 0:
         return "0"  # also -0
     sign = "-" if x < 0 else ""
-    # repr() gives the shortest round-tripping digits, the same digits JavaScript picks.
-    _, digit_tuple, exponent = Decimal(repr(abs(x))).as_tuple()
-    digits = "".join(map(str, digit_tuple)).rstrip("0")
-    assert isinstance(exponent, int)
+    # repr() gives the shortest round-tripping digits, the same digits JavaScript picks:
+    # "1500.0", "1.5e-07", "1e+22". n is where the decimal point goes after the digits.
+    mantissa_text, _, exponent_text = repr(abs(x)).partition("e")
+    whole, _, fraction = mantissa_text.partition(".")
+    all_digits = whole + fraction
+    stripped = all_digits.lstrip("0")
+    n = len(whole) - (len(all_digits) - len(stripped)) + int(exponent_text or 0)
+    digits = stripped.rstrip("0")
     k = len(digits)
-    # Decimal's exponent counts from the last digit (trailing zeros included).
-    n = len(digit_tuple) + exponent
     if k <= n <= 21:
         return sign + digits + "0" * (n - k)
     if 0 < n <= 21:
@@ -119,7 +126,7 @@ def js_string(value: object) -> str:
     """``String(value)`` for the values a config or template can hold."""
     if value is None:
         return "null"
-    if value is msgspec.UNSET:
+    if _is_unset(value):
         return "undefined"
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -128,13 +135,26 @@ def js_string(value: object) -> str:
     return str(value)
 
 
+def _is_unset(value: object) -> bool:
+    """Whether ``value`` is ``msgspec.UNSET`` (which cannot exist before msgspec is loaded)."""
+    msgspec = sys.modules.get("msgspec")
+    return msgspec is not None and value is msgspec.UNSET
+
+
 def encode_json(value: Any, indent: int | None = 2) -> str:
     """``JSON.stringify(value, null, indent)`` (J6) for Structs and builtins.
 
     Numbers follow J5 (non-finite ones print ``null``), non-ASCII text is written raw and
     unset Struct fields are omitted, as JavaScript omits ``undefined`` keys.
     """
+    import msgspec  # noqa: PLC0415 - only for Structs; see encode_plain_json
+
     return _encode(msgspec.to_builtins(value), indent, 0)
+
+
+def encode_plain_json(value: Any, indent: int | None = 2) -> str:
+    """:func:`encode_json` for a value made of dicts, lists, strings, numbers, bools and None."""
+    return _encode(value, indent, 0)
 
 
 def _encode(value: Any, indent: int | None, level: int) -> str:

@@ -13,8 +13,9 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from ..errors import ConfigError, LoopactorsError
-from ._js import WHITESPACE, format_number, is_integer, is_number, js_string
+from ..errors import LoopactorsError
+from ._js import WHITESPACE
+from ._rules import assert_positive_integer, assert_similarity_threshold, check_limits
 
 __all__ = [
     "Attempt",
@@ -145,44 +146,9 @@ def parse_ledger(text: str | bytes) -> Ledger:
         raise LedgerError(str(exc)) from None
 
 
-def assert_similarity_threshold(value: object, label: str = "similarityThreshold") -> None:
-    """Rule 4.1: a number with ``0 < value <= 1``; the message hints at percentages."""
-    if is_number(value) and 0 < value <= 1:
-        return
-    why = ""
-    if is_number(value) and value > 1:
-        why = (
-            " Similarity is at most 1.0, so no two errors would ever match and the "
-            "stagnation rule would never fire."
-        )
-        if is_integer(value) and value <= 100:
-            percent = format_number(value)
-            why += f" If you meant {percent}%, use {format_number(value / 100)}."
-    raise ConfigError(
-        f"{label} must be a fraction greater than 0 and at most 1 (default 0.85); "
-        f"got {js_string(value)}.{why}"
-    )
-
-
-def assert_positive_integer(value: object, label: str) -> None:
-    """Rule 4.2: an integral number of at least 1 (so not NaN, Infinity or 2.5)."""
-    if is_integer(value) and value >= 1:
-        return
-    raise ConfigError(
-        f"{label} must be a positive integer; got {js_string(value)}. "
-        "An invalid value would switch this rule off."
-    )
-
-
 def validate_breaker_config(config: BreakerConfig) -> None:
     """Spec §4.3: the first failing check raises :class:`ConfigError`."""
-    assert_positive_integer(config.max_iterations, "maxIterations")
-    assert_positive_integer(config.stagnation_threshold, "stagnationThreshold")
-    assert_positive_integer(config.frustration_threshold, "frustrationThreshold")
-    assert_positive_integer(config.no_progress_threshold, "noProgressThreshold")
-    if config.token_budget is not None:
-        assert_positive_integer(config.token_budget, "tokenBudget")
-    assert_similarity_threshold(config.similarity_threshold)
+    check_limits(config)
 
 
 def validate_prune_config(config: PruneConfig) -> None:

@@ -34,6 +34,7 @@ from ._model import RoundRecord as RoundRecord
 from ._model import RoundStatus as RoundStatus
 from ._model import StopMode as StopMode
 from ._model import check_transition as check_transition
+from ._model import output_heads as output_heads
 from ._rules import Prompt as Prompt
 from ._rules import Verdict as Verdict
 from ._rules import build_prompt as build_prompt
@@ -105,6 +106,7 @@ __all__ = [
     "on_control",
     "on_give_up",
     "on_recovery",
+    "output_heads",
     "parse_loop",
     "resolve_loop_id",
     "resume_step",

@@ -29,6 +29,7 @@ __all__ = [
     "StopMode",
     "check_transition",
     "is_terminal",
+    "output_heads",
 ]
 
 DEFAULT_ROUNDS = 5
@@ -198,3 +199,23 @@ class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):
         """A copy in ``phase`` (checked) with ``changes`` applied and ``updated_at`` now."""
         check_transition(self.phase, phase)
         return msgspec.structs.replace(self, phase=phase, updated_at=time.time(), **changes)
+
+
+def output_heads(
+    state: LoopState, rounds: list[RoundRecord], head: int | None
+) -> tuple[LoopState, list[RoundRecord]]:
+    """The loop and its rounds with each output (and the loop's ``last_output``) cut to its
+    first ``head`` characters; unchanged when ``head`` is None. A node answers ``history``
+    and ``status`` so: a frame must stay small whatever a worker printed."""
+    if head is None:
+        return state, rounds
+    if head < 0:
+        raise ValueError(f"an output head must be >= 0, got {head}")
+    last = state.last_output
+    if last is not None and len(last) > head:
+        state = msgspec.structs.replace(state, last_output=last[:head])
+    cut = [
+        msgspec.structs.replace(r, output=r.output[:head]) if len(r.output) > head else r
+        for r in rounds
+    ]
+    return state, cut

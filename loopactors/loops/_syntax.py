@@ -28,6 +28,9 @@ _ACTIVATION = re.compile(r"^[ \t]*\|loop(?![A-Za-z0-9_-])", re.MULTILINE)
 _DIGITS = re.compile(r"[0-9]+")
 # `|loop:N key=value ...|`: the colon form's count followed by space-separated keys.
 _COUNT_THEN_KEYS = re.compile(r"[ \t]*([0-9]+)[ \t]+(?=[A-Za-z_]+[ \t]*=)")
+# `|loop:N,mode|` and its parts (`|loop:N|`, `|loop:,mode|`, `|loop:|`): what
+# _colon_items makes of it, matched at once (an activation is parsed per loop started).
+_PLAIN_COLON = re.compile(r"[ \t]*([0-9]*)[ \t]*(?:,[ \t]*([A-Za-z-]*)[ \t]*)?\|")
 # Longer numbers are garbage, and would not survive int()/str() under Python's digit limit.
 _MAX_DIGITS = 18
 _WS = " \t"
@@ -78,14 +81,21 @@ class _Line:
         return self.text[self.i : self.i + 1]  # "" at the end of the line
 
     def skip_ws(self) -> None:
-        while self.peek() and self.peek() in _WS:
-            self.i += 1
+        text, i, end = self.text, self.i, len(self.text)
+        while i < end and text[i] in _WS:
+            i += 1
+        self.i = i
 
     def run(self, stops: str) -> str:
-        start = self.i
-        while self.peek() and self.peek() not in stops:
-            self.i += 1
-        return self.text[start : self.i]
+        """The text from the cursor up to (not including) the first of ``stops`` or the end
+        of the line; the cursor moves there. (Indexing, not :meth:`peek`: every activation
+        is parsed once per loop started.)"""
+        text, start, end = self.text, self.i, len(self.text)
+        i = start
+        while i < end and text[i] not in stops:
+            i += 1
+        self.i = i
+        return text[start:i]
 
     def need_more(self) -> None:
         if not self.peek():
@@ -226,8 +236,12 @@ def parse_loop(text: str) -> ParsedLoop:
     if opener == "|":
         items: list[_Item] = []
     elif opener == ":":
-        lead = _COUNT_THEN_KEYS.match(line.text, line.i)
-        if lead is not None:  # |loop:10 objective="..."|: a count, then the space form
+        plain = _PLAIN_COLON.match(line.text, line.i)
+        lead = None if plain else _COUNT_THEN_KEYS.match(line.text, line.i)
+        if plain is not None:
+            line.i = plain.end()
+            items = [(None, plain[1])] if plain[2] is None else [(None, plain[1]), (None, plain[2])]
+        elif lead is not None:  # |loop:10 objective="..."|: a count, then the space form
             line.i = lead.end()
             items = [(None, lead[1]), *_space_items(line)]
         else:

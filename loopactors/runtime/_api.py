@@ -34,6 +34,7 @@ from ..loops import (
     Phase,
     RoundRecord,
     StopMode,
+    output_heads,
     resolve_loop_id,
 )
 from ..storage import DB_FILENAME, PruneReport, StoreBackend, StoreStatistics, open_backend
@@ -265,10 +266,32 @@ class Runtime:
     async def resume(self, loop_id: str) -> LoopState:
         return await self.handle(loop_id).resume()
 
+    async def loop_pages(
+        self, *, live_only: bool = False, page: int | None = None
+    ) -> AsyncIterator[list[LoopState]]:
+        """Every loop in the store, newest first, ``page`` loops (all if None) at a time."""
+        after: tuple[float, str] | None = None
+        while True:
+            loops = await self.loops(live_only=live_only, limit=page, after=after)
+            if loops or after is None:
+                yield loops
+            if page is None or len(loops) < page:
+                return
+            after = (loops[-1].created_at, loops[-1].loop_id)
+
     async def history(self, loop_id: str) -> list[RoundRecord]:
         await self.get(loop_id)  # a clear error for an unknown id
         rounds: list[RoundRecord] = await self._ask(self._store, GetRounds(loop_id))
         return rounds
+
+    async def recorded(
+        self, loop_id: str, *, output_head: int | None = None
+    ) -> tuple[LoopState, list[RoundRecord]]:
+        """The loop and its rounds as recorded, each output cut to ``output_head``
+        characters if given (``loops.output_heads``)."""
+        state = await self.get(loop_id)
+        rounds: list[RoundRecord] = await self._ask(self._store, GetRounds(loop_id))
+        return output_heads(state, rounds, output_head)
 
     async def stored_events(self, loop_id: str) -> list[AnyEvent]:
         """The loop's event log as the store keeps it."""

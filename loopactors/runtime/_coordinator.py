@@ -38,7 +38,7 @@ from ._messages import (
     GetLoop,
     GetRounds,
     GetRoundSummaries,
-    ListLoops,
+    ListLiveLoops,
     LoopEnded,
     StartLoop,
 )
@@ -126,13 +126,12 @@ class Coordinator(Actor[Any]):
         # loop, so the snapshot below stays true and the new runners take it as it is;
         # else each reads its loop again (it may have moved on since).
         fresh = (await supervisor.statistics()).children == 0
-        states: list[LoopState] = await self.svc.store.call(
-            ListLoops(live_only=True), self.deps.call_timeout
-        )
-        for state in sorted(states, key=lambda s: s.created_at):
+        states: list[LoopState] = await self.svc.store.call(ListLiveLoops(), self.deps.call_timeout)
+        states.sort(key=lambda s: (s.created_at, s.loop_id))  # parents before children
+        for state in states:
             self._index(state)
         resume: list[LoopState] = []
-        for state in sorted(states, key=lambda s: s.created_at):  # parents before children
+        for state in states:
             parent_id = state.spec.parent_id
             runner = self.node.whereis(runner_name(state.loop_id))
             if parent_id is not None and parent_id not in self._live:

@@ -91,6 +91,12 @@ class Dispatcher(Actor[Any]):
             cancelled_at = self._cancelled.pop(key, None)
             if cancelled_at is not None and trio.current_time() - cancelled_at < CANCELLED_TTL:
                 return None
+            if self._remote is None:
+                answered = self._answer_at_once(message.request)
+                if answered is not None:
+                    self.rounds_started += 1
+                    await self._finish(message.request, *answered)
+                    return None
             scope = trio.CancelScope()
             self._running[key] = scope
             self.rounds_started += 1
@@ -160,6 +166,31 @@ class Dispatcher(Actor[Any]):
             self._limit.release()
             return False
         return True
+
+    def _answer_at_once(self, request: RoundRequest) -> tuple[RoundResult, float] | None:
+        """Run here a round whose worker answers on the spot (``Worker.run_at_once``, a
+        zero-latency scripted worker): no round task, cancel scope or deadline, nothing to
+        wait for (see docs/benchmarks.md). ``None``: the round runs in a task, as every
+        other does (also when it would have to wait for a concurrency slot)."""
+        try:
+            worker = self.worker(request.worker)
+        except Exception:
+            return None  # the round task reports it as the round's failure
+        kind_limit = self._kind_limits.get(worker.kind)
+        if not self._take_slots_nowait(kind_limit):
+            return None  # behind the rounds that wait for a slot
+        started = time.monotonic()
+        try:
+            result = worker.run_at_once(request)
+        except Exception as exc:  # a worker bug must not crash the Dispatcher
+            result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+        finally:  # nobody can have started waiting for a slot meanwhile: no checkpoint
+            if kind_limit is not None:
+                kind_limit.release()
+            self._limit.release()
+        if result is None:
+            return None
+        return result, time.monotonic() - started
 
     async def _round_task(self, dispatch: Dispatch, scope: trio.CancelScope) -> None:
         """Run this round, then the ones handed over while it waits idle.

@@ -48,6 +48,7 @@ __all__ = [
     "GetRounds",
     "GetStoreStatistics",
     "GetTimersStatistics",
+    "ListLiveLoops",
     "ListLoops",
     "LoopEnded",
     "PromptReady",
@@ -98,6 +99,10 @@ class ListLoops(msgspec.Struct, frozen=True, kw_only=True):
     #: The ``created_at`` and ``loop_id`` of the last loop of the previous page.
     after: tuple[float, str] | None = None
     limit: int | None = None
+
+
+class ListLiveLoops(msgspec.Struct, frozen=True):
+    """Reply: every live loop's state, in no particular order (a recovery's read)."""
 
 
 class FindLoopIds(msgspec.Struct, frozen=True):

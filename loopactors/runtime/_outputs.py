@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..workers._output import cap_output, is_cut
+from ..workers import cap_output, is_cut
 
 __all__ = ["cap_output", "is_cut", "keep_whole"]
 

@@ -174,6 +174,11 @@ class StoreBackend(abc.ABC):
         ``live_only``; with ``after`` (a loop's ``created_at`` and ``loop_id``, the last of the
         previous page) only the loops that come after it."""
 
+    def live_loops(self) -> list[LoopState]:
+        """Every live (non-terminal) loop, in no particular order: what a recovery reads,
+        which orders them itself (sorting the rows in the store costs more than that)."""
+        return self.list_loops(live_only=True)
+
     @abc.abstractmethod
     def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:
         """The ids of the loops whose id starts with ``prefix``, sorted, at most ``limit``

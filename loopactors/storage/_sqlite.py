@@ -291,6 +291,14 @@ class SqliteBackend(StoreBackend):
         with self._reading():
             return [decode(state) for (state,) in self._conn.execute(query, params)]
 
+    def live_loops(self) -> list[LoopState]:
+        # No ORDER BY: SQLite's sorter would copy every row, state included (40% of the
+        # read for 50,000 loops).
+        decode = self._state_decoder.decode
+        query = f"SELECT state FROM loops WHERE {_NOT_TERMINAL}"
+        with self._reading():
+            return [decode(state) for (state,) in self._conn.execute(query, _TERMINAL)]
+
     def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:
         # A range on the primary key (text compares by its UTF-8 bytes, and no character
         # sorts after U+10FFFF): an index seek, not a scan of every id.

@@ -7,6 +7,11 @@ any more (the loop was stopped, or the round was already reported by another wor
 reclaim) is acknowledged and dropped. Stops go to every worker on the control stream, and a
 flag with an expiry catches a stopped round a worker has not taken yet.
 
+A node that restarts dispatches its rounds in flight again under the same keys; an order
+whose key already has one on its stream (``order_key``: a worker still runs it, or it waits)
+is not published again: the node waits for that one, so a round is never run by two workers
+at once because its node was killed.
+
 While Redis is unreachable every operation retries with backoff: rounds wait in
 ``awaiting_worker`` and nothing is lost. If Redis comes back without its data (restarted with
 no persistence: the node's epoch token is gone), every awaited order is published again
@@ -49,6 +54,7 @@ from ._wire import (
     cancelled_key,
     decode_report,
     encode,
+    order_key,
     rounds_stream,
 )
 
@@ -66,13 +72,34 @@ BLOCK_MS = 1000
 SWEEP_SECONDS = 5.0
 
 
+#: Publish a round's order, unless the latest order published for its key is still on the
+#: stream (taken by a worker or waiting): then wait for that one (a node restarted while the
+#: round ran). KEYS: the stream, the order's index key; ARGV: the order, "1" to adopt, the
+#: index's expiry. Returns [entry id, 1 if adopted else 0].
+PUBLISH_OR_ADOPT = """
+if ARGV[2] == '1' then
+  local id = redis.call('GET', KEYS[2])
+  if id and #redis.call('XRANGE', KEYS[1], id, id) > 0 then
+    return {id, 1}
+  end
+end
+local id = redis.call('XADD', KEYS[1], '*', 'order', ARGV[1])
+redis.call('SET', KEYS[2], id, 'EX', ARGV[3])
+return {id, 0}
+"""
+#: How long the index of an order outlives a worker that died before forgetting it.
+ORDER_INDEX_SECONDS = 7 * 24 * 3600
+
+
 class _Waiter:
-    __slots__ = ("done", "entry_id", "order", "result", "stream")
+    __slots__ = ("done", "entry_id", "entry_ids", "order", "result", "stream")
 
     def __init__(self, stream: str, order: RoundOrder) -> None:
         self.stream = stream
         self.order = order
         self.entry_id: str | None = None
+        #: Every order entry published (or adopted) for this wait: their reports are its.
+        self.entry_ids: set[str] = set()
         self.result: RoundResult | None = None
         self.done = trio.Event()
 
@@ -146,14 +173,20 @@ class RedisTransport(RemoteTransport):
     def statistics(self) -> dict[str, int]:
         return {"awaited": len(self._waiting), "reports_dropped": self.reports_dropped}
 
-    async def _publish(self, waiter: _Waiter) -> None:
-        waiter.entry_id = await retry(
+    async def _publish(self, waiter: _Waiter, *, adopt: bool = True) -> None:
+        key = waiter.order.request.key
+        entry_id, adopted = await retry(
             "publishing a round",
             self.url,
-            self._client.xadd,
-            waiter.stream,
-            {"order": encode(waiter.order).decode()},
+            self._client.eval,
+            PUBLISH_OR_ADOPT,
+            keys=[waiter.stream, order_key(key)],
+            args=[encode(waiter.order).decode(), "1" if adopt else "0", ORDER_INDEX_SECONDS],
         )
+        if int(adopted):
+            log.info("round %s is still on its worker's stream: waiting for it", key)
+        waiter.entry_id = str(entry_id)
+        waiter.entry_ids.add(waiter.entry_id)
 
     async def _read_reports(self) -> None:
         client = self._client
@@ -212,10 +245,17 @@ class RedisTransport(RemoteTransport):
             self.reports_dropped += 1
             log.warning("dropped an unreadable round report")
             return
-        waiter = self._waiting.pop(report.key, None)
+        waiter = self._waiting.get(report.key)
         if waiter is None:
             self.reports_dropped += 1  # nobody waits for it any more: drop it safely
             return
+        if report.entry_id and report.entry_id not in waiter.entry_ids:
+            # An order of this key published before, and gone from its stream when this
+            # wait published its own: that one runs and reports; this one is history.
+            self.reports_dropped += 1
+            log.info("dropped the report of an earlier order of round %s", report.key)
+            return
+        del self._waiting[report.key]
         waiter.result = report.result
         waiter.done.set()
 
@@ -240,7 +280,7 @@ class RedisTransport(RemoteTransport):
                 log.warning(
                     "round %s was lost by redis; publishing it again", waiter.order.request.key
                 )
-                await self._publish(waiter)
+                await self._publish(waiter, adopt=False)
 
     async def _publish_stops(self) -> None:
         while True:

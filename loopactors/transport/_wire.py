@@ -24,6 +24,7 @@ __all__ = [
     "StopOrder",
     "alive_key",
     "cancelled_key",
+    "order_key",
     "rounds_stream",
 ]
 
@@ -56,6 +57,14 @@ def alive_key(name: str) -> str:
     return f"{PREFIX}:alive:{name}"
 
 
+def order_key(key: str) -> str:
+    """The stream entry of the latest order published for a round key: a node that restarts
+    waits for that order (when it is still on its stream) instead of publishing another,
+    so a round in flight on a worker is never run a second time alongside (docs/scale-out.md).
+    Deleted by the worker that forgets the order."""
+    return f"{PREFIX}:order:{key}"
+
+
 def cancelled_key(key: str) -> str:
     """A flag, with an expiry, that a worker checks before it starts a round it took."""
     return f"{PREFIX}:cancelled:{key}"
@@ -77,6 +86,9 @@ class RoundReport(msgspec.Struct, frozen=True, kw_only=True):
     key: str
     result: RoundResult
     worker: str
+    #: The order's stream entry: a report of an order the node no longer waits for (it
+    #: published the round again once that order was gone) is dropped. Empty: not said.
+    entry_id: str = ""
 
 
 class StopOrder(msgspec.Struct, frozen=True, kw_only=True):

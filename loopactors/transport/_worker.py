@@ -50,6 +50,7 @@ from ._wire import (
     decode_order,
     decode_stop,
     encode,
+    order_key,
     rounds_stream,
 )
 
@@ -58,6 +59,13 @@ __all__ = ["WorkerSettings", "default_worker_name", "serve_worker"]
 log = logging.getLogger("loopactors.worker")
 
 BLOCK_MS = 1000
+#: Delete a round's order index (``order_key``) if it still names this entry.
+FORGET_INDEX = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
 #: Stops remembered for rounds this worker has not (yet) got: a stop can overtake an order.
 STOPS_REMEMBERED = 10_000
 
@@ -308,7 +316,8 @@ class _WorkerProcess:
             self._wake()
 
     async def _report(self, held: _Held, result: RoundResult) -> None:
-        report = RoundReport(key=held.order.request.key, result=result, worker=self.s.name)
+        key = held.order.request.key
+        report = RoundReport(key=key, result=result, worker=self.s.name, entry_id=held.entry_id)
         # Acknowledged only once the report is safely on the results stream.
         await retry(
             "publishing a report",
@@ -317,7 +326,11 @@ class _WorkerProcess:
             RESULTS_STREAM,
             {"report": encode(report).decode()},
         )
-        await self._forget(held.stream, held.entry_id)
+        # Done with it before the order leaves the stream: a node may publish the round
+        # again as soon as it has, and that order must then run (not count as this one).
+        if self.held.get(key) is held:
+            del self.held[key]
+        await self._forget(held.stream, held.entry_id, key)
 
     async def _result_of(self, held: _Held) -> RoundResult:
         request = held.order.request
@@ -355,10 +368,20 @@ class _WorkerProcess:
             backend = self.backends[spec] = parse_worker(spec, kill_grace=self.s.kill_grace)
         return backend
 
-    async def _forget(self, stream: str, entry_id: str) -> None:
-        """Acknowledge and delete an order: the stream's length is then its backlog."""
+    async def _forget(self, stream: str, entry_id: str, key: str | None = None) -> None:
+        """Acknowledge and delete an order: the stream's length is then its backlog; and the
+        index of the round's latest order, if it names this one."""
         await retry("acknowledging", self.s.url, self.client.xack, stream, WORKER_GROUP, [entry_id])
         await retry("deleting", self.s.url, self.client.xdel, stream, [entry_id])
+        if key is not None:
+            await retry(
+                "deleting an order's index",
+                self.s.url,
+                self.client.eval,
+                FORGET_INDEX,
+                keys=[order_key(key)],
+                args=[entry_id],
+            )
 
     # -- heartbeat and stops -------------------------------------------------------------------
 

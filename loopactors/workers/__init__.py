@@ -32,6 +32,8 @@ from ._cli_worker import CliAgentWorker as CliAgentWorker
 from ._command import CommandWorker as CommandWorker
 from ._command import GroupStopper as GroupStopper
 from ._command import kill_worker_groups as kill_worker_groups
+from ._output import cap_output as cap_output
+from ._output import is_cut as is_cut
 from ._python import PythonWorker as PythonWorker
 from ._scripted import ScriptedWorker as ScriptedWorker
 
@@ -49,9 +51,11 @@ __all__ = [
     "ScriptedWorker",
     "Worker",
     "WorkerStatus",
+    "cap_output",
     "check_worker_spec",
     "cli_kinds",
     "in_workspace",
+    "is_cut",
     "kill_worker_groups",
     "parse_worker",
     "worker_kinds",

@@ -1,6 +1,6 @@
 """The agent worker's window on the runtime: child loops of the round's loop, and their ends.
 
-:class:`RoundLoops` implements the agent's ``LoopControl`` (loop tools) for one round, limited
+:class:`RoundLoops` implements the agent's ``ChildLoops`` (loop tools) for one round, limited
 to the direct children of the round's loop. From the first child on it also watches them: when
 a child started in this round finishes, a waking ``defer`` message tells the agent, and while
 any is still running the agent's idle wait holds the round open (bounded by the agent's

@@ -189,3 +189,12 @@ class Worker(abc.ABC):
     @abc.abstractmethod
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
         """Run the round. Must let ``trio.Cancelled`` through (that is how a stop arrives)."""
+
+    def run_at_once(self, request: RoundRequest) -> RoundResult | None:
+        """The round's result on the spot, for a worker whose round waits for nothing and
+        takes no time; ``None`` (the default) when the round needs :meth:`run`.
+
+        The runtime runs such a round where it dispatches it: no task, cancel scope or
+        timeout of its own (there is nothing to wait for, to cancel midway or to time out).
+        """
+        return None

@@ -3,29 +3,60 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import loopactors.ledger._facts_read as facts_read
 from loopactors.ledger import BreakerConfig, LedgerError, check_circuit_breaker, parse_ledger
 from loopactors.ledger._breaker import decide
-from loopactors.ledger._facts import BreakerFacts, breaker_facts, read_breaker_facts
+from loopactors.ledger._facts import (
+    SMALL_LEDGER_BYTES,
+    BreakerFacts,
+    breaker_facts,
+    read_breaker_facts,
+)
+from loopactors.ledger._facts_read import read_large_facts
 
 
 def _both(data: bytes, threshold: float = 0.85) -> tuple[Any, Any]:
-    """(facts read from bytes, facts of the parsed text), or the error message of each."""
-    try:
-        quick: Any = read_breaker_facts(data, threshold)
-    except LedgerError as exc:
-        quick = ("error", str(exc))
+    """(facts read from bytes, facts of the parsed text), or the error message of each.
+
+    The bytes are read by every quick path, which must agree: the standard library's (for a
+    small ledger), msgspec's in chunks of 512 and msgspec's in chunks of 3 (so a short ledger
+    crosses chunk boundaries).
+    """
+    readers: list[Callable[[bytes, float], BreakerFacts]] = [
+        read_breaker_facts,
+        read_large_facts,
+        _in_chunks_of_3,
+    ]
+    answers: list[Any] = []
+    for read in readers:
+        try:
+            answers.append(read(data, threshold))
+        except (LedgerError, RecursionError) as exc:  # msgspec's own limit on nesting
+            answers.append(("error", str(exc)))
+    assert answers[1] == answers[0]
+    assert answers[2] == answers[0]
     try:
         ledger = parse_ledger(data.decode("utf-8", errors="replace"))
         slow: Any = breaker_facts(ledger.attempts, threshold)
-    except LedgerError as exc:
+    except (LedgerError, RecursionError) as exc:
         slow = ("error", str(exc))
-    return quick, slow
+    return answers[0], slow
+
+
+def _in_chunks_of_3(data: bytes, threshold: float) -> BreakerFacts:
+    chunk = facts_read._CHUNK
+    facts_read._CHUNK = 3
+    try:
+        return read_large_facts(data, threshold)
+    finally:
+        facts_read._CHUNK = chunk
 
 
 values = st.one_of(
@@ -38,14 +69,16 @@ attempt = st.fixed_dictionaries(
         "action": st.sampled_from(["a", "b", "fix it", None]) | values,
         "outcome": st.sampled_from(["failure", "failure", "success", "noop"]) | values,
         "error": st.sampled_from(["E: x 1", "E: x 2", "boom at /a/b.js:1:2", "", None]) | values,
-        "tokensUsed": st.sampled_from([0, 0.1, 0.2, 1e308, 10**400, None]) | values,
+        "tokensUsed": st.sampled_from([0, 0.1, 0.2, 1e308, 10**400, 2**53 - 1, None])
+        | st.integers(0, 2**60)
+        | values,
         "extra": values,
     },
 )
 
 
 @settings(max_examples=300)
-@given(st.lists(attempt, max_size=12), st.sampled_from([0.3, 0.85, 1.0]))
+@given(st.lists(attempt, max_size=16), st.sampled_from([0.3, 0.85, 1.0]))
 def test_quick_read_equals_parsed_ledger(attempts: list[dict[str, Any]], threshold: float) -> None:
     data = json.dumps({"goal": "g", "attempts": attempts}).encode()
     quick, slow = _both(data, threshold)
@@ -75,6 +108,22 @@ def test_quick_read_equals_parsed_ledger(attempts: list[dict[str, Any]], thresho
         b'{"goal": "g", "attempts": [{"tokensUsed": 1e400}]}',
         b'{"goal": "g", "attempts": [{"tokensUsed": NaN}]}',
         b'{"goal": "g", "attempts": [], "attempts": [{"outcome": "failure"}]}',
+        # What the standard library's decoder accepts and msgspec does not (or not alike).
+        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "\\ud800"}]}',
+        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "\\ud83d\\ude00"}]}',
+        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": 1, "error": "E"}]}',
+        b'{"goal": "g", "attempts": [{"outcome": "failure", "outcome": "success"}]}',
+        b'{"goal": "g", "attempts": [{"iteration": 1e400}]}',
+        b'{"goal": "g", "attempts": [{"iteration": -Infinity}]}',
+        b'{"goal": "g", "attempts": [{"tokensUsed": true}]}',
+        b'{"goal": "g", "attempts": [{"repeated": "2"}]}',
+        b'{"goal": "g", "attempts": [{"iteration": ' + b"9" * 5000 + b"}]}",
+        b'{"goal": "g", "attempts": [{"timestamp": ' + b"[" * 3000 + b"]" * 3000 + b"}]}",
+        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "a\x7fb"}]}',
+        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "a\tb"}]}',
+        b'{"goal": "g", "attempts": [{"tokensUsed": 9007199254740993}, {"tokensUsed": 1}]}',
+        b'{"goal": "g", "attempts": [{"tokensUsed": -1}, {"tokensUsed": 0.5}, {}]}',
+        b' {"goal": "g", "startedAt": {"a": [1, 2.5, null]}, "attempts": []}\r\n',
     ],
 )
 def test_quick_read_errors_and_edge_cases_equal_parsed_ledger(data: bytes) -> None:
@@ -109,3 +158,27 @@ def test_the_walk_stops_at_the_first_mismatch() -> None:
     facts = read_breaker_facts(json.dumps({"goal": "g", "attempts": attempts}).encode(), 0.85)
     assert (facts.failure_run, facts.same_error, facts.same_action) == (50, 1, 1)
     assert facts.last_action == "a49"
+
+
+def test_a_long_run_of_similar_errors_judged_a_chunk_at_a_time() -> None:
+    # Chunks of one repeated text, of two similar texts, then one that is not similar.
+    error = "TypeError: Cannot read properties of undefined (reading 'id')"
+    attempts = [{"outcome": "failure", "error": "Something else entirely", "tokensUsed": 7}]
+    attempts += [
+        {"outcome": "failure", "action": f"retry {i}", "tokensUsed": 100,
+         "error": f"{error}\n    at handler (app.js:{i % 2}:5)" if i > 1500 else error}
+        for i in range(3000)
+    ]  # fmt: skip
+    data = json.dumps({"goal": "g", "attempts": attempts}).encode()
+    assert len(data) > SMALL_LEDGER_BYTES
+    quick, slow = _both(data)
+    assert quick == slow
+    assert (quick.failure_run, quick.same_error, quick.tokens_used) == (3001, 3000, 300007)
+
+
+def test_token_sums_past_the_exact_integers_add_as_doubles_in_order() -> None:
+    # 2**53 + 1 is no double: added one at a time, oldest first, the ones are lost.
+    attempts = [{"tokensUsed": 2**53}] + [{"tokensUsed": 1} for _ in range(1200)]
+    quick, slow = _both(json.dumps({"goal": "g", "attempts": attempts}).encode())
+    assert quick == slow
+    assert quick.tokens_used == float(2**53)

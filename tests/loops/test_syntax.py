@@ -8,6 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loopactors.errors import LoopSyntaxError
+from loopactors.loops import _syntax
 from loopactors.loops._model import DEFAULT_ROUNDS, MAX_ROUNDS, LoopSpec, Mode
 from loopactors.loops._syntax import ParsedLoop, parse_loop
 
@@ -272,3 +273,27 @@ def test_a_count_then_space_keys() -> None:
     assert parse_loop("|loop:2 mode=fresh| t").mode == "fresh"
     with pytest.raises(LoopSyntaxError, match="unknown key"):
         parse_loop("|loop:2 colour=red| t")
+
+
+_BLANK = st.text(alphabet=" \t", max_size=2)
+
+
+@given(
+    _BLANK,
+    st.sampled_from(["", "0", "5", "007", "12"]),
+    _BLANK,
+    st.none() | st.tuples(_BLANK, st.sampled_from(["", "fresh", "OFF", "no-inherit", "x"]), _BLANK),
+)
+def test_the_plain_colon_form_reads_as_the_item_parser_reads_it(
+    before: str, count: str, after: str, mode: tuple[str, str, str] | None
+) -> None:
+    # parse_loop matches `|loop:N,mode|` with one pattern; it must agree with _colon_items.
+    text = f":{before}{count}{after}" + ("" if mode is None else "," + "".join(mode)) + "|"
+    plain = _syntax._PLAIN_COLON.match(text, 1)
+    assert plain is not None
+    line = _syntax._Line(text)
+    line.i = 1
+    items = _syntax._colon_items(line)
+    expected = [(None, plain[1])] if plain[2] is None else [(None, plain[1]), (None, plain[2])]
+    assert items == expected
+    assert line.i == plain.end()

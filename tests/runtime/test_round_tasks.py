@@ -1,6 +1,6 @@
 """The Dispatcher runs rounds in tasks it reuses: a round never sees an earlier round's
 context variables, a stop still cancels a reused task's round, and idle tasks end with the
-runtime."""
+runtime. A round whose worker answers on the spot runs in no task at all."""
 
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ async def test_a_stop_cancels_a_round_running_in_a_reused_task(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with open_runtime(memory_config()) as rt:
-        first = await rt.start("|loop:1| warm up", worker="scripted")
+        # Not a zero-latency worker: its round would run in no task (below).
+        first = await rt.start("|loop:1| warm up", worker="scripted:latency=1")
         assert (await first.wait()).phase == "complete"
         assert idle_round_tasks(rt) == 1  # the warm-up round's task waits for the next round
         handle = await rt.start("|loop:3| slow", worker="scripted:latency=60")
@@ -120,3 +121,32 @@ async def test_a_cancelled_key_is_remembered_for_a_while_only(
         await handle.wait()
         [record] = await rt.history("again")
         assert record.status == "completed"
+
+
+async def test_a_round_answered_on_the_spot_runs_in_no_task() -> None:
+    async with open_runtime(memory_config()) as rt:
+        handle = await rt.start("|loop:3,fresh| at once", worker="scripted:fail_every=2")
+        final = await handle.wait()
+        history = await handle.history()
+        await trio.testing.wait_all_tasks_blocked()
+        assert idle_round_tasks(rt) == 0  # no round task was ever made
+        assert dispatcher_of(rt).rounds_started == 3
+    assert final.phase == "complete"
+    assert [r.status for r in history] == ["completed", "failed", "completed"]
+    assert history[1].error == "scripted failure: round 2 (fail_every=2)"
+    assert history[0].output == "round 1 of 3: birch"
+
+
+async def test_a_round_answered_on_the_spot_waits_for_a_concurrency_slot(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_runtime(memory_config(max_concurrent_rounds=1)) as rt:
+        slow = await rt.start("|loop:1| holds the slot", worker="scripted:latency=5")
+        await trio.testing.wait_all_tasks_blocked()
+        fast = await rt.start("|loop:1| at once", worker="scripted")
+        await trio.testing.wait_all_tasks_blocked()
+        assert (await fast.status()).phase == "awaiting_worker"  # queued behind the slow one
+        assert (await fast.wait()).phase == "complete"
+        assert (await slow.status()).phase == "complete"  # the slot came free first
+        [record] = await fast.history()
+    assert record.status == "completed"

@@ -158,6 +158,18 @@ def test_round_summaries_of_many_loops_in_one_read(backend: StoreBackend) -> Non
     assert backend.round_summaries([]) == {}
 
 
+def test_live_loops_are_the_live_ones_in_any_order(backend: StoreBackend) -> None:
+    phases: list[Phase] = ["dispatching", "complete", "paused", "cancelled", "awaiting_worker"]
+    backend.commit(
+        [Write(state=state(f"l{i}", phase, created_at=float(i))) for i, phase in enumerate(phases)]
+    )
+    live = backend.live_loops()
+    assert sorted(s.loop_id for s in live) == ["l0", "l2", "l4"]
+    assert sorted(live, key=lambda s: s.loop_id) == sorted(
+        backend.list_loops(live_only=True), key=lambda s: s.loop_id
+    )
+
+
 def test_several_writes_per_loop_in_one_batch(backend: StoreBackend) -> None:
     batch = [
         Write(state=state("a", rnd=1), round=record("a", 1, "running"), events=(started("a", 1),)),

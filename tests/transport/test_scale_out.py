@@ -240,3 +240,60 @@ async def test_a_command_need_only_exist_where_the_rounds_run(
     assert (await loop.wait()).phase == "complete"
     with pytest.raises(Exception, match="cannot be split"):
         await node.start("|loop:1| work", worker="command:'unclosed")
+
+
+async def test_a_node_sigkilled_mid_round_never_runs_the_round_twice_at_once(
+    tmp_path: Path, redis_server: RedisServer, workers: Workers
+) -> None:
+    """A real ``loopactors run`` on Redis is SIGKILLed while a worker runs round 1; two idle
+    workers could take the round again. The resumed node finds round 1's order still on the
+    stream and waits for it: round 1 runs once, and no two runs overlap. Before, the resumed
+    node published round 1 again and the second worker ran it alongside the first."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    url = redis_server.url()
+    # A long idle timeout: no worker takes the other's order because a beat came late.
+    await workers.start(url, "w1", options=("--idle-timeout", "20"))
+    await workers.start(url, "w2", options=("--idle-timeout", "20"))
+    marks = tmp_path / "marks"
+    script = (
+        f'echo "start $LOOPACTORS_ROUND $LOOPACTORS_WORKER_NAME" >> {marks}; sleep 1.5; '
+        f'echo "end $LOOPACTORS_ROUND $LOOPACTORS_WORKER_NAME" >> {marks}; '
+        'echo "ran on $LOOPACTORS_WORKER_NAME"; cat /proc/sys/kernel/random/uuid'
+    )
+    spec = command(script)
+    state = tmp_path / "state"
+    run = subprocess.Popen(  # noqa: ASYNC220 - killed below, never waited on for long
+        [sys.executable, "-m", "loopactors", "run", "|loop:2,fresh| work", "--worker", spec,
+         "--state", str(state), "--transport", url, "--json"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ},
+    )  # fmt: skip
+    try:
+
+        async def started() -> bool:
+            return marks.exists() and "start 1" in marks.read_text()
+
+        await wait_until(started)
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+    config = RuntimeConfig(
+        store="sqlite", state_dir=state, transport=url, shutdown_grace=5.0,
+        breaker=BreakerSettings(stale_rounds_limit=100),
+    )  # fmt: skip
+    async with open_runtime(config) as rt:
+        [loop] = await rt.loops()
+        with trio.fail_after(30):
+            final = await rt.handle(loop.loop_id).wait()
+        rounds = await rt.history(loop.loop_id)
+    assert final.phase == "complete", final.reason
+    assert [(r.round, r.status) for r in rounds] == [(1, "completed"), (2, "completed")]
+    lines = marks.read_text().splitlines()
+    # One run at a time, each round once: start 1, end 1, start 2, end 2.
+    assert [line.split()[:2] for line in lines] == [
+        ["start", "1"], ["end", "1"], ["start", "2"], ["end", "2"],
+    ], lines  # fmt: skip
+    assert ran_on(rounds[0].output) == lines[0].split()[2]  # the first run's own report

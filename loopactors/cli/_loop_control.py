@@ -1,0 +1,331 @@
+"""One :class:`LoopControl` for every command and REPL action on loops, wherever they live.
+
+``Runtime`` (an embedded node), ``NodeClient`` (a node over the wire: ``--connect``) and
+:class:`StoredLoops` (a state directory no runtime runs, read and changed in its store)
+implement it, so ``status``, ``history``, ``stop``, ``pause`` and ``resume LOOP_ID`` are each
+written once, below, for every target; the REPL's actions are written once over it too
+(``_repl_targets``). :class:`StoredLoops` never waits on anything: the quick commands run on it
+through :func:`run_offline`, without trio (tests/test_cli_imports.py keeps it so).
+
+The agent's loop tools do not use this protocol: a worker reaches the runtime only through
+``workers.RoundContext`` (docs/architecture.md, "Two ways to act on loops").
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import msgspec
+
+from ..errors import ConfigError, LoopNotFound, StoreError
+from ..loops import LoopState, RoundRecord, cancel_loop, output_heads
+from ..storage import DB_FILENAME, Write
+
+# The runtime, client, rich and the agent load where they are used (see cli/_commands.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..client import NodeClient
+    from ..runtime import Runtime, RuntimeConfig
+    from ..storage import StoreBackend
+
+__all__ = [
+    "LoopControl",
+    "StoredLoops",
+    "pause_loop",
+    "print_history",
+    "resume_loop",
+    "run_offline",
+    "show_history",
+    "show_status",
+    "stop_loop",
+]
+
+T = TypeVar("T")
+
+_json = msgspec.json.Encoder()
+
+
+class LoopControl(Protocol):
+    """A node's loops: embedded (``Runtime``), over the wire (``NodeClient``), or in a state
+    directory no runtime runs (:class:`StoredLoops`). Loop ids may be a unique prefix where
+    the target resolves them (a node, a state directory)."""
+
+    async def get(self, loop_id: str) -> LoopState: ...
+    async def loops(
+        self, *, live_only: bool = False, limit: int | None = None
+    ) -> list[LoopState]: ...
+    def loop_pages(
+        self, *, live_only: bool = False, page: int | None = None
+    ) -> AsyncIterator[list[LoopState]]: ...
+    async def recorded(
+        self, loop_id: str, *, output_head: int | None = None
+    ) -> tuple[LoopState, list[RoundRecord]]: ...
+    async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState: ...
+    async def pause(self, loop_id: str) -> LoopState: ...
+    async def resume(self, loop_id: str) -> LoopState: ...
+
+
+if TYPE_CHECKING:  # all three implement it (checked by mypy)
+    _embedded: type[LoopControl] = Runtime
+    _remote: type[LoopControl] = NodeClient
+
+
+class StoredLoops:
+    """The loops of a state directory no runtime is running, straight from its store: read
+    read-only (a read-only disk will do); ``stop`` takes the directory's lock and ends the
+    loop cancelled. Nothing here resumes a loop, so ``pause`` and ``resume`` are refused."""
+
+    def __init__(self, config: Callable[[], RuntimeConfig]) -> None:
+        # Read when first needed: `pause` without --connect is refused before anything.
+        self._config = config
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self._config().state_dir)
+
+    async def get(self, loop_id: str) -> LoopState:
+        with self._reading() as backend:
+            return self._find(backend, loop_id)
+
+    async def loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
+        with self._reading() as backend:
+            if backend is None:
+                return []
+            loops: list[LoopState] = backend.list_loops(live_only=live_only, limit=limit)
+            return loops
+
+    async def loop_pages(
+        self, *, live_only: bool = False, page: int | None = None
+    ) -> AsyncIterator[list[LoopState]]:
+        yield await self.loops(live_only=live_only)  # one read: the store is on this disk
+
+    async def recorded(
+        self, loop_id: str, *, output_head: int | None = None
+    ) -> tuple[LoopState, list[RoundRecord]]:
+        with self._reading() as backend:
+            state = self._find(backend, loop_id)
+            rounds: list[RoundRecord] = backend.rounds(state.loop_id)
+        return output_heads(state, rounds, output_head)
+
+    async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
+        """End the loop cancelled now (no round is in flight without a runtime); the round it
+        had in flight, if any, is closed as the runtime's stop would."""
+        state_dir = self.state_dir
+        if not (state_dir / DB_FILENAME).exists():
+            raise LoopNotFound(f"no loop {loop_id!r} in {state_dir} (no store there)")
+        from ..runtime import lock_state_dir  # noqa: PLC0415 - the lock only
+        from ..storage import open_backend  # noqa: PLC0415
+
+        try:
+            lock = lock_state_dir(state_dir)
+            lock.__enter__()
+        except StoreError as exc:
+            raise StoreError(f"{exc}; to stop a loop of a running node use --connect URL") from None
+        try:
+            backend = open_backend("sqlite", state_dir)
+            try:
+                state = backend.get_loop(backend.resolve_loop_id(loop_id, where=str(state_dir)))
+                if state is None:
+                    raise LoopNotFound(f"no loop {loop_id!r} in {state_dir}")
+                if not state.terminal:
+                    state = _cancel(backend, state)
+            finally:
+                backend.close()
+        finally:
+            lock.__exit__(None, None, None)
+        return state
+
+    async def pause(self, loop_id: str) -> LoopState:
+        raise ConfigError(
+            "pause acts on a running loop: give the node's --connect URL (a loop in a state "
+            "directory no runtime runs is not running; `loopactors stop` ends it there)"
+        )
+
+    async def resume(self, loop_id: str) -> LoopState:
+        raise ConfigError(
+            "resume LOOP_ID acts on a node: give its --connect URL; without LOOP_ID, "
+            "`loopactors resume` runs every unfinished loop of the state directory here"
+        )
+
+    def open_store(self, *, missing_ok: bool = False) -> StoreBackend | None:
+        """The state directory's store, opened read-only; None if the directory has none yet.
+        A path that is not a directory is an error, and so is a missing directory unless
+        ``missing_ok``."""
+        from ..storage import SqliteBackend  # noqa: PLC0415 - see the note on the imports
+
+        state_dir = self.state_dir
+        if state_dir.exists() and not state_dir.is_dir():
+            raise StoreError(f"the state directory {state_dir} is not a directory")
+        if not state_dir.exists():
+            if missing_ok:
+                return None
+            raise StoreError(
+                f"no state directory {state_dir} (give the one a runtime used: --state DIR)"
+            )
+        if not (state_dir / DB_FILENAME).exists():
+            return None
+        return SqliteBackend(state_dir / DB_FILENAME, read_only=True)
+
+    def _reading(self) -> _Reading:
+        return _Reading(self.open_store())
+
+    def _find(self, backend: StoreBackend | None, given: str) -> LoopState:
+        """The loop ``given`` names (its whole id or a unique prefix) in the store."""
+        where = str(self.state_dir)
+        if backend is None:
+            raise LoopNotFound(f"no loop {given!r} in {where}")
+        state = backend.get_loop(backend.resolve_loop_id(given, where=where))
+        if state is None:  # pruned between the two reads
+            raise LoopNotFound(f"no loop {given!r} in {where}")
+        return state
+
+
+if TYPE_CHECKING:
+    _stored: type[LoopControl] = StoredLoops
+
+
+class _Reading:
+    """``with``: the store open for reading (or None), closed after."""
+
+    def __init__(self, backend: StoreBackend | None) -> None:
+        self.backend = backend
+
+    def __enter__(self) -> Any:
+        return self.backend
+
+    def __exit__(self, *exc: object) -> None:
+        if self.backend is not None:
+            self.backend.close()
+
+
+def _cancel(backend: StoreBackend, state: LoopState) -> LoopState:
+    rounds = backend.rounds(state.loop_id)
+    reason = "stopped while no runtime was running it"
+    final, record, event = cancel_loop(
+        state, reason, time.time(), rounds=rounds, stop_requested="now"
+    )
+    backend.commit([Write(state=final, round=record, events=(event,))])
+    return final
+
+
+def run_offline(command: Coroutine[Any, Any, T]) -> T:
+    """Run a command on :class:`StoredLoops` without an event loop: nothing in it waits, so
+    the coroutine finishes at its first step (a quick command starts without trio)."""
+    try:
+        command.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    command.close()
+    raise RuntimeError("an offline command waited on something; run it under trio")
+
+
+# -- the commands, once for every target ----------------------------------------------------
+
+
+async def show_status(
+    control: LoopControl, args: argparse.Namespace, *, empty: str, transport: str | None = None
+) -> int:
+    """``status [LOOP_ID]``: one loop or every loop (page by page), as a table or JSON, and a
+    Redis ``transport``'s workers and streams when given."""
+    if args.loop_id is not None:
+        states = [await control.get(args.loop_id)]
+    else:
+        states = [state async for page in control.loop_pages() for state in page]
+    if args.json:
+        payload: Any = states[0] if args.loop_id is not None else states
+        if args.loop_id is None and transport is not None:
+            from ..transport import _cli as transport_cli  # noqa: PLC0415 - see the note
+
+            data = transport_cli.status_data(transport)
+            if data is not None:  # a Redis transport: the loops, its workers and streams
+                payload = {"loops": states, "transport": data}
+        print(_json.encode(payload).decode())
+        return 0
+    from rich.console import Console  # noqa: PLC0415 - see the note on the imports
+
+    from ._progress import final_table  # noqa: PLC0415
+
+    console = Console()
+    console.print(final_table(states) if states else empty)
+    if transport is not None:
+        from ..transport import _cli as transport_cli  # noqa: PLC0415 - see the note
+
+        transport_cli.print_status(transport, console=console)
+    return 0
+
+
+async def show_history(
+    control: LoopControl, args: argparse.Namespace, *, output_head: int | None = None
+) -> int:
+    """``history LOOP_ID``: its rounds, as a table (with ``--transcript``) or JSON."""
+    state, rounds = await control.recorded(args.loop_id, output_head=output_head)
+    return print_history(args, state, rounds)
+
+
+async def stop_loop(control: LoopControl, args: argparse.Namespace) -> int:
+    state = await control.stop(args.loop_id, after_round=args.after_round)
+    if args.json:
+        print(_json.encode(state).decode())
+    elif state.phase == "cancelled":
+        print(f"{state.loop_id}: cancelled after {state.completed_rounds} completed round(s)")
+    elif state.stop_requested == "after_round":
+        print(f"{state.loop_id}: stops after the round in flight (round {state.round})")
+    else:
+        print(f"{state.loop_id}: already {state.phase}")
+    return 0
+
+
+async def pause_loop(control: LoopControl, args: argparse.Namespace) -> int:
+    state = await control.pause(args.loop_id)
+    if args.json:
+        print(_json.encode(state).decode())
+    elif state.phase == "paused":
+        print(f"{state.loop_id}: paused at round {state.round}")
+    elif state.pause_requested:
+        print(
+            f"{state.loop_id}: pauses once round {state.round} (running now) is recorded; "
+            "no next round is dispatched"
+        )
+    else:
+        print(f"{state.loop_id}: already {state.phase}")
+    return 0
+
+
+async def resume_loop(control: LoopControl, args: argparse.Namespace) -> int:
+    state = await control.resume(args.loop_id)
+    if args.json:
+        print(_json.encode(state).decode())
+    elif state.terminal:
+        print(f"{state.loop_id}: already {state.phase}")
+    else:
+        print(f"{state.loop_id}: {state.phase}, round {state.round} (resumed)")
+    return 0
+
+
+def print_history(args: argparse.Namespace, state: LoopState, rounds: list[RoundRecord]) -> int:
+    if args.json:
+        print(_json.encode({"loop": state, "rounds": rounds}).decode())
+        return 0
+    from rich.console import Console  # noqa: PLC0415 - see the note on the imports
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(title=f"{state.loop_id}: {state.phase}, {state.completed_rounds} completed")
+    for column in ("round", "status", "duration", "output"):
+        table.add_column(column)
+    for record in rounds:
+        duration = "?" if record.duration is None else f"{record.duration:.2f}s"
+        head = " ".join((record.output or record.error or "").split())[:60]
+        table.add_row(str(record.round), record.status, duration, head)
+    Console().print(table)
+    if getattr(args, "transcript", False):
+        for record in rounds:
+            if record.transcript:
+                print(f"\n=== round {record.round} transcript")
+                from ..agent import format_transcript  # noqa: PLC0415 - see the note on imports
+
+                print(format_transcript(record.transcript))
+    return 0

@@ -1,0 +1,83 @@
+"""The breaker's facts of a large ledger, read with msgspec a chunk at a time (see ``_facts``).
+
+The attempts array is split without decoding (each attempt a view into the text) and the
+attempts are decoded 512 at a time from the newest, so every one is still validated, a
+huge ledger is never held as objects, and the walk of ``_facts`` takes a chunk at once.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from operator import add, attrgetter
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from ._facts import BreakerFacts, _facts, _token, _Walk, breaker_facts
+from ._model import Attempt, parse_ledger
+
+__all__ = ["read_large_facts"]
+
+
+class _SplitLedger(msgspec.Struct, kw_only=True, rename="camel"):
+    """A ledger whose attempts are left undecoded (each a view into the JSON text)."""
+
+    goal: str
+    started_at: Any = UNSET
+    attempts: list[msgspec.Raw]
+
+
+_SPLIT = msgspec.json.Decoder(_SplitLedger)
+_ATTEMPTS = msgspec.json.Decoder(list[Attempt])
+#: Attempts decoded at a time: one decoder call per chunk instead of one per attempt, and
+#: never more than a chunk of them held as objects.
+_CHUNK = 512
+_TOKENS = attrgetter("tokens_used")
+_EXACT = 2**53
+
+
+def read_large_facts(data: bytes, threshold: float) -> BreakerFacts:
+    """:func:`_facts.read_breaker_facts` with msgspec; whenever msgspec refuses the input,
+    :func:`parse_ledger` reads it, which raises the reference's message (and also serves
+    text that is only valid once bad UTF-8 bytes are replaced).
+    """
+    # Each chunk's tokens as decoded, newest chunk first.
+    tokens: list[list[Any]] = []
+    walk = _Walk(threshold)
+    newest: object = None
+    try:
+        raws = _SPLIT.decode(data).attempts
+        for end in range(len(raws), 0, -_CHUNK):
+            chunk = _ATTEMPTS.decode(b"[" + b",".join(raws[max(0, end - _CHUNK) : end]) + b"]")
+            tokens.append(list(map(_TOKENS, chunk)))
+            if end == len(raws):
+                newest = chunk[-1].tokens_used
+            walk.feed(chunk[::-1])
+    except msgspec.MsgspecError:
+        ledger = parse_ledger(data.decode("utf-8", errors="replace"))
+        return breaker_facts(ledger.attempts, threshold)
+    return _facts(len(raws), _total(tokens), newest, walk)
+
+
+def _total(newest_chunk_first: list[list[Any]]) -> float:
+    """The tokens' sum as JavaScript adds them: doubles, one after the other, oldest first."""
+    try:
+        # The usual ledger: non-negative integers whose sum stays below 2**53. Every partial
+        # sum is then an integer a double holds exactly, so the order cannot matter.
+        sums = [sum(values) for values in newest_chunk_first]
+        exact = sum(sums)
+        if (
+            type(exact) is int
+            and exact < _EXACT
+            and all(min(values) >= 0 for values in newest_chunk_first if values)
+        ):
+            return float(exact)
+    except TypeError:  # an absent or null value
+        pass
+    total = 0.0
+    for values in reversed(newest_chunk_first):  # oldest first: addition is not associative
+        # One addition after the other, as a loop would (not sum(), which compensates on
+        # newer Pythons); adding 0.0 to a sum from +0.0 changes nothing.
+        total = reduce(add, map(_token, values), total)
+    return total
