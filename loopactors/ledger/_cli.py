@@ -230,7 +230,7 @@ def _run(opts: Options) -> int:
             _write(f"{verdict} [{answer['trigger']}] \u2014 {answer['reason']}")
         return EXIT_ESCALATE if answer["escalate"] else EXIT_CONTINUE
     from ._breaker import check_circuit_breaker  # noqa: PLC0415 - not needed by --check
-    from ._js import encode_json  # noqa: PLC0415
+    from ._js import encode_json, write_json  # noqa: PLC0415
     from ._summary import (  # noqa: PLC0415
         build_context_injection,
         format_summary,
@@ -246,7 +246,12 @@ def _run(opts: Options) -> int:
     if opts.operation == "summary":
         # The summary always groups at the default 0.85 (the reference ignores the flag here).
         summary = summarize_attempts(ledger)
-        _write(encode_json(summary) if opts.json else format_summary(summary))
+        if opts.json:
+            # Piece by piece: a summary of many groups is never held as one string.
+            write_json(summary, sys.stdout.write)
+            _write("")
+        else:
+            _write(format_summary(summary))
         return EXIT_CONTINUE
     if opts.operation == "inject":
         _write(build_context_injection(ledger, breaker, prune))
