@@ -122,12 +122,15 @@ def write_ledgers(directory: Path, attempts: int, summary_sizes: str) -> None:
 
 
 class Run:
-    def __init__(self, seconds: float, stdout: bytes, code: int, rss_kib: int) -> None:
+    def __init__(
+        self, seconds: float, stdout: bytes, code: int, rss_kib: int, cpu_seconds: float
+    ) -> None:
         self.seconds, self.stdout, self.code, self.rss_kib = seconds, stdout, code, rss_kib
+        self.cpu_seconds = cpu_seconds
 
 
 def timed(command: list[str], path: Path) -> Run:
-    """One whole process: wall time, output, exit code and peak RSS (from wait4)."""
+    """One whole process: wall time, output, exit code, peak RSS and CPU time (from wait4)."""
     with tempfile.TemporaryFile() as out:
         start = time.perf_counter()
         process = subprocess.Popen([*command, "-f", str(path)], stdout=out)
@@ -135,7 +138,8 @@ def timed(command: list[str], path: Path) -> Run:
         seconds = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
-        return Run(seconds, out.read(), process.returncode, usage.ru_maxrss)
+        cpu = usage.ru_utime + usage.ru_stime
+        return Run(seconds, out.read(), process.returncode, usage.ru_maxrss, cpu)
 
 
 def measure(
@@ -153,6 +157,7 @@ def measure(
         "file_bytes": path.stat().st_size,
         "loopactors_s": statistics.median(r.seconds for r in our_runs),
         "loopactors_runs_s": [round(r.seconds, 4) for r in our_runs],
+        "loopactors_cpu_s": statistics.median(r.cpu_seconds for r in our_runs),
         "loopactors_rss_kib": max(r.rss_kib for r in our_runs),
         "exit": our_runs[0].code,
     }
@@ -160,11 +165,13 @@ def measure(
         row.update(
             reference_s=statistics.median(r.seconds for r in ref_runs),
             reference_runs_s=[round(r.seconds, 4) for r in ref_runs],
+            reference_cpu_s=statistics.median(r.cpu_seconds for r in ref_runs),
             reference_rss_kib=max(r.rss_kib for r in ref_runs),
             same_output=ref_runs[0].stdout == our_runs[0].stdout
             and ref_runs[0].code == our_runs[0].code,
         )
         row["ratio"] = row["loopactors_s"] / row["reference_s"]
+        row["cpu_ratio"] = row["loopactors_cpu_s"] / row["reference_cpu_s"]
     if "--summary" in args:
         row["groups"] = len(json.loads(our_runs[0].stdout)["distinctErrors"])
     return row
@@ -252,8 +259,8 @@ def report(machine: dict[str, Any], rows: list[dict[str, Any]], sizes: list[int]
         f"after {load_after[0]:.2f}"
     )
     header = (
-        f"{'case':<46}{'loopactors':>11}{'reference':>11}{'speed-up':>9}"
-        f"{'RSS ours':>10}{'RSS ref':>10}  same"
+        f"{'case':<46}{'loopactors':>11}{'reference':>11}{'speed-up':>9}{'CPU ours':>10}"
+        f"{'CPU ref':>10}{'speed-up':>9}{'RSS ours':>10}{'RSS ref':>10}  same"
     )
     print(header)
     print("-" * len(header))
@@ -262,8 +269,12 @@ def report(machine: dict[str, Any], rows: list[dict[str, Any]], sizes: list[int]
         speedup = f"{reference / row['loopactors_s']:.1f}x" if reference else "-"
         shown = f"{reference:.3f}s" if reference else "-"
         ref_rss = f"{row['reference_rss_kib'] / 1024:.0f} MiB" if reference else "-"
+        ref_cpu: float | None = row.get("reference_cpu_s")
+        cpu_shown = f"{ref_cpu:.3f}s" if ref_cpu else "-"
+        cpu_speedup = f"{ref_cpu / row['loopactors_cpu_s']:.1f}x" if ref_cpu else "-"
         print(
             f"{row['case']:<46}{row['loopactors_s']:>10.3f}s{shown:>11}{speedup:>9}"
+            f"{row['loopactors_cpu_s']:>9.3f}s{cpu_shown:>10}{cpu_speedup:>9}"
             f"{row['loopactors_rss_kib'] / 1024:>6.0f} MiB{ref_rss:>10}  "
             f"{row.get('same_output', '-')}"
         )
@@ -276,7 +287,7 @@ def report(machine: dict[str, Any], rows: list[dict[str, Any]], sizes: list[int]
         )
         print(f"--summary growth, {large:,} / {small:,} errors: {growth:.2f}x time")
     baseline = rows[0]["loopactors_rss_kib"]
-    for row in rows[1:3]:
+    for row in rows[1:]:
         extra = (row["loopactors_rss_kib"] - baseline) * 1024
         print(
             f"{row['case']}: peak RSS {row['loopactors_rss_kib'] / 1024:.0f} MiB, "

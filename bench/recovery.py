@@ -3,6 +3,7 @@ SIGKILL, on SQLite.
 
     python bench/recovery.py                  # 50,000 live loops
     python bench/recovery.py --loops 1000     # smaller
+    python bench/recovery.py --prepared DIR   # keep the killed store in DIR, recover a copy
 
 A first process opens a runtime on a fresh state directory, starts the loops (each in its
 first round on a worker that takes an hour) and, once every round is running, is killed with

@@ -1,9 +1,9 @@
 """The Compact stage's work: apply the planner's decision to the transcript.
 
 Micro is planned here and applied by a :data:`MicroApplier` (the pure :func:`apply_micro`;
-inside the runtime, the Compactor actor runs it). The stage commits the applied entries'
+inside the runtime, the ContextBuilder actor runs it). The stage commits the applied entries'
 projections with a compare-and-swap on the revision it planned on. An applier that fails
-(the Compactor crashed, was restarting, or refused) is not fatal: the plan is applied locally,
+(the ContextBuilder crashed, was restarting, or refused) is not fatal: the plan is applied locally,
 the same pure function, and ``compaction_failed`` says so. A stale revision (the transcript
 changed meanwhile) drops the plan; the next reading plans again.
 
@@ -48,7 +48,7 @@ from ._usage import ContextReading, TokenTotals, UsageTracker
 __all__ = ["CompactStage", "MicroApplier", "apply_locally"]
 
 #: Applies a micro or full plan to the entries it was planned on: ``(plan, view) -> applied
-#: view``. Inside the runtime it is the Compactor actor; here, by default, the agent itself.
+#: view``. Inside the runtime it is the ContextBuilder actor; here, by default, the agent itself.
 MicroApplier = Callable[[MicroPlan | FullPlan, tuple[Entry, ...]], Awaitable[tuple[Entry, ...]]]
 
 

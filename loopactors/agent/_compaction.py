@@ -25,7 +25,7 @@ an object with the same keys), and successful results longer than that are cut t
 Error results are kept whole (they carry the diagnostics). Already truncated entries are skipped.
 
 Applying a micro plan (:func:`apply_micro`) is pure too: plan and entries in, projected entries
-out. Inside the runtime the Compactor actor runs it; the agent commits the result against the
+out. Inside the runtime the ContextBuilder actor runs it; the agent commits the result against the
 revision it planned on.
 """
 

@@ -359,7 +359,7 @@ async def run_agent(
     run stops). Errors that end the run (model errors after retries, a failing hook whose
     policy is to fail, the iteration budget, compaction that cannot recover) come back as a
     ``failed`` result; cancellation propagates. ``applier`` applies micro compaction plans
-    (default: in this task; the agent worker passes one that asks the runtime's Compactor).
+    (default: in this task; the agent worker passes one that asks the runtime's ContextBuilder).
     """
     config = config or AgentConfig()
     transcript = transcript if transcript is not None else Transcript()

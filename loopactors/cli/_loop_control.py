@@ -238,9 +238,9 @@ async def show_status(
     if args.json:
         payload: Any = states[0] if args.loop_id is not None else states
         if args.loop_id is None and transport is not None:
-            from ..transport import _cli as transport_cli  # noqa: PLC0415 - see the note
+            from ..transport import status_data  # noqa: PLC0415 - see the note
 
-            data = transport_cli.status_data(transport)
+            data = status_data(transport)
             if data is not None:  # a Redis transport: the loops, its workers and streams
                 payload = {"loops": states, "transport": data}
         print(_json.encode(payload).decode())
@@ -252,9 +252,9 @@ async def show_status(
     console = Console()
     console.print(final_table(states) if states else empty)
     if transport is not None:
-        from ..transport import _cli as transport_cli  # noqa: PLC0415 - see the note
+        from ..transport import print_status  # noqa: PLC0415 - see the note
 
-        transport_cli.print_status(transport, console=console)
+        print_status(transport, console=console)
     return 0
 
 

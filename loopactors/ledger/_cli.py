@@ -21,7 +21,7 @@ from ._rules import BreakerLimits, breaker_verdict, check_limits
 
 TYPE_CHECKING = False  # typing itself is not loaded by ``context --check``
 if TYPE_CHECKING:
-    from ._model import BreakerConfig, BreakerDecision, Ledger, PruneConfig
+    from ._model import BreakerConfig, BreakerDecision, Ledger, PruneConfig, Trigger
 
 __all__ = ["HELP", "main"]
 
@@ -180,7 +180,7 @@ def _check(facts: BreakerFacts, limits: BreakerLimits, opts: Options) -> dict[st
 
 
 def _daily_budget_and_hook(
-    facts: BreakerFacts, trigger: str, reason: str, opts: Options
+    facts: BreakerFacts, trigger: Trigger, reason: str, opts: Options
 ) -> BreakerDecision:
     # Only when asked for: these load msgspec and the daily-state and hook modules.
     from ._breaker import apply_daily_budget  # noqa: PLC0415
@@ -192,7 +192,7 @@ def _daily_budget_and_hook(
         tokens_used=facts.tokens_used,
         should_continue=ok,
         escalate=not ok,
-        trigger=trigger,  # type: ignore[arg-type]
+        trigger=trigger,
         reason=reason,
     )
     if opts.daily_pattern:
@@ -230,7 +230,7 @@ def _run(opts: Options) -> int:
             _write(f"{verdict} [{answer['trigger']}] \u2014 {answer['reason']}")
         return EXIT_ESCALATE if answer["escalate"] else EXIT_CONTINUE
     from ._breaker import check_circuit_breaker  # noqa: PLC0415 - not needed by --check
-    from ._js import encode_json  # noqa: PLC0415
+    from ._js import encode_json, write_json  # noqa: PLC0415
     from ._summary import (  # noqa: PLC0415
         build_context_injection,
         format_summary,
@@ -246,7 +246,12 @@ def _run(opts: Options) -> int:
     if opts.operation == "summary":
         # The summary always groups at the default 0.85 (the reference ignores the flag here).
         summary = summarize_attempts(ledger)
-        _write(encode_json(summary) if opts.json else format_summary(summary))
+        if opts.json:
+            # Piece by piece: a summary of many groups is never held as one string.
+            write_json(summary, sys.stdout.write)
+            _write("")
+        else:
+            _write(format_summary(summary))
         return EXIT_CONTINUE
     if opts.operation == "inject":
         _write(build_context_injection(ledger, breaker, prune))

@@ -23,6 +23,7 @@ No group that passes the exact test is ever missed.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -183,7 +184,12 @@ class _Parts:
             sums[h % count] += h
         # A part whose hashes sum to 0 counts as empty: two sets that agree on a part still
         # agree on its being "empty", so at worst a head becomes a candidate needlessly.
-        self.keys = [hash((count, part, total)) for part, total in enumerate(sums) if total]
+        # _short, inlined (this runs for every part of every signature).
+        self.keys = [
+            (hash((count, part, total)) & 0xFFFFFFFF) - (1 << 31) or 1
+            for part, total in enumerate(sums)
+            if total
+        ]
         #: Bit ``i`` set: part ``i`` holds no gram.
         self.empty = sum(1 << part for part, total in enumerate(sums) if not total)
 
@@ -191,21 +197,72 @@ class _Parts:
         """One key per pair of empty parts: two agreeing parts may both be empty."""
         empty = [part for part in range(count) if self.empty >> part & 1]
         return [
-            hash((count, -1, first, second))
+            _short(hash((count, -1, first, second)))
             for i, first in enumerate(empty)
             for second in empty[i + 1 :]
         ]
 
 
-def _add(index: dict[int, int | list[int]], key: int, group: int) -> None:
-    # Most keys name one group: a bare int, not a list, saves memory.
-    found = index.get(key)
-    if found is None:
-        index[key] = group
-    elif isinstance(found, int):
-        index[key] = [found, group]
-    else:
-        found.append(group)
+def _short(key: int) -> int:
+    """A key cut to 32 bits, never 0 (the empty slot's mark)."""
+    return (key & 0xFFFFFFFF) - (1 << 31) or 1
+
+
+class _KeyIndex:
+    """Part keys to groups: a multimap in two flat arrays (open addressing, linear probing).
+
+    A dict of Python ints cost ~100 bytes a key (50 MB for 50,000 heads of ~10 keys); this
+    costs 8 bytes a slot. Keys are cut to 32 bits, so two keys may meet: that only ever adds
+    a candidate, which the exact test then refuses.
+    """
+
+    __slots__ = ("groups", "keys", "mask", "size")
+
+    def __init__(self) -> None:
+        self.mask = (1 << 12) - 1
+        self.keys = array("i", bytes(4 << 12))  # 0: an empty slot
+        self.groups = array("i", bytes(4 << 12))
+        self.size = 0
+
+    def add(self, short: int, group: int) -> None:
+        if (self.size + 1) * 10 > (self.mask + 1) * 7:  # at most 70% full
+            self._grow()
+        keys, mask = self.keys, self.mask
+        slot = short & mask
+        while keys[slot]:
+            slot = (slot + 1) & mask
+        keys[slot] = short
+        self.groups[slot] = group
+        self.size += 1
+
+    def _grow(self) -> None:
+        old_keys, old_groups = self.keys, self.groups
+        slots = (self.mask + 1) * 2
+        mask = self.mask = slots - 1
+        keys = self.keys = array("i", bytes(4 * slots))
+        groups = self.groups = array("i", bytes(4 * slots))
+        for short, group in zip(old_keys, old_groups, strict=True):
+            if short:
+                slot = short & mask
+                while keys[slot]:
+                    slot = (slot + 1) & mask
+                keys[slot] = short
+                groups[slot] = group
+
+    def find(self, short: int) -> Sequence[int]:
+        """Every group added under ``short`` (a key cut by :func:`_short`)."""
+        keys, mask = self.keys, self.mask
+        slot = short & mask
+        found_key = keys[slot]
+        if not found_key:
+            return ()  # most keys are met nowhere
+        found = []
+        while found_key:
+            if found_key == short:
+                found.append(self.groups[slot])
+            slot = (slot + 1) & mask
+            found_key = keys[slot]
+        return found
 
 
 def _group_by_parts(signatures: Sequence[str], threshold: float) -> list[int]:
@@ -214,10 +271,12 @@ def _group_by_parts(signatures: Sequence[str], threshold: float) -> list[int]:
     # Heads are kept as text and their grams rebuilt when they are a candidate: sets for every
     # head would cost kilobytes each, and candidates are few.
     heads: list[str] = []
-    #: A head's part count and empty parts (it is indexed under that count only).
-    head_parts: list[tuple[int, int]] = []
-    # key -> the group (or groups) whose head has that part; a collision only adds a candidate
-    index: dict[int, int | list[int]] = {}
+    #: A head's part count and empty parts (it is indexed under that count only); mostly
+    #: small ints, which Python shares.
+    head_counts: list[int] = []
+    head_empty: list[int] = []
+    # key -> the groups whose head has that part; a collision only adds a candidate
+    index = _KeyIndex()
     group_of: dict[str, int] = {}
     counts_by_size: dict[int, tuple[int, ...]] = {}
     for sig in distinct:
@@ -231,26 +290,27 @@ def _group_by_parts(signatures: Sequence[str], threshold: float) -> list[int]:
         # group -> agreeing non-empty parts; groups agreeing on two empty parts are sure
         hits: dict[int, int] = {}
         sure: set[int] = set()
+        # The index's arrays: replaced when it grows, which only an added head makes it do.
+        slots, groups, mask = index.keys, index.groups, index.mask
         for count, parts in parts_by_count.items():
             for key in parts.keys:
-                found = index.get(key)
-                if found is None:
-                    continue
-                if isinstance(found, int):
-                    hits[found] = hits.get(found, 0) + 1
-                else:
-                    for group in found:
+                # index.find(key), inlined: this loop runs some ten times per signature.
+                slot = key & mask
+                found = slots[slot]
+                while found:
+                    if found == key:
+                        group = groups[slot]
                         hits[group] = hits.get(group, 0) + 1
+                    slot = (slot + 1) & mask
+                    found = slots[slot]
             if parts.empty & (parts.empty - 1):  # two or more empty parts
                 for key in parts.empty_pair_keys(count):
-                    found = index.get(key)
-                    if found is not None:
-                        sure.update((found,) if isinstance(found, int) else found)
+                    sure.update(index.find(key))
         for group, n in hits.items():
             if n >= _AGREEING_PARTS:
                 sure.add(group)
             else:
-                count, empty = head_parts[group]
+                count, empty = head_counts[group], head_empty[group]
                 if empty & parts_by_count[count].empty:  # one non-empty and one empty part
                     sure.add(group)
         for group in sorted(sure):
@@ -266,9 +326,10 @@ def _group_by_parts(signatures: Sequence[str], threshold: float) -> list[int]:
             group_of[sig] = group
             own = _part_count(size, threshold)
             parts = parts_by_count.get(own) or _Parts(hashes, own)
-            head_parts.append((own, parts.empty))
+            head_counts.append(own)
+            head_empty.append(parts.empty)
             for key in parts.keys:
-                _add(index, key, group)
+                index.add(key, group)
             for key in parts.empty_pair_keys(own):
-                _add(index, key, group)
+                index.add(key, group)
     return [group_of[sig] for sig in signatures]

@@ -12,6 +12,7 @@ from json.encoder import encode_basestring  # json.dumps(text, ensure_ascii=Fals
 
 TYPE_CHECKING = False  # typing itself is not loaded by ``context --check``
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from typing import Any, TypeGuard
 
 # Nothing here imports msgspec or decimal: ``loopactors context --check`` on a small ledger
@@ -31,6 +32,7 @@ __all__ = [
     "trim",
     "trim_end",
     "truthy_number",
+    "write_json",
 ]
 
 #: The ECMAScript WhiteSpace + LineTerminator set (J1). Python's own set adds U+001C-U+001F
@@ -150,6 +152,58 @@ def encode_json(value: Any, indent: int | None = 2) -> str:
     import msgspec  # noqa: PLC0415 - only for Structs; see encode_plain_json
 
     return _encode(msgspec.to_builtins(value), indent, 0)
+
+
+def write_json(value: Any, write: Callable[[str], object], indent: int | None = 2) -> None:
+    """``write(encode_json(value, indent))``, written a piece at a time.
+
+    A Struct's or dict's fields and a list's elements are encoded one at a time, so a large
+    value (a summary of 50,000 groups) is never held as builtins or as one string.
+    """
+    _JsonWriter(write, indent).value(value, 0)
+
+
+class _JsonWriter:
+    """:func:`_encode`'s output (the layout of :func:`_join`), piece by piece."""
+
+    def __init__(self, write: Callable[[str], object], indent: int | None) -> None:
+        import msgspec  # noqa: PLC0415 - only for Structs
+
+        self.write = write
+        self.indent = indent
+        self.msgspec = msgspec
+        #: A Struct type's (JSON name, attribute) pairs: msgspec.structs.fields is slow.
+        self.fields: dict[type, list[tuple[str, str]]] = {}
+
+    def value(self, value: Any, level: int) -> None:
+        msgspec = self.msgspec
+        if isinstance(value, msgspec.Struct):
+            fields = self.fields.get(type(value))
+            if fields is None:
+                fields = self.fields[type(value)] = [
+                    (field.encode_name, field.name) for field in msgspec.structs.fields(value)
+                ]
+            unset = msgspec.UNSET
+            value = {
+                key: item for key, name in fields if (item := getattr(value, name)) is not unset
+            }
+        if isinstance(value, dict) and value:
+            space = "" if self.indent is None else " "
+            keys = [f"{encode_basestring(k)}:{space}" for k in value]
+            self.items(keys, list(value.values()), "{}", level)
+        elif isinstance(value, list | tuple) and value:
+            self.items([""] * len(value), value, "[]", level)
+        else:
+            self.write(_encode(msgspec.to_builtins(value), self.indent, level))
+
+    def items(self, prefixes: list[str], values: Sequence[Any], brackets: str, level: int) -> None:
+        indent = self.indent
+        inner = "" if indent is None else "\n" + " " * (indent * (level + 1))
+        for i, (prefix, item) in enumerate(zip(prefixes, values, strict=True)):
+            self.write((brackets[0] if i == 0 else ",") + inner + prefix)
+            self.value(item, level + 1)
+        end = "" if indent is None else "\n" + " " * (indent * level)
+        self.write(end + brackets[1])
 
 
 def encode_plain_json(value: Any, indent: int | None = 2) -> str:

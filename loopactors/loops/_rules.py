@@ -1,6 +1,6 @@
 """Pure per-round rules: the prompt a round gets, the breaker's checks, and what comes next.
 
-No trio, no I/O: the Compactor, the Breaker and the LoopRunner actors call these, and the tests
+No trio, no I/O: the ContextBuilder, the Breaker and the LoopRunner actors call these, and the tests
 exercise them directly.
 """
 

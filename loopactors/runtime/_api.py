@@ -475,9 +475,10 @@ class RuntimeRoundContext:
         )
         return applied
 
-    def process_group_started(self, pgid: int) -> None:
+    def process_group_started(self, pgid: int, cgroup: str | None = None) -> None:
         if self._config.store == "sqlite":
-            record_group(Path(self._config.state_dir), self.loop_id, self.round, pgid)
+            state_dir = Path(self._config.state_dir)
+            record_group(state_dir, self.loop_id, self.round, pgid, cgroup=cgroup)
 
     def process_group_ended(self, pgid: int) -> None:
         if self._config.store == "sqlite":

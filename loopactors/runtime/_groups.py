@@ -6,7 +6,8 @@ group is written to ``<state_dir>/groups/<pgid>.json`` as soon as it starts (wit
 runs, the boot and its leader's start time, to recognise it later) and removed when the round
 is over; at start a runtime ends every group still listed before it resumes any loop
 (:func:`end_orphan_groups`). Linux only (``/proc``); elsewhere groups are listed but left
-alone, with a log line.
+alone, with a log line. A worker that ran in a cgroup of its own (``workers/_cgroup.py``) has
+it listed too: it is ended with the group, which also ends what left the group (setsid).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import msgspec
 import trio
+
+from ..workers import cgroup_empty, remove_cgroup, signal_cgroup
 
 __all__ = ["GROUPS_DIR", "GroupRecord", "end_orphan_groups", "forget_group", "record_group"]
 
@@ -37,6 +40,8 @@ class GroupRecord(msgspec.Struct, frozen=True, kw_only=True):
     boot_id: str | None
     #: The group leader's start time in clock ticks since boot (``/proc/PID/stat`` field 22).
     leader_start: int | None
+    #: The worker's own cgroup (a directory of the cgroup2 file system), if it had one.
+    cgroup: str | None = None
 
 
 def _boot_id() -> str | None:
@@ -77,7 +82,9 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def record_group(state_dir: Path, loop_id: str, round_number: int, pgid: int) -> None:
+def record_group(
+    state_dir: Path, loop_id: str, round_number: int, pgid: int, *, cgroup: str | None = None
+) -> None:
     """Write the group's record (atomically: a crash leaves it whole or absent)."""
     record = GroupRecord(
         loop_id=loop_id,
@@ -85,6 +92,7 @@ def record_group(state_dir: Path, loop_id: str, round_number: int, pgid: int) ->
         pgid=pgid,
         boot_id=_boot_id(),
         leader_start=_start_time(pgid),
+        cgroup=cgroup,
     )
     folder = state_dir / GROUPS_DIR
     try:
@@ -125,7 +133,20 @@ async def end_orphan_groups(state_dir: Path, grace: float) -> list[GroupRecord]:
         except (OSError, msgspec.DecodeError):
             path.unlink(missing_ok=True)
             continue
-        if _ours(record) and _group_alive(record.pgid):
+        cgroup = _own_cgroup(record)
+        if cgroup is not None and _ours(record) and not cgroup_empty(cgroup):
+            ended.append(record)
+            log.warning(
+                "the cgroup of process group %d of loop %s round %d outlived a crashed "
+                "runtime: ending it before the round runs again",
+                record.pgid,
+                record.loop_id,
+                record.round,
+            )
+            signal_cgroup(cgroup, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record.pgid, signal.SIGTERM)
+        elif _ours(record) and _group_alive(record.pgid):
             ended.append(record)
             log.warning(
                 "process group %d of loop %s round %d outlived a crashed runtime: ending it "
@@ -142,14 +163,36 @@ async def end_orphan_groups(state_dir: Path, grace: float) -> list[GroupRecord]:
     for record in ended:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(record.pgid, signal.SIGKILL)
+        cgroup = _own_cgroup(record)
+        if cgroup is not None:
+            signal_cgroup(cgroup, signal.SIGKILL)
     await _wait_gone(ended, _KILL_WAIT)
     for path in paths:
         path.unlink(missing_ok=True)
+    for record in ended:
+        cgroup = _own_cgroup(record)
+        if cgroup is not None:
+            remove_cgroup(cgroup)
     return ended
+
+
+def _own_cgroup(record: GroupRecord) -> Path | None:
+    """The record's cgroup, if it names one of the workers' (never anything else)."""
+    if record.cgroup is None:
+        return None
+    path = Path(record.cgroup)
+    if not path.name.startswith("loopactors-") or not (path / "cgroup.procs").exists():
+        return None
+    return path
 
 
 async def _wait_gone(records: list[GroupRecord], limit: float) -> None:
     with trio.move_on_after(limit):
         # Polling: nothing notifies us when another process's group ends.
-        while any(_group_alive(r.pgid) for r in records):  # noqa: ASYNC110
+        while any(_record_alive(r) for r in records):  # noqa: ASYNC110
             await trio.sleep(_POLL)
+
+
+def _record_alive(record: GroupRecord) -> bool:
+    cgroup = _own_cgroup(record)
+    return _group_alive(record.pgid) or (cgroup is not None and not cgroup_empty(cgroup))

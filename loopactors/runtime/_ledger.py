@@ -12,12 +12,20 @@ import datetime
 import re
 from collections.abc import Iterable
 
+import msgspec
 from msgspec import UNSET
 
-from ..ledger import Attempt, BreakerConfig, Ledger
+from ..ledger import Attempt, BreakerConfig, Ledger, breaker_facts
 from ..loops import LoopSpec, LoopState, RoundRecord
 
-__all__ = ["attempt_of", "breaker_config", "ledger_of"]
+__all__ = [
+    "BreakerStanding",
+    "TriggerStanding",
+    "attempt_of",
+    "breaker_config",
+    "breaker_standing",
+    "ledger_of",
+]
 
 _ACTION_CHARS = 160
 
@@ -87,3 +95,66 @@ def breaker_config(spec: LoopSpec) -> BreakerConfig:
         similarity_threshold=spec.similarity_threshold,
         token_budget=spec.max_tokens,
     )
+
+
+class TriggerStanding(msgspec.Struct, frozen=True, kw_only=True):
+    """How far a loop is towards one of the breaker's triggers: it fires at ``limit``."""
+
+    #: The trigger's name as a loop's ``trigger`` gives it (docs/loops.md, "The breaker").
+    trigger: str
+    value: float
+    limit: float
+
+
+class BreakerStanding(msgspec.Struct, frozen=True, kw_only=True):
+    """Every trigger that applies to a loop, in the order the breaker checks them, and the
+    one closest to firing (the highest ``value / limit``; the first of equals)."""
+
+    triggers: list[TriggerStanding]
+    closest: str
+
+
+def breaker_standing(
+    state: LoopState, records: Iterable[RoundRecord], now: float
+) -> BreakerStanding:
+    """The breaker as it stands for a loop: the runtime's own rules (``check_before_round``)
+    and the run ledger's stagnation and frustration counts, at ``now`` (a UNIX time)."""
+    spec = state.spec
+    finished = [r for r in records if r.status != "running"]
+    done = min(len(finished), spec.rounds)  # rounds run, failed ones too: the cap counts them
+    triggers = [
+        TriggerStanding(trigger="max_rounds", value=done, limit=spec.rounds),
+        TriggerStanding(
+            trigger="no_progress", value=state.stale_rounds, limit=spec.stale_rounds_limit
+        ),
+        TriggerStanding(
+            trigger="consecutive_failures",
+            value=state.consecutive_failures,
+            limit=spec.max_consecutive_failures,
+        ),
+    ]
+    if spec.max_tokens is not None:
+        triggers.append(
+            TriggerStanding(trigger="token_budget", value=state.tokens_used, limit=spec.max_tokens)
+        )
+    if spec.max_seconds is not None:
+        end = state.updated_at if state.terminal else now
+        elapsed = max(0.0, end - state.started_at) if state.started_at else 0.0
+        triggers.append(
+            TriggerStanding(trigger="deadline", value=round(elapsed, 1), limit=spec.max_seconds)
+        )
+    # The ledger's triggers fire when the trailing failures reach the threshold and, among
+    # them, that many in a row are alike (by error, by action): the alike ones are the count.
+    facts = breaker_facts(ledger_of(state, finished).attempts, spec.similarity_threshold)
+    triggers.append(
+        TriggerStanding(
+            trigger="stagnation", value=facts.same_error, limit=spec.stagnation_threshold
+        )
+    )
+    triggers.append(
+        TriggerStanding(
+            trigger="frustration", value=facts.same_action, limit=spec.frustration_threshold
+        )
+    )
+    closest = max(triggers, key=lambda t: t.value / t.limit if t.limit else 0.0)
+    return BreakerStanding(triggers=triggers, closest=closest.trigger)

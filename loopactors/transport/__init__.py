@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from ._base import InProcessTransport as InProcessTransport
     from ._base import RemoteTransport as RemoteTransport
     from ._base import RoundTransport as RoundTransport
+    from ._cli import print_status as print_status
+    from ._cli import status_data as status_data
     from ._local import LocalRedis as LocalRedis
     from ._local import local_redis as local_redis
     from ._node import RedisTransport as RedisTransport
@@ -38,8 +40,10 @@ __all__ = [
     "WorkerSettings",
     "check_transport",
     "local_redis",
+    "print_status",
     "redact_url",
     "serve_worker",
+    "status_data",
     "transport_for",
 ]
 
@@ -55,8 +59,10 @@ _LAZY = {
     "WorkerSettings": "_worker",
     "check_transport": "_url",
     "local_redis": "_local",
+    "print_status": "_cli",
     "redact_url": "_url",
     "serve_worker": "_worker",
+    "status_data": "_cli",
     "transport_for": "_select",
 }
 

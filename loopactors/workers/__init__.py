@@ -22,6 +22,9 @@ from ._base import RoundRequest as RoundRequest
 from ._base import RoundResult as RoundResult
 from ._base import Worker as Worker
 from ._base import WorkerStatus as WorkerStatus
+from ._cgroup import cgroup_empty as cgroup_empty
+from ._cgroup import remove_cgroup as remove_cgroup
+from ._cgroup import signal_cgroup as signal_cgroup
 from ._cli_adapter import cli_adapter, parse_cli_options, register_cli_kind
 from ._cli_adapter import cli_kinds as cli_kinds
 from ._cli_aider import AiderAdapter
@@ -52,12 +55,15 @@ __all__ = [
     "Worker",
     "WorkerStatus",
     "cap_output",
+    "cgroup_empty",
     "check_worker_spec",
     "cli_kinds",
     "in_workspace",
     "is_cut",
     "kill_worker_groups",
     "parse_worker",
+    "remove_cgroup",
+    "signal_cgroup",
     "worker_kinds",
 ]
 

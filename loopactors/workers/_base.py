@@ -167,10 +167,10 @@ class RoundContext(Protocol):
         """A tool call of a coding-agent CLI in this round: published live, not stored."""
         ...
 
-    def process_group_started(self, pgid: int) -> None:
-        """A subprocess of this round leads process group ``pgid`` (its own session): the
-        runtime lists it durably, so that after a crash it ends the group before it runs
-        the round again."""
+    def process_group_started(self, pgid: int, cgroup: str | None = None) -> None:
+        """A subprocess of this round leads process group ``pgid`` (its own session), in
+        ``cgroup`` if it has one of its own: the runtime lists them durably, so that after a
+        crash it ends them before it runs the round again."""
         ...
 
     def process_group_ended(self, pgid: int) -> None:

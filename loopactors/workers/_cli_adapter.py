@@ -180,7 +180,9 @@ class CliStreamParser(abc.ABC):
 
 
 class CliAdapter(abc.ABC):
-    """One coding-agent CLI. Subclasses set the class attributes and the two methods."""
+    """One coding-agent CLI. Subclasses set the class attributes and fill in the parts of
+    the command line that are their own; the assembly (and the checks of closed choices) is
+    written once, here."""
 
     #: The worker kind (the spec's first word), e.g. ``claude``.
     kind: ClassVar[str]
@@ -199,13 +201,51 @@ class CliAdapter(abc.ABC):
     account_env: ClassVar[tuple[str, ...]] = ()
     #: Whether a session can be resumed (``inherit`` rounds pass ``CliRound.resume``).
     resumes: ClassVar[bool] = True
+    #: The ``permission_mode`` values the CLI knows (empty: the kind has no such key).
+    permission_modes: ClassVar[tuple[str, ...]] = ()
+    #: Closed choices of the kind's own keys (codex: ``sandbox``), checked like the modes.
+    choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: What comes last on the command line, after ``args=`` (how the prompt is read).
+    final_args: ClassVar[tuple[str, ...]] = ()
 
-    def check(self, options: CliOptions) -> None:  # noqa: B027 - optional hook
-        """Refuse option values the kind cannot use (raise WorkerSpecError)."""
+    def check(self, options: CliOptions) -> None:
+        """Refuse option values the kind cannot use (raise WorkerSpecError): a
+        ``permission_mode`` outside :attr:`permission_modes`, a value outside
+        :attr:`choices`. A kind with more to check extends this."""
+        given = {"permission_mode": options.permission_mode} if self.permission_modes else {}
+        given |= {key: options.extra.get(key) for key in self.choices}
+        for key, value in given.items():
+            accepted = self.permission_modes if key == "permission_mode" else self.choices[key]
+            if value is not None and value not in accepted:
+                raise WorkerSpecError(
+                    f"{self.kind} worker {key} {value!r} is unknown; accepted: "
+                    f"{', '.join(accepted)}"
+                )
+
+    def command(self, round: CliRound) -> CliCommand:
+        """The argv (``argv[0]`` is replaced by the resolved binary), extra env and stdin:
+        the kind's fixed part, ``--model``, the kind's switches, ``args=``, then
+        :attr:`final_args`; the prompt always comes on stdin."""
+        options = round.options
+        argv = [self.binary, *self.leading_args(round)]
+        if options.model:
+            argv += ["--model", options.model]
+        argv += [*self.switches(round), *options.args, *self.final_args]
+        return CliCommand(
+            argv=tuple(argv), env=self.environment(round), stdin=round.prompt.encode("utf-8")
+        )
 
     @abc.abstractmethod
-    def command(self, round: CliRound) -> CliCommand:
-        """The argv (``argv[0]`` is replaced by the resolved binary), extra env and stdin."""
+    def leading_args(self, round: CliRound) -> list[str]:
+        """What follows the binary, before ``--model``: output format, fixed switches."""
+
+    def switches(self, round: CliRound) -> list[str]:
+        """The kind's switches after ``--model`` (limits, permissions, tools, resume)."""
+        return []
+
+    def environment(self, round: CliRound) -> dict[str, str]:
+        """Added to the round's environment for this kind."""
+        return {}
 
     @abc.abstractmethod
     def parser(self) -> CliStreamParser:

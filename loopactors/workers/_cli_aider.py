@@ -27,7 +27,6 @@ from ._cli_adapter import (
     COMMON_KEYS,
     AgentStep,
     CliAdapter,
-    CliCommand,
     CliOutcome,
     CliRound,
     CliStreamParser,
@@ -184,10 +183,10 @@ class AiderAdapter(CliAdapter):
         "AIDER_MODEL",
     )
 
-    def command(self, round: CliRound) -> CliCommand:
-        options = round.options
-        argv = [
-            "aider",
+    final_args: ClassVar[tuple[str, ...]] = ("--message-file", "/dev/stdin")
+
+    def leading_args(self, round: CliRound) -> list[str]:
+        return [
             "--yes-always",
             "--no-pretty",
             "--no-stream",
@@ -200,15 +199,13 @@ class AiderAdapter(CliAdapter):
             "--chat-history-file",
             CHAT_HISTORY,
         ]
-        if options.model:
-            argv += ["--model", options.model]
-        if round.resume:
-            argv.append("--restore-chat-history")
-        argv += list(options.args)
-        argv += ["--message-file", "/dev/stdin"]
+
+    def switches(self, round: CliRound) -> list[str]:
+        return ["--restore-chat-history"] if round.resume else []
+
+    def environment(self, round: CliRound) -> dict[str, str]:
         # litellm (inside aider) would fetch its model price list at start otherwise.
-        env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-        return CliCommand(argv=tuple(argv), env=env, stdin=round.prompt.encode("utf-8"))
+        return {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 
     def parser(self) -> CliStreamParser:
         return _AiderStream()

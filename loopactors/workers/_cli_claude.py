@@ -18,12 +18,10 @@ import json
 import os
 from typing import Any, ClassVar
 
-from ..errors import WorkerSpecError
 from ._cli_adapter import (
     COMMON_KEYS,
     AgentStep,
     CliAdapter,
-    CliCommand,
     CliOptions,
     CliOutcome,
     CliRound,
@@ -160,33 +158,32 @@ class ClaudeAdapter(CliAdapter):
         "CLAUDE_CODE_OAUTH_TOKEN",
     )
 
-    def check(self, options: CliOptions) -> None:
-        mode = options.permission_mode
-        if mode is not None and mode not in PERMISSION_MODES:
-            raise WorkerSpecError(
-                f"claude worker permission_mode {mode!r} is unknown; accepted: "
-                f"{', '.join(PERMISSION_MODES)}"
-            )
+    permission_modes: ClassVar[tuple[str, ...]] = PERMISSION_MODES
 
-    def command(self, round: CliRound) -> CliCommand:
+    def leading_args(self, round: CliRound) -> list[str]:
+        return ["-p", "--output-format", "stream-json", "--verbose"]
+
+    def switches(self, round: CliRound) -> list[str]:
         options = round.options
-        argv = ["claude", "-p", "--output-format", "stream-json", "--verbose"]
-        if options.model:
-            argv += ["--model", options.model]
+        argv: list[str] = []
         if options.max_turns:
             argv += ["--max-turns", str(options.max_turns)]
-        mode = options.permission_mode or "bypassPermissions"
-        argv += ["--permission-mode", mode]
+        argv += ["--permission-mode", _mode(options)]
         if options.allowed_tools:
             argv += ["--allowedTools", *options.allowed_tools]
         if round.resume:
             argv += ["--resume", round.resume]
-        argv += list(options.args)
-        env: dict[str, str] = {}
-        if mode == "bypassPermissions" and os.geteuid() == 0:
+        return argv
+
+    def environment(self, round: CliRound) -> dict[str, str]:
+        if _mode(round.options) == "bypassPermissions" and os.geteuid() == 0:
             # Claude Code refuses bypassPermissions as root outside a sandbox it knows of.
-            env["IS_SANDBOX"] = "1"
-        return CliCommand(argv=tuple(argv), env=env, stdin=round.prompt.encode("utf-8"))
+            return {"IS_SANDBOX": "1"}
+        return {}
 
     def parser(self) -> CliStreamParser:
         return _ClaudeStream()
+
+
+def _mode(options: CliOptions) -> str:
+    return options.permission_mode or "bypassPermissions"

@@ -20,18 +20,16 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
 
-from ..errors import WorkerSpecError
 from ._cli_adapter import (
     COMMON_KEYS,
     AgentStep,
     CliAdapter,
-    CliCommand,
-    CliOptions,
     CliOutcome,
     CliRound,
     CliStreamParser,
@@ -233,20 +231,15 @@ class CodexAdapter(CliAdapter):
         "CODEX_HOME",
     )
 
-    def check(self, options: CliOptions) -> None:
-        sandbox = options.extra.get("sandbox")
-        if sandbox is not None and sandbox not in SANDBOXES:
-            raise WorkerSpecError(
-                f"codex worker sandbox {sandbox!r} is unknown; accepted: {', '.join(SANDBOXES)}"
-            )
+    choices: ClassVar[Mapping[str, tuple[str, ...]]] = {"sandbox": SANDBOXES}
+    final_args: ClassVar[tuple[str, ...]] = ("-",)  # the prompt comes on stdin
 
-    def command(self, round: CliRound) -> CliCommand:
-        options = round.options
-        argv = ["codex", "exec"]
+    def leading_args(self, round: CliRound) -> list[str]:
+        argv = ["exec"]
         if round.resume:
             argv += ["resume", round.resume]
         argv += ["--json", "--skip-git-repo-check"]
-        sandbox = options.extra.get("sandbox", "bypass")
+        sandbox = round.options.extra.get("sandbox", "bypass")
         if sandbox == "bypass":
             argv.append("--dangerously-bypass-approvals-and-sandbox")
         else:
@@ -263,11 +256,7 @@ class CodexAdapter(CliAdapter):
             argv += ["-c", f"{table}.base_url={_toml_string(base_url)}"]
             argv += ["-c", f'{table}.env_key="OPENAI_API_KEY"']
             argv += ["-c", f'{table}.wire_api="responses"']
-        if options.model:
-            argv += ["--model", options.model]
-        argv += list(options.args)
-        argv.append("-")  # the prompt comes on stdin
-        return CliCommand(argv=tuple(argv), stdin=round.prompt.encode("utf-8"))
+        return argv
 
     def parser(self) -> CliStreamParser:
         return _CodexStream()

@@ -28,13 +28,10 @@ from typing import Any, ClassVar
 
 import attrs
 
-from ..errors import WorkerSpecError
 from ._cli_adapter import (
     COMMON_KEYS,
     AgentStep,
     CliAdapter,
-    CliCommand,
-    CliOptions,
     CliOutcome,
     CliRound,
     CliStreamParser,
@@ -176,26 +173,22 @@ class GeminiAdapter(CliAdapter):
         "GOOGLE_CLOUD_PROJECT",
     )
 
-    def check(self, options: CliOptions) -> None:
-        mode = options.permission_mode
-        if mode is not None and mode not in APPROVAL_MODES:
-            raise WorkerSpecError(
-                f"gemini worker permission_mode {mode!r} is unknown; accepted: "
-                f"{', '.join(APPROVAL_MODES)}"
-            )
+    permission_modes: ClassVar[tuple[str, ...]] = APPROVAL_MODES
+    final_args: ClassVar[tuple[str, ...]] = ("--prompt", "")  # headless; prompt on stdin
 
-    def command(self, round: CliRound) -> CliCommand:
+    def leading_args(self, round: CliRound) -> list[str]:
+        return ["--output-format", "stream-json", "--skip-trust"]
+
+    def switches(self, round: CliRound) -> list[str]:
         options = round.options
-        argv = ["gemini", "--output-format", "stream-json", "--skip-trust"]
-        argv += ["--approval-mode", options.permission_mode or "yolo"]
-        if options.model:
-            argv += ["--model", options.model]
+        argv = ["--approval-mode", options.permission_mode or "yolo"]
         if options.allowed_tools:
             argv += ["--allowed-tools", ",".join(options.allowed_tools)]
         if round.resume:
             argv += ["--resume", round.resume]
-        argv += list(options.args)
-        argv += ["--prompt", ""]  # headless; the prompt itself comes on stdin
+        return argv
+
+    def environment(self, round: CliRound) -> dict[str, str]:
         env: dict[str, str] = {}
         if "GEMINI_CLI_SYSTEM_DEFAULTS_PATH" not in os.environ:
             api_key = bool(os.environ.get("GOOGLE_GEMINI_BASE_URL"))
@@ -204,7 +197,7 @@ class GeminiAdapter(CliAdapter):
             if api_key:
                 env.setdefault("GEMINI_DEFAULT_AUTH_TYPE", "gemini-api-key")
         env.setdefault("GEMINI_TELEMETRY_ENABLED", "false")
-        return CliCommand(argv=tuple(argv), env=env, stdin=round.prompt.encode("utf-8"))
+        return env
 
     def parser(self) -> CliStreamParser:
         return _GeminiStream()

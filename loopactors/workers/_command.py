@@ -32,6 +32,7 @@ import msgspec
 import trio
 
 from ..errors import WorkerSpecError
+from . import _cgroup
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
 from ._output import OutputTail
 
@@ -44,6 +45,8 @@ _STDERR_KEPT = 64 * 1024  # bytes of stderr held while the worker runs (the tail
 #: Without a limit in the request (a worker run outside a runtime): kept whole, in practice.
 _UNBOUNDED = 1 << 62
 _CHUNK = 1 << 16
+_CGROUP_EMPTY_WAIT = 1.0
+_JOIN_WAIT = 5.0  # seconds a worker's shell may take to join its cgroup before it is checked
 _POLL = 0.05  # how often a stop looks whether the group is gone during the grace period
 
 
@@ -106,7 +109,9 @@ def kill_worker_groups() -> int:
 
 @attrs.define(eq=False)  # compared by identity: kept in a set while its group runs
 class GroupStopper:
-    """Stops one child's process group: SIGTERM, up to ``grace`` seconds, then SIGKILL.
+    """Stops one child's process group: SIGTERM, up to ``grace`` seconds, then SIGKILL; and
+    with it the child's cgroup (``_cgroup``) if it has one, which also holds the processes
+    that left the group (setsid).
 
     It runs twice at most: as run_process's ``deliver_cancel``, which trio cancels as soon as
     the group leader exits, and then after run_process, for descendants that outlived the
@@ -116,8 +121,10 @@ class GroupStopper:
     grace: float
     pgid: int | None = None
     deadline: float | None = None
-    #: Told the group id as soon as the child runs (the runtime lists it durably).
-    on_started: Callable[[int], None] | None = None
+    #: Told the group id (and the cgroup's path, if any) as soon as the child runs (the
+    #: runtime lists them durably).
+    on_started: Callable[[int, str | None], None] | None = None
+    cgroup: Path | None = None
 
     def started(self, process: trio.Process | None = None) -> None:
         # run_process reports its Process through the ``task_status`` protocol; that is how we
@@ -126,13 +133,25 @@ class GroupStopper:
             self.pgid = process.pid  # start_new_session: the child leads its own group
             _running.add(self)
             if self.on_started is not None:
-                self.on_started(process.pid)
+                self.on_started(process.pid, str(self.cgroup) if self.cgroup else None)
+
+    def _alive(self) -> bool:
+        assert self.pgid is not None
+        return _group_exists(self.pgid) or (
+            self.cgroup is not None and not _cgroup.cgroup_empty(self.cgroup)
+        )
+
+    def _signal(self, signum: int) -> None:
+        assert self.pgid is not None
+        _signal_group(self.pgid, signum)
+        if self.cgroup is not None:
+            _cgroup.signal_cgroup(self.cgroup, signum)
 
     def kill_now(self) -> None:
         """SIGKILL the group now; a stop waiting out its grace returns at once."""
         self.deadline = -math.inf
         if self.pgid is not None:
-            _signal_group(self.pgid, signal.SIGKILL)
+            self._signal(signal.SIGKILL)
 
     async def deliver_cancel(self, process: trio.Process) -> None:
         if self.pgid is None:  # cancelled before the runner heard of the process
@@ -140,20 +159,36 @@ class GroupStopper:
         await self.stop()
 
     async def stop(self) -> None:
-        if self.pgid is None or (self.deadline is None and not _group_exists(self.pgid)):
+        if self.pgid is None or (self.deadline is None and not self._alive()):
             _running.discard(self)
             return
         if self.deadline is None:
             self.deadline = trio.current_time() + self.grace
-            _signal_group(self.pgid, signal.SIGTERM)
+            self._signal(signal.SIGTERM)
         # Polling: nothing can notify us when a group that is not our child disappears.
-        while _group_exists(self.pgid):
+        while self._alive():
             left = self.deadline - trio.current_time()
             if left <= 0:
                 break
             await trio.sleep(min(_POLL, left))
-        _signal_group(self.pgid, signal.SIGKILL)
+        self._signal(signal.SIGKILL)
+        if self.cgroup is not None:
+            # Killed, not yet gone: a moment, so that the cgroup can be removed.
+            with trio.move_on_after(_CGROUP_EMPTY_WAIT):
+                while not _cgroup.cgroup_empty(self.cgroup):  # noqa: ASYNC110 - polling
+                    await trio.sleep(_POLL / 5)
         _running.discard(self)
+
+
+async def _confirm_cgroup(stopper: GroupStopper, cgroup: Path, pid: int) -> None:
+    """Look that the worker's process joined its cgroup (the shell it starts as does that
+    before it runs the program); if it could not, the group alone stops it, as elsewhere."""
+    with trio.move_on_after(_JOIN_WAIT):
+        while (done := _cgroup.joined(cgroup, pid)) is None:  # noqa: ASYNC110 - polling
+            await trio.sleep(_POLL / 10)
+        if not done:
+            _cgroup.not_joined(cgroup)
+            stopper.cgroup = None
 
 
 async def _drain(stream: trio.abc.ReceiveStream, into: OutputTail) -> None:
@@ -217,8 +252,19 @@ class CommandWorker(Worker):
             **({"LOOPACTORS_OBJECTIVE": request.objective} if request.objective else {}),
             **request.env,
         }
+        cgroup = _cgroup.new_cgroup()
+        argv: list[str] | tuple[str, ...] = self.argv
+        executable = self.executable
+        if cgroup is not None:
+            if not os.access(executable, os.X_OK):  # as the exec would say, before the shell
+                _cgroup.leave(cgroup)
+                return RoundResult(status="failed", error=f"cannot run {executable}: not found")
+            argv = _cgroup.join_argv(cgroup, executable, self.argv)
+            executable = argv[0]
         stopper = GroupStopper(
-            self.kill_grace, on_started=context.process_group_started if context else None
+            self.kill_grace,
+            on_started=context.process_group_started if context else None,
+            cgroup=cgroup,
         )
         limit = request.max_output_bytes or _UNBOUNDED
         whole_at = Path(request.whole_output_at) if request.whole_output_at else None
@@ -230,8 +276,8 @@ class CommandWorker(Worker):
                     process: trio.Process = await nursery.start(
                         functools.partial(
                             trio.run_process,
-                            self.argv,
-                            executable=self.executable,
+                            argv,
+                            executable=executable,
                             stdin=request.prompt.encode("utf-8"),
                             stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE,
@@ -249,6 +295,8 @@ class CommandWorker(Worker):
                         status="failed", error=f"cannot run {self.executable}: {exc}"
                     )
                 stopper.started(process)
+                if cgroup is not None:
+                    nursery.start_soon(_confirm_cgroup, stopper, cgroup, process.pid)
                 assert process.stdout is not None  # both are pipes
                 assert process.stderr is not None
                 nursery.start_soon(_drain, process.stderr, stderr)
@@ -262,6 +310,8 @@ class CommandWorker(Worker):
         finally:
             if context is not None and stopper.pgid is not None:
                 context.process_group_ended(stopper.pgid)
+            if cgroup is not None:
+                _cgroup.leave(cgroup)
         returncode = process.returncode
         if stdout.whole_error is not None:  # the round itself is fine: the cut line says less
             log.warning("cannot keep the whole output of %s: %s", request.key, stdout.whole_error)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from loopactors.workers._cli_worker import SESSION_MARKERS, clear_limit_holds
 
-from ._fakes import QUIET, AnthropicFake, cli_binary
+from ._fakes import QUIET, AnthropicFake, cli_binary, git_workspace
+from ._loops import binary
 
 #: Variables that could route a request off the machine or leak a real account.
 _OUTSIDE = (
@@ -37,6 +39,42 @@ def _no_limit_holds() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def claude_bin() -> Path:
     return cli_binary("claude")
+
+
+def _pinned(name: str) -> Callable[[], Path]:
+    @pytest.fixture(name=name)
+    def pinned_binary() -> Path:
+        """The pinned CLI, installed into the cache on first use."""
+        return binary(name)
+
+    return pinned_binary
+
+
+codex = _pinned("codex")
+gemini = _pinned("gemini")
+aider = _pinned("aider")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """The CLI's home directory (its configuration and sessions), made by ``quiet_env``."""
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A git workspace the round's CLI works in (a module may override it)."""
+    return git_workspace(tmp_path / "ws")
+
+
+@pytest.fixture
+def fake(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The provider fake of the module's kind (its ``FAKE`` class) serving on loopback;
+    answers held back are let go at the end."""
+    fake = request.module.FAKE()
+    with fake.server.running():
+        yield fake
+        fake.release()
 
 
 @pytest.fixture

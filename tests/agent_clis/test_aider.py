@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from loopactors.workers._cli_aider import AiderAdapter, parse_token_count
 
 from ._fakes import git_workspace, quiet_env
 from ._loops import (
-    binary,
     events,
     git,
     kill_all,
@@ -40,23 +38,13 @@ from ._openai_fake import ChatCompletionsFake, ModelTurn, openai_error
 RECORDED = Path(__file__).with_name("recorded")
 EDIT = "hello.txt\n```\n<<<<<<< SEARCH\nold\n=======\nnew\n>>>>>>> REPLACE\n```\nChanged it."
 
-
-@pytest.fixture
-def aider() -> Path:
-    return binary("aider")
+#: The provider fake the ``fake`` fixture serves (conftest.py).
+FAKE = ChatCompletionsFake
 
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     return git_workspace(tmp_path / "ws", {"hello.txt": "old\n"})
-
-
-@pytest.fixture
-def fake() -> Iterator[ChatCompletionsFake]:
-    fake = ChatCompletionsFake()
-    with fake.server.running():
-        yield fake
-        fake.release()
 
 
 def env_for(home: Path, aider: Path, fake: ChatCompletionsFake) -> dict[str, str]:

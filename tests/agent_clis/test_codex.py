@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,8 @@ import pytest
 from loopactors.workers import parse_worker
 from loopactors.workers._cli_codex import CodexAdapter, codex_limit, round_usage
 
-from ._fakes import git_workspace, quiet_env
+from ._fakes import quiet_env
 from ._loops import (
-    binary,
     events,
     git,
     kill_all,
@@ -41,28 +39,8 @@ COMMIT = (
     "git -c user.name=agent -c user.email=agent@example.com commit -qm 'add hello'"
 )
 
-
-@pytest.fixture
-def codex() -> Path:
-    return binary("codex")
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return git_workspace(tmp_path / "ws")
-
-
-@pytest.fixture
-def fake() -> Iterator[ResponsesFake]:
-    fake = ResponsesFake()
-    with fake.server.running():
-        yield fake
-        fake.release()
+#: The provider fake the ``fake`` fixture serves (conftest.py).
+FAKE = ResponsesFake
 
 
 def env_for(home: Path, fake: ResponsesFake) -> dict[str, str]:

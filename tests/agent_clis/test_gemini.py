@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,9 @@ import pytest
 from loopactors.workers import parse_worker
 from loopactors.workers._cli_gemini import gemini_limit
 
-from ._fakes import git_workspace, quiet_env
+from ._fakes import quiet_env
 from ._gemini_fake import GeminiFake, gemini_error
 from ._loops import (
-    binary,
     events,
     git,
     kill_all,
@@ -38,28 +36,8 @@ from ._openai_fake import ModelTurn
 
 COMMIT = "git add hello.txt && git -c user.name=agent -c user.email=a@example.com commit -qm hi"
 
-
-@pytest.fixture
-def gemini() -> Path:
-    return binary("gemini")
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    return git_workspace(tmp_path / "ws")
-
-
-@pytest.fixture
-def fake() -> Iterator[GeminiFake]:
-    fake = GeminiFake()
-    with fake.server.running():
-        yield fake
-        fake.release()
+#: The provider fake the ``fake`` fixture serves (conftest.py).
+FAKE = GeminiFake
 
 
 def env_for(home: Path, fake: GeminiFake) -> dict[str, str]:

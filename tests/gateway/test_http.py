@@ -246,11 +246,17 @@ async def test_bad_http_never_disturbs_websocket_clients(live_node: LiveNode) ->
     async with open_raw(live_node) as client:
         sub = await client.ask({"type": "subscribe", "id": 1})
         assert sub["type"] == "ok"
-        await raw_http(
+        post = await raw_http(
             live_node, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
         )
-        await raw_http(live_node, b"GET /%2e%2e/ HTTP/1.1\r\nHost: x\r\n\r\n")
-        await raw_http(live_node, b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n")
+        assert post.startswith(b"HTTP/1.1 405 ")
+        for path in (b"/%2e%2e/", b"/../etc/passwd"):
+            answer = await raw_http(live_node, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 400 ")
+        long_line = await raw_http(live_node, b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n")
+        assert long_line.startswith(b"HTTP/1.1 414 ")
+        big_header = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 20_000 + b"\r\n\r\n"
+        assert (await raw_http(live_node, big_header)).startswith(b"HTTP/1.1 431 ")
         await raw_http(live_node, b"\r\n\r\n\r\n")
         await client.send({"type": "start", "id": 2, "text": "|loop:1| still here"})
         kinds = set()
@@ -329,3 +335,18 @@ async def test_healthz_is_503_while_starting_and_for_the_whole_shutdown(tmp_path
             assert await health() == (503, "shutting down\n")
     with pytest.raises(OSError, match="connect"):
         await trio.open_tcp_stream("127.0.0.1", door.port)
+
+
+async def test_a_gateway_shut_down_on_a_door_leaves_it_saying_so(tmp_path: Path) -> None:
+    settings = GatewaySettings(port=0)
+    async with (
+        open_door(settings) as door,
+        open_runtime(node_config(tmp_path)) as runtime,
+        open_gateway(runtime, settings, door=door) as gateway,
+    ):
+        base = f"http://127.0.0.1:{door.port}"
+        async with httpx.AsyncClient(base_url=base) as http:
+            assert (await http.get("/healthz")).status_code == 200
+            await gateway.shutdown()
+            reply = await http.get("/healthz")
+            assert (reply.status_code, reply.text) == (503, "shutting down\n")

@@ -238,3 +238,16 @@ def test_grouping_with_common_grams_and_empty_parts_equals_naive(
 @given(st.lists(signature, min_size=70, max_size=90), st.sampled_from([0.8, 0.85, 0.95]))
 def test_fast_grouping_equals_naive_many(signatures: list[str], threshold: float) -> None:
     assert group_signatures(signatures, threshold) == naive_groups(signatures, threshold)
+
+
+def test_the_key_index_keeps_every_group_of_a_key_through_growth() -> None:
+    from loopactors.ledger._grouping import _KeyIndex, _short
+
+    index = _KeyIndex()
+    for group in range(20_000):  # grows from 4,096 slots several times
+        index.add(_short(hash(("part", group % 5_000))), group)
+    assert index.find(_short(hash(("part", 7)))) == [7, 5_007, 10_007, 15_007]
+    assert list(index.find(_short(hash(("no such part",))))) == []
+    # Keys equal in their low 32 bits meet: a candidate more, never one less.
+    assert _short(0) == _short(1 << 32)
+    assert _short(1 << 31) == 1  # never 0, the mark of an empty slot

@@ -9,6 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from loopactors.workers import _cgroup
+
 CLI = [sys.executable, "-m", "loopactors"]
 
 # The first run of round 1 ignores SIGTERM and stays; every later run notes whether the
@@ -74,4 +78,79 @@ def test_a_worker_left_by_a_killed_runtime_is_ended_before_the_round_runs_again(
     # Round 1 ran again only once the first run was gone (never two at once), then round 2.
     assert [line.split(":")[0] for line in lines] == ["1", "1", "2"]
     assert [line.split(":")[2] for line in lines[1:]] == ["False", "False"]
+    assert list((state / "groups").glob("*.json")) == []
+
+
+# The first run of round 1 starts a grandchild in a session of its own (it has left the
+# worker's process group) that ignores SIGTERM; every later run notes whether it is alive.
+ESCAPING_WORKER = """
+import os, pathlib, signal, sys, time
+runs = pathlib.Path(sys.argv[1])
+escapee = pathlib.Path(sys.argv[1] + ".escapee")
+def alive(pid):
+    try:
+        text = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2] != "Z"
+if escapee.exists():
+    with runs.open("a") as f:
+        f.write(f"{os.environ['LOOPACTORS_ROUND']}:{alive(int(escapee.read_text()))}\\n")
+    print("done")
+    sys.exit(0)
+if os.fork() == 0:
+    os.setsid()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    escapee.write_text(str(os.getpid()))
+    time.sleep(300)
+    os._exit(0)
+time.sleep(300)
+"""
+
+
+def test_a_grandchild_that_left_the_group_is_ended_through_its_cgroup_after_a_crash(
+    tmp_path: Path,
+) -> None:
+    # ~7 s: two real CLI processes and a crash.
+    if (reason := _cgroup.unavailable_reason()) is not None:
+        pytest.skip(f"command workers get no cgroup here: {reason}")
+    script = tmp_path / "worker.py"
+    script.write_text(ESCAPING_WORKER)
+    runs = tmp_path / "runs"
+    escapee = tmp_path / "runs.escapee"
+    state = tmp_path / "state"
+    (tmp_path / "loopactors.toml").write_text("kill_grace = 0.5\n")
+    worker = "command:" + shlex.join([sys.executable, str(script), str(runs)])
+    config = ["--config", str(tmp_path / "loopactors.toml"), "--state", str(state)]
+    run = subprocess.Popen(
+        [*CLI, "run", "|loop:2,fresh| work", "--worker", worker, "--json", *config],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not escapee.exists() or not escapee.read_text():
+        assert time.monotonic() < deadline, "the worker never started its grandchild"
+        time.sleep(0.05)
+    [listed] = list((state / "groups").glob("*.json"))
+    cgroup = Path(json.loads(listed.read_text())["cgroup"])
+    escapee_pid = int(escapee.read_text())
+    assert escapee_pid in [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
+    run.kill()
+    run.wait()
+    assert Path(f"/proc/{escapee_pid}").exists()  # left behind, in a session of its own
+    resumed = subprocess.run(
+        [*CLI, "resume", "--json", *config],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "the cgroup of process group" in resumed.stderr
+    # Round 1 ran again only once the grandchild was gone, then round 2.
+    assert runs.read_text().split() == ["1:False", "2:False"]
+    assert not cgroup.exists()
     assert list((state / "groups").glob("*.json")) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import ClassVar
 
 import pytest
@@ -25,9 +26,18 @@ class _Adapter(CliAdapter):
     binary: ClassVar[str] = "toy"
     install: ClassVar[str] = "npm install -g toy"
     keys: ClassVar[frozenset[str]] = COMMON_KEYS | {"sandbox"}
+    permission_modes: ClassVar[tuple[str, ...]] = ("ask", "trust")
+    choices: ClassVar[Mapping[str, tuple[str, ...]]] = {"sandbox": ("on", "off")}
+    final_args: ClassVar[tuple[str, ...]] = ("--prompt-from", "stdin")
 
-    def command(self, round: CliRound) -> CliCommand:
-        return CliCommand(argv=("toy", round.prompt))
+    def leading_args(self, round: CliRound) -> list[str]:
+        return ["run", "--json"]
+
+    def switches(self, round: CliRound) -> list[str]:
+        return ["--mode", round.options.permission_mode or "ask"]
+
+    def environment(self, round: CliRound) -> dict[str, str]:
+        return {"TOY_QUIET": "1"}
 
     def parser(self) -> CliStreamParser:
         raise NotImplementedError
@@ -60,6 +70,39 @@ def test_options_parse_common_and_own_keys() -> None:
 def test_bad_options_are_refused_by_name(text: str, words: str) -> None:
     with pytest.raises(WorkerSpecError, match=words):
         parse_cli_options(_Adapter(), text)
+
+
+def test_the_command_line_is_assembled_once_for_every_kind() -> None:
+    adapter = _Adapter()
+    options = parse_cli_options(adapter, "model=m1,permission_mode=trust,args=--x 'a b'")
+    command = adapter.command(CliRound("fix it", options, resume=None, workspace="/w"))
+    assert command == CliCommand(
+        argv=(
+            *("toy", "run", "--json", "--model", "m1", "--mode", "trust", "--x", "a b"),
+            *("--prompt-from", "stdin"),
+        ),
+        env={"TOY_QUIET": "1"},
+        stdin=b"fix it",
+    )
+    bare = adapter.command(CliRound("p", parse_cli_options(adapter, ""), None, "/w"))
+    assert "--model" not in bare.argv
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "permission_mode=yolo",
+            "toy worker permission_mode 'yolo' is unknown; accepted: ask, trust",
+        ),
+        ("sandbox=maybe", "toy worker sandbox 'maybe' is unknown; accepted: on, off"),
+    ],
+)
+def test_closed_choices_are_checked_by_the_base(text: str, message: str) -> None:
+    adapter = _Adapter()
+    with pytest.raises(WorkerSpecError, match=message):
+        adapter.check(parse_cli_options(adapter, text))
+    adapter.check(parse_cli_options(adapter, "permission_mode=ask,sandbox=off"))
 
 
 def test_claude_pipe_epoch_limit() -> None:

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from loopactors.errors import WorkerSpecError
-from loopactors.workers import CommandWorker, RoundResult, parse_worker
+from loopactors.workers import CommandWorker, RoundResult, _cgroup, parse_worker
 from loopactors.workers._command import split_tokens_line
 
 from .sample_fns import make_request
@@ -254,3 +254,89 @@ async def test_cwd_and_extra_env_of_the_request(tmp_path: Path) -> None:
     request = make_request(cwd=str(tmp_path), env={"LOOPACTORS_WORKTREE": "wt"})
     result = await command([PY, "-c", script]).run(request, None)
     assert result.output.splitlines() == [str(tmp_path), "wt"]  # pytest resolves tmp_path
+
+
+# --- a grandchild that leaves the process group (setsid) ---
+
+# The leader starts a grandchild in a session of its own that ignores SIGTERM and holds no
+# pipe of the round's, writes both pids, then waits.
+ESCAPE = """
+import os, signal, sys, time
+if sys.argv[1] == "leader":
+    if os.fork() == 0:
+        os.setsid()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        open(sys.argv[2] + ".escapee", "w").write(f"{os.getpid()}\\n")
+        time.sleep(60)
+        os._exit(0)
+    open(sys.argv[2], "w").write(f"{os.getpid()}\\n")
+    time.sleep(60)
+"""
+
+
+def _escaping_worker(tmp_path: Path) -> tuple[CommandWorker, Path]:
+    script = tmp_path / "escape.py"
+    script.write_text(ESCAPE)
+    ready = tmp_path / "pids"
+    return command([sys.executable, str(script), "leader", str(ready)], kill_grace=0.3), ready
+
+
+def _own_cgroups() -> list[Path]:
+    reason = _cgroup.unavailable_reason()
+    assert reason is None
+    base = _cgroup._where.base
+    assert isinstance(base, Path)
+    return sorted(base.glob(f"loopactors-{os.getpid()}-*"))
+
+
+async def test_a_stop_ends_a_grandchild_that_left_the_group_through_the_cgroup(
+    tmp_path: Path,
+) -> None:
+    if (reason := _cgroup.unavailable_reason()) is not None:
+        pytest.skip(f"command workers get no cgroup here: {reason}")
+    worker, ready = _escaping_worker(tmp_path)
+    escapee_file = Path(f"{ready}.escapee")
+    elapsed, pids = await _cancel_when_ready(worker, [ready, escapee_file])
+    assert elapsed < 2.0
+    await _assert_group_gone(pids[0], pids)  # the escapee too
+    assert _own_cgroups() == []  # the worker's cgroup is removed once empty
+
+
+async def test_without_a_cgroup_a_grandchild_that_left_the_group_survives_a_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where no cgroup can be made (docs/security.md says so), only the group is stopped."""
+    monkeypatch.setattr(_cgroup._where, "base", None)
+    monkeypatch.setattr(_cgroup, "_find_base", lambda: "no cgroup2 file system is mounted")
+    worker, ready = _escaping_worker(tmp_path)
+    elapsed, pids = await _cancel_when_ready(worker, [ready, Path(f"{ready}.escapee")])
+    leader, escapee = pids
+    try:
+        assert elapsed < 2.0
+        assert not _group_exists(leader)
+        assert _is_alive(escapee)  # not stopped: it left the group and nothing holds it
+        assert os.getpgid(escapee) == escapee
+    finally:
+        os.kill(escapee, 9)
+
+
+async def test_a_cgroup_that_cannot_be_joined_is_said_once_and_not_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    if (reason := _cgroup.unavailable_reason()) is not None:
+        pytest.skip(f"command workers get no cgroup here: {reason}")
+    monkeypatch.setattr(_cgroup, "_JOIN", 'shift; exec "$@"')  # never joins
+    monkeypatch.setattr(_cgroup._where, "base", _cgroup._where.base)
+    # A program that is a shell itself, and that runs a moment (the check is made meanwhile).
+    worker = command(["sh", "-c", "cat > /dev/null; sleep 0.3; echo ran"])
+    with caplog.at_level("WARNING", logger="loopactors.workers"):
+        first = await worker.run(make_request(), None)
+        second = await worker.run(make_request(), None)
+    assert (first.output, second.output) == ("ran\n", "ran\n")
+    said = [r.message for r in caplog.records if "without a cgroup" in r.message]
+    assert len(said) == 1
+    assert "cannot be moved into" in said[0]
+    assert _cgroup.unavailable_reason() is not None
