@@ -9,6 +9,7 @@ round's. The Breaker checks the ledger before each round with the loop's own thr
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Iterable
 
 import msgspec
@@ -31,8 +32,7 @@ _ACTION_CHARS = 160
 
 def attempt_of(record: RoundRecord, task: str) -> Attempt:
     """The ledger attempt of one finished round."""
-    head = next((line.strip() for line in record.output.splitlines() if line.strip()), "")
-    action = head or next((line.strip() for line in task.splitlines() if line.strip()), task)
+    action = _first_line(record.output) or _first_line(task) or task
     timestamp = (
         datetime.datetime.fromtimestamp(record.started_at, datetime.UTC).isoformat()
         if record.started_at
@@ -46,6 +46,23 @@ def attempt_of(record: RoundRecord, task: str) -> Attempt:
         error=record.error if record.error else UNSET,
         tokens_used=record.tokens,
     )
+
+
+#: What str.splitlines() splits at (every one of them is also whitespace).
+_LINE_BREAK = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+_NOT_SPACE = re.compile(r"\S")
+
+
+def _first_line(text: str) -> str:
+    """The first line of ``text`` that is not blank, stripped ("" if none): as
+    ``next(l.strip() for l in text.splitlines() if l.strip())``, without splitting a whole
+    (maybe megabytes long) output into lines every round."""
+    found = _NOT_SPACE.search(text)
+    if found is None:
+        return ""
+    start = found.start()  # what precedes it on its line is blank
+    end = _LINE_BREAK.search(text, start)
+    return text[start : len(text) if end is None else end.start()].rstrip()
 
 
 def ledger_of(state: LoopState, records: Iterable[RoundRecord]) -> Ledger:

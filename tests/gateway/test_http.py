@@ -335,3 +335,18 @@ async def test_healthz_is_503_while_starting_and_for_the_whole_shutdown(tmp_path
             assert await health() == (503, "shutting down\n")
     with pytest.raises(OSError, match="connect"):
         await trio.open_tcp_stream("127.0.0.1", door.port)
+
+
+async def test_a_gateway_shut_down_on_a_door_leaves_it_saying_so(tmp_path: Path) -> None:
+    settings = GatewaySettings(port=0)
+    async with (
+        open_door(settings) as door,
+        open_runtime(node_config(tmp_path)) as runtime,
+        open_gateway(runtime, settings, door=door) as gateway,
+    ):
+        base = f"http://127.0.0.1:{door.port}"
+        async with httpx.AsyncClient(base_url=base) as http:
+            assert (await http.get("/healthz")).status_code == 200
+            await gateway.shutdown()
+            reply = await http.get("/healthz")
+            assert (reply.status_code, reply.text) == (503, "shutting down\n")

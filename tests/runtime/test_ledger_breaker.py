@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loopactors.loops import LoopSpec, LoopState, RoundRecord
 from loopactors.runtime import breaker_standing, open_runtime
+from loopactors.runtime._ledger import attempt_of
 from loopactors.testing import inject_crash
 
 from . import round_fns
@@ -172,3 +175,17 @@ def test_the_closest_trigger_is_the_first_of_equals() -> None:
     fresh = breaker_standing(LoopState(loop_id="y", spec=spec), [], now=0.0)
     assert all(t.value == 0 for t in fresh.triggers)
     assert fresh.closest == "max_rounds"
+
+
+_LINE_PIECES = st.sampled_from(
+    ["a", "b c", " ", "\t", "\n", "\r", "\r\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85",
+     "\u2028", "\u2029", "\xa0", "\u3000", "x" * 200]
+)  # fmt: skip
+
+
+@given(st.lists(_LINE_PIECES, max_size=8).map("".join), st.sampled_from(["the task", " \n"]))
+def test_an_attempts_action_is_the_first_line_that_is_not_blank(output: str, task: str) -> None:
+    record = RoundRecord(loop_id="l", round=1, status="completed", output=output)
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    expected = lines[0] if lines else (task.strip() or task)
+    assert attempt_of(record, task).action == expected[:160]
