@@ -40,3 +40,8 @@ scaling:
 # docs/img/dashboard.png: the dashboard of a node with 50 loops, in headless Chromium.
 screenshot:
     python docs/build_screenshot.py
+
+# The docs build: the protocol's JSON Schema and the dashboard's screenshot, from the code.
+docs:
+    python -m loopactors.cli.schema > docs/protocol.schema.json
+    python docs/build_screenshot.py

@@ -12,9 +12,11 @@ a coalescing one (docs/protocol.md): the node sends the latest state of each cha
 most every 0.5 s; the page applies what came once per animation frame and records how long
 each batch took (`window.__dashboard`). Prints a table, then one JSON line: batches, states
 per batch, mean, 95th percentile and worst time to apply a batch, how long a click on the
-phase filter took to re-render the table from every loop, how old the page's view of the
-live loops was at the end (staleness: now minus each live row's ``updated_at``), the node's
-dropped events and rounds a second, and the load average before and after.
+phase filter took to re-render the table from every loop, the lag (how long after the node
+changed a loop the page showed it: the time applied minus the state's ``updated_at``), how
+old the page's view of the live loops was at the end (staleness: now minus each live row's
+``updated_at``; loops started together change together, so it depends on when it is read),
+the node's dropped events and rounds a second, and the load average before and after.
 """
 
 from __future__ import annotations
@@ -141,7 +143,8 @@ def main() -> None:
                 known = wait_for_loops(page, args.loops, timeout=240)
                 page.evaluate(
                     "() => { const s = window.__dashboard; s.batches = 0; s.events = 0; "
-                    "s.frames = 0; s.maxBatchMs = 0; s.totalBatchMs = 0; s.recent = []; }"
+                    "s.frames = 0; s.maxBatchMs = 0; s.totalBatchMs = 0; s.recent = []; "
+                    "s.lags = []; }"
                 )
                 before = trio.run(node_figures, address, token)
                 time.sleep(args.seconds)
@@ -161,6 +164,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=60)
     samples = sorted(stats["recent"]) or [0.0]
+    lags = sorted(stats["lags"]) or [0.0]
     result = {
         "loops": args.loops,
         "loops_on_page": known,
@@ -173,6 +177,9 @@ def main() -> None:
         "max_batch_ms": round(stats["maxBatchMs"], 2),
         "filter_click_ms": round(filter_ms, 1),
         "states_frames": stats["frames"],
+        "mean_lag_s": round(sum(lags) / len(lags), 2),
+        "p95_lag_s": round(lags[int(0.95 * (len(lags) - 1))], 2),
+        "max_lag_s": round(lags[-1], 2),
         "mean_staleness_s": staleness["mean"],
         "max_staleness_s": staleness["max"],
         "node_events_dropped": after["events_dropped"] - before["events_dropped"],

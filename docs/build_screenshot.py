@@ -1,6 +1,7 @@
 """Save docs/img/dashboard.png: the dashboard of a node running 50 loops.
 
-    python docs/build_screenshot.py            (or `just screenshot`)
+    python docs/build_screenshot.py            (or `just screenshot`, part of `just docs`)
+    python docs/build_screenshot.py OUT.png    (somewhere else: the docs test does)
 
 A `loopactors node` process (memory store) runs 50 loops in various states (running,
 paused, stopped, complete, escalated); the system's headless Chromium, driven by Playwright,
@@ -48,6 +49,7 @@ async def steer(address: str, token: str, ids: list[str]) -> None:
 
 
 def main() -> None:
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else OUT
     with tempfile.TemporaryDirectory() as tmp:
         proc, address, token = start_node(Path(tmp), "--store", "memory")
         try:
@@ -71,15 +73,16 @@ def main() -> None:
             time.sleep(3)  # a few rounds in
             with sync_playwright() as pw:
                 browser, page = open_page(pw, address, token, width=1400, height=900)
-                wait_for_loops(page, 50)
+                if wait_for_loops(page, 50) != 50:
+                    raise SystemExit("the dashboard did not show the 50 loops")
                 time.sleep(2.5)
-                OUT.parent.mkdir(exist_ok=True)
-                page.screenshot(path=str(OUT))
+                out.parent.mkdir(exist_ok=True)
+                page.screenshot(path=str(out))
                 browser.close()
         finally:
             proc.terminate()
             proc.wait(timeout=60)
-    print(f"saved {OUT}")
+    print(f"saved {out}")
 
 
 if __name__ == "__main__":

@@ -82,6 +82,17 @@ def test_dashboard_without_a_node_still_prints_the_address(tmp_path: Path) -> No
     assert "no node answers at ws://127.0.0.1:9" in shown.stderr
 
 
+def test_dashboard_finds_the_port_the_running_node_wrote(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "node.token").write_text("secret-token\n")
+    (state / "node.url").write_text("ws://127.0.0.1:9\n")  # what a node on port 9 writes
+    shown = run_cli("dashboard", "--state", str(state))
+    assert shown.returncode == 0
+    assert shown.stdout.strip() == "http://127.0.0.1:9/#token=secret-token"
+    assert "no node answers at ws://127.0.0.1:9" in shown.stderr
+
+
 def test_dashboard_refuses_a_bad_address_or_no_token(tmp_path: Path) -> None:
     bad = run_cli("dashboard", "--connect", "ftp://x", "--state", str(tmp_path))
     assert bad.returncode == 1

@@ -10,6 +10,7 @@ import argparse
 import sys
 import urllib.parse
 import webbrowser
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
@@ -63,8 +64,10 @@ def dashboard(args: argparse.Namespace, config: RuntimeConfig) -> int:
     if args.connect:
         node_url = args.connect
     else:
-        host = node.host if ":" not in node.host else f"[{node.host}]"
-        node_url = f"ws://{host}:{node.port}"
+        node_url = _running_node(config.state_dir)
+        if node_url is None:
+            host = node.host if ":" not in node.host else f"[{node.host}]"
+            node_url = f"ws://{host}:{node.port}"
     dashboard_url(node_url, "")  # a bad address is refused before any token is read
     url = dashboard_url(node_url, read_token(args, config.state_dir))
     print(url)
@@ -84,3 +87,15 @@ def dashboard(args: argparse.Namespace, config: RuntimeConfig) -> int:
     if args.open and not webbrowser.open(url):
         print("loopactors: no browser to open; open the address above", file=sys.stderr)
     return 0
+
+
+def _running_node(state_dir: Path) -> str | None:
+    """Where the node serving ``state_dir`` listens, as it wrote it (``node.url``): right
+    even when it was started with another ``--listen`` than the configuration's."""
+    from ..runtime import NODE_URL_FILE  # noqa: PLC0415 - see the note on the imports
+
+    try:
+        url = (state_dir / NODE_URL_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return url or None

@@ -27,6 +27,7 @@ from ..errors import (
     WorkerSpecError,
 )
 from ..loops import LoopState, RoundRecord, output_heads
+from ..runtime import breaker_standing
 from ._errors import Refusal
 from ._protocol import (
     Error,
@@ -188,8 +189,11 @@ def headed(state: LoopState, head: int) -> LoopState:
 
 async def _history(request: History, gateway: Gateway) -> Rounds:
     head = _check_head(request.output_head)
-    state, rounds = await gateway.runtime.recorded(request.loop_id, output_head=head)
-    return Rounds(loop=state, rounds=rounds)
+    # Read whole: the breaker's counts compare whole outputs and errors; the answer is cut.
+    state, records = await gateway.runtime.recorded(request.loop_id)
+    breaker = breaker_standing(state, records, time.time())
+    state, rounds = output_heads(state, records, head)
+    return Rounds(loop=state, rounds=rounds, breaker=breaker)
 
 
 async def _output(request: Output, gateway: Gateway) -> RoundRecord:

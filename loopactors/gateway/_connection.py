@@ -20,7 +20,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from .. import __version__
-from ..errors import ActorNotRunning, CallFailed, CallTimeout
+from ..errors import ActorNotRunning, CallFailed, CallTimeout, StoreError
 from ..loops import AnyEvent
 from ..runtime import Changes, Gap, Subscription
 from ._answers import answer, error_frame, headed, is_refusal, kind_of
@@ -395,8 +395,9 @@ class Connection:
                     chunk = loop_ids[first : first + STATES_PER_FRAME]
                     try:
                         states = await runtime.states(chunk)
-                    except (ActorNotRunning, CallFailed, CallTimeout):
-                        # The store is restarting: these go with the next batch.
+                    except (ActorNotRunning, CallFailed, CallTimeout, StoreError):
+                        # The store is restarting, or waits for disk space: these go with the
+                        # next batch, an interval later.
                         changes.mark(loop_ids[first:])
                         break
                     if states:

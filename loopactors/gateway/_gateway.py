@@ -177,6 +177,8 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         )
 
     async def _shutdown(self, reason: str) -> int:
+        if self.door is not None:  # the node goes away: its port says so until it closes
+            self.door.shutting_down()
         self._listener.cancel()
         self.accepting = False
         connections = list(self.connections)

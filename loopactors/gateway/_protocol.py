@@ -15,6 +15,7 @@ from typing import Any, Final, Literal, Union
 import msgspec
 
 from ..loops import AnyEvent, LoopSpec, LoopState, RoundRecord
+from ..runtime import BreakerStanding
 from ..storage import CommitLatency
 
 __all__ = [
@@ -271,6 +272,8 @@ class LoopStatus(msgspec.Struct, frozen=True, kw_only=True):
 class Rounds(msgspec.Struct, frozen=True, kw_only=True):
     loop: LoopState
     rounds: list[RoundRecord]
+    #: The breaker as it stands: each trigger's count and limit, and the closest one.
+    breaker: BreakerStanding | None = None
 
 
 class Subscribed(msgspec.Struct, frozen=True, kw_only=True):

@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     from ._breaker import total_tokens as total_tokens
     from ._breaker import trailing_failure_run as trailing_failure_run
     from ._breaker import utc_day as utc_day
+    from ._facts import BreakerFacts as BreakerFacts
+    from ._facts import breaker_facts as breaker_facts
     from ._js import encode_json as encode_json
     from ._js import format_number as format_number
     from ._model import Attempt as Attempt
@@ -85,6 +87,7 @@ __all__ = [
     "AttemptSummary",
     "BreakerConfig",
     "BreakerDecision",
+    "BreakerFacts",
     "DailySpend",
     "ErrorGroup",
     "Ledger",
@@ -94,6 +97,7 @@ __all__ = [
     "apply_daily_budget",
     "assert_positive_integer",
     "assert_similarity_threshold",
+    "breaker_facts",
     "build_context_injection",
     "calculate_similarity",
     "check_circuit_breaker",
@@ -123,6 +127,7 @@ _HOMES = {
     "AttemptSummary": "_model",
     "BreakerConfig": "_model",
     "BreakerDecision": "_model",
+    "BreakerFacts": "_facts",
     "DailySpend": "_breaker",
     "ErrorGroup": "_model",
     "Ledger": "_model",
@@ -132,6 +137,7 @@ _HOMES = {
     "apply_daily_budget": "_breaker",
     "assert_positive_integer": "_model",
     "assert_similarity_threshold": "_model",
+    "breaker_facts": "_facts",
     "build_context_injection": "_summary",
     "calculate_similarity": "_text",
     "check_circuit_breaker": "_breaker",

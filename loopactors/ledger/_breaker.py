@@ -70,10 +70,14 @@ def _decision(
 
 
 def check_circuit_breaker(
-    ledger: Ledger, config: BreakerConfig = _DEFAULT_BREAKER
+    ledger: Ledger, config: BreakerConfig = _DEFAULT_BREAKER, *, validated: bool = False
 ) -> BreakerDecision:
-    """Continue or escalate; the first trigger that fires wins (spec §5)."""
-    validate_breaker_config(config)
+    """Continue or escalate; the first trigger that fires wins (spec §5).
+
+    ``validated``: ``config`` has passed :func:`validate_breaker_config` already (the
+    runtime checks a loop's config once, then every round against it)."""
+    if not validated:
+        validate_breaker_config(config)
     return decide(breaker_facts(ledger.attempts, config.similarity_threshold), config)
 
 

@@ -21,7 +21,7 @@ from ._rules import BreakerLimits, breaker_verdict, check_limits
 
 TYPE_CHECKING = False  # typing itself is not loaded by ``context --check``
 if TYPE_CHECKING:
-    from ._model import BreakerConfig, BreakerDecision, Ledger, PruneConfig
+    from ._model import BreakerConfig, BreakerDecision, Ledger, PruneConfig, Trigger
 
 __all__ = ["HELP", "main"]
 
@@ -180,7 +180,7 @@ def _check(facts: BreakerFacts, limits: BreakerLimits, opts: Options) -> dict[st
 
 
 def _daily_budget_and_hook(
-    facts: BreakerFacts, trigger: str, reason: str, opts: Options
+    facts: BreakerFacts, trigger: Trigger, reason: str, opts: Options
 ) -> BreakerDecision:
     # Only when asked for: these load msgspec and the daily-state and hook modules.
     from ._breaker import apply_daily_budget  # noqa: PLC0415
@@ -192,7 +192,7 @@ def _daily_budget_and_hook(
         tokens_used=facts.tokens_used,
         should_continue=ok,
         escalate=not ok,
-        trigger=trigger,  # type: ignore[arg-type]
+        trigger=trigger,
         reason=reason,
     )
     if opts.daily_pattern:

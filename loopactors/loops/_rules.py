@@ -102,7 +102,7 @@ _COUNTER = re.compile(
     r"(\s*(/|of)\s*\d+)?",
     re.IGNORECASE,
 )
-_SPACE = re.compile(r"\s+")
+_DIGIT = re.compile(r"\d")
 
 
 def normalize_output(text: str) -> str:
@@ -113,10 +113,16 @@ def normalize_output(text: str) -> str:
     round number or a timestamp must not hide a loop that is going nowhere), while other
     numbers, like ``3/10 tests pass`` and ``4/10 tests pass``, still count as progress.
     """
-    text = _TIMESTAMP.sub("<time>", text)
-    text = _DURATION.sub("<duration>", text)
-    text = _COUNTER.sub(lambda m: f"{m.group(1)} <n>", text)
-    return _SPACE.sub(" ", text).strip().casefold()
+    if _DIGIT.search(text) is not None:  # each mask needs a digit (a round's hot path)
+        text = _TIMESTAMP.sub("<time>", text)
+        text = _DURATION.sub("<duration>", text)
+        text = _COUNTER.sub(_counter_masked, text)
+    # split() and strip() break at what `\s` matches, so this is `\s+` -> " ", stripped.
+    return " ".join(text.split()).casefold()
+
+
+def _counter_masked(match: re.Match[str]) -> str:
+    return f"{match.group(1)} <n>"
 
 
 def same_output(previous: str | None, current: str) -> bool:

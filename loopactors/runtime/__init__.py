@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from ._events import Changes as Changes
     from ._events import Gap as Gap
     from ._events import Subscription as Subscription
+    from ._ledger import BreakerStanding as BreakerStanding
+    from ._ledger import TriggerStanding as TriggerStanding
+    from ._ledger import breaker_standing as breaker_standing
     from ._ledger import ledger_of as ledger_of
     from ._lock import NODE_URL_FILE as NODE_URL_FILE
     from ._lock import lock_state_dir as lock_state_dir
@@ -33,6 +36,7 @@ __all__ = [
     "MAX_AGE",
     "NODE_URL_FILE",
     "BreakerSettings",
+    "BreakerStanding",
     "Changes",
     "Gap",
     "LoopHandle",
@@ -40,6 +44,8 @@ __all__ = [
     "Runtime",
     "RuntimeConfig",
     "Subscription",
+    "TriggerStanding",
+    "breaker_standing",
     "build_spec",
     "find_config",
     "ledger_of",
@@ -53,6 +59,7 @@ __all__ = [
 # (``_config``) for `loopactors status` without loading the actors.
 _HOMES = {
     "BreakerSettings": "_config",
+    "BreakerStanding": "_ledger",
     "Changes": "_events",
     "Gap": "_events",
     "LoopHandle": "_api",
@@ -62,6 +69,8 @@ _HOMES = {
     "Runtime": "_api",
     "RuntimeConfig": "_config",
     "Subscription": "_events",
+    "TriggerStanding": "_ledger",
+    "breaker_standing": "_ledger",
     "build_spec": "_spec",
     "find_config": "_config",
     "ledger_of": "_ledger",

@@ -7,7 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..actors import Actor, ErrorReply
-from ..ledger import Attempt, BreakerConfig, Ledger, check_circuit_breaker
+from ..ledger import (
+    Attempt,
+    BreakerConfig,
+    Ledger,
+    check_circuit_breaker,
+    validate_breaker_config,
+)
 from ..loops import LoopState, RoundRecord, Verdict, check_before_round
 from ._ledger import attempt_of, breaker_config
 from ._messages import BuildPrompt, CheckRound, Escalate, ForgetLedger, GetRounds, RecordAttempt
@@ -50,9 +56,11 @@ class Breaker(Actor[Any]):
         verdict = check_before_round(state, message.now)
         if verdict is None:
             config = self._configs.get(state.loop_id)
-            if config is None:
-                config = self._configs[state.loop_id] = breaker_config(state.spec)
-            decision = check_circuit_breaker(ledger, config)
+            if config is None:  # checked once per loop: its spec is fixed
+                config = breaker_config(state.spec)
+                validate_breaker_config(config)
+                self._configs[state.loop_id] = config
+            decision = check_circuit_breaker(ledger, config, validated=True)
             if decision.escalate:
                 verdict = Verdict(trigger=decision.trigger, reason=decision.reason)
         if verdict is not None:

@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 LOOPACTORS = [sys.executable, "-m", "loopactors"]
@@ -228,3 +230,30 @@ def test_run_that_loses_its_node_says_the_loop_stays_there(node: NodeProcess) ->
     assert f"loop {loop_id} stays on the node" in err
     assert f"loopactors status {loop_id} --connect {node.url}" in err
     assert "Traceback" not in err
+
+
+def test_healthz_says_shutting_down_until_the_node_is_gone(tmp_path: Path) -> None:
+    # Over 2 s on purpose: the round in flight takes 3 s to wind down, the window under test.
+    node = NodeProcess(tmp_path, "--worker", "python:tests.runtime.round_fns:slow_to_stop")
+    health = node.url.replace("ws://", "http://") + "/healthz"
+    assert httpx.get(health, timeout=10).text == "ok\n"
+    [loop_id] = _start_loops(node.url, node.state, 1)
+    deadline = time.monotonic() + 30
+    while "awaiting_worker" not in node.cli("status", loop_id).stdout:
+        assert time.monotonic() < deadline, "the round never started"
+        time.sleep(0.1)
+    node.proc.send_signal(signal.SIGTERM)
+    answers: list[str] = []
+    while node.proc.poll() is None:  # every answer until the port closes with the process
+        try:
+            reply = httpx.get(health, timeout=5)
+            answers.append(f"{reply.status_code} {reply.text.strip()}")
+        except httpx.TransportError:
+            answers.append("refused")
+        time.sleep(0.05)
+    assert node.terminate() == 0
+    seen = [a for a in answers if a != "refused"]
+    assert seen, "the shutdown was over before a probe"
+    assert set(seen) == {"503 shutting down"}, answers
+    # Refused only at the very end, once the port closed with the runtime stopped.
+    assert "refused" not in answers[: answers.index(seen[-1])]

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import re
 import socket
+import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,8 @@ def node(tmp_path: Path) -> Iterator[NodeProcess]:
     if process.proc.poll() is None:
         process.proc.kill()
         process.proc.wait()
+    if process.proc.stderr is not None:
+        process.proc.stderr.close()
 
 
 class Dashboard:
@@ -164,6 +169,11 @@ def test_the_loop_view_shows_rounds_breaker_and_output(dashboard: Dashboard) -> 
     rounds.nth(0).locator("summary").click()
     expect(rounds.nth(0).locator("pre")).to_contain_text("round 1 of 3")
     expect(page.locator("#breaker .bar.closest")).to_have_count(1)
+    expect(page.locator("#breaker .bar")).to_have_count(5)  # no token or time budget set
+    expect(page.locator('#breaker .bar[data-trigger="max_rounds"]')).to_have_class("bar closest")
+    expect(page.locator('#breaker [data-trigger="max_rounds"] .count')).to_have_text("3 / 3")
+    expect(page.locator('#breaker [data-trigger="stagnation"] .count')).to_have_text("0 / 3")
+    expect(page.locator('#breaker [data-trigger="frustration"] .count')).to_have_text("0 / 3")
     expect(page.locator("#timeline rect")).to_have_count(3)
     expect(page.locator("#events li")).not_to_have_count(0)
     expect(page.locator("#events")).to_contain_text("loop_finished")
@@ -261,3 +271,83 @@ def test_every_loop_is_reachable_past_one_status_page(browser: Any, tmp_path: Pa
         assert board.errors == []
     finally:
         node.terminate()
+
+
+def test_the_breaker_shows_the_ledgers_counts_and_the_closest_trigger(
+    dashboard: Dashboard,
+) -> None:
+    page = dashboard.page
+    # Failed rounds with the same action: frustration and consecutive failures reach 3 together;
+    # consecutive failures, checked first, is the closest and trips the loop.
+    loop_id = dashboard.start(
+        "|loop:10| fix the parser", worker="python:tests.runtime.round_fns:same_action"
+    )
+    row = dashboard.row(loop_id)
+    expect(row).to_have_attribute("data-phase", "escalated", timeout=15_000)
+    row.locator("a.open").click()
+    breaker = page.locator("#breaker")
+    expect(breaker.locator(".bar.closest")).to_have_attribute(
+        "data-trigger", "consecutive_failures"
+    )
+    expect(breaker.locator(".bar.closest span").first).to_have_text(
+        "consecutive failures (closest)"
+    )
+    expect(breaker.locator('[data-trigger="frustration"] .count')).to_have_text("3 / 3")
+    expect(breaker.locator("p.error")).to_contain_text("tripped: consecutive_failures")
+
+    async def standing() -> dict[str, str]:
+        token = (dashboard.node.state / "node.token").read_text().strip()
+        async with connect(dashboard.node.url, token=token) as client:
+            rounds = await client.history(loop_id)
+        assert rounds.breaker is not None
+        return {t.trigger: f"{t.value:g} / {t.limit:g}" for t in rounds.breaker.triggers}
+
+    # Every count on the page is the node's (the ledger's similarity is computed there).
+    for trigger, text in trio.run(standing).items():
+        expect(breaker.locator(f'[data-trigger="{trigger}"] .count')).to_have_text(text)
+
+
+def test_the_docs_build_saves_the_screenshot_the_readme_shows(tmp_path: Path) -> None:
+    # Over 2 s on purpose: a node with 50 loops and a Chromium, as `just docs` runs them.
+    root = Path(__file__).parents[2]
+    assert (
+        "![The dashboard with 50 loops](docs/img/dashboard.png)" in (root / "README.md").read_text()
+    )
+    assert (root / "docs" / "img" / "dashboard.png").stat().st_size > 10_000
+    assert "python docs/build_screenshot.py" in (root / "justfile").read_text()
+    out = tmp_path / "dashboard.png"
+    built = subprocess.run(  # noqa: PLW1510 - the exit code is asserted
+        [sys.executable, str(root / "docs" / "build_screenshot.py"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    png = out.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert (width, height) == (1400, 900)
+
+
+def test_an_agent_rounds_transcript_opens_in_the_loop_view(dashboard: Dashboard) -> None:
+    from tests.agent.chat_server import ChatServer, completion
+
+    page = dashboard.page
+    replies = [
+        completion(calls=[("c1", "bash", {"command": "echo checked"})], prompt_tokens=120),
+        completion("All checked: nothing to change.", prompt_tokens=150),
+    ]
+    with ChatServer(replies) as server:  # a model on loopback: no network, no key
+        loop_id = dashboard.start(
+            "|loop:1| check the build",
+            worker=f"agent:model=scripted,base_url={server.base_url},stream=false",
+        )
+        row = dashboard.row(loop_id)
+        expect(row).to_have_attribute("data-phase", "complete", timeout=20_000)
+    row.locator("a.open").click()
+    first = page.locator("#round-rows tr").first
+    first.locator("summary").click()
+    transcript = first.locator("pre.transcript")
+    expect(transcript).to_contain_text("All checked: nothing to change.")
+    expect(transcript).to_contain_text("echo checked")  # the tool call the agent made
+    expect(first.locator("h4")).to_have_text("transcript")

@@ -3,8 +3,13 @@ that must cost their own connection only (websocket clients go on undisturbed)."
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -13,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from trio_websocket import open_websocket_url
 
 from loopactors.client import ConnectionLost, connect
-from loopactors.gateway import GatewaySettings, _http, open_door, open_gateway
+from loopactors.gateway import GatewaySettings, _http, _node, open_door, open_gateway
 from loopactors.gateway._web import dashboard_files
 from loopactors.runtime import open_runtime
 
@@ -246,11 +251,17 @@ async def test_bad_http_never_disturbs_websocket_clients(live_node: LiveNode) ->
     async with open_raw(live_node) as client:
         sub = await client.ask({"type": "subscribe", "id": 1})
         assert sub["type"] == "ok"
-        await raw_http(
+        post = await raw_http(
             live_node, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
         )
-        await raw_http(live_node, b"GET /%2e%2e/ HTTP/1.1\r\nHost: x\r\n\r\n")
-        await raw_http(live_node, b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n")
+        assert post.startswith(b"HTTP/1.1 405 ")
+        for path in (b"/%2e%2e/", b"/../etc/passwd"):
+            answer = await raw_http(live_node, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 400 ")
+        long_line = await raw_http(live_node, b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n")
+        assert long_line.startswith(b"HTTP/1.1 414 ")
+        big_header = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 20_000 + b"\r\n\r\n"
+        assert (await raw_http(live_node, big_header)).startswith(b"HTTP/1.1 431 ")
         await raw_http(live_node, b"\r\n\r\n\r\n")
         await client.send({"type": "start", "id": 2, "text": "|loop:1| still here"})
         kinds = set()
@@ -329,3 +340,74 @@ async def test_healthz_is_503_while_starting_and_for_the_whole_shutdown(tmp_path
             assert await health() == (503, "shutting down\n")
     with pytest.raises(OSError, match="connect"):
         await trio.open_tcp_stream("127.0.0.1", door.port)
+
+
+async def test_a_gateway_shut_down_on_a_door_leaves_it_saying_so(tmp_path: Path) -> None:
+    settings = GatewaySettings(port=0)
+    async with (
+        open_door(settings) as door,
+        open_runtime(node_config(tmp_path)) as runtime,
+        open_gateway(runtime, settings, door=door) as gateway,
+    ):
+        base = f"http://127.0.0.1:{door.port}"
+        async with httpx.AsyncClient(base_url=base) as http:
+            assert (await http.get("/healthz")).status_code == 200
+            await gateway.shutdown()
+            reply = await http.get("/healthz")
+            assert (reply.status_code, reply.text) == (503, "shutting down\n")
+
+
+async def test_serve_node_answers_503_while_its_runtime_opens_and_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve_node (what `loopactors node` runs), with the runtime's opening and closing held
+    open by the test: the port answers throughout, 503 until served and from the signal on."""
+    opening, closing = trio.Event(), trio.Event()
+
+    @asynccontextmanager
+    async def held_runtime(config: Any, **kw: Any) -> AsyncIterator[Any]:
+        await opening.wait()  # recovering loops, say
+        async with open_runtime(config, **kw) as runtime:
+            yield runtime
+            await closing.wait()  # stopping loops, flushing the store
+
+    monkeypatch.setattr(_node, "open_runtime", held_runtime)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = GatewaySettings(port=port)
+    async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
+
+        async def health() -> tuple[int, str]:
+            with trio.fail_after(10):
+                while True:
+                    try:
+                        reply = await http.get(f"http://127.0.0.1:{port}/healthz")
+                        return reply.status_code, reply.text.strip()
+                    except httpx.ConnectError:  # not listening yet
+                        await trio.sleep(0.01)
+
+        ended = trio.Event()
+
+        async def node() -> None:
+            await _node.serve_node(node_config(tmp_path), settings)
+            ended.set()
+
+        nursery.start_soon(node)
+        assert await health() == (503, "starting")
+        opening.set()
+        with trio.fail_after(10):
+            while await health() != (200, "ok"):
+                await trio.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)  # serve_node's own signal receiver takes it
+        with trio.fail_after(10):
+            while await health() != (503, "shutting down"):
+                await trio.sleep(0.01)
+        await trio.sleep(0.2)
+        assert not ended.is_set()
+        assert await health() == (503, "shutting down")  # the runtime is still closing
+        closing.set()
+        with trio.fail_after(10):
+            await ended.wait()
+    with pytest.raises(OSError, match="connect"):
+        await trio.open_tcp_stream("127.0.0.1", port)

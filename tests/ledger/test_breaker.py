@@ -166,6 +166,17 @@ def test_breaker_validates_first() -> None:
         check_circuit_breaker(ledger(), BreakerConfig(max_iterations=0))
 
 
+def test_a_config_validated_once_is_not_checked_again() -> None:
+    # The runtime validates a loop's config once, then checks every round against it.
+    config = BreakerConfig(max_iterations=2)
+    steps = ledger(fail(), fail())
+    assert check_circuit_breaker(steps, config, validated=True) == check_circuit_breaker(
+        steps, config
+    )
+    unchecked = BreakerConfig(max_iterations=0)
+    assert check_circuit_breaker(ledger(), unchecked, validated=True).escalate
+
+
 def test_daily_spend_pure_step() -> None:
     first = record_daily_spend(None, "2026-01-01", 100)
     assert first == DailySpend(date="2026-01-01", tokens_used_today=100)

@@ -3,12 +3,14 @@ phase that follows a recorded round."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from loopactors.loops import _rules
 from loopactors.loops._model import LoopSpec, LoopState
 from loopactors.loops._rules import (
     SEPARATOR,
@@ -263,3 +265,19 @@ def test_numbers_that_are_not_counters_still_count_as_progress() -> None:
     assert not same_output("3/10 tests pass", "4/10 tests pass")
     assert not same_output("coverage 81%", "coverage 84%")
     assert same_output("Round 3 of 9: 3/10 tests pass", "round 4 of 9: 3/10 tests pass")
+
+
+_MASKED_PIECES = st.sampled_from(
+    ["a", "Round", " round ", "3", "12:30", "2026-01-02T10:00", "1.5s", "ms", " ", "\t", "\n",
+     "\x1c", "\x85", "\u2028", "\xa0", "\u3000", "\u0663", "x/5", " of ", "#", "\u00df"]
+)  # fmt: skip
+
+
+@given(st.lists(_MASKED_PIECES, max_size=8).map("".join))
+def test_normalize_output_is_the_masks_then_whitespace_runs_collapsed(text: str) -> None:
+    # What normalize_output does, written the slow way: every mask, then `\s+` -> " ".
+    expected = _rules._TIMESTAMP.sub("<time>", text)
+    expected = _rules._DURATION.sub("<duration>", expected)
+    expected = _rules._COUNTER.sub(lambda m: f"{m.group(1)} <n>", expected)
+    expected = re.sub(r"\s+", " ", expected).strip().casefold()
+    assert normalize_output(text) == expected

@@ -118,3 +118,14 @@ async def set_context_var(request: RoundRequest, context: RoundContext | None) -
     ROUND_VAR.set(f"{request.loop_id}:{request.round}")
     await trio.lowlevel.checkpoint()
     return f"set in round {request.round} {'v' * request.round}"
+
+
+async def slow_to_stop(request: RoundRequest, context: RoundContext | None) -> str:
+    """A round that takes 30 s and, cancelled, 3 s more to wind down: a node's shutdown
+    lasts that long (within its grace)."""
+    try:
+        await trio.sleep(30)
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(3)
+    return "done"

@@ -104,7 +104,7 @@ const model = {
   loading: false,        // the pages of loops are being read
 };
 // Read by the benchmark (bench/dashboard.py): `events` counts the loop states applied.
-const stats = { batches: 0, events: 0, frames: 0, lastBatchMs: 0, maxBatchMs: 0, totalBatchMs: 0, recent: [] };
+const stats = { batches: 0, events: 0, frames: 0, lastBatchMs: 0, maxBatchMs: 0, totalBatchMs: 0, recent: [], lags: [] };
 window.__dashboard = stats; // read by the benchmark (bench/dashboard.py)
 // How old the page's view of the live loops is: now minus each one's last update.
 stats.staleness = () => {
@@ -196,6 +196,10 @@ function flush() {
   renderTable();
   const took = performance.now() - started;
   if (batch.length) {
+    // How long after the node changed a loop the page showed it (same clock on one machine).
+    const now = Date.now() / 1000;
+    for (const state of batch) stats.lags.push(now - state.updated_at);
+    if (stats.lags.length > 20000) stats.lags.splice(0, stats.lags.length - 20000);
     stats.batches++;
     stats.events += batch.length;
     stats.lastBatchMs = took;
@@ -404,6 +408,7 @@ async function loadHistory() {
   const loopId = openLoop.id;
   const data = await node.request("history", { loop_id: loopId, output_head: 300 });
   if (!openLoop || openLoop.id !== loopId) return;
+  openLoop.breaker = data.breaker;
   putState(data.loop);
   openLoop.rounds = data.rounds;
   renderRounds();
@@ -474,27 +479,28 @@ function renderLoopSummary() {
   renderBreaker(s);
 }
 
-// The run ledger's breaker: each trigger as how far the loop is towards it (docs/ledger.md).
+// The breaker as the node computes it (the history answer's `breaker`): every trigger the
+// loop has, the runtime's own and the run ledger's stagnation and frustration counts, each
+// as how far the loop is towards it, the closest one marked (docs/loops.md, "The breaker").
+const TRIGGER_NAMES = {
+  max_rounds: "rounds",
+  no_progress: "no progress (same output)",
+  consecutive_failures: "consecutive failures",
+  token_budget: "token budget",
+  deadline: "time budget (s)",
+  stagnation: "stagnation (same error)",
+  frustration: "frustration (same action)",
+};
+
 function renderBreaker(s) {
-  const spec = s.spec;
-  const triggers = [
-    ["consecutive failures", s.consecutive_failures, spec.max_consecutive_failures],
-    ["no progress (same output)", s.stale_rounds, spec.stale_rounds_limit],
-    ["rounds", s.completed_rounds, spec.rounds],
-  ];
-  if (spec.max_tokens) triggers.push(["token budget", s.tokens_used, spec.max_tokens]);
-  if (spec.max_seconds && s.started_at) {
-    const end = LIVE.has(s.phase) ? Date.now() / 1000 : s.updated_at;
-    triggers.push(["time budget (s)", Math.round(end - s.started_at), spec.max_seconds]);
-  }
-  let closest = 0;
-  triggers.forEach((t, i) => { if (t[1] / t[2] > triggers[closest][1] / triggers[closest][2]) closest = i; });
-  const bars = triggers.map(([label, value, limit], i) => {
+  const standing = openLoop && openLoop.breaker;
+  const bars = standing ? standing.triggers.map(({ trigger, value, limit }) => {
+    const closest = trigger === standing.closest;
     const bar = document.createElement("div");
-    bar.className = "bar" + (i === closest ? " closest" : "");
-    bar.dataset.trigger = label;
+    bar.className = "bar" + (closest ? " closest" : "");
+    bar.dataset.trigger = trigger;
     const name = document.createElement("span");
-    name.textContent = label + (i === closest ? " (closest)" : "");
+    name.textContent = (TRIGGER_NAMES[trigger] || trigger) + (closest ? " (closest)" : "");
     const track = document.createElement("div");
     track.className = "track";
     const fill = document.createElement("div");
@@ -502,10 +508,11 @@ function renderBreaker(s) {
     fill.style.width = `${Math.min(100, (100 * value) / limit)}%`;
     track.appendChild(fill);
     const figureText = document.createElement("span");
+    figureText.className = "count";
     figureText.textContent = `${value} / ${limit}`;
     bar.append(name, track, figureText);
     return bar;
-  });
+  }) : [];
   if (s.trigger) {
     const tripped = document.createElement("p");
     tripped.className = "error";
