@@ -26,10 +26,12 @@ lint:
 fuzz:
     LOOPACTORS_FUZZ_EXAMPLES=20000 pytest tests/fuzz -q
 
-# Proof under load: many loops with crashes and stops, then SIGKILL trials (docs/stress.md).
+# Proof under load: many loops with crashes and stops, SIGKILL trials, then a node whose
+# gateway is flooded (docs/stress.md).
 stress:
     loopactors stress --loops 10000 --rounds 5 --crash-rate 0.01 --stop-rate 0.05
     loopactors stress --loops 200 --rounds 5 --state "$(mktemp -d)" --kill-trials 50
+    loopactors stress --gateway-flood --connections 2000 --descriptors 1024 --loops 20 --rounds 5
 
 # How rounds/s, latency and memory grow from 10 to 50,000 loops (docs/benchmarks.md).
 scaling:

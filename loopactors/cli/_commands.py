@@ -381,10 +381,8 @@ async def _follow(
 ) -> list[LoopState]:
     from ._follow import follow  # noqa: PLC0415 - see the note on the imports
 
-    async def stop(loop_id: str) -> None:
-        await rt.handle(loop_id).stop()
-
-    return await follow([h.loop_id for h in handles], events, display, get=rt.get, stop=stop)
+    loop_ids = [h.loop_id for h in handles]
+    return await follow(loop_ids, events, display, get=rt.get, stop=rt.stop)
 
 
 def _export_ledger(args: argparse.Namespace) -> int:

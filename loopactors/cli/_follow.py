@@ -54,12 +54,13 @@ async def follow(
     display: JsonLines | Progress,
     *,
     get: Callable[[str], Awaitable[LoopState]],
-    stop: Callable[[str], Awaitable[None]],
+    stop: Callable[[str], Awaitable[object]],
 ) -> list[LoopState]:
     """Show events until every loop in ``loop_ids`` finished; Ctrl-C stops them, a second
     Ctrl-C leaves at once (what was committed stays committed and resumable).
 
-    ``get`` and ``stop`` act on a loop: of an embedded runtime, or of a node over the wire.
+    ``get`` and ``stop`` act on a loop: a ``LoopControl``'s (cli/_loop_control.py), of an
+    embedded runtime or of a node over the wire.
     """
     pending = set(loop_ids)
     for loop_id in loop_ids:

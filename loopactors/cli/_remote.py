@@ -26,7 +26,6 @@ from ._progress import JsonLines, Progress
 # on a state directory (and `--help`, which builds every parser) need none of them.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..client import NodeClient
     from ..runtime import RuntimeConfig
 
 __all__ = ["loop_command", "on_node", "read_token", "remote_run", "run_node"]
@@ -166,9 +165,7 @@ async def remote_run(args: argparse.Namespace, token: str, options: dict[str, An
         ):
             state = await node.start(args.text, worker=args.worker, **options)
             loop_id = state.loop_id
-            final = await follow(
-                [state.loop_id], events, display, get=node.get, stop=_stopper(node)
-            )
+            final = await follow([loop_id], events, display, get=node.get, stop=node.stop)
     except* ConnectionLost as lost:
         if loop_id is None:
             raise
@@ -180,10 +177,3 @@ async def remote_run(args: argparse.Namespace, token: str, options: dict[str, An
             f"--connect {args.connect}`"
         ) from None
     return PHASE_EXIT[final[0].phase]
-
-
-def _stopper(node: NodeClient) -> Any:
-    async def stop(loop_id: str) -> None:
-        await node.stop(loop_id)
-
-    return stop

@@ -88,6 +88,12 @@ class CodeLedger:
         return self.dir / "TURN.json"
 
     @property
+    def breach_path(self) -> Path:
+        """What a turn changed outside the loop's branches, kept until a safety gate records
+        it, so that a crash between finding and recording a breach cannot drop it."""
+        return self.dir / "BREACH.txt"
+
+    @property
     def control_path(self) -> Path:
         """A pause or stop asked for while a round runs (the holder applies it)."""
         return self.dir / "CONTROL.json"

@@ -32,7 +32,7 @@ from ._guard import (
     take_snapshot,
     undo,
 )
-from ._ledger import CodeLedger
+from ._ledger import CodeLedger, write_atomic
 from ._model import IN_ROUND, CodeLoopState, round_name
 from ._orchestration import Orchestration
 from ._receipts import (
@@ -110,6 +110,7 @@ class CodeRound:
         self.state = self.ledger.read_state()
         if self.state.status in IN_ROUND:
             await self.reconcile()
+        await self._settle_breach()
         if self.state.status == "ready":
             command = self.ledger.take_control()
             if command == "pause":
@@ -144,6 +145,21 @@ class CodeRound:
         )
         await write_handoff(self.ledger, self.git, self.state)
 
+    async def _settle_breach(self) -> None:
+        """Record a breach a turn left noted (``BREACH.txt``) as the safety gate, then drop the
+        note: a crash anywhere between finding a breach and recording it ends here at the
+        next run, never with the breach forgotten (docs/security.md)."""
+        try:
+            text = self.ledger.breach_path.read_text(encoding="utf-8", errors="replace").strip()
+        except FileNotFoundError:
+            return
+        if text and not (self.state.status == "blocked" and self.state.active_gate == "safety"):
+            await self._trip(Gate("safety", text, "blocked"))
+        self.ledger.breach_path.unlink(missing_ok=True)
+
+    def _note_breach(self, text: str) -> None:
+        write_atomic(self.ledger.breach_path, text.encode())
+
     async def reconcile(self) -> None:
         """A round left in flight by a process that is gone (its lease expired)."""
         state = self.state
@@ -154,8 +170,7 @@ class CodeRound:
         if state.status == "running" or tip is None or breach is not None:
             reason = f"interrupted while {state.status} (its process is gone); the branch is kept"
             await self._interrupt(number, reason + (f"; {breach}" if breach else ""))
-            if breach is not None:
-                await self._trip(Gate("safety", breach, "blocked"))
+            await self._settle_breach()
             self.ledger.turn_path.unlink(missing_ok=True)  # checked, and the check recorded
             return
         self.ledger.turn_path.unlink(missing_ok=True)
@@ -254,6 +269,7 @@ class CodeRound:
         finally:
             with trio.CancelScope(shield=True):
                 await self._cleanup(number)
+                await self._settle_breach()  # e.g. a stop after the turn found a breach
         merged = self.state.merged_rounds > state.merged_rounds
         return RoundOutcome(number, merged, self.state, self.state.reason or "")
 
@@ -296,9 +312,11 @@ class CodeRound:
         found = breaches(before, after, slug, live=live)
         if not found:
             return None
-        left = await undo(root, before, after, slug, live=live)
         text = f"the {role} changed the repository outside loop/{slug}/{when}: " + "; ".join(found)
+        self._note_breach(text + " (the loop stopped while putting it back)")  # before undoing
+        left = await undo(root, before, after, slug, live=live)
         text += ("; not put back: " + "; ".join(left)) if left else " (all put back)"
+        self._note_breach(text)
         return text
 
     async def _check_crashed_turn(self) -> str | None:
@@ -307,12 +325,21 @@ class CodeRound:
         try:
             saved = load_turn(self.ledger.turn_path)
         except ValueError as exc:
-            return f"the record of the repository before a crashed turn is unreadable ({exc})"
-        if saved is None:
+            text = f"the record of the repository before a crashed turn is unreadable ({exc})"
+            self._note_breach(text)
+            return text
+        checked = None
+        if saved is not None:
+            role, before = saved
+            when = " during a turn the loop crashed in (or since)"
+            checked = await self._check_turn(role, before, when=when)
+        if checked is not None:
+            return checked
+        # Found and put back before the crash: the note is all that is left of it.
+        try:
+            return self.ledger.breach_path.read_text(encoding="utf-8", errors="replace").strip()
+        except FileNotFoundError:
             return None
-        role, before = saved
-        when = " during a turn the loop crashed in (or since)"
-        return await self._check_turn(role, before, when=when)
 
     async def _after_executor(self, number: int, base: str, tip: str, result: RoundResult) -> None:
         worktree = self.ledger.worktree(number)

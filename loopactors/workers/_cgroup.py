@@ -31,6 +31,7 @@ __all__ = [
     "joined",
     "new_cgroup",
     "remove_cgroup",
+    "runs_directly",
     "signal_cgroup",
     "unavailable_reason",
 ]
@@ -39,7 +40,7 @@ log = logging.getLogger("loopactors.workers")
 
 #: The shell line that joins the cgroup named by ``$1`` and runs the rest of the arguments.
 #: A failed join still runs the program (the worker checks membership and says so).
-_JOIN = 'echo 0 > "$1/cgroup.procs" 2>/dev/null; shift; exec "$@"'
+_JOIN = '{ echo 0 > "$1/cgroup.procs"; } 2>/dev/null; shift; exec "$@"'
 _SH = "/bin/sh"
 _counter = itertools.count(1)
 
@@ -98,7 +99,11 @@ def _remove_stale(base: Path) -> None:
 def unavailable_reason() -> str | None:
     """Why command workers get no cgroup here, or None when they do."""
     if _where.base is None:
-        _where.base = _find_base()
+        found = _find_base()
+        if isinstance(found, str):
+            _give_up(found)  # logs why, once
+        else:
+            _where.base = found
     return _where.base if isinstance(_where.base, str) else None
 
 
@@ -130,25 +135,44 @@ def new_cgroup() -> Path | None:
     return path
 
 
+def runs_directly(executable: str) -> bool:
+    """The kernel can exec ``executable`` as it is: a regular executable file that is an ELF
+    binary or a ``#!`` script whose interpreter exists. Anything else runs without the
+    joining shell, so that it fails exactly as it would there (a shell would run a file with
+    no ``#!`` as a script, and say "not found" for what exec calls a format error)."""
+    try:
+        if not os.access(executable, os.X_OK):
+            return False
+        with open(executable, "rb") as file:
+            head = file.read(256)
+    except OSError:
+        return False
+    if head.startswith(b"\x7fELF"):
+        return True
+    if not head.startswith(b"#!"):
+        return False
+    words = head[2:].split(b"\n", 1)[0].split()
+    return bool(words) and os.access(os.fsdecode(words[0]), os.X_OK)
+
+
 def join_argv(cgroup: Path, executable: str, argv: tuple[str, ...]) -> list[str]:
     """The command line that runs ``executable`` (with ``argv[1:]``) inside ``cgroup``."""
     return [_SH, "-c", _JOIN, "sh", str(cgroup), executable, *argv[1:]]
 
 
 def joined(cgroup: Path, pid: int) -> bool | None:
-    """The worker's process is in its cgroup (True; also when it is gone or exiting), it
-    runs its program outside (False), or it is still the shell about to join (None)."""
-    if pid in _members(cgroup):
+    """The worker's process is in its cgroup (True; also when it is gone), it runs its
+    program outside (False), or that cannot be told yet (None: it is still the shell about
+    to join, or between two programs, or exiting)."""
+    if pid in _members(cgroup) or not _alive(pid):
         return True
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return True  # gone
-    if _JOIN.encode() in cmdline.split(b"\0")[:3]:
-        return None  # still the shell that joins
-    # An exiting process leaves its cgroup after its memory (and so its cmdline): with a
-    # cmdline still there, a process that joined is listed.
-    return not cmdline or not _alive(pid) or pid in _members(cgroup)
+    if not cmdline or _JOIN.encode() in cmdline.split(b"\0")[:3]:
+        return None
+    return pid in _members(cgroup)  # joined meanwhile, else not
 
 
 def not_joined(cgroup: Path) -> None:

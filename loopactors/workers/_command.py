@@ -255,10 +255,10 @@ class CommandWorker(Worker):
         cgroup = _cgroup.new_cgroup()
         argv: list[str] | tuple[str, ...] = self.argv
         executable = self.executable
+        if cgroup is not None and not _cgroup.runs_directly(executable):
+            _cgroup.leave(cgroup)  # let the exec itself fail, as without a cgroup
+            cgroup = None
         if cgroup is not None:
-            if not os.access(executable, os.X_OK):  # as the exec would say, before the shell
-                _cgroup.leave(cgroup)
-                return RoundResult(status="failed", error=f"cannot run {executable}: not found")
             argv = _cgroup.join_argv(cgroup, executable, self.argv)
             executable = argv[0]
         stopper = GroupStopper(

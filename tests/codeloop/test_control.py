@@ -19,7 +19,7 @@ from loopactors.codeloop._lease import (
     release_lease,
     renew_lease,
 )
-from loopactors.errors import LeaseHeld
+from loopactors.errors import GateClosed, LeaseHeld
 from loopactors.loops import LoopSpec
 from loopactors.runtime import BreakerSettings, Runtime, RuntimeConfig, open_runtime
 
@@ -142,6 +142,52 @@ async def test_a_round_found_in_validation_after_a_crash_is_resumed(
     assert "resumed after a crash" in [
         getattr(e, "reason", None) for e in loop.ledger.read_events()
     ]
+
+
+async def test_a_breach_noted_before_a_crash_trips_the_safety_gate_at_the_next_run(
+    repo: Path, rt: Runtime
+) -> None:
+    """A crash after a turn's breach was found (and its note written) but before a safety
+    gate recorded it: the round is already marked interrupted ("ready"). The next run trips
+    the gate from the note and starts no round (docs/security.md)."""
+    loop = await new_loop(repo, "fix")
+    text = "the executor changed the repository outside loop/fix-calc/: tag v-evil created"
+    loop.ledger.breach_path.write_text(text + " (all put back)")
+    with pytest.raises(GateClosed, match="safety: the executor changed"):
+        await loop.run(rt, rounds=1)
+    state = loop.state()
+    assert (state.status, state.active_gate) == ("blocked", "safety")
+    assert state.reason == text + " (all put back)"
+    assert not loop.ledger.breach_path.exists()
+    kinds = [type(e).__name__ for e in loop.ledger.read_events()]
+    assert "RoundStarted" not in kinds
+    assert kinds[-1] == "GateTripped"
+
+
+async def test_a_breach_found_and_put_back_before_a_crash_mid_round_is_not_lost(
+    repo: Path, rt: Runtime
+) -> None:
+    """The turn's after-check put the repository back and noted the breach, then the process
+    died with the round in flight: the repository now matches the turn's snapshot, so only
+    the note tells. The crashed round is interrupted and the safety gate trips."""
+    loop = await new_loop(repo, "fix")
+    base = git(repo, "rev-parse", "main")
+    state = loop.ledger.record(loop.state(), RoundStarted(
+        at=time.time(), actor="gone", prev_status="ready", status="running", round=1,
+        branch="loop/fix-calc/r001", commit=base))  # fmt: skip
+    dead = LeaseRecord(owner="gone", host="elsewhere", pid=1, acquired_at=0, expires_at=1)
+    (loop.ledger.dir / LEASE_FILE).write_bytes(msgspec.json.encode(dead))
+    text = "the executor changed the repository outside loop/fix-calc/: refs/heads/main moved"
+    loop.ledger.breach_path.write_text(text + " (all put back)")
+    with pytest.raises(GateClosed, match="safety: the executor changed"):
+        await loop.run(rt, rounds=1)
+    state = loop.state()
+    assert (state.status, state.active_gate) == ("blocked", "safety")
+    assert state.reason == text + " (all put back)"
+    assert not loop.ledger.breach_path.exists()
+    kinds = [type(e).__name__ for e in loop.ledger.read_events()]
+    assert kinds[-2:] == ["RoundInterrupted", "GateTripped"]
+    assert kinds.count("RoundStarted") == 1  # no new round after the breach
 
 
 async def test_the_runtime_breaker_escalation_blocks_the_loop(repo: Path) -> None:

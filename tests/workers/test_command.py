@@ -330,13 +330,88 @@ async def test_a_cgroup_that_cannot_be_joined_is_said_once_and_not_tried_again(
         pytest.skip(f"command workers get no cgroup here: {reason}")
     monkeypatch.setattr(_cgroup, "_JOIN", 'shift; exec "$@"')  # never joins
     monkeypatch.setattr(_cgroup._where, "base", _cgroup._where.base)
-    # A program that is a shell itself, and that runs a moment (the check is made meanwhile).
-    worker = command(["sh", "-c", "cat > /dev/null; sleep 0.3; echo ran"])
+    go = tmp_path / "go"
+    # A program that is a shell itself, and that runs until the check has been made.
+    script = (
+        f"cat > /dev/null; while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.01; done; echo ran"
+    )
+    worker = command(["sh", "-c", script])
+
+    def said() -> list[str]:
+        return [r.message for r in caplog.records if "without a cgroup" in r.message]
+
+    outputs = []
+
+    async def run_round() -> None:
+        outputs.append((await worker.run(make_request(), None)).output)
+
     with caplog.at_level("WARNING", logger="loopactors.workers"):
-        first = await worker.run(make_request(), None)
-        second = await worker.run(make_request(), None)
-    assert (first.output, second.output) == ("ran\n", "ran\n")
-    said = [r.message for r in caplog.records if "without a cgroup" in r.message]
-    assert len(said) == 1
-    assert "cannot be moved into" in said[0]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_round)
+            with trio.fail_after(10):
+                while not said():
+                    await trio.sleep(0.01)
+            go.touch()
+        await run_round()  # no cgroup made for this one
+    assert outputs == ["ran\n", "ran\n"]
+    assert len(said()) == 1
+    assert "cannot be moved into" in said()[0]
     assert _cgroup.unavailable_reason() is not None
+    assert _cgroup.new_cgroup() is None
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("no-interpreter-line", "echo ran\n"),
+        ("gone-interpreter", "#!/no/such/interpreter\necho ran\n"),
+    ],
+)
+async def test_a_program_the_kernel_cannot_exec_fails_the_same_with_or_without_a_cgroup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str
+) -> None:
+    """The joining shell would run a file with no ``#!`` as a script and call a missing
+    interpreter "not found": such programs run without it and fail as exec says."""
+    script = tmp_path / name
+    script.write_text(text)
+    script.chmod(0o755)
+    assert not _cgroup.runs_directly(str(script))
+    with_cgroup = await command([str(script)]).run(make_request(), None)
+    monkeypatch.setattr(_cgroup._where, "base", "no cgroup here (test)")
+    without = await command([str(script)]).run(make_request(), None)
+    assert (with_cgroup.status, with_cgroup.error) == (without.status, without.error)
+    assert with_cgroup.status == "failed"
+    assert with_cgroup.error is not None
+    assert with_cgroup.error.startswith(f"cannot run {script}: ")
+    assert ("Exec format error" if name == "no-interpreter-line" else "No such file") in (
+        with_cgroup.error
+    )
+
+
+def test_programs_the_kernel_execs_directly(tmp_path: Path) -> None:
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\ncat\n")
+    script.chmod(0o644)
+    assert not _cgroup.runs_directly(str(script))  # not executable
+    script.chmod(0o755)
+    assert _cgroup.runs_directly(str(script))
+    assert _cgroup.runs_directly(sys.executable)  # an ELF binary
+    assert not _cgroup.runs_directly(str(tmp_path))  # a directory
+    assert not _cgroup.runs_directly(str(tmp_path / "gone"))
+
+
+def test_why_workers_get_no_cgroup_is_logged_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(_cgroup._where, "base", None)
+    monkeypatch.setattr(_cgroup, "_find_base", lambda: "no cgroup2 file system is mounted")
+    with caplog.at_level("WARNING", logger="loopactors.workers"):
+        assert _cgroup.unavailable_reason() == "no cgroup2 file system is mounted"
+        assert _cgroup.new_cgroup() is None
+        assert _cgroup.unavailable_reason() == "no cgroup2 file system is mounted"
+    said = [r.message for r in caplog.records if "without a cgroup" in r.message]
+    assert said == [
+        "command workers run without a cgroup of their own (no cgroup2 file system is "
+        "mounted): a process that leaves its worker's process group (setsid) is not stopped "
+        "with it"
+    ]
