@@ -73,7 +73,7 @@ def _total(newest_chunk_first: list[list[Any]]) -> float:
             and all(min(values) >= 0 for values in newest_chunk_first if values)
         ):
             return float(exact)
-    except TypeError:  # an absent or null value
+    except (TypeError, OverflowError):  # an absent or null value; a huge int with a float
         pass
     total = 0.0
     for values in reversed(newest_chunk_first):  # oldest first: addition is not associative

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import loopactors.ledger._facts_read as facts_read
@@ -79,6 +79,7 @@ attempt = st.fixed_dictionaries(
 
 @settings(max_examples=300)
 @given(st.lists(attempt, max_size=16), st.sampled_from([0.3, 0.85, 1.0]))
+@example([{"tokensUsed": 10**400}, {"tokensUsed": 0.1}], 0.85)  # int sum overflows a float
 def test_quick_read_equals_parsed_ledger(attempts: list[dict[str, Any]], threshold: float) -> None:
     data = json.dumps({"goal": "g", "attempts": attempts}).encode()
     quick, slow = _both(data, threshold)
