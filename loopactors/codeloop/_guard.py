@@ -93,7 +93,14 @@ def load_turn(path: Path) -> tuple[str, RepoSnapshot] | None:
     return saved.role, RepoSnapshot(refs=saved.refs, hooks=saved.hooks, config=saved.config)
 
 
-async def take_snapshot(root: Path) -> RepoSnapshot:
+async def take_snapshot(root: Path, *, hooks_as_in: RepoSnapshot | None = None) -> RepoSnapshot:
+    """Refs, hooks and ``.git/config`` of the repository at ``root``.
+
+    With ``hooks_as_in`` (the snapshot before a turn), hooks are read from the directories
+    that held hooks *then*: a ``core.hooksPath`` a turn pointed elsewhere is a config change
+    (put back with the config), and the files in that other directory are none of the
+    loop's business. Never list, report or remove them: it may be ``/tmp`` or a home.
+    """
     out = (
         await git(
             ["for-each-ref", "--format=%(refname)%00%(objectname)%00%(symref)"],
@@ -112,7 +119,8 @@ async def take_snapshot(root: Path) -> RepoSnapshot:
         refs["HEAD"] = (await git(["rev-parse", "HEAD"], cwd=root, check=False))[1].strip()
     config_path = root / ".git" / "config"
     config = config_path.read_bytes() if config_path.is_file() else None
-    return RepoSnapshot(refs=refs, hooks=_hook_files(root, config), config=config)
+    hooks_config = config if hooks_as_in is None else hooks_as_in.config
+    return RepoSnapshot(refs=refs, hooks=_hook_files(root, hooks_config), config=config)
 
 
 def _hook_dirs(root: Path, config: bytes | None) -> list[Path]:

@@ -307,7 +307,7 @@ class CodeRound:
     async def _check_turn(self, role: str, before: RepoSnapshot, *, when: str = "") -> str | None:
         """Compare the repository with ``before``; put back and say what the turn changed."""
         root, slug = self.git.root, self.git.slug
-        after = await take_snapshot(root)
+        after = await take_snapshot(root, hooks_as_in=before)
         live = live_loops(root, slug)
         found = breaches(before, after, slug, live=live)
         if not found:

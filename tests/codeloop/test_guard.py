@@ -119,13 +119,22 @@ async def test_a_hook_already_in_the_repository_does_not_run_in_the_loops_git(
 async def test_a_changed_hooks_path_is_put_back(
     repo: Path, rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The executor points core.hooksPath at a directory of other files (it could be /tmp or
+    a home): the config is put back, and the files there are neither reported nor removed."""
+    elsewhere = repo.parent / "elsewhere"
+    elsewhere.mkdir()
+    bystander = elsewhere / "notes.txt"
+    bystander.write_text("not a hook\n")
     monkeypatch.setenv("TOY_TAMPER", "hookspath")
+    monkeypatch.setenv("TOY_HOOKS", str(elsewhere))
     config = (repo / ".git" / "config").read_bytes()
     loop = await new_loop(repo)
     state = await loop.run(rt, rounds=1)
     assert (state.status, state.active_gate) == ("blocked", "safety")
     assert ".git/config changed" in (state.reason or "")
+    assert "notes.txt" not in (state.reason or "")
     assert (repo / ".git" / "config").read_bytes() == config
+    assert bystander.read_text() == "not a hook\n"
 
 
 async def test_a_push_from_a_role_is_refused(

@@ -84,7 +84,7 @@ elif how == "hook":
     hook.write_text("#!/bin/sh\\necho ran >> " + os.environ["TOY_HOOK_MARK"] + "\\n")
     hook.chmod(0o755)
 elif how == "hookspath":
-    git("config", "--file", str(common / "config"), "core.hooksPath", "/tmp")
+    git("config", "--file", str(common / "config"), "core.hooksPath", os.environ["TOY_HOOKS"])
 elif how == "push":
     done = git("push", "origin", "HEAD:refs/heads/main")
     open(os.environ["TOY_PUSH_OUT"], "w").write(str(done.returncode) + "\\n" + done.stderr)
