@@ -42,9 +42,10 @@ Deliberate differences (plain bugs or JavaScript accidents no script can rely on
    ``(previous state, UTC day, delta) -> new state``; locking is the CLI's job.
 """
 
-import importlib
+from .._lazy import lazy_names
 
 TYPE_CHECKING = False
+
 if TYPE_CHECKING:
     from ._breaker import DailySpend as DailySpend
     from ._breaker import apply_daily_budget as apply_daily_budget
@@ -161,14 +162,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, __all__)

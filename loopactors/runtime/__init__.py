@@ -7,9 +7,10 @@ General layout: ``_api`` (open_runtime, Runtime, LoopHandle), ``_coordinator``, 
 ``_config`` (configuration files).
 """
 
-import importlib
+from .._lazy import lazy_names
 
 TYPE_CHECKING = False
+
 if TYPE_CHECKING:
     from ._api import MAX_AGE as MAX_AGE
     from ._api import LoopHandle as LoopHandle
@@ -81,14 +82,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, __all__)

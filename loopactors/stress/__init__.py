@@ -5,11 +5,11 @@ report), ``_run`` (one stress run on an embedded runtime), ``_kill`` (kill trial
 processes SIGKILLed at random moments, then resumed), ``_cli`` (the subcommand).
 """
 
-import importlib
-
+from .._lazy import lazy_names
 from .._util import fix_public_module
 
 TYPE_CHECKING = False
+
 if TYPE_CHECKING:
     from ._kill import run_kill_trials as run_kill_trials
     from ._report import InvariantCheck as InvariantCheck
@@ -51,19 +51,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _HOMES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    namespace = {
-        "__name__": __name__,
-        name: getattr(importlib.import_module(f"{__name__}.{module}"), name),
-    }
-    fix_public_module(namespace, [name])
-    value = namespace[name]
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, __all__, fix=fix_public_module)

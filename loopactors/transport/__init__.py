@@ -9,11 +9,11 @@ All private; this module is the public surface. The Redis parts (:class:`RedisTr
 :func:`serve_worker`) load coredis on first use.
 """
 
-import importlib
-
+from .._lazy import lazy_names
 from .._util import fix_public_module
 
 TYPE_CHECKING = False
+
 if TYPE_CHECKING:
     from ._base import InProcessTransport as InProcessTransport
     from ._base import RemoteTransport as RemoteTransport
@@ -67,19 +67,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    namespace = {
-        "__name__": __name__,
-        name: getattr(importlib.import_module(f"{__name__}.{module}"), name),
-    }
-    fix_public_module(namespace, [name])
-    value = namespace[name]
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, __all__, fix=fix_public_module)
