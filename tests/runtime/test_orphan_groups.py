@@ -37,26 +37,50 @@ print("done")
 """
 
 
-def test_a_worker_left_by_a_killed_runtime_is_ended_before_the_round_runs_again(
-    tmp_path: Path,
-) -> None:
-    # ~10 s: two real CLI processes and a crash; the only way to leave a worker behind.
+def _start_run(tmp_path: Path, worker_text: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """A real ``loopactors run`` of two rounds of ``worker_text`` (its runs file is its
+    argument); returns the process, the runs file and the state directory."""
     script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    script.write_text(worker_text)
     runs = tmp_path / "runs"
     state = tmp_path / "state"
     (tmp_path / "loopactors.toml").write_text("kill_grace = 0.5\n")
     worker = "command:" + shlex.join([sys.executable, str(script), str(runs)])
-    config = ["--config", str(tmp_path / "loopactors.toml"), "--state", str(state)]
     run = subprocess.Popen(
-        [*CLI, "run", "|loop:2,fresh| work", "--worker", worker, "--json", *config],
+        [*CLI, "run", "|loop:2,fresh| work", "--worker", worker, "--json", *_config(tmp_path)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    return run, runs, state
+
+
+def _config(tmp_path: Path) -> list[str]:
+    return ["--config", str(tmp_path / "loopactors.toml"), "--state", str(tmp_path / "state")]
+
+
+def _wait_for_text(path: Path, what: str) -> None:
     deadline = time.monotonic() + 60
-    while not runs.exists() or not runs.read_text():
-        assert time.monotonic() < deadline, "the worker never started"
+    while not path.exists() or not path.read_text():
+        assert time.monotonic() < deadline, what
         time.sleep(0.05)
+
+
+def _resume(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, "resume", "--json", *_config(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_worker_left_by_a_killed_runtime_is_ended_before_the_round_runs_again(
+    tmp_path: Path,
+) -> None:
+    # ~10 s: two real CLI processes and a crash; the only way to leave a worker behind.
+    run, runs, state = _start_run(tmp_path, WORKER)
+    _wait_for_text(runs, "the worker never started")
     listed = list((state / "groups").glob("*.json"))
     assert len(listed) == 1  # the worker's group is on disk while it runs
     first_pid = int(runs.read_text().split(":")[1])
@@ -65,13 +89,7 @@ def test_a_worker_left_by_a_killed_runtime_is_ended_before_the_round_runs_again(
     run.wait()
     # The runtime is gone; its worker, in a session of its own, is not.
     assert Path(f"/proc/{first_pid}").exists()
-    resumed = subprocess.run(
-        [*CLI, "resume", "--json", *config],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    resumed = _resume(tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert f"process group {first_pid} of loop" in resumed.stderr
     lines = runs.read_text().split()
@@ -117,23 +135,9 @@ def test_a_grandchild_that_left_the_group_is_ended_through_its_cgroup_after_a_cr
     # ~7 s: two real CLI processes and a crash.
     if (reason := _cgroup.unavailable_reason()) is not None:
         pytest.skip(f"command workers get no cgroup here: {reason}")
-    script = tmp_path / "worker.py"
-    script.write_text(ESCAPING_WORKER)
-    runs = tmp_path / "runs"
+    run, runs, state = _start_run(tmp_path, ESCAPING_WORKER)
     escapee = tmp_path / "runs.escapee"
-    state = tmp_path / "state"
-    (tmp_path / "loopactors.toml").write_text("kill_grace = 0.5\n")
-    worker = "command:" + shlex.join([sys.executable, str(script), str(runs)])
-    config = ["--config", str(tmp_path / "loopactors.toml"), "--state", str(state)]
-    run = subprocess.Popen(
-        [*CLI, "run", "|loop:2,fresh| work", "--worker", worker, "--json", *config],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while not escapee.exists() or not escapee.read_text():
-        assert time.monotonic() < deadline, "the worker never started its grandchild"
-        time.sleep(0.05)
+    _wait_for_text(escapee, "the worker never started its grandchild")
     [listed] = list((state / "groups").glob("*.json"))
     cgroup = Path(json.loads(listed.read_text())["cgroup"])
     escapee_pid = int(escapee.read_text())
@@ -141,13 +145,7 @@ def test_a_grandchild_that_left_the_group_is_ended_through_its_cgroup_after_a_cr
     run.kill()
     run.wait()
     assert Path(f"/proc/{escapee_pid}").exists()  # left behind, in a session of its own
-    resumed = subprocess.run(
-        [*CLI, "resume", "--json", *config],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    resumed = _resume(tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "the cgroup of process group" in resumed.stderr
     # Round 1 ran again only once the grandchild was gone, then round 2.
