@@ -3,6 +3,8 @@
 Each command runs in a fresh interpreter, which then reports the modules it loaded: trio,
 the runtime's actors, the workers and agent, the gateway and client, the REPL and
 importlib.metadata cost start-up time and are not needed to read a state directory.
+Modules the interpreter itself loaded before the command (a site-packages `.pth` file may
+import `typing` or `importlib.metadata`) are not the command's doing and are not counted.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ NEVER = [
 
 def loaded_by(*argv: str) -> tuple[int, str, list[str]]:
     code = (
-        "import sys, json; from loopactors.cli import main; code = main(sys.argv[1:]); "
-        f"print(json.dumps([code, [m for m in {NEVER!r} if m in sys.modules]]), "
+        "import sys, json; before = set(sys.modules); from loopactors.cli import main; "
+        "code = main(sys.argv[1:]); "
+        f"print(json.dumps([code, [m for m in {NEVER!r} if m in sys.modules.keys() - before]]), "
         "file=sys.stderr)"
     )
     result = subprocess.run(
@@ -99,9 +102,10 @@ def test_context_check_on_a_small_ledger_loads_no_msgspec(tmp_path: Path) -> Non
     attempts = [{"iteration": 1, "outcome": "failure", "error": "E: x", "tokensUsed": 5}]
     ledger.write_text(json.dumps({"goal": "g", "attempts": attempts}))
     code = (
-        "import sys; from loopactors.cli import main; code = main(sys.argv[1:]); "
+        "import sys; before = set(sys.modules); from loopactors.cli import main; "
+        "code = main(sys.argv[1:]); "
         "print(code, sorted(m for m in ('msgspec', 'typing', 'inspect', 'decimal', "
-        "'loopactors.ledger._model') if m in sys.modules), file=sys.stderr)"
+        "'loopactors.ledger._model') if m in sys.modules.keys() - before), file=sys.stderr)"
     )
     result = subprocess.run(
         [sys.executable, "-c", code, "context", "--check", "--json", "-f", str(ledger)],
