@@ -1,5 +1,6 @@
 """A node and a client in one program: the runtime served over a websocket on loopback, and
-a client that starts a loop on it, follows its events, and reads its history.
+a client that starts a loop on it, follows its events, reads its history, then watches a
+few more loops to their end the way a view of thousands would (their states, coalesced).
 
 Run it with `python examples/node_and_client.py`. Against a separate `loopactors node`, keep
 only the client half and pass the node's URL and token (its state directory's node.token).
@@ -28,6 +29,15 @@ async def client(url: str, token: str) -> None:
                     break
         history = await node.history(state.loop_id)
         print("outputs:", [r.output for r in history.rounds])
+        # A view of many loops: at most every 0.1 s, the latest state of each loop that changed.
+        async with await node.watch(every=0.1) as watch:
+            started = {(await node.start(f"|loop:2| job {n}")).loop_id for n in range(3)}
+            ended: set[str] = set()
+            async for states in watch:
+                ended |= {s.loop_id for s in states if s.loop_id in started and s.terminal}
+                if ended == started:
+                    break
+        print(f"watched {len(started)} more loops to their end")
 
 
 async def main() -> None:

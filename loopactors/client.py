@@ -6,6 +6,13 @@ async with connect("ws://127.0.0.1:8765", token=token) as node:
 """
 
 from .errors import ConnectionLost, RemoteError
-from .gateway import NodeClient, RemoteSubscription, connect
+from .gateway import NodeClient, RemoteStates, RemoteSubscription, connect
 
-__all__ = ["ConnectionLost", "NodeClient", "RemoteError", "RemoteSubscription", "connect"]
+__all__ = [
+    "ConnectionLost",
+    "NodeClient",
+    "RemoteError",
+    "RemoteStates",
+    "RemoteSubscription",
+    "connect",
+]

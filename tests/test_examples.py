@@ -143,8 +143,9 @@ def test_node_and_client() -> None:
     lines = run_example("node_and_client.py").splitlines()
     assert lines[0].startswith("connected to node ")
     assert "[loop-progress round 3/3 completed" in "\n".join(lines)
-    assert lines[-2] == "[loop-progress loop complete]"
-    assert lines[-1].startswith("outputs: ['round 1 of 3")
+    assert lines[-3] == "[loop-progress loop complete]"
+    assert lines[-2].startswith("outputs: ['round 1 of 3")
+    assert lines[-1] == "watched 3 more loops to their end"
 
 
 def test_code_loop() -> None:

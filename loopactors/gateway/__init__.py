@@ -12,6 +12,7 @@ from .._util import fix_public_module
 from ._auth import TOKEN_FILENAME as TOKEN_FILENAME
 from ._auth import parse_listen as parse_listen
 from ._client import NodeClient as NodeClient
+from ._client import RemoteStates as RemoteStates
 from ._client import RemoteSubscription as RemoteSubscription
 from ._client import connect as connect
 from ._door import Door as Door
@@ -38,6 +39,7 @@ __all__ = [
     "NodeClient",
     "NodeRequest",
     "Refusal",
+    "RemoteStates",
     "RemoteSubscription",
     "connect",
     "json_schema",

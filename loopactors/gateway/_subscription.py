@@ -1,26 +1,67 @@
-"""A client's subscription to a node's events: a bounded queue fed by the client's reader."""
+"""A client's subscriptions to a node: its events (a bounded queue fed by the client's
+reader) or, coalesced, the latest states of the loops that changed (docs/protocol.md)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import trio
 
 from ..errors import ConnectionLost, RemoteError
-from ..loops import AnyEvent
+from ..loops import AnyEvent, LoopState
 from ..runtime import Gap
-from ._protocol import Unsubscribe, Unsubscribed
+from ._protocol import Subscribe, Unsubscribe, Unsubscribed
 
 if TYPE_CHECKING:
     from ._client import NodeClient
 
-__all__ = ["RemoteSubscription"]
+__all__ = ["RemoteStates", "RemoteSubscription"]
 
 
-class RemoteSubscription:
+class _Remote:
+    """What both kinds share: the node's subscription id, ``aclose``, ``async with``."""
+
+    def __init__(self, client: NodeClient, loop_id: str | None) -> None:
+        self.client = client
+        self.loop_id = loop_id
+        self.subscription = ""
+        self.closed = False
+
+    def _subscribe_request(self) -> Subscribe:
+        raise NotImplementedError
+
+    def _end(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Unsubscribe (if still connected) and end the iteration."""
+        if self.closed:
+            return
+        self.closed = True
+        self.client._subscriptions.pop(self.subscription, None)
+        self._end()
+        if self.client.connected:
+            with contextlib.suppress(RemoteError, ConnectionLost):
+                await self.client._request(
+                    Unsubscribe(id=0, subscription=self.subscription), Unsubscribed
+                )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class RemoteSubscription(_Remote):
     """Events of one loop (or all) from a node: ``async for``; ``async with`` unsubscribes.
 
     Events queue here up to ``queue_size``; past it they are counted and handed over as one
@@ -30,16 +71,16 @@ class RemoteSubscription:
     def __init__(
         self, client: NodeClient, loop_id: str | None, queue_size: int, *, replay: bool = False
     ) -> None:
-        self.client = client
-        self.loop_id = loop_id
+        super().__init__(client, loop_id)
         self.replay = replay
-        self.subscription = ""
         self.queue_size = queue_size
         self._send, self._recv = trio.open_memory_channel[AnyEvent | Gap](queue_size + 1)
         self.missed = 0
-        self.closed = False
         # With replay, what was seen is skipped when a reconnect replays the loop again.
         self._seen: set[AnyEvent] | None = set() if replay else None
+
+    def _subscribe_request(self) -> Subscribe:
+        return Subscribe(id=0, loop_id=self.loop_id, replay=self.replay)
 
     def _offer(self, item: AnyEvent | Gap) -> None:
         if self.closed:
@@ -82,26 +123,70 @@ class RemoteSubscription:
                 raise StopAsyncIteration from None
             raise ConnectionLost(f"the connection to {self.client.url} closed") from None
 
-    async def aclose(self) -> None:
-        """Unsubscribe (if still connected) and end the iteration."""
+
+class RemoteStates(_Remote):
+    """The latest state of each loop that changed, in batches: ``async for states in
+    watch`` gives a list of :class:`LoopState` at a time; ``async with`` unsubscribes.
+
+    The node sends, at most every ``every`` seconds, the state of each loop that changed
+    (a ``coalesce`` subscription). States wait here keyed by loop, newest kept, so a reader
+    slower than the node never falls behind and never meets a ``Gap``: a loop that changed
+    many times since the last batch comes once, as it is now. After a reconnect, the states
+    of what changed while disconnected are read again (:meth:`_catch_up`).
+    """
+
+    def __init__(self, client: NodeClient, loop_id: str | None, every: float) -> None:
+        super().__init__(client, loop_id)
+        self.every = every
+        self._waiting: dict[str, LoopState] = {}
+        self._shown: dict[str, float] = {}  # loop id -> the updated_at last handed over
+        self._arrived = trio.Event()
+        self._ended = False
+
+    def _subscribe_request(self) -> Subscribe:
+        return Subscribe(id=0, loop_id=self.loop_id, coalesce=self.every)
+
+    def _offer_states(self, states: list[LoopState]) -> None:
         if self.closed:
             return
-        self.closed = True
-        self.client._subscriptions.pop(self.subscription, None)
-        self._end()
-        if self.client.connected:
-            with contextlib.suppress(RemoteError, ConnectionLost):
-                await self.client._request(
-                    Unsubscribe(id=0, subscription=self.subscription), Unsubscribed
-                )
+        for state in states:
+            waiting = self._waiting.get(state.loop_id)
+            if waiting is None or waiting.updated_at <= state.updated_at:
+                self._waiting[state.loop_id] = state
+        if self._waiting:
+            self._arrived.set()
 
-    async def __aenter__(self) -> RemoteSubscription:
+    async def _catch_up(self) -> None:
+        """Offer the states of the loops that may have changed while disconnected: the
+        watched loop, or every loop in the node's store, less those already handed over as
+        they are now (so nothing is shown twice and no change is missed)."""
+        if self.loop_id is not None:
+            self._offer_unseen([await self.client.get(self.loop_id)])
+            return
+        async for page in self.client.loop_pages():
+            self._offer_unseen(page)
+
+    def _offer_unseen(self, states: list[LoopState]) -> None:
+        self._offer_states([s for s in states if self._shown.get(s.loop_id) != s.updated_at])
+
+    def _end(self) -> None:
+        self._ended = True
+        self._arrived.set()
+
+    def __aiter__(self) -> AsyncIterator[list[LoopState]]:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
+    async def __anext__(self) -> list[LoopState]:
+        while not self._waiting:
+            if self._ended:
+                if self.closed:
+                    raise StopAsyncIteration
+                raise ConnectionLost(f"the connection to {self.client.url} closed")
+            self._arrived = trio.Event()
+            await self._arrived.wait()
+        await trio.lowlevel.checkpoint()  # a checkpoint on every path, as trio expects
+        batch = list(self._waiting.values())
+        self._waiting.clear()
+        for state in batch:
+            self._shown[state.loop_id] = state.updated_at
+        return batch
