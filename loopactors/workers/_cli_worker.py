@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -38,10 +39,17 @@ from ._cli_adapter import (
     parse_cli_options,
 )
 from ._command import GroupStopper
+from ._output import LineSplitter
 
 __all__ = ["CliAgentWorker", "clear_limit_holds", "limit_hold", "promise_instruction"]
 
+log = logging.getLogger("loopactors.workers")
+
 _STDERR_TAIL = 4000
+#: The longest stdout line read from a CLI (a JSON event with a tool's whole result can be
+#: large); a longer one is dropped and said so, so a CLI that prints without end costs this
+#: much memory at most. A client's frame cap is the same (docs/node.md).
+MAX_LINE_BYTES = 64 << 20
 #: Seconds a limit without a reset time holds the round back (the worker's ``backoff=`` key).
 DEFAULT_BACKOFF = 60.0
 #: Markers of an enclosing agent session: a nested CLI refuses to start, or behaves as a
@@ -337,6 +345,7 @@ class CliAgentWorker(Worker):
         publish = _step_publisher(context)
         stopper = GroupStopper(self.kill_grace)
         stderr_tail = bytearray()
+        lines = LineSplitter(MAX_LINE_BYTES)
         try:
             process = await trio.lowlevel.open_process(
                 [self.executable, *argv[1:]],
@@ -355,16 +364,14 @@ class CliAgentWorker(Worker):
                 if stdin is not None:
                     nursery.start_soon(_feed, process, stdin)
                 nursery.start_soon(_tail, process, stderr_tail)
-                pending = b""
                 assert process.stdout is not None
                 async for chunk in process.stdout:
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    for line in lines:
+                    for line in lines.feed(chunk):
                         for step in parser.feed(line.decode("utf-8", "replace")):
                             publish(step)
-                if pending:
-                    for step in parser.feed(pending.decode("utf-8", "replace")):
+                last = lines.end()
+                if last is not None:
+                    for step in parser.feed(last.decode("utf-8", "replace")):
                         publish(step)
                 await process.wait()
         except BaseException:
@@ -376,7 +383,16 @@ class CliAgentWorker(Worker):
         with trio.CancelScope(shield=True):
             await stopper.stop()
         stderr = stderr_tail.decode("utf-8", "replace").strip()
-        return parser.finish(process.returncode or 0, stderr)
+        outcome = parser.finish(process.returncode or 0, stderr)
+        if lines.dropped:
+            note = (
+                f"{lines.dropped} line(s) of {self.executable}'s output longer than "
+                f"{MAX_LINE_BYTES >> 20} MiB were not read"
+            )
+            if outcome.is_error:  # the line it missed may be why
+                return attrs.evolve(outcome, error=f"{outcome.error or 'error'} ({note})")
+            log.warning("%s", note)
+        return outcome
 
 
 async def _feed(process: trio.Process, data: bytes) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["CUT_PREFIX", "OutputTail", "cap_output", "is_cut"]
+__all__ = ["CUT_PREFIX", "LineSplitter", "OutputTail", "cap_output", "is_cut"]
 
 CUT_PREFIX = "[output cut: the first "
 
@@ -116,3 +116,65 @@ class OutputTail:
         kept_at = self.whole_at if self.whole_at is not None and not self.whole_error else None
         tail = self._tail[start:].decode("utf-8", errors="replace")
         return _cut_line(self.total - self.limit, self.total, self.limit, kept_at) + tail
+
+
+class LineSplitter:
+    """A byte stream cut into lines (without their newline), each at most ``limit`` bytes.
+
+    A longer line is dropped whole and counted (``dropped``): its bytes are skipped as they
+    arrive, so one endless line costs ``limit`` bytes of memory, not the line. Each byte is
+    looked at once, however the stream is chunked (no re-scan of a line still coming).
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit <= 0:
+            raise ValueError(f"a line limit must be > 0 bytes, got {limit}")
+        self.limit = limit
+        self.dropped = 0
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._skipping = False
+
+    def feed(self, chunk: bytes | bytearray) -> list[bytes]:
+        """The lines this chunk completes."""
+        chunk = bytes(chunk)  # a no-op for bytes; slices of it are then bytes too
+        lines: list[bytes] = []
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            line = self._take(chunk[start:end])
+            if line is not None:
+                lines.append(line)
+            self._parts.clear()
+            self._size = 0
+            self._skipping = False
+            start = end + 1
+        if start < len(chunk):
+            self._keep(chunk[start:])
+        return lines
+
+    def end(self) -> bytes | None:
+        """The last line, when the stream did not end with a newline (and it was kept)."""
+        line = self._take(b"") if self._size else None
+        self._parts.clear()
+        self._size = 0
+        return line
+
+    def _take(self, piece: bytes) -> bytes | None:
+        if self._skipping:
+            return None
+        if self._size + len(piece) > self.limit:
+            self.dropped += 1
+            return None
+        return b"".join([*self._parts, piece]) if self._parts else piece
+
+    def _keep(self, piece: bytes) -> None:
+        if self._skipping:
+            return
+        if self._size + len(piece) > self.limit:
+            self.dropped += 1
+            self._skipping = True
+            self._parts.clear()
+            self._size = 0
+            return
+        self._parts.append(piece)
+        self._size += len(piece)
