@@ -3,13 +3,16 @@
 Each command runs in a fresh interpreter, which then reports the modules it loaded: trio,
 the runtime's actors, the workers and agent, the gateway and client, the REPL and
 importlib.metadata cost start-up time and are not needed to read a state directory.
-Modules the interpreter itself loaded before the command (a site-packages `.pth` file may
-import `typing` or `importlib.metadata`) are not the command's doing and are not counted.
+The interpreter runs without the `site` module (`-S`, this process's `sys.path` given as
+PYTHONPATH): a site-packages `.pth` file may import `typing` or `importlib.metadata` at
+start-up, which would hide what the command itself loads. Modules present before the
+command's import are not counted either.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +21,10 @@ import pytest
 
 from loopactors.loops import LoopSpec, LoopState, RoundRecord
 from loopactors.storage import SqliteBackend, Write
+
+#: A bare interpreter that still finds what this one finds (see the module's docstring).
+BARE = [sys.executable, "-S"]
+BARE_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
 NEVER = [
     "trio",
@@ -45,8 +52,8 @@ def loaded_by(*argv: str) -> tuple[int, str, list[str]]:
         "file=sys.stderr)"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60,
-        check=True,
+        [*BARE, "-c", code, *argv], capture_output=True, text=True, timeout=60, check=True,
+        env=BARE_ENV,
     )  # fmt: skip
     exit_code, loaded = json.loads(result.stderr.strip().splitlines()[-1])
     return exit_code, result.stdout, loaded
@@ -108,8 +115,8 @@ def test_context_check_on_a_small_ledger_loads_no_msgspec(tmp_path: Path) -> Non
         "'loopactors.ledger._model') if m in sys.modules.keys() - before), file=sys.stderr)"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code, "context", "--check", "--json", "-f", str(ledger)],
-        capture_output=True, text=True, timeout=60, check=True,
+        [*BARE, "-c", code, "context", "--check", "--json", "-f", str(ledger)],
+        capture_output=True, text=True, timeout=60, check=True, env=BARE_ENV,
     )  # fmt: skip
     assert json.loads(result.stdout)["trigger"] == "ok"
     assert result.stderr.strip().splitlines()[-1] == "0 []"

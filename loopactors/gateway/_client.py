@@ -210,7 +210,7 @@ class NodeClient:
         """The latest state of each loop that changed (one loop, or every loop), in batches
         at most ``every`` seconds apart (0.05 to 60): a view of thousands of loops that
         never falls behind. ``async for states in watch``; ``async with`` unsubscribes."""
-        watch = RemoteStates(self, loop_id, every)
+        watch = RemoteStates(self, loop_id, every, opened_at=await self.ping())
         await self._open(watch)
         return watch
 
@@ -390,10 +390,18 @@ class NodeClient:
         for sub in subs:
             try:
                 await self._open(sub)
-                if isinstance(sub, RemoteStates):
-                    await sub._catch_up()
             except (RemoteError, ConnectionLost):
                 sub._end()
+        # Every subscription renewed first: a catch-up may read many pages.
+        for watch in subs:
+            if isinstance(watch, RemoteStates) and watch.subscription in self._subscriptions:
+                try:
+                    await watch._catch_up()
+                except ConnectionLost:
+                    pass  # renewed, and caught up again, by the next reconnect
+                except RemoteError as exc:  # the node would not answer: the watch ends
+                    watch.failure = exc
+                    await watch.aclose()
 
     async def _read(self, ws: WebSocketConnection) -> None:
         while True:

@@ -131,17 +131,24 @@ class RemoteStates(_Remote):
     The node sends, at most every ``every`` seconds, the state of each loop that changed
     (a ``coalesce`` subscription). States wait here keyed by loop, newest kept, so a reader
     slower than the node never falls behind and never meets a ``Gap``: a loop that changed
-    many times since the last batch comes once, as it is now. After a reconnect, the states
-    of what changed while disconnected are read again (:meth:`_catch_up`).
+    many times since the last batch comes once, as it is now. After a reconnect, the loops
+    that changed while disconnected (or whose last change had not been sent yet) are read
+    again, so the watch misses no change and shows none twice.
     """
 
-    def __init__(self, client: NodeClient, loop_id: str | None, every: float) -> None:
+    def __init__(
+        self, client: NodeClient, loop_id: str | None, every: float, opened_at: float
+    ) -> None:
         super().__init__(client, loop_id)
         self.every = every
+        #: The node's clock when the watch was opened: a loop not changed since is not news.
+        self.opened_at = opened_at
         self._waiting: dict[str, LoopState] = {}
         self._shown: dict[str, float] = {}  # loop id -> the updated_at last handed over
         self._arrived = trio.Event()
         self._ended = False
+        #: Why the watch ended, when a catch-up after a reconnect was refused (raised then).
+        self.failure: RemoteError | None = None
 
     def _subscribe_request(self) -> Subscribe:
         return Subscribe(id=0, loop_id=self.loop_id, coalesce=self.every)
@@ -157,17 +164,20 @@ class RemoteStates(_Remote):
             self._arrived.set()
 
     async def _catch_up(self) -> None:
-        """Offer the states of the loops that may have changed while disconnected: the
-        watched loop, or every loop in the node's store, less those already handed over as
-        they are now (so nothing is shown twice and no change is missed)."""
+        """After a reconnect: read the watched loop, or every loop in the node's store a page
+        at a time, and offer each state newer than the one handed over (for a loop not
+        handed over yet: changed since the watch was opened)."""
         if self.loop_id is not None:
-            self._offer_unseen([await self.client.get(self.loop_id)])
+            self._offer_newer([await self.client.get(self.loop_id)])
             return
         async for page in self.client.loop_pages():
-            self._offer_unseen(page)
+            self._offer_newer(page)
 
-    def _offer_unseen(self, states: list[LoopState]) -> None:
-        self._offer_states([s for s in states if self._shown.get(s.loop_id) != s.updated_at])
+    def _offer_newer(self, states: list[LoopState]) -> None:
+        # Strictly newer: a page read before a states frame may arrive after it.
+        self._offer_states(
+            [s for s in states if s.updated_at > self._shown.get(s.loop_id, self.opened_at)]
+        )
 
     def _end(self) -> None:
         self._ended = True
@@ -179,6 +189,8 @@ class RemoteStates(_Remote):
     async def __anext__(self) -> list[LoopState]:
         while not self._waiting:
             if self._ended:
+                if self.failure is not None:
+                    raise self.failure
                 if self.closed:
                     raise StopAsyncIteration
                 raise ConnectionLost(f"the connection to {self.client.url} closed")

@@ -47,8 +47,8 @@ log = logging.getLogger("loopactors.workers")
 
 _STDERR_TAIL = 4000
 #: The longest stdout line read from a CLI (a JSON event with a tool's whole result can be
-#: large); a longer one is dropped and said so, so a CLI that prints without end costs this
-#: much memory at most. A client's frame cap is the same (docs/node.md).
+#: large); a longer one is skipped and said so, so one endless line costs this much memory
+#: at most. A client's frame cap is the same (docs/security.md).
 MAX_LINE_BYTES = 64 << 20
 #: Seconds a limit without a reset time holds the round back (the worker's ``backoff=`` key).
 DEFAULT_BACKOFF = 60.0
@@ -387,11 +387,12 @@ class CliAgentWorker(Worker):
         if lines.dropped:
             note = (
                 f"{lines.dropped} line(s) of {self.executable}'s output longer than "
-                f"{MAX_LINE_BYTES >> 20} MiB were not read"
+                f"{MAX_LINE_BYTES >> 20} MiB were skipped"
             )
-            if outcome.is_error:  # the line it missed may be why
+            if outcome.is_error and outcome.limit is None:  # a skipped result is why, maybe
                 return attrs.evolve(outcome, error=f"{outcome.error or 'error'} ({note})")
-            log.warning("%s", note)
+            where = f"loop {context.loop_id} round {context.round}: " if context else ""
+            log.warning("%s%s", where, note)
         return outcome
 
 

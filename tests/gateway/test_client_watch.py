@@ -3,15 +3,18 @@ client"), on a real node over loopback."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
-from loopactors.client import ConnectionLost, RemoteError, connect
-from loopactors.gateway import GatewaySettings, open_gateway
+from loopactors.client import ConnectionLost, RemoteError, RemoteStates, connect
+from loopactors.gateway import GatewayHandle, GatewaySettings, open_gateway
 from loopactors.loops import LoopState
-from loopactors.runtime import open_runtime
+from loopactors.runtime import LoopHandle, Runtime, open_runtime
 
 from .conftest import LiveNode, node_config
 
@@ -104,37 +107,122 @@ async def test_a_watch_ends_with_connection_lost_when_the_node_goes(tmp_path: Pa
                 await watch.__anext__()
 
 
+async def nothing() -> None:
+    pass
+
+
+@attrs.define
+class Restartable:
+    """A gateway that can be closed and opened again on the same port."""
+
+    runtime: Runtime
+    stack: AsyncExitStack
+    gateway: GatewayHandle
+
+    @property
+    def url(self) -> str:
+        return self.gateway.url
+
+    @property
+    def token(self) -> str:
+        return self.gateway.token_path.read_text().strip()
+
+    @asynccontextmanager
+    async def restart(
+        self, meanwhile: Callable[[], Awaitable[None]] = nothing
+    ) -> AsyncIterator[None]:
+        """Close the gateway, run ``meanwhile``, and open the next one until exited."""
+        await self.gateway.shutdown("restart")
+        await self.stack.aclose()
+        await meanwhile()
+        async with open_gateway(self.runtime, GatewaySettings(port=self.gateway.port)):
+            yield
+
+
+@asynccontextmanager
+async def restartable_gateway(runtime: Runtime) -> AsyncIterator[Restartable]:
+    async with AsyncExitStack() as stack:
+        gateway = await stack.enter_async_context(open_gateway(runtime, GatewaySettings(port=0)))
+        yield Restartable(runtime, stack, gateway)
+
+
 async def test_after_a_reconnect_what_changed_meanwhile_is_read_again(tmp_path: Path) -> None:
-    async with open_runtime(node_config(tmp_path)) as runtime:
-        gateway_cm = open_gateway(runtime, GatewaySettings(port=0))
-        gateway = await gateway_cm.__aenter__()
-        token = gateway.token_path.read_text().strip()
-        port = gateway.port
-        url = gateway.url
-        async with connect(url, token=token, reconnect=True, max_backoff=0.05) as node:
-            shown = await node.start("|loop:1| shown before", worker="scripted:latency=0.01")
-            async with await node.watch(every=0.05) as watch:
-                latest: dict[str, LoopState] = {}
-                with trio.fail_after(20):
-                    while shown.loop_id not in latest or not latest[shown.loop_id].terminal:
-                        take(latest, await watch.__anext__())
-                # The gateway goes; meanwhile one loop ends and another starts and ends.
-                slow = await runtime.start("|loop:1| ends while away", worker="scripted:latency=1")
-                await gateway.shutdown("restart")
-                await gateway_cm.__aexit__(None, None, None)
-                unseen = await runtime.start("|loop:1| all while away", worker="scripted")
-                for handle in (slow, unseen):
+    async with (
+        open_runtime(node_config(tmp_path)) as runtime,
+        restartable_gateway(runtime) as gateway,
+        connect(gateway.url, token=gateway.token, reconnect=True, max_backoff=0.05) as node,
+    ):
+        old = await runtime.start("|loop:1| ended before the watch", worker="scripted")
+        await old.wait()
+        shown = await node.start("|loop:1| shown before", worker="scripted:latency=0.01")
+        async with await node.watch(every=0.05) as watch:
+            latest: dict[str, LoopState] = {}
+            with trio.fail_after(20):
+                while shown.loop_id not in latest or not latest[shown.loop_id].terminal:
+                    take(latest, await watch.__anext__())
+            # The gateway goes; meanwhile one loop ends and another starts and ends.
+            slow = await runtime.start("|loop:1| ends while away", worker="scripted:latency=1")
+            unseen: list[LoopHandle] = []
+
+            async def meanwhile() -> None:
+                unseen.append(await runtime.start("|loop:1| all while away", worker="scripted"))
+                for handle in (slow, *unseen):
                     await handle.wait()
-                async with open_gateway(runtime, GatewaySettings(port=port)):
-                    with trio.fail_after(20):
-                        while not all(
-                            loop_id in latest and latest[loop_id].terminal
-                            for loop_id in (slow.loop_id, unseen.loop_id)
-                        ):
-                            batch = await watch.__anext__()
-                            # A final state already shown is not shown again.
-                            assert shown.loop_id not in {s.loop_id for s in batch}
-                            take(latest, batch)
-                    assert node.reconnects == 1
-                    assert latest[slow.loop_id].phase == "complete"
-                    assert latest[unseen.loop_id].phase == "complete"
+
+            async with gateway.restart(meanwhile):
+                ids = (slow.loop_id, unseen[0].loop_id)
+                with trio.fail_after(20):
+                    while not all(i in latest and latest[i].terminal for i in ids):
+                        batch = await watch.__anext__()
+                        # Neither a final state already shown nor a loop that did not
+                        # change since the watch opened comes again.
+                        assert {s.loop_id for s in batch}.isdisjoint({shown.loop_id, old.loop_id})
+                        take(latest, batch)
+                assert node.reconnects == 1
+                assert latest[slow.loop_id].phase == "complete"
+                assert latest[unseen[0].loop_id].phase == "complete"
+
+
+async def test_a_catch_up_cut_short_by_a_drop_leaves_the_watch_renewed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def dropped(self: RemoteStates) -> None:
+        raise ConnectionLost("dropped again")
+
+    monkeypatch.setattr(RemoteStates, "_catch_up", dropped)
+    async with (
+        open_runtime(node_config(tmp_path)) as runtime,
+        restartable_gateway(runtime) as gateway,
+        connect(gateway.url, token=gateway.token, reconnect=True, max_backoff=0.05) as node,
+    ):
+        watch = await node.watch(every=0.05)
+        async with gateway.restart():
+            with trio.fail_after(10):
+                while node.reconnects == 0 or watch.subscription not in node._subscriptions:
+                    await trio.sleep(0.01)
+            # Still live: a loop started now is seen to its end.
+            handle = await runtime.start("|loop:1| after", worker="scripted")
+            with trio.fail_after(10):
+                async for batch in watch:
+                    if any(s.loop_id == handle.loop_id and s.terminal for s in batch):
+                        break
+
+
+async def test_a_catch_up_the_node_refuses_ends_the_watch_with_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def refused(self: RemoteStates) -> None:
+        raise RemoteError("internal", "cannot read the store")
+
+    monkeypatch.setattr(RemoteStates, "_catch_up", refused)
+    async with (
+        open_runtime(node_config(tmp_path)) as runtime,
+        restartable_gateway(runtime) as gateway,
+        connect(gateway.url, token=gateway.token, reconnect=True, max_backoff=0.05) as node,
+    ):
+        watch = await node.watch(every=0.05)
+        async with gateway.restart():
+            with trio.fail_after(10), pytest.raises(RemoteError, match="cannot read the store"):
+                await watch.__anext__()
+            assert watch.closed
+            assert not node._subscriptions

@@ -97,7 +97,7 @@ async def test_a_line_over_the_limit_is_skipped_and_logged(
     assert result.status == "completed", result.error
     assert result.output == "done"
     assert "1 line(s) of" in caplog.text
-    assert "longer than 1 MiB were not read" in caplog.text
+    assert "longer than 1 MiB were skipped" in caplog.text
 
 
 async def test_a_result_line_over_the_limit_fails_the_round_and_says_why(
@@ -109,4 +109,4 @@ async def test_a_result_line_over_the_limit_fails_the_round_and_says_why(
     result = await worker.run(request(), None)
     assert result.status == "failed"
     assert result.error is not None
-    assert "longer than 1 MiB were not read" in result.error
+    assert "longer than 1 MiB were skipped" in result.error
