@@ -39,14 +39,13 @@ from ..loops import (
 )
 from ..storage import DB_FILENAME, PruneReport, StoreBackend, StoreStatistics, open_backend
 from ..transport import transport_for
-from ..workers import RoundContext
+from ..workers import RoundContext, end_orphan_groups, forget_group, record_group
 from ._breaker import Breaker
 from ._config import RuntimeConfig, load_config
 from ._context_builder import ContextBuilder
 from ._coordinator import Coordinator, CoordinatorLimits, new_loop_id
 from ._dispatcher import Dispatcher
 from ._events import STATE_EVENTS, Changes, EventBus, Gap, Subscription
-from ._groups import end_orphan_groups, forget_group, record_group
 from ._lock import lock_state_dir, watch_state_dir
 from ._messages import (
     ApplyCompaction,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 from .._logs import add_log_format, configure_logging
@@ -87,6 +88,13 @@ def add_worker_options(worker: argparse.ArgumentParser) -> None:
         "--heartbeat", type=float, default=1.0, metavar="S", help="seconds between beats (1)"
     )
     worker.add_argument(
+        "--groups-dir",
+        metavar="DIR",
+        help="where the command rounds' process groups are listed, so that the machine's "
+        "next worker process ends them if this one is killed "
+        "($XDG_STATE_HOME/loopactors/worker-groups)",
+    )
+    worker.add_argument(
         "--max-deliveries",
         type=int,
         default=5,
@@ -97,6 +105,8 @@ def add_worker_options(worker: argparse.ArgumentParser) -> None:
 
 def run_worker(args: argparse.Namespace) -> int:
     import trio  # noqa: PLC0415 - see the note on the imports
+
+    from ..workers import default_worker_groups_dir  # noqa: PLC0415
 
     # coredis loads only here
     from ._redis import REFUSED, find_error  # noqa: PLC0415
@@ -125,6 +135,7 @@ def run_worker(args: argparse.Namespace) -> int:
             heartbeat=args.heartbeat,
             idle_timeout=args.idle_timeout,
             max_deliveries=args.max_deliveries,
+            groups_dir=Path(args.groups_dir) if args.groups_dir else default_worker_groups_dir(),
         )
     except ValueError as exc:
         raise ConfigError(f"bad worker option: {exc}") from exc

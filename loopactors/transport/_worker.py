@@ -17,13 +17,14 @@ import logging
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import attrs
 import msgspec
 import trio
 
-from ..workers import RoundResult, Worker, parse_worker
+from ..workers import CommandWorker, RoundResult, Worker, WorkerGroups, parse_worker
 from ._redis import (
     NO_GROUP,
     RETRIED,
@@ -87,6 +88,9 @@ class WorkerSettings:
     idle_timeout: float = 15.0
     #: An order taken more often than this (its workers died) fails instead of running again.
     max_deliveries: int = 5
+    #: Where this process lists its command rounds' process groups, so that if it is killed
+    #: the machine's next worker process ends them (``workers.WorkerGroups``); None: unlisted.
+    groups_dir: Path | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.slots < 1:
@@ -149,6 +153,7 @@ class _WorkerProcess:
         self.stops: collections.OrderedDict[str, None] = collections.OrderedDict()
         self.backends: dict[str, Worker] = {}
         self.rounds_run = 0
+        self.process_groups: WorkerGroups | None = None
 
     @property
     def free(self) -> int:
@@ -159,6 +164,7 @@ class _WorkerProcess:
         self.changed = trio.Event()
 
     async def serve(self, task_status: Any) -> None:
+        await self._list_process_groups()
         await self._ensure_groups()
         await retry("saying hello", self.s.url, self._beat)
         log.info(
@@ -168,15 +174,48 @@ class _WorkerProcess:
             ",".join(self.s.kinds),
             self.s.slots,
         )
-        async with trio.open_nursery() as nursery:
-            self.nursery = nursery
-            control_from = await self._control_tail()
-            nursery.start_soon(self._take_orders)
-            nursery.start_soon(self._reclaim)
-            nursery.start_soon(self._heartbeat)
-            nursery.start_soon(self._read_stops, control_from)
-            nursery.start_soon(self._start_rounds)
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                self.nursery = nursery
+                control_from = await self._control_tail()
+                nursery.start_soon(self._take_orders)
+                nursery.start_soon(self._reclaim)
+                nursery.start_soon(self._heartbeat)
+                nursery.start_soon(self._read_stops, control_from)
+                nursery.start_soon(self._start_rounds)
+                if self.process_groups is not None:
+                    nursery.start_soon(self._end_dead_process_groups, self.process_groups)
+                task_status.started()
+        finally:
+            if self.process_groups is not None:  # every round has ended its group by now
+                self.process_groups.close()
+
+    async def _list_process_groups(self) -> None:
+        """List the command rounds' groups (docs/scale-out.md), once those that a worker
+        process of this machine left when it was killed are ended."""
+        if self.s.groups_dir is None:
+            return
+        try:
+            listing = WorkerGroups(self.s.groups_dir)
+            await listing.end_dead(self.s.kill_grace)
+            listing.open()
+        except OSError as exc:
+            log.warning(
+                "worker %s cannot list its command rounds' process groups in %s (%s): if "
+                "it is killed, they run on",
+                self.s.name,
+                self.s.groups_dir,
+                exc,
+            )
+            return
+        self.process_groups = listing
+
+    async def _end_dead_process_groups(self, listing: WorkerGroups) -> None:
+        # As often as orders are reclaimed: a dead process's round ends here before it can
+        # be taken over and run again elsewhere (when the dead one shared this machine).
+        while True:
+            await trio.sleep(self.s.idle_timeout / 4)
+            await listing.end_dead(self.s.kill_grace)
 
     # -- taking orders -------------------------------------------------------------------------
 
@@ -365,7 +404,10 @@ class _WorkerProcess:
     def _backend(self, spec: str) -> Worker:
         backend = self.backends.get(spec)
         if backend is None:
-            backend = self.backends[spec] = parse_worker(spec, kill_grace=self.s.kill_grace)
+            backend = parse_worker(spec, kill_grace=self.s.kill_grace)
+            if isinstance(backend, CommandWorker) and self.process_groups is not None:
+                backend = attrs.evolve(backend, groups=self.process_groups)
+            self.backends[spec] = backend
         return backend
 
     async def _forget(self, stream: str, entry_id: str, key: str | None = None) -> None:

@@ -35,6 +35,12 @@ from ._cli_worker import CliAgentWorker as CliAgentWorker
 from ._command import CommandWorker as CommandWorker
 from ._command import GroupStopper as GroupStopper
 from ._command import kill_worker_groups as kill_worker_groups
+from ._groups import GroupRecord as GroupRecord
+from ._groups import WorkerGroups as WorkerGroups
+from ._groups import default_worker_groups_dir as default_worker_groups_dir
+from ._groups import end_orphan_groups as end_orphan_groups
+from ._groups import forget_group as forget_group
+from ._groups import record_group as record_group
 from ._output import cap_output as cap_output
 from ._output import is_cut as is_cut
 from ._python import PythonWorker as PythonWorker
@@ -45,6 +51,7 @@ __all__ = [
     "ChildLoop",
     "CliAgentWorker",
     "CommandWorker",
+    "GroupRecord",
     "GroupStopper",
     "LoopEvents",
     "PythonWorker",
@@ -53,15 +60,20 @@ __all__ = [
     "RoundResult",
     "ScriptedWorker",
     "Worker",
+    "WorkerGroups",
     "WorkerStatus",
     "cap_output",
     "cgroup_empty",
     "check_worker_spec",
     "cli_kinds",
+    "default_worker_groups_dir",
+    "end_orphan_groups",
+    "forget_group",
     "in_workspace",
     "is_cut",
     "kill_worker_groups",
     "parse_worker",
+    "record_group",
     "remove_cgroup",
     "signal_cgroup",
     "worker_kinds",

@@ -34,6 +34,7 @@ import trio
 from ..errors import WorkerSpecError
 from . import _cgroup
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
+from ._groups import WorkerGroups
 from ._output import OutputTail
 
 __all__ = ["CommandWorker", "GroupStopper", "kill_worker_groups"]
@@ -214,6 +215,8 @@ class CommandWorker(Worker):
 
     argv: tuple[str, ...] = attrs.field(converter=_to_argv)
     kill_grace: float = attrs.field(default=5.0, kw_only=True)
+    #: Where a round without a runtime (on a ``loopactors worker``) lists its process group.
+    groups: WorkerGroups | None = attrs.field(default=None, kw_only=True, eq=False)
     #: ``argv[0]`` resolved when the worker is made, so a missing program fails at start.
     executable: str = attrs.field(init=False)
 
@@ -242,6 +245,18 @@ class CommandWorker(Worker):
             raise WorkerSpecError(f"command worker argv {argv!r} cannot be split: {exc}") from None
         return cls(words, kill_grace=kill_grace)
 
+    def _group_listing(
+        self, request: RoundRequest, context: RoundContext | None
+    ) -> tuple[Callable[[int, str | None], None] | None, Callable[[int], None] | None]:
+        """Who lists the round's process group while it runs: the runtime, a ``loopactors
+        worker`` process's list, or nobody (``python -m``, tests)."""
+        if context is not None:
+            return context.process_group_started, context.process_group_ended
+        if self.groups is not None:
+            listed = functools.partial(self.groups.started, request.loop_id, request.round)
+            return listed, self.groups.ended
+        return None, None
+
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
         env = {
             **os.environ,
@@ -261,11 +276,8 @@ class CommandWorker(Worker):
         if cgroup is not None:
             argv = _cgroup.join_argv(cgroup, executable, self.argv)
             executable = argv[0]
-        stopper = GroupStopper(
-            self.kill_grace,
-            on_started=context.process_group_started if context else None,
-            cgroup=cgroup,
-        )
+        on_started, on_ended = self._group_listing(request, context)
+        stopper = GroupStopper(self.kill_grace, on_started=on_started, cgroup=cgroup)
         limit = request.max_output_bytes or _UNBOUNDED
         whole_at = Path(request.whole_output_at) if request.whole_output_at else None
         stdout = OutputTail(limit, whole_at=whole_at)
@@ -308,8 +320,8 @@ class CommandWorker(Worker):
                 await stopper.stop()
             raise
         finally:
-            if context is not None and stopper.pgid is not None:
-                context.process_group_ended(stopper.pgid)
+            if on_ended is not None and stopper.pgid is not None:
+                on_ended(stopper.pgid)
             if cgroup is not None:
                 _cgroup.leave(cgroup)
         returncode = process.returncode

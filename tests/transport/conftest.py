@@ -64,7 +64,8 @@ class Workers:
             [
                 sys.executable, "-m", "loopactors", "worker",
                 "--redis", url, "--name", name, "--kinds", kinds, "--slots", str(slots),
-                "--heartbeat", "0.2", "--idle-timeout", "1", "--kill-grace", "1", *options,
+                "--heartbeat", "0.2", "--idle-timeout", "1", "--kill-grace", "1",
+                "--groups-dir", str(self.tmp_path / "worker-groups"), *options,
             ],
             stdout=log,
             stderr=log,

@@ -297,3 +297,52 @@ async def test_a_node_sigkilled_mid_round_never_runs_the_round_twice_at_once(
         ["start", "1"], ["end", "1"], ["start", "2"], ["end", "2"],
     ], lines  # fmt: skip
     assert ran_on(rounds[0].output) == lines[0].split()[2]  # the first run's own report
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie nobody reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+async def test_the_next_worker_of_the_machine_ends_a_killed_workers_command_group(
+    node: Runtime, redis_server: RedisServer, workers: Workers, tmp_path: Path
+) -> None:
+    url = redis_server.url()
+    pid_file = tmp_path / "leader.pid"
+    await workers.start(url, "doomed")
+    # On the doomed worker the round ignores SIGTERM and would run a minute.
+    stubborn = command(
+        f'if [ "$LOOPACTORS_WORKER_NAME" = doomed ]; then trap "" TERM; echo $$ > {pid_file}; '
+        'sleep 60; fi; echo "ran on $LOOPACTORS_WORKER_NAME"'
+    )
+    loop = await node.start("|loop:1| work", worker=stubborn)
+
+    async def leader_running() -> bool:
+        return pid_file.exists() and pid_file.read_text().strip().isdigit()
+
+    await wait_until(leader_running)
+    leader = int(pid_file.read_text())
+    workers.kill("doomed")  # SIGKILL mid-round: its command's group runs on
+    await trio.sleep(0.5)
+    assert alive(leader)
+    await workers.start(url, "heir")  # same machine, same list of groups
+
+    async def ended() -> bool:
+        return not alive(leader)
+
+    await wait_until(ended, timeout=15)
+    final = await loop.wait()
+    assert final.phase == "complete"
+    [record] = await loop.history()
+    assert ran_on(record.output) == "heir"
+    log = workers.log("heir")
+    assert f"process group {leader} of loop {loop.loop_id} round 1 outlived worker process" in log
+    # Ended before the heir took the round over and ran it again.
+    assert log.index("outlived worker process") < log.index("reclaimed 1 round(s)")
+    # The dead process's list is gone with its group.
+    doomed = workers.processes["doomed"].pid
+    assert not list((tmp_path / "worker-groups").glob(f"*/{doomed}"))

@@ -1,13 +1,16 @@
-"""The process groups of a runtime's command workers, on disk while they run.
+"""The process groups of command workers, on disk while they run.
 
-A command worker runs in its own session, so a SIGKILL of the runtime leaves it running. A
-runtime that resumes would then start the same round next to it. So each worker's process
-group is written to ``<state_dir>/groups/<pgid>.json`` as soon as it starts (with the round it
-runs, the boot and its leader's start time, to recognise it later) and removed when the round
-is over; at start a runtime ends every group still listed before it resumes any loop
-(:func:`end_orphan_groups`). Linux only (``/proc``); elsewhere groups are listed but left
-alone, with a log line. A worker that ran in a cgroup of its own (``workers/_cgroup.py``) has
-it listed too: it is ended with the group, which also ends what left the group (setsid).
+A command worker runs in its own session, so a SIGKILL of the process that started it (a
+runtime, or a ``loopactors worker``) leaves it running, and the round would then run again
+next to it. So each worker's process group is written to ``<dir>/groups/<pgid>.json`` as soon
+as it starts (with the round it runs, the boot and its leader's start time, to recognise it
+later) and removed when the round is over. A runtime lists its groups in its state directory
+and at start ends every group still listed before it resumes any loop
+(:func:`end_orphan_groups`); ``loopactors worker`` processes list theirs in a directory per
+process and end those of a dead one (:class:`WorkerGroups`). Linux only (``/proc``);
+elsewhere groups are listed but left alone, with a log line. A worker that ran in a cgroup of
+its own (``_cgroup.py``) has it listed too: it is ended with the group, which also ends what
+left the group (setsid).
 """
 
 from __future__ import annotations
@@ -15,22 +18,32 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
+import socket
 from pathlib import Path
 
 import msgspec
 import trio
 
-from ..workers import cgroup_empty, remove_cgroup, signal_cgroup
+from ._cgroup import cgroup_empty, remove_cgroup, signal_cgroup
 
-__all__ = ["GROUPS_DIR", "GroupRecord", "end_orphan_groups", "forget_group", "record_group"]
+__all__ = [
+    "GROUPS_DIR",
+    "GroupRecord",
+    "WorkerGroups",
+    "default_worker_groups_dir",
+    "end_orphan_groups",
+    "forget_group",
+    "record_group",
+]
 
 GROUPS_DIR = "groups"
 _POLL = 0.05
 #: After SIGKILL, how long a group gets to disappear before the start goes on regardless.
 _KILL_WAIT = 5.0
 
-log = logging.getLogger("loopactors.runtime")
+log = logging.getLogger("loopactors.workers")
 
 
 class GroupRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -118,9 +131,12 @@ def _ours(record: GroupRecord) -> bool:
     return start is None or start == record.leader_start
 
 
-async def end_orphan_groups(state_dir: Path, grace: float) -> list[GroupRecord]:
-    """End every group a crashed runtime left listed: SIGTERM, up to ``grace`` seconds, then
-    SIGKILL, and wait until none of its processes is alive. Returns the groups ended."""
+async def end_orphan_groups(
+    state_dir: Path, grace: float, *, left_by: str = "a crashed runtime"
+) -> list[GroupRecord]:
+    """End every group ``left_by`` left listed in ``state_dir``: SIGTERM, up to ``grace``
+    seconds, then SIGKILL, and wait until none of its processes is alive. Returns the groups
+    ended."""
     folder = state_dir / GROUPS_DIR
     try:
         paths = sorted(folder.glob("*.json"))
@@ -137,11 +153,12 @@ async def end_orphan_groups(state_dir: Path, grace: float) -> list[GroupRecord]:
         if cgroup is not None and _ours(record) and not cgroup_empty(cgroup):
             ended.append(record)
             log.warning(
-                "the cgroup of process group %d of loop %s round %d outlived a crashed "
-                "runtime: ending it before the round runs again",
+                "the cgroup of process group %d of loop %s round %d outlived %s: ending it "
+                "before the round runs again",
                 record.pgid,
                 record.loop_id,
                 record.round,
+                left_by,
             )
             signal_cgroup(cgroup, signal.SIGTERM)
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -149,11 +166,12 @@ async def end_orphan_groups(state_dir: Path, grace: float) -> list[GroupRecord]:
         elif _ours(record) and _group_alive(record.pgid):
             ended.append(record)
             log.warning(
-                "process group %d of loop %s round %d outlived a crashed runtime: ending it "
-                "before the round runs again",
+                "process group %d of loop %s round %d outlived %s: ending it before the "
+                "round runs again",
                 record.pgid,
                 record.loop_id,
                 record.round,
+                left_by,
             )
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(record.pgid, signal.SIGTERM)
@@ -196,3 +214,91 @@ async def _wait_gone(records: list[GroupRecord], limit: float) -> None:
 def _record_alive(record: GroupRecord) -> bool:
     cgroup = _own_cgroup(record)
     return _group_alive(record.pgid) or (cgroup is not None and not cgroup_empty(cgroup))
+
+
+def _running(owner: _Owner) -> bool:
+    """The owner process runs: its pid is the same process (same start) and not a zombie."""
+    fields = _stat(owner.pid)
+    return fields is not None and fields[0] != "Z" and int(fields[19]) == owner.start
+
+
+def default_worker_groups_dir() -> Path:
+    """Where ``loopactors worker`` processes list their groups unless told otherwise."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(state) / "loopactors" / "worker-groups"
+
+
+class _Owner(msgspec.Struct, frozen=True, kw_only=True):
+    """The worker process a directory of groups belongs to."""
+
+    pid: int
+    #: Its start time in clock ticks since boot: a reused pid is not the same process.
+    start: int
+
+
+_OWNER = "owner.json"
+
+
+class WorkerGroups:
+    """The process groups of one ``loopactors worker`` process, listed in
+    ``<base>/<host>-<boot>/<pid>/groups/`` while they run (docs/scale-out.md).
+
+    A worker process SIGKILLed mid-round leaves its command's group running, and after the
+    idle timeout another worker runs the round again. Every worker process of the machine
+    therefore ends, at its start and then every sweep, the groups listed by any worker
+    process of this boot that is gone (:meth:`end_dead`). Directories of another host or boot
+    are never touched: a shared home directory holds other machines' lists.
+    """
+
+    def __init__(self, base: Path) -> None:
+        boot = _boot_id()
+        pid = os.getpid()
+        start = _start_time(pid)
+        if boot is None or start is None:
+            raise OSError("process groups are recognised through /proc, which is not here")
+        self.boot = base / f"{socket.gethostname()}-{boot}"
+        self.owner = _Owner(pid=pid, start=start)
+        self.own = self.boot / str(pid)
+
+    def open(self) -> None:
+        """List this process's groups from now on; OSError if its directory cannot be made.
+        Call :meth:`end_dead` first: a directory of a dead process of the same pid is ended
+        with the others."""
+        part = self.boot / f"{self.owner.pid}.part"
+        shutil.rmtree(part, ignore_errors=True)
+        (part / GROUPS_DIR).mkdir(parents=True)
+        (part / _OWNER).write_bytes(msgspec.json.encode(self.owner))
+        part.replace(self.own)  # whole or absent: a reader never sees a list without owner
+
+    def close(self) -> None:
+        """This process runs no more rounds: its list goes."""
+        shutil.rmtree(self.own, ignore_errors=True)
+
+    def started(self, loop_id: str, round_number: int, pgid: int, cgroup: str | None) -> None:
+        record_group(self.own, loop_id, round_number, pgid, cgroup=cgroup)
+
+    def ended(self, pgid: int) -> None:
+        forget_group(self.own, pgid)
+
+    async def end_dead(self, grace: float) -> list[GroupRecord]:
+        """End the groups listed by the worker processes of this boot that are gone, and
+        remove their lists. Returns the groups ended."""
+        try:
+            folders = sorted(path for path in self.boot.iterdir() if path.name.isdigit())
+        except OSError:
+            return []
+        ended: list[GroupRecord] = []
+        for folder in folders:
+            try:
+                owner = msgspec.json.decode((folder / _OWNER).read_bytes(), type=_Owner)
+            except (OSError, msgspec.DecodeError):
+                continue  # not a list this code wrote: left alone
+            if owner == self.owner or _running(owner):
+                continue
+            ended += await end_orphan_groups(
+                folder, grace, left_by=f"worker process {owner.pid}, which is gone"
+            )
+            shutil.rmtree(folder, ignore_errors=True)
+        return ended
