@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import errno
 import gc
+import io
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ._cli_args import Options, parse_args
 from ._facts import BreakerFacts, read_breaker_facts
@@ -21,6 +22,8 @@ from ._rules import BreakerLimits, breaker_verdict, check_limits
 
 TYPE_CHECKING = False  # typing itself is not loaded by ``context --check``
 if TYPE_CHECKING:
+    from typing import BinaryIO
+
     from ._model import BreakerConfig, BreakerDecision, Ledger, PruneConfig, Trigger
 
 __all__ = ["HELP", "main"]
@@ -114,6 +117,25 @@ def _read_bytes(path: str | None) -> bytes:
         except OSError as exc:
             raise RuntimeError(_node_message(exc, "open")) from None
     return b"" if sys.stdin is None else sys.stdin.buffer.read()
+
+
+def _open(path: str) -> BinaryIO:
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise RuntimeError(_node_message(exc, "open")) from None
+
+
+def _node_errors(read: Callable[[int], bytes]) -> Callable[[int], bytes]:
+    """``read`` raising what :func:`_read_bytes` raises when a read fails."""
+
+    def guarded(size: int) -> bytes:
+        try:
+            return read(size)
+        except OSError as exc:
+            raise RuntimeError(_node_message(exc, "open")) from None
+
+    return guarded
 
 
 def _read_ledger(path: str | None) -> Ledger:
@@ -229,8 +251,10 @@ def _run(opts: Options) -> int:
             verdict = "ESCALATE" if answer["escalate"] else "CONTINUE"
             _write(f"{verdict} [{answer['trigger']}] \u2014 {answer['reason']}")
         return EXIT_ESCALATE if answer["escalate"] else EXIT_CONTINUE
+    if opts.operation == "summary":
+        return _summary(opts)
     from ._breaker import check_circuit_breaker  # noqa: PLC0415 - not needed by --check
-    from ._js import encode_json, write_json  # noqa: PLC0415
+    from ._js import encode_json  # noqa: PLC0415
     from ._summary import (  # noqa: PLC0415
         build_context_injection,
         format_summary,
@@ -243,16 +267,6 @@ def _run(opts: Options) -> int:
     if opts.operation == "prune":
         _write(encode_json(prune_ledger(ledger, prune)))
         return EXIT_CONTINUE
-    if opts.operation == "summary":
-        # The summary always groups at the default 0.85 (the reference ignores the flag here).
-        summary = summarize_attempts(ledger)
-        if opts.json:
-            # Piece by piece: a summary of many groups is never held as one string.
-            write_json(summary, sys.stdout.write)
-            _write("")
-        else:
-            _write(format_summary(summary))
-        return EXIT_CONTINUE
     if opts.operation == "inject":
         _write(build_context_injection(ledger, breaker, prune))
         return EXIT_CONTINUE
@@ -262,6 +276,48 @@ def _run(opts: Options) -> int:
     verdict = "ESCALATE" if decision.escalate else "CONTINUE"
     _write(f"{text}\n\nCircuit breaker: {verdict} [{decision.trigger}]\n  {decision.reason}")
     return EXIT_ESCALATE if decision.escalate else EXIT_CONTINUE
+
+
+def _summary(opts: Options) -> int:
+    """``--summary``: read a block at a time where the input allows (see _summary_read)."""
+    from ._summary_read import (  # noqa: PLC0415 - not needed by --check
+        format_streamed_summary,
+        read_summary,
+        write_summary_json,
+    )
+
+    data = None
+    if opts.ledger:
+        with _open(opts.ledger) as handle:
+            streamed = read_summary(_node_errors(handle.read))
+    else:
+        data = _read_bytes(None)
+        streamed = read_summary(io.BytesIO(data).read)
+    out = sys.stdout
+    if streamed is not None:
+        if opts.json:
+            write_summary_json(streamed, out.write)
+        else:
+            format_streamed_summary(streamed, out.write)
+        _write("")
+        return EXIT_CONTINUE
+    # Input the block reader leaves to parse_ledger: its error, or its summary.
+    from ._js import write_json  # noqa: PLC0415
+    from ._model import parse_ledger  # noqa: PLC0415
+    from ._summary import format_summary, summarize_attempts  # noqa: PLC0415
+
+    if data is None:
+        data = _read_bytes(opts.ledger)
+    # The summary always groups at the default 0.85 (the reference ignores the flag here).
+    summary = summarize_attempts(parse_ledger(data.decode("utf-8", errors="replace")))
+    del data
+    if opts.json:
+        # Piece by piece: a summary of many groups is never held as one string.
+        write_json(summary, out.write)
+        _write("")
+    else:
+        _write(format_summary(summary))
+    return EXIT_CONTINUE
 
 
 def main(argv: Sequence[str] | None = None) -> int:

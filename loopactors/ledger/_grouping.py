@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from ._compact import TextList
 from ._text import trigrams
 
-__all__ = ["group_signatures"]
+__all__ = ["COMMON_SAMPLE", "PartsGrouper", "common_grams", "group_signatures"]
 
 # The filter uses a slightly lower threshold so that float rounding in ``I / U >= t`` can never
 # make a pair pass the exact test that the filter rejected.
@@ -155,13 +157,14 @@ def _probe_counts(size: int, threshold: float) -> tuple[int, ...]:
 #: a part made only of such grams would match most heads. Leaving grams out keeps the
 #: filter exact (below); which grams are left out only changes its speed.
 _COMMON_SHARE = 8
-_SAMPLE = 2048
+COMMON_SAMPLE = 2048
 
 
-def _common_grams(distinct: Sequence[str]) -> frozenset[str]:
+def common_grams(distinct: Sequence[str]) -> frozenset[str]:
+    """The grams common in (a sample of at most about ``COMMON_SAMPLE`` of) ``distinct``."""
     if len(distinct) < 64:
         return frozenset()
-    step = max(1, len(distinct) // _SAMPLE)
+    step = max(1, len(distinct) // COMMON_SAMPLE)
     sample = distinct[::step]
     frequency = Counter(gram for sig in sample for gram in trigrams(sig))
     return frozenset(g for g, n in frequency.items() if n * _COMMON_SHARE > len(sample))
@@ -209,100 +212,125 @@ def _short(key: int) -> int:
 
 
 class _KeyIndex:
-    """Part keys to groups: a multimap in two flat arrays (open addressing, linear probing).
+    """Part keys to groups: a chained hash table in flat arrays, one entry per key added.
 
-    A dict of Python ints cost ~100 bytes a key (50 MB for 50,000 heads of ~10 keys); this
-    costs 8 bytes a slot. Keys are cut to 32 bits, so two keys may meet: that only ever adds
-    a candidate, which the exact test then refuses.
+    A dict of Python ints cost ~100 bytes a key (50 MB for 50,000 heads of ~12 keys), an
+    open-addressing table 8 bytes a slot at most 70% full, with the old and the new table
+    side by side while it grew (docs/benchmarks.md); this costs 8 bytes a key and 2 to 4 a
+    bucket, and grows only its bucket array. A group adds its keys together, so an entry's
+    group is found from where each group's entries begin. Keys are cut to 32 bits, so two
+    keys may meet: that only ever adds a candidate, which the exact test then refuses.
     """
 
-    __slots__ = ("groups", "keys", "mask", "size")
+    __slots__ = ("buckets", "firsts", "keys", "mask", "nexts")
 
     def __init__(self) -> None:
         self.mask = (1 << 12) - 1
-        self.keys = array("i", bytes(4 << 12))  # 0: an empty slot
-        self.groups = array("i", bytes(4 << 12))
-        self.size = 0
+        #: The newest entry of each bucket; entries count from 1, so 0 ends a chain.
+        self.buckets = array("i", bytes(4 << 12))
+        self.keys = array("i", [0])
+        self.nexts = array("i", [0])
+        #: The first entry of each group, ascending.
+        self.firsts = array("i")
 
-    def add(self, short: int, group: int) -> None:
-        if (self.size + 1) * 10 > (self.mask + 1) * 7:  # at most 70% full
+    def add_group(self, keys: Iterable[int]) -> None:
+        """The keys of the next group (groups are added in order)."""
+        entries, nexts, buckets, mask = self.keys, self.nexts, self.buckets, self.mask
+        self.firsts.append(len(entries))
+        for short in keys:
+            nexts.append(buckets[short & mask])
+            buckets[short & mask] = len(entries)
+            entries.append(short)
+        if len(entries) > 4 * (mask + 1):
             self._grow()
-        keys, mask = self.keys, self.mask
-        slot = short & mask
-        while keys[slot]:
-            slot = (slot + 1) & mask
-        keys[slot] = short
-        self.groups[slot] = group
-        self.size += 1
 
     def _grow(self) -> None:
-        old_keys, old_groups = self.keys, self.groups
         slots = (self.mask + 1) * 2
         mask = self.mask = slots - 1
-        keys = self.keys = array("i", bytes(4 * slots))
-        groups = self.groups = array("i", bytes(4 * slots))
-        for short, group in zip(old_keys, old_groups, strict=True):
-            if short:
-                slot = short & mask
-                while keys[slot]:
-                    slot = (slot + 1) & mask
-                keys[slot] = short
-                groups[slot] = group
+        buckets = self.buckets = array("i", bytes(4 * slots))
+        entries, nexts = self.keys, self.nexts
+        for entry in range(1, len(entries)):
+            bucket = entries[entry] & mask
+            nexts[entry] = buckets[bucket]
+            buckets[bucket] = entry
 
-    def find(self, short: int) -> Sequence[int]:
+    def group(self, entry: int) -> int:
+        return bisect_right(self.firsts, entry) - 1
+
+    def find(self, short: int) -> list[int]:
         """Every group added under ``short`` (a key cut by :func:`_short`)."""
-        keys, mask = self.keys, self.mask
-        slot = short & mask
-        found_key = keys[slot]
-        if not found_key:
-            return ()  # most keys are met nowhere
+        entries, nexts = self.keys, self.nexts
         found = []
-        while found_key:
-            if found_key == short:
-                found.append(self.groups[slot])
-            slot = (slot + 1) & mask
-            found_key = keys[slot]
+        entry = self.buckets[short & self.mask]
+        while entry:
+            if entries[entry] == short:
+                found.append(self.group(entry))
+            entry = nexts[entry]
         return found
 
 
-def _group_by_parts(signatures: Sequence[str], threshold: float) -> list[int]:
-    distinct = list(dict.fromkeys(signatures))
-    common = _common_grams(distinct)
-    # Heads are kept as text and their grams rebuilt when they are a candidate: sets for every
-    # head would cost kilobytes each, and candidates are few.
-    heads: list[str] = []
-    #: A head's part count and empty parts (it is indexed under that count only); mostly
-    #: small ints, which Python shares.
-    head_counts: list[int] = []
-    head_empty: list[int] = []
-    # key -> the groups whose head has that part; a collision only adds a candidate
-    index = _KeyIndex()
-    group_of: dict[str, int] = {}
-    counts_by_size: dict[int, tuple[int, ...]] = {}
-    for sig in distinct:
+class PartsGrouper:
+    """:func:`group_signatures` for thresholds of at least 0.8, one signature at a time.
+
+    ``common`` grams are left out of the parts (see :func:`common_grams`); which ones only
+    changes the speed, never a group. Group heads are kept as UTF-8 text in one buffer and
+    their grams rebuilt when they are a candidate: sets for every head would cost kilobytes
+    each, and candidates are few.
+    """
+
+    __slots__ = (
+        "_counts_by_size",
+        "_head_counts",
+        "_head_empty",
+        "_index",
+        "common",
+        "heads",
+        "threshold",
+    )
+
+    def __init__(self, threshold: float, common: frozenset[str] = frozenset()) -> None:
+        self.threshold = threshold
+        self.common = common
+        self.heads = TextList()
+        #: A head's part count and empty parts (it is indexed under that count only).
+        self._head_counts = array("l")
+        self._head_empty: list[int] = []  # mostly 0, which Python shares
+        # key -> the groups whose head has that part; a collision only adds a candidate
+        self._index = _KeyIndex()
+        self._counts_by_size: dict[int, tuple[int, ...]] = {}
+
+    def release_index(self) -> None:
+        """Drop the index (no more :meth:`add`): the heads are all a summary still needs."""
+        self._index = _KeyIndex()
+        self._counts_by_size.clear()
+
+    def add(self, sig: str) -> int:
+        """The group ``sig`` joins: the first whose head is similar enough, or a new one."""
+        threshold = self.threshold
         grams = trigrams(sig)
         size = len(grams)
+        common = self.common
         hashes = [hash(gram) for gram in grams if gram not in common]
-        probe_counts = counts_by_size.get(size)
+        probe_counts = self._counts_by_size.get(size)
         if probe_counts is None:
-            probe_counts = counts_by_size[size] = _probe_counts(size, threshold)
+            probe_counts = self._counts_by_size[size] = _probe_counts(size, threshold)
         parts_by_count = {count: _Parts(hashes, count) for count in probe_counts}
         # group -> agreeing non-empty parts; groups agreeing on two empty parts are sure
         hits: dict[int, int] = {}
         sure: set[int] = set()
-        # The index's arrays: replaced when it grows, which only an added head makes it do.
-        slots, groups, mask = index.keys, index.groups, index.mask
+        index = self._index
+        # The index's arrays: the bucket array is replaced when it grows, which only an
+        # added head makes it do.
+        buckets, entries, nexts, mask = index.buckets, index.keys, index.nexts, index.mask
         for count, parts in parts_by_count.items():
             for key in parts.keys:
                 # index.find(key), inlined: this loop runs some ten times per signature.
-                slot = key & mask
-                found = slots[slot]
-                while found:
-                    if found == key:
-                        group = groups[slot]
+                entry = buckets[key & mask]
+                while entry:
+                    if entries[entry] == key:
+                        group = index.group(entry)
                         hits[group] = hits.get(group, 0) + 1
-                    slot = (slot + 1) & mask
-                    found = slots[slot]
+                    entry = nexts[entry]
             if parts.empty & (parts.empty - 1):  # two or more empty parts
                 for key in parts.empty_pair_keys(count):
                     sure.update(index.find(key))
@@ -310,26 +338,29 @@ def _group_by_parts(signatures: Sequence[str], threshold: float) -> list[int]:
             if n >= _AGREEING_PARTS:
                 sure.add(group)
             else:
-                count, empty = head_counts[group], head_empty[group]
+                count, empty = self._head_counts[group], self._head_empty[group]
                 if empty & parts_by_count[count].empty:  # one non-empty and one empty part
                     sure.add(group)
+        heads = self.heads
         for group in sorted(sure):
             head = trigrams(heads[group])
             shared = len(head & grams)
             # The same integers and the one division of calculate_similarity.
             if shared / (len(head) + size - shared) >= threshold:
-                group_of[sig] = group
-                break
-        else:
-            group = len(heads)
-            heads.append(sig)
-            group_of[sig] = group
-            own = _part_count(size, threshold)
-            parts = parts_by_count.get(own) or _Parts(hashes, own)
-            head_counts.append(own)
-            head_empty.append(parts.empty)
-            for key in parts.keys:
-                index.add(key, group)
-            for key in parts.empty_pair_keys(own):
-                index.add(key, group)
+                return group
+        group = len(heads)
+        heads.append(sig)
+        own = _part_count(size, threshold)
+        parts = parts_by_count.get(own) or _Parts(hashes, own)
+        self._head_counts.append(own)
+        self._head_empty.append(parts.empty)
+        index.add_group([*parts.keys, *parts.empty_pair_keys(own)])
+        return group
+
+
+def _group_by_parts(signatures: Sequence[str], threshold: float) -> list[int]:
+    distinct = list(dict.fromkeys(signatures))
+    grouper = PartsGrouper(threshold, common_grams(distinct))
+    # A signature's group never changes once found: later groups have higher indices.
+    group_of = {sig: grouper.add(sig) for sig in distinct}
     return [group_of[sig] for sig in signatures]

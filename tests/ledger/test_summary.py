@@ -244,9 +244,10 @@ def test_the_key_index_keeps_every_group_of_a_key_through_growth() -> None:
     from loopactors.ledger._grouping import _KeyIndex, _short
 
     index = _KeyIndex()
-    for group in range(20_000):  # grows from 4,096 slots several times
-        index.add(_short(hash(("part", group % 5_000))), group)
-    assert index.find(_short(hash(("part", 7)))) == [7, 5_007, 10_007, 15_007]
+    for group in range(20_000):  # grows from 4,096 buckets several times
+        index.add_group([_short(hash(("part", group % 5_000))), _short(hash(("all", group)))])
+    assert sorted(index.find(_short(hash(("part", 7))))) == [7, 5_007, 10_007, 15_007]
+    assert index.find(_short(hash(("all", 19_999)))) == [19_999]
     assert list(index.find(_short(hash(("no such part",))))) == []
     # Keys equal in their low 32 bits meet: a candidate more, never one less.
     assert _short(0) == _short(1 << 32)

@@ -1,0 +1,373 @@
+"""``--summary`` read straight from ledger JSON, a block at a time (docs/benchmarks.md).
+
+The summary of a parsed ledger (``_summary.summarize_attempts``) holds every attempt as a
+Struct, every signature and first line, and the whole text: ~7x the file on 50,000 distinct
+errors. Here the text is read 256 KiB at a time and the attempts one at a time with the
+standard library's decoder (so msgspec is not even loaded); each attempt is validated as
+``_facts`` validates a small ledger and then only counted: the grouping keeps the group
+heads' signatures, the summary their first lines and the distinct actions, all in flat
+buffers (``_compact``). The result and the output are those of the parsed ledger's summary,
+byte for byte.
+
+Anything this reader does not accept exactly as ``parse_ledger`` would (bad UTF-8, escaped
+surrogates, duplicate keys, non-finite numbers, a wrong type, bad JSON) makes it give up
+(:func:`read_summary` returns None): the caller then reads the ledger the usual way, which
+raises the reference's message or, for text only valid once bad bytes are replaced, gives
+the summary.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from array import array
+from collections.abc import Callable
+from json.decoder import JSONDecoder
+from json.encoder import encode_basestring
+
+from ._compact import TextList, TextSet
+from ._facts import _NUMBER_KEYS, _TEXT_KEYS, _finite, _refuse, _Refused, _unique
+from ._grouping import COMMON_SAMPLE, PartsGrouper, common_grams
+from ._js import _encode, as_double, format_number, js_number, trim, truthy_number
+from ._text import error_signature
+
+TYPE_CHECKING = False  # typing itself is not needed to run
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["StreamedSummary", "format_streamed_summary", "read_summary", "write_summary_json"]
+
+#: The summary's threshold: the command always groups at the default (see ``_cli``).
+_THRESHOLD = 0.85
+#: Bytes read at a time.
+_BLOCK = 1 << 18
+#: Characters of error texts whose group is remembered (a ledger often repeats one error);
+#: forgotten all at once past this, so the memo never grows with the ledger.
+_MEMO_CHARS = 1 << 18
+
+_SCAN = JSONDecoder(
+    parse_float=_finite, parse_constant=_refuse, object_pairs_hook=_unique
+).raw_decode
+_SPACE = re.compile(r"[ \t\n\r]+")  # JSON's whitespace, as the decoder skips it
+#: A value this close to the end of the text read so far may go on (a number's digits).
+_MARGIN = 4
+
+
+def _skip_space(text: str, pos: int) -> int:
+    match = _SPACE.match(text, pos)
+    return pos if match is None else match.end()
+
+
+class _GiveUp(Exception):
+    """Input left to ``parse_ledger``."""
+
+
+class _Text:
+    """The ledger text, decoded a block at a time; ``buf[pos:]`` is what is left to read."""
+
+    __slots__ = ("_decoder", "_read", "buf", "eof", "pos")
+
+    def __init__(self, read: Callable[[int], bytes]) -> None:
+        self._read = read
+        self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+
+    def more(self) -> bool:
+        """Read on (at least as much as is left, so a long value is rescanned a few times
+        only); False at the end of the input."""
+        if self.eof:
+            return False
+        left = len(self.buf) - self.pos
+        block = self._read(max(_BLOCK, left))
+        if not block:
+            self.eof = True
+        try:
+            text = self._decoder.decode(block, final=self.eof)
+        except UnicodeDecodeError:
+            raise _GiveUp from None  # Node replaces bad bytes: parse_ledger does too
+        buf = self.buf = self.buf[self.pos :] + text
+        self.pos = 0
+        # Escaped surrogates: msgspec refuses unpaired ones, the standard library does not
+        # (as in _facts; a split escape is found once the next block is appended).
+        if "\\ud" in buf or "\\uD" in buf:
+            raise _GiveUp
+        return True
+
+    def char(self) -> str:
+        """The next character after whitespace, consumed ("" at the end of the input)."""
+        while True:
+            pos = _skip_space(self.buf, self.pos)
+            if pos < len(self.buf):
+                self.pos = pos + 1
+                return self.buf[pos]
+            self.pos = pos
+            if not self.more():
+                return ""
+
+    def peek(self) -> str:
+        char = self.char()
+        if char:
+            self.pos -= 1
+        return char
+
+    def value(self) -> object:
+        """The JSON value after whitespace, consumed."""
+        while True:
+            buf = self.buf
+            pos = _skip_space(buf, self.pos)
+            try:
+                value, end = _SCAN(buf, pos)
+            except (StopIteration, ValueError, RecursionError):
+                end = -1  # bad JSON, or cut off by the end of the block
+            except _Refused:
+                raise _GiveUp from None
+            if end >= 0 and (self.eof or end + _MARGIN <= len(buf)):
+                self.pos = end
+                return value
+            self.pos = pos
+            if not self.more():
+                raise _GiveUp
+
+
+class StreamedSummary:
+    """What ``--summary`` prints: the fields of an ``AttemptSummary``, groups in flat
+    buffers (in creation order; :meth:`order` sorts them)."""
+
+    __slots__ = (
+        "_memo_chars",
+        "_pending",
+        "_sample_same",
+        "actions",
+        "counts",
+        "failures",
+        "grouper",
+        "memo",
+        "noops",
+        "samples",
+        "successes",
+        "tokens",
+        "total_attempts",
+    )
+
+    def __init__(self) -> None:
+        self.total_attempts = self.successes = self.failures = self.noops = 0
+        self.tokens = 0.0
+        self.actions = TextSet()
+        self.grouper: PartsGrouper | None = None
+        #: Errors seen before the grouping starts: the common grams are taken from them.
+        self._pending: list[tuple[str, str]] | None = []
+        self.memo: dict[str, int] = {}
+        self._memo_chars = 0
+        self.counts = array("q")
+        #: Each group head's first line, empty where it equals the head's signature (then
+        #: ``_sample_same`` says so): in most ledgers the two are one text.
+        self.samples = TextList()
+        self._sample_same = bytearray()
+
+    def add(self, attempt: dict[str, Any]) -> None:
+        """One attempt, validated as ``_model.Attempt`` is (else :class:`_GiveUp`)."""
+        get = attempt.get
+        for key in _TEXT_KEYS:
+            value = get(key)
+            if value is not None and type(value) is not str:
+                raise _GiveUp
+        for key in _NUMBER_KEYS:
+            value = get(key)
+            if value is not None and type(value) is not int and type(value) is not float:
+                raise _GiveUp
+        self.total_attempts += 1
+        self.actions.add(get("action"))
+        tokens = get("tokensUsed")
+        if tokens is not None:
+            self.tokens += as_double(tokens)
+        outcome = get("outcome")
+        if outcome == "success":
+            self.successes += 1
+        elif outcome == "noop":
+            self.noops += 1
+        else:
+            self.failures += 1  # any other outcome, missing included, counts as a failure
+            error = get("error")
+            if isinstance(error, str) and error:
+                self._error(error)
+
+    def _error(self, error: str) -> None:
+        memo = self.memo
+        group = memo.get(error)
+        if group is None:
+            sig = error_signature(error)
+            pending = self._pending
+            if pending is not None:
+                pending.append((sig, _first_line(error)))
+                if len(pending) >= COMMON_SAMPLE:
+                    self.start_grouping()
+                return
+            group = self._group(sig, error)
+            self._memo_chars += len(error)
+            if self._memo_chars > _MEMO_CHARS:
+                memo.clear()
+                self._memo_chars = len(error)
+            memo[error] = group
+        self.counts[group] += 1
+
+    def start_grouping(self) -> None:
+        """Group the errors held so far, then every later one as it comes."""
+        pending = self._pending
+        if pending is None:
+            return
+        self._pending = None
+        distinct = list(dict.fromkeys(sig for sig, _ in pending))
+        self.grouper = PartsGrouper(_THRESHOLD, common_grams(distinct))
+        for sig, sample in pending:
+            self.counts[self._group(sig, sample)] += 1
+
+    def _group(self, sig: str, error: str) -> int:
+        """The group of ``sig``; a new one gets ``error``'s first line as its sample."""
+        grouper = self.grouper
+        assert grouper is not None
+        group = grouper.add(sig)
+        if group == len(self.counts):
+            self.counts.append(0)
+            sample = _first_line(error)
+            same = sample == sig
+            self.samples.append("" if same else sample)
+            self._sample_same.append(same)
+        return group
+
+    def finish(self) -> None:
+        self.start_grouping()
+        if self.grouper is not None:
+            self.grouper.release_index()
+        self.memo.clear()
+
+    def signature(self, group: int) -> str:
+        assert self.grouper is not None
+        return self.grouper.heads[group]
+
+    def sample(self, group: int) -> str:
+        return self.signature(group) if self._sample_same[group] else self.samples[group]
+
+    def order(self) -> list[int]:
+        """Group numbers, most frequent first; ties keep creation order."""
+        return sorted(range(len(self.counts)), key=self.counts.__getitem__, reverse=True)
+
+    def tokens_used(self) -> int | float:
+        return js_number(self.tokens)
+
+
+def _first_line(error: str) -> str:
+    """The literal first line, trimmed, even if blank (the signature skips blank lines)."""
+    end = error.find("\n")
+    return trim(error if end < 0 else error[:end])
+
+
+def read_summary(read: Callable[[int], bytes]) -> StreamedSummary | None:
+    """The summary of the ledger JSON ``read(n)`` returns a piece at a time, or None where
+    ``parse_ledger`` must read it (bad or unusual input; see the module's note)."""
+    text = _Text(read)
+    summary = StreamedSummary()
+    try:
+        _read_ledger(text, summary)
+    except _GiveUp:
+        return None
+    summary.finish()
+    return summary
+
+
+def _read_ledger(text: _Text, summary: StreamedSummary) -> None:
+    """``{"goal": "...", "attempts": [...]}`` with any other keys, each key once."""
+    if text.char() != "{":
+        raise _GiveUp
+    seen: set[str] = set()
+    goal: object = None
+    while True:
+        key = text.value()
+        if type(key) is not str or key in seen or text.char() != ":":
+            raise _GiveUp
+        seen.add(key)
+        if key == "attempts":
+            _read_attempts(text, summary)
+        elif key == "goal":
+            goal = text.value()
+        else:
+            text.value()  # any JSON value (validated, then dropped)
+        char = text.char()
+        if char == "}":
+            break
+        if char != ",":
+            raise _GiveUp
+    if text.char() != "" or type(goal) is not str or "attempts" not in seen:
+        raise _GiveUp
+
+
+def _read_attempts(text: _Text, summary: StreamedSummary) -> None:
+    if text.char() != "[":
+        raise _GiveUp
+    if text.peek() == "]":
+        text.char()
+        return
+    while True:
+        attempt = text.value()
+        if type(attempt) is not dict:
+            raise _GiveUp
+        summary.add(attempt)
+        char = text.char()
+        if char == "]":
+            return
+        if char != ",":
+            raise _GiveUp
+
+
+def write_summary_json(summary: StreamedSummary, write: Callable[[str], object]) -> None:
+    """``encode_json(summarize_attempts(ledger))`` (``_js.write_json``'s layout, indent 2),
+    written a group at a time."""
+    fields = (
+        ("totalAttempts", summary.total_attempts),
+        ("successes", summary.successes),
+        ("failures", summary.failures),
+        ("noops", summary.noops),
+        ("tokensUsed", summary.tokens_used()),
+    )
+    for i, (key, value) in enumerate(fields):
+        write(f"{'{' if i == 0 else ','}\n  {encode_basestring(key)}: {_encode(value, 2, 1)}")
+    write(',\n  "distinctErrors": ')
+    order = summary.order()
+    for i, group in enumerate(order):
+        item = {
+            "signature": summary.signature(group),
+            "count": summary.counts[group],
+            "sample": summary.sample(group),
+        }
+        write(f"{'[' if i == 0 else ','}\n    {_encode(item, 2, 2)}")
+    write("\n  ]" if order else "[]")
+    write(',\n  "actionsTried": ')
+    first = True
+    for action in summary.actions:
+        write(f"{'[' if first else ','}\n    {_encode(action, 2, 2)}")
+        first = False
+    write("[]" if first else "\n  ]")
+    write("\n}")
+
+
+def format_streamed_summary(summary: StreamedSummary, write: Callable[[str], object]) -> None:
+    """``_summary.format_summary`` of the same ledger, written a line at a time (with no
+    trailing newline)."""
+    write(
+        f"Attempts: {summary.total_attempts}  ({summary.successes} ok \u00b7 "
+        f"{summary.failures} failed \u00b7 {summary.noops} no-op)"
+    )
+    tokens = summary.tokens_used()
+    if truthy_number(tokens):  # J7: 0 and NaN hide the line
+        write(f"\nTokens used: {format_number(tokens)}")
+    order = summary.order()
+    if order:
+        write("\nDistinct errors (most frequent first):")
+        for group in order:
+            write(f"\n  ({summary.counts[group]}\u00d7) {summary.sample(group)}")
+    if len(summary.actions):
+        write("\nActions tried:")
+        for action in summary.actions:
+            # A missing action prints as JavaScript's template does.
+            write(f"\n  - {'undefined' if action is None else action}")
