@@ -62,18 +62,18 @@ class TextSet:
                 self.none_at = len(self)
             return
         short = (hash(text) & 0xFFFFFFFF) - (1 << 31)
-        entry = self._buckets[short & self._mask]
-        hashes, texts, nexts = self._hashes, self._texts, self._next
-        while entry:
-            if hashes[entry] == short and texts[entry - 1] == text:
-                return
-            entry = nexts[entry]
-        texts.append(text)
-        hashes.append(short)
-        entry = len(texts)
-        bucket = short & self._mask
-        nexts.append(self._buckets[bucket])
-        self._buckets[bucket] = entry
+        buckets, bucket = self._buckets, short & self._mask
+        entry = buckets[bucket]
+        if entry:
+            hashes, nexts = self._hashes, self._next
+            while entry:
+                if hashes[entry] == short and self._texts[entry - 1] == text:
+                    return
+                entry = nexts[entry]
+        self._texts.append(text)
+        self._hashes.append(short)
+        self._next.append(buckets[bucket])
+        entry = buckets[bucket] = len(self._hashes) - 1
         if entry > 2 * (self._mask + 1):
             self._grow()
 

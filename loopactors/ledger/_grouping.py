@@ -216,8 +216,9 @@ class _KeyIndex:
 
     A dict of Python ints cost ~100 bytes a key (50 MB for 50,000 heads of ~12 keys), an
     open-addressing table 8 bytes a slot at most 70% full, with the old and the new table
-    side by side while it grew (docs/benchmarks.md); this costs 8 bytes a key and 2 to 4 a
-    bucket, and grows only its bucket array. A group adds its keys together, so an entry's
+    side by side while it grew (docs/benchmarks.md); this costs 8 bytes a key and a bucket
+    (4 bytes) for every 1.5 to 3 keys, and grows only its bucket array (shorter chains cost
+    a bucket array twice the size, longer ones time). A group adds its keys together, so an entry's
     group is found from where each group's entries begin. Keys are cut to 32 bits, so two
     keys may meet: that only ever adds a candidate, which the exact test then refuses.
     """
@@ -241,7 +242,7 @@ class _KeyIndex:
             nexts.append(buckets[short & mask])
             buckets[short & mask] = len(entries)
             entries.append(short)
-        if len(entries) > 4 * (mask + 1):
+        if len(entries) > 3 * (mask + 1):
             self._grow()
 
     def _grow(self) -> None:

@@ -26,7 +26,7 @@ from json.decoder import JSONDecoder
 from json.encoder import encode_basestring
 
 from ._compact import TextList, TextSet
-from ._facts import _NUMBER_KEYS, _TEXT_KEYS, _finite, _refuse, _Refused, _unique
+from ._facts import _finite, _refuse, _Refused, _unique
 from ._grouping import COMMON_SAMPLE, PartsGrouper, common_grams
 from ._js import _encode, as_double, format_number, js_number, trim, truthy_number
 from ._text import error_signature
@@ -45,9 +45,11 @@ _BLOCK = 1 << 18
 #: forgotten all at once past this, so the memo never grows with the ledger.
 _MEMO_CHARS = 1 << 18
 
-_SCAN = JSONDecoder(
-    parse_float=_finite, parse_constant=_refuse, object_pairs_hook=_unique
-).raw_decode
+_DECODER = JSONDecoder(parse_float=_finite, parse_constant=_refuse, object_pairs_hook=_unique)
+_SCAN = _DECODER.raw_decode
+_DECODE = _DECODER.decode
+#: Characters of attempts decoded at once (a few hundred attempts as objects at a time).
+_BATCH = 1 << 16
 _SPACE = re.compile(r"[ \t\n\r]+")  # JSON's whitespace, as the decoder skips it
 #: A value this close to the end of the text read so far may go on (a number's digits).
 _MARGIN = 4
@@ -56,6 +58,12 @@ _MARGIN = 4
 def _skip_space(text: str, pos: int) -> int:
     match = _SPACE.match(text, pos)
     return pos if match is None else match.end()
+
+
+#: The types ``_model.Attempt`` takes for its text and its number fields (None: null or
+#: absent), as ``_facts`` checks a small ledger's.
+_TEXT = (str, type(None))
+_NUMBER = (int, float, type(None))
 
 
 class _GiveUp(Exception):
@@ -130,6 +138,30 @@ class _Text:
             if not self.more():
                 raise _GiveUp
 
+    def items(self) -> list[object]:
+        """The next values of an array (at least one): as many as end in the next 64 KiB,
+        decoded at once.
+
+        The text up to a ``}`` is tried as the array's next values: JSON is read left to
+        right, so if that text is complete values, they are the very values (the attempts)
+        the whole text has there; if it is not (the ``}`` was inside a string or a nested
+        object), one value is read on its own.
+        """
+        buf = self.buf
+        pos = _skip_space(buf, self.pos)
+        cut = buf.rfind("}", pos, pos + _BATCH)
+        if cut > pos:
+            try:
+                values = _DECODE("[" + buf[pos : cut + 1] + "]")
+            except (ValueError, RecursionError):
+                values = None
+            except _Refused:
+                raise _GiveUp from None
+            if type(values) is list and values:
+                self.pos = cut + 1
+                return values
+        return [self.value()]
+
 
 class StreamedSummary:
     """What ``--summary`` prints: the fields of an ``AttemptSummary``, groups in flat
@@ -156,8 +188,9 @@ class StreamedSummary:
         self.tokens = 0.0
         self.actions = TextSet()
         self.grouper: PartsGrouper | None = None
-        #: Errors seen before the grouping starts: the common grams are taken from them.
-        self._pending: list[tuple[str, str]] | None = []
+        #: Distinct errors seen before the grouping starts, first seen first (the common
+        #: grams are taken from them): their signature and how many times each came.
+        self._pending: dict[str, list[Any]] | None = {}
         self.memo: dict[str, int] = {}
         self._memo_chars = 0
         self.counts = array("q")
@@ -169,48 +202,54 @@ class StreamedSummary:
     def add(self, attempt: dict[str, Any]) -> None:
         """One attempt, validated as ``_model.Attempt`` is (else :class:`_GiveUp`)."""
         get = attempt.get
-        for key in _TEXT_KEYS:
-            value = get(key)
-            if value is not None and type(value) is not str:
-                raise _GiveUp
-        for key in _NUMBER_KEYS:
-            value = get(key)
-            if value is not None and type(value) is not int and type(value) is not float:
-                raise _GiveUp
-        self.total_attempts += 1
-        self.actions.add(get("action"))
+        action, outcome, error = get("action"), get("outcome"), get("error")
         tokens = get("tokensUsed")
+        if (
+            type(action) not in _TEXT
+            or type(outcome) not in _TEXT
+            or type(error) not in _TEXT
+            or type(tokens) not in _NUMBER
+            or type(get("repeated")) not in _NUMBER
+        ):
+            raise _GiveUp
+        self.total_attempts += 1
+        self.actions.add(action)
         if tokens is not None:
             self.tokens += as_double(tokens)
-        outcome = get("outcome")
         if outcome == "success":
             self.successes += 1
         elif outcome == "noop":
             self.noops += 1
         else:
             self.failures += 1  # any other outcome, missing included, counts as a failure
-            error = get("error")
-            if isinstance(error, str) and error:
+            if error:
                 self._error(error)
 
     def _error(self, error: str) -> None:
+        pending = self._pending
+        if pending is not None:
+            held = pending.get(error)
+            if held is not None:
+                held[1] += 1
+                return
+            pending[error] = [error_signature(error), 1]
+            self._memo_chars += len(error)
+            if len(pending) >= COMMON_SAMPLE or self._memo_chars > _MEMO_CHARS:
+                self.start_grouping()
+            return
         memo = self.memo
         group = memo.get(error)
         if group is None:
-            sig = error_signature(error)
-            pending = self._pending
-            if pending is not None:
-                pending.append((sig, _first_line(error)))
-                if len(pending) >= COMMON_SAMPLE:
-                    self.start_grouping()
-                return
-            group = self._group(sig, error)
-            self._memo_chars += len(error)
-            if self._memo_chars > _MEMO_CHARS:
-                memo.clear()
-                self._memo_chars = len(error)
-            memo[error] = group
+            group = self._group(error_signature(error), error)
+            self._remember(error, group)
         self.counts[group] += 1
+
+    def _remember(self, error: str, group: int) -> None:
+        self._memo_chars += len(error)
+        if self._memo_chars > _MEMO_CHARS:
+            self.memo.clear()
+            self._memo_chars = len(error)
+        self.memo[error] = group
 
     def start_grouping(self) -> None:
         """Group the errors held so far, then every later one as it comes."""
@@ -218,10 +257,16 @@ class StreamedSummary:
         if pending is None:
             return
         self._pending = None
-        distinct = list(dict.fromkeys(sig for sig, _ in pending))
+        self._memo_chars = 0
+        distinct = list(dict.fromkeys(sig for sig, _ in pending.values()))
         self.grouper = PartsGrouper(_THRESHOLD, common_grams(distinct))
-        for sig, sample in pending:
-            self.counts[self._group(sig, sample)] += 1
+        group_of: dict[str, int] = {}
+        for error, (sig, count) in pending.items():
+            group = group_of.get(sig)
+            if group is None:
+                group = group_of[sig] = self._group(sig, error)
+            self.counts[group] += count
+            self._remember(error, group)
 
     def _group(self, sig: str, error: str) -> int:
         """The group of ``sig``; a new one gets ``error``'s first line as its sample."""
@@ -308,11 +353,12 @@ def _read_attempts(text: _Text, summary: StreamedSummary) -> None:
     if text.peek() == "]":
         text.char()
         return
+    add = summary.add
     while True:
-        attempt = text.value()
-        if type(attempt) is not dict:
-            raise _GiveUp
-        summary.add(attempt)
+        for attempt in text.items():
+            if type(attempt) is not dict:
+                raise _GiveUp
+            add(attempt)
         char = text.char()
         if char == "]":
             return
