@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -122,24 +123,45 @@ def write_ledgers(directory: Path, attempts: int, summary_sizes: str) -> None:
 
 
 class Run:
-    def __init__(
-        self, seconds: float, stdout: bytes, code: int, rss_kib: int, cpu_seconds: float
-    ) -> None:
-        self.seconds, self.stdout, self.code, self.rss_kib = seconds, stdout, code, rss_kib
-        self.cpu_seconds = cpu_seconds
+    def __init__(self, seconds: float, output: Path, code: int, rss_kib: int, cpu: float) -> None:
+        self.seconds, self.output, self.code = seconds, output, code
+        self.rss_kib, self.cpu_seconds = rss_kib, cpu
 
 
-def timed(command: list[str], path: Path) -> Run:
-    """One whole process: wall time, output, exit code, peak RSS and CPU time (from wait4)."""
-    with tempfile.TemporaryFile() as out:
+#: A summary's group, as ``--summary --json`` indents it (a string holds no raw newline).
+GROUP_LINE = b'      "signature": '
+
+
+def timed(command: list[str], path: Path, output: Path) -> Run:
+    """One whole process: wall time, exit code, peak RSS and CPU time (from wait4); its
+    output is left in ``output``.
+
+    The output is never read into this process: a child's peak RSS starts from this
+    process's peak (it is carried over the fork and the exec), so this process must stay
+    smaller than the runs it measures.
+    """
+    with output.open("wb") as out:
         start = time.perf_counter()
         process = subprocess.Popen([*command, "-f", str(path)], stdout=out)
         _, status, usage = os.wait4(process.pid, 0)
         seconds = time.perf_counter() - start
-        process.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        cpu = usage.ru_utime + usage.ru_stime
-        return Run(seconds, out.read(), process.returncode, usage.ru_maxrss, cpu)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Run(seconds, output, os.waitstatus_to_exitcode(status), usage.ru_maxrss, cpu)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    with a.open("rb") as first, b.open("rb") as second:
+        while True:
+            x, y = first.read(1 << 16), second.read(1 << 16)
+            if x != y:
+                return False
+            if not x:
+                return True
+
+
+def count_groups(output: Path) -> int:
+    with output.open("rb") as lines:
+        return sum(line.startswith(GROUP_LINE) for line in lines)
 
 
 def measure(
@@ -148,10 +170,10 @@ def measure(
     """Both sides alternately ``repeats`` times; medians of the times, peaks of the RSS."""
     our_runs: list[Run] = []
     ref_runs: list[Run] = []
-    for _ in range(repeats):
-        our_runs.append(timed([*ours, "context", *args], path))
+    for i in range(repeats):
+        our_runs.append(timed([*ours, "context", *args], path, path.with_suffix(f".ours{i}")))
         if ref is not None:
-            ref_runs.append(timed([*ref, *args], path))
+            ref_runs.append(timed([*ref, *args], path, path.with_suffix(f".ref{i}")))
     row: dict[str, Any] = {
         "case": case,
         "file_bytes": path.stat().st_size,
@@ -167,13 +189,15 @@ def measure(
             reference_runs_s=[round(r.seconds, 4) for r in ref_runs],
             reference_cpu_s=statistics.median(r.cpu_seconds for r in ref_runs),
             reference_rss_kib=max(r.rss_kib for r in ref_runs),
-            same_output=ref_runs[0].stdout == our_runs[0].stdout
+            same_output=same_file(ref_runs[0].output, our_runs[0].output)
             and ref_runs[0].code == our_runs[0].code,
         )
         row["ratio"] = row["loopactors_s"] / row["reference_s"]
         row["cpu_ratio"] = row["loopactors_cpu_s"] / row["reference_cpu_s"]
     if "--summary" in args:
-        row["groups"] = len(json.loads(our_runs[0].stdout)["distinctErrors"])
+        row["groups"] = count_groups(our_runs[0].output)
+    for run in (*our_runs, *ref_runs):
+        run.output.unlink()
     return row
 
 
@@ -247,6 +271,8 @@ def main() -> None:
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in load_after],
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        # The floor of every run's peak RSS (see timed).
+        "bench_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }
     report(machine, rows, [int(s) for s in args.summary_sizes.split(",")])
 
