@@ -8,7 +8,8 @@ The reference is `@cobusgreyling/loop-context@1.5.0`, installed once with npm in
 ``$XDG_CACHE_HOME/loopactors/loop-context-1.5.0`` (``~/.cache`` by default) and run with node
 directly. Whole processes are timed (start-up included), as a script runs them, each side
 alternately, and the median of the repeats is kept; every process's peak RSS is read from
-``wait4``. Cases:
+``wait4`` in a small launcher (a process's peak starts from its parent's, so not from this
+one), and outputs are compared on disk. Cases:
 
 - ``--check`` on a 10-attempt ledger: the everyday call, so mostly start-up;
 - ``--check`` on 100,000 failed attempts with the same error, and with distinct errors;
@@ -26,7 +27,6 @@ import json
 import os
 import platform
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -132,21 +132,47 @@ class Run:
 GROUP_LINE = b'      "signature": '
 
 
-def timed(command: list[str], path: Path, output: Path) -> Run:
-    """One whole process: wall time, exit code, peak RSS and CPU time (from wait4); its
-    output is left in ``output``.
+#: Runs one command and writes its wall time, exit code, peak RSS and CPU time to a file. A
+#: process's peak RSS starts from its parent's (it is carried over the fork and the exec),
+#: so the runs are started from this small interpreter (~8 MiB, no site), not from the bench.
+LAUNCHER = """
+import os, sys, time
+report, *command = sys.argv[1:]
+start = time.perf_counter()
+pid = os.posix_spawn(command[0], command, os.environ)
+_, status, usage = os.wait4(pid, 0)
+seconds = time.perf_counter() - start
+with open(report, "w") as out:
+    code = os.waitstatus_to_exitcode(status)
+    out.write(f"{seconds} {code} {usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}")
+"""
 
-    The output is never read into this process: a child's peak RSS starts from this
-    process's peak (it is carried over the fork and the exec), so this process must stay
-    smaller than the runs it measures.
-    """
+
+def timed(command: list[str], path: Path, output: Path) -> Run:
+    """One whole process: wall time, exit code, peak RSS and CPU time (from wait4, in a
+    small launcher); its output is left in ``output``, never read into this process."""
+    report = output.with_suffix(output.suffix + ".usage")
     with output.open("wb") as out:
-        start = time.perf_counter()
-        process = subprocess.Popen([*command, "-f", str(path)], stdout=out)
-        _, status, usage = os.wait4(process.pid, 0)
-        seconds = time.perf_counter() - start
-    cpu = usage.ru_utime + usage.ru_stime
-    return Run(seconds, output, os.waitstatus_to_exitcode(status), usage.ru_maxrss, cpu)
+        subprocess.run(
+            [sys.executable, "-S", "-c", LAUNCHER, str(report), *command, "-f", str(path)],
+            stdout=out, check=True,
+        )  # fmt: skip
+    seconds, code, rss_kib, cpu = report.read_text().split()
+    report.unlink()
+    return Run(float(seconds), output, int(code), int(rss_kib), float(cpu))
+
+
+def launcher_rss() -> int | None:
+    """About the launcher's own peak RSS (the same interpreter and imports), KiB: its
+    memory's high-water mark (getrusage would report the bench's, carried over the exec)."""
+    code = "import os, sys, time; print(open('/proc/self/status').read())"
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", code], check=False, capture_output=True, text=True
+    )
+    for line in result.stdout.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return None
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -271,8 +297,8 @@ def main() -> None:
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in load_after],
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        # The floor of every run's peak RSS (see timed).
-        "bench_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        # The floor of every run's peak RSS (the launcher's, see LAUNCHER).
+        "launcher_rss_kib": launcher_rss(),
     }
     report(machine, rows, [int(s) for s in args.summary_sizes.split(",")])
 

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 __all__ = ["TextList", "TextSet"]
 
+_MAX_END = 0xFFFFFFFF
+
 
 class TextList:
     """An append-only list of texts in one byte buffer."""
@@ -21,12 +23,16 @@ class TextList:
 
     def __init__(self) -> None:
         self._data = bytearray()
-        #: Where each text ends in ``_data`` (it starts where the one before ends).
-        self._ends = array("q")
+        #: Where each text ends in ``_data`` (it starts where the one before ends); 4 bytes
+        #: each until the texts pass 4 GiB.
+        self._ends = array("I")
 
     def append(self, text: str) -> None:
         self._data += text.encode("utf-8", "surrogatepass")
-        self._ends.append(len(self._data))
+        end = len(self._data)
+        if end > _MAX_END and self._ends.typecode == "I":
+            self._ends = array("q", self._ends)
+        self._ends.append(end)
 
     def __len__(self) -> int:
         return len(self._ends)

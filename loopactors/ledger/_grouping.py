@@ -211,60 +211,79 @@ def _short(key: int) -> int:
     return (key & 0xFFFFFFFF) - (1 << 31) or 1
 
 
+#: The index starts with 2**_LOW_BITS buckets. A bucket's number is a key's low bits, so an
+#: entry keeps only the next 16 (enough to double the buckets up to 2**28).
+_LOW_BITS = 12
+_MARK_BITS = 16
+
+
 class _KeyIndex:
     """Part keys to groups: a chained hash table in flat arrays, one entry per key added.
 
     A dict of Python ints cost ~100 bytes a key (50 MB for 50,000 heads of ~12 keys), an
     open-addressing table 8 bytes a slot at most 70% full, with the old and the new table
-    side by side while it grew (docs/benchmarks.md); this costs 8 bytes a key and a bucket
+    side by side while it grew (docs/benchmarks.md); this costs 6 bytes a key and a bucket
     (4 bytes) for every 1.5 to 3 keys, and grows only its bucket array (shorter chains cost
-    a bucket array twice the size, longer ones time). A group adds its keys together, so an entry's
-    group is found from where each group's entries begin. Keys are cut to 32 bits, so two
-    keys may meet: that only ever adds a candidate, which the exact test then refuses.
+    a bucket array twice the size, longer ones time). A group adds its keys together, so an
+    entry's group is found from where each group's entries begin. Keys are cut to 32 bits,
+    and an entry tells only their low 28 apart: two keys may meet, which only ever adds a
+    candidate, which the exact test then refuses.
     """
 
-    __slots__ = ("buckets", "firsts", "keys", "mask", "nexts")
+    __slots__ = ("bits", "buckets", "firsts", "marks", "mask", "nexts")
 
     def __init__(self) -> None:
-        self.mask = (1 << 12) - 1
+        self.bits = _LOW_BITS
+        self.mask = (1 << _LOW_BITS) - 1
         #: The newest entry of each bucket; entries count from 1, so 0 ends a chain.
-        self.buckets = array("i", bytes(4 << 12))
-        self.keys = array("i", [0])
+        self.buckets = array("i", bytes(4 << _LOW_BITS))
+        #: Bits 12 to 27 of each entry's key (its bucket holds the lower ones).
+        self.marks = array("H", [0])
         self.nexts = array("i", [0])
         #: The first entry of each group, ascending.
         self.firsts = array("i")
 
     def add_group(self, keys: Iterable[int]) -> None:
         """The keys of the next group (groups are added in order)."""
-        entries, nexts, buckets, mask = self.keys, self.nexts, self.buckets, self.mask
-        self.firsts.append(len(entries))
+        marks, nexts, buckets, mask = self.marks, self.nexts, self.buckets, self.mask
+        self.firsts.append(len(marks))
         for short in keys:
-            nexts.append(buckets[short & mask])
-            buckets[short & mask] = len(entries)
-            entries.append(short)
-        if len(entries) > 3 * (mask + 1):
+            bucket = short & mask
+            nexts.append(buckets[bucket])
+            buckets[bucket] = len(marks)
+            marks.append(short >> _LOW_BITS & 0xFFFF)
+        if len(marks) > 3 * (mask + 1) and self.bits < _LOW_BITS + _MARK_BITS:
             self._grow()
 
     def _grow(self) -> None:
-        slots = (self.mask + 1) * 2
-        mask = self.mask = slots - 1
-        buckets = self.buckets = array("i", bytes(4 * slots))
-        entries, nexts = self.keys, self.nexts
-        for entry in range(1, len(entries)):
-            bucket = entries[entry] & mask
-            nexts[entry] = buckets[bucket]
-            buckets[bucket] = entry
+        """Twice the buckets: each entry moves by the next bit of its key, from its mark."""
+        bit = self.bits
+        old = self.buckets
+        self.bits += 1
+        self.mask = (1 << self.bits) - 1
+        buckets = self.buckets = array("i", bytes(4 << self.bits))
+        marks, nexts = self.marks, self.nexts
+        shift = bit - _LOW_BITS
+        for bucket in range(len(old)):
+            entry = old[bucket]
+            while entry:
+                following = nexts[entry]
+                moved = bucket | (marks[entry] >> shift & 1) << bit
+                nexts[entry] = buckets[moved]
+                buckets[moved] = entry
+                entry = following
 
     def group(self, entry: int) -> int:
         return bisect_right(self.firsts, entry) - 1
 
     def find(self, short: int) -> list[int]:
         """Every group added under ``short`` (a key cut by :func:`_short`)."""
-        entries, nexts = self.keys, self.nexts
+        marks, nexts = self.marks, self.nexts
+        mark = short >> _LOW_BITS & 0xFFFF
         found = []
         entry = self.buckets[short & self.mask]
         while entry:
-            if entries[entry] == short:
+            if marks[entry] == mark:
                 found.append(self.group(entry))
             entry = nexts[entry]
         return found
@@ -284,6 +303,7 @@ class PartsGrouper:
         "_head_counts",
         "_head_empty",
         "_index",
+        "_wide_empty",
         "common",
         "heads",
         "threshold",
@@ -294,8 +314,10 @@ class PartsGrouper:
         self.common = common
         self.heads = TextList()
         #: A head's part count and empty parts (it is indexed under that count only).
-        self._head_counts = array("l")
-        self._head_empty: list[int] = []  # mostly 0, which Python shares
+        self._head_counts = array("i")
+        #: Empty parts of heads of at most 64 parts (most), and of the others.
+        self._head_empty = array("Q")
+        self._wide_empty: dict[int, int] = {}
         # key -> the groups whose head has that part; a collision only adds a candidate
         self._index = _KeyIndex()
         self._counts_by_size: dict[int, tuple[int, ...]] = {}
@@ -322,13 +344,14 @@ class PartsGrouper:
         index = self._index
         # The index's arrays: the bucket array is replaced when it grows, which only an
         # added head makes it do.
-        buckets, entries, nexts, mask = index.buckets, index.keys, index.nexts, index.mask
+        buckets, marks, nexts, mask = index.buckets, index.marks, index.nexts, index.mask
         for count, parts in parts_by_count.items():
             for key in parts.keys:
                 # index.find(key), inlined: this loop runs some ten times per signature.
+                mark = key >> _LOW_BITS & 0xFFFF
                 entry = buckets[key & mask]
                 while entry:
-                    if entries[entry] == key:
+                    if marks[entry] == mark:
                         group = index.group(entry)
                         hits[group] = hits.get(group, 0) + 1
                     entry = nexts[entry]
@@ -339,7 +362,8 @@ class PartsGrouper:
             if n >= _AGREEING_PARTS:
                 sure.add(group)
             else:
-                count, empty = self._head_counts[group], self._head_empty[group]
+                count = self._head_counts[group]
+                empty = self._head_empty[group] if count <= 64 else self._wide_empty[group]
                 if empty & parts_by_count[count].empty:  # one non-empty and one empty part
                     sure.add(group)
         heads = self.heads
@@ -354,7 +378,9 @@ class PartsGrouper:
         own = _part_count(size, threshold)
         parts = parts_by_count.get(own) or _Parts(hashes, own)
         self._head_counts.append(own)
-        self._head_empty.append(parts.empty)
+        self._head_empty.append(parts.empty if own <= 64 else 0)
+        if own > 64:
+            self._wide_empty[group] = parts.empty
         index.add_group([*parts.keys, *parts.empty_pair_keys(own)])
         return group
 

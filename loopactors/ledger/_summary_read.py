@@ -2,7 +2,7 @@
 
 The summary of a parsed ledger (``_summary.summarize_attempts``) holds every attempt as a
 Struct, every signature and first line, and the whole text: ~7x the file on 50,000 distinct
-errors. Here the text is read 256 KiB at a time and the attempts one at a time with the
+errors. Here the text is read 64 KiB at a time and the attempts one at a time with the
 standard library's decoder (so msgspec is not even loaded); each attempt is validated as
 ``_facts`` validates a small ledger and then only counted: the grouping keeps the group
 heads' signatures, the summary their first lines and the distinct actions, all in flat
@@ -40,16 +40,16 @@ __all__ = ["StreamedSummary", "format_streamed_summary", "read_summary", "write_
 #: The summary's threshold: the command always groups at the default (see ``_cli``).
 _THRESHOLD = 0.85
 #: Bytes read at a time.
-_BLOCK = 1 << 18
+_BLOCK = 1 << 16
 #: Characters of error texts whose group is remembered (a ledger often repeats one error);
 #: forgotten all at once past this, so the memo never grows with the ledger.
-_MEMO_CHARS = 1 << 18
+_MEMO_CHARS = 1 << 16
 
 _DECODER = JSONDecoder(parse_float=_finite, parse_constant=_refuse, object_pairs_hook=_unique)
 _SCAN = _DECODER.raw_decode
 _DECODE = _DECODER.decode
 #: Characters of attempts decoded at once (a few hundred attempts as objects at a time).
-_BATCH = 1 << 16
+_BATCH = 1 << 14
 _SPACE = re.compile(r"[ \t\n\r]+")  # JSON's whitespace, as the decoder skips it
 #: A value this close to the end of the text read so far may go on (a number's digits).
 _MARGIN = 4
@@ -139,7 +139,7 @@ class _Text:
                 raise _GiveUp
 
     def items(self) -> list[object]:
-        """The next values of an array (at least one): as many as end in the next 64 KiB,
+        """The next values of an array (at least one): as many as end in the next 16 KiB,
         decoded at once.
 
         The text up to a ``}`` is tried as the array's next values: JSON is read left to
