@@ -252,3 +252,20 @@ def test_the_key_index_keeps_every_group_of_a_key_through_growth() -> None:
     # Keys equal in their low 32 bits meet: a candidate more, never one less.
     assert _short(0) == _short(1 << 32)
     assert _short(1 << 31) == 1  # never 0, the mark of an empty slot
+
+
+def test_the_key_index_tells_keys_apart_by_their_low_28_bits_through_growth() -> None:
+    from loopactors.ledger._grouping import _KeyIndex
+
+    index = _KeyIndex()
+    key = 0x2ABC_D123
+    index.add_group([key])
+    for group in range(1, 110_000):  # past 2**16 buckets: the marks' bits move into them
+        index.add_group([group * 2_654_435_761 % 2**31 | 1 << 30, -group])
+    assert index.bits > 16
+    assert 0 in index.find(key)
+    assert 0 in index.find(key ^ 1 << 29)  # bits 28-31 are not kept: a candidate more
+    assert 0 not in index.find(key ^ 1 << 12)
+    assert 0 not in index.find(key ^ 1 << 27)
+    assert index.find(-109_999) == [109_999]
+    assert sorted(index.find(-5)) == [5]
