@@ -1,9 +1,9 @@
 """``--summary`` read straight from ledger JSON, a block at a time (docs/benchmarks.md).
 
 The summary of a parsed ledger (``_summary.summarize_attempts``) holds every attempt as a
-Struct, every signature and first line, and the whole text: ~7x the file on 50,000 distinct
-errors. Here the text is read 64 KiB at a time and the attempts one at a time with the
-standard library's decoder (so msgspec is not even loaded); each attempt is validated as
+Struct, every signature and first line, and the whole text: ~8x the file on 50,000 distinct
+errors. Here the text is read 64 KiB at a time and its attempts decoded 16 KiB at a time with
+the standard library's decoder (so msgspec is not even loaded); each attempt is validated as
 ``_facts`` validates a small ledger and then only counted: the grouping keeps the group
 heads' signatures, the summary their first lines and the distinct actions, all in flat
 buffers (``_compact``). The result and the output are those of the parsed ledger's summary,
