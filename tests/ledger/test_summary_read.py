@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -241,9 +242,12 @@ def test_summary_of_a_valid_ledger_loads_no_msgspec(tmp_path: Path) -> None:
         "import sys; from loopactors.ledger._cli import main; code = main(sys.argv[1:]); "
         "print(code, 'msgspec' in sys.modules, file=sys.stderr)"
     )
+    # Without `site` (as tests/test_cli_imports.py runs commands): a .pth file may import
+    # anything at start-up.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     result = subprocess.run(
-        [sys.executable, "-c", code, "--summary", "--json", "-f", str(path)],
-        capture_output=True, text=True, timeout=60, check=True,
+        [sys.executable, "-S", "-c", code, "--summary", "--json", "-f", str(path)],
+        capture_output=True, text=True, timeout=60, check=True, env=env,
     )  # fmt: skip
     assert result.stderr.split() == ["0", "False"]
     assert json.loads(result.stdout)["distinctErrors"][0]["count"] == 1
