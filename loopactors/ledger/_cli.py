@@ -12,6 +12,8 @@ from __future__ import annotations
 import errno
 import gc
 import io
+import os
+import stat
 import sys
 from collections.abc import Callable, Sequence
 
@@ -287,11 +289,17 @@ def _summary(opts: Options) -> int:
     )
 
     data = None
+    streamed = None
     if opts.ledger:
         with _open(opts.ledger) as handle:
-            streamed = read_summary(_node_errors(handle.read))
+            if stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                streamed = read_summary(_node_errors(handle.read))
+            else:
+                # A pipe cannot be read again if the block reader gives up: keep the bytes.
+                data = _node_errors(handle.read)(-1)
     else:
         data = _read_bytes(None)
+    if data is not None:
         streamed = read_summary(io.BytesIO(data).read)
     out = sys.stdout
     if streamed is not None:

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -251,3 +252,24 @@ def test_summary_of_a_valid_ledger_loads_no_msgspec(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.stderr.split() == ["0", "False"]
     assert json.loads(result.stdout)["distinctErrors"][0]["count"] == 1
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "E \\ud83d\\ude00"}]}',
+        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "E"}, {"error": 5}]}',
+        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "E"}]}',
+    ],
+)
+def test_a_pipe_is_read_once_even_when_left_to_parse_ledger(
+    data: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = tmp_path / "ledger.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(data,))
+    writer.start()
+    try:
+        assert run(fifo, True, capsys) == expected(data, True)
+    finally:
+        writer.join(timeout=10)
