@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
+
+# Property tests check behaviour, not speed: a per-example deadline (hypothesis's default is
+# 200 ms) only makes them fail now and then on a loaded machine (timing goals live in bench/).
+settings.register_profile("loopactors", deadline=None)
+settings.load_profile("loopactors")
 
 
 @pytest.fixture(autouse=True, scope="session")
