@@ -3,6 +3,7 @@ reader) or, coalesced, the latest states of the loops that changed (docs/protoco
 
 from __future__ import annotations
 
+import abc
 import contextlib
 from collections.abc import AsyncIterator
 from types import TracebackType
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["RemoteStates", "RemoteSubscription"]
 
 
-class _Remote:
+class _Remote(abc.ABC):
     """What both kinds share: the node's subscription id, ``aclose``, ``async with``."""
 
     def __init__(self, client: NodeClient, loop_id: str | None) -> None:
@@ -30,11 +31,13 @@ class _Remote:
         self.subscription = ""
         self.closed = False
 
+    @abc.abstractmethod
     def _subscribe_request(self) -> Subscribe:
-        raise NotImplementedError
+        """The request that opens (or, after a reconnect, renews) it on the node."""
 
+    @abc.abstractmethod
     def _end(self) -> None:
-        raise NotImplementedError
+        """No more comes: the iteration ends once what came is taken."""
 
     async def aclose(self) -> None:
         """Unsubscribe (if still connected) and end the iteration."""

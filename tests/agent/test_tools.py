@@ -14,6 +14,7 @@ import trio
 
 from loopactors.agent import Tool, ToolContext, ToolError, ToolSet, core_tools
 from loopactors.errors import AgentError
+from tests.processes import alive
 
 
 def context(workspace: Path, extra: list[Tool] = ()) -> ToolContext:  # type: ignore[assignment]
@@ -26,18 +27,9 @@ async def call(ctx: ToolContext, tool_name: str, **arguments: Any) -> str:
     return await tool.run(arguments, ctx)
 
 
-def is_alive(pid: int) -> bool:
-    """Running or sleeping: a zombie (dead, waiting for init to reap it) does not count."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
 async def wait_dead(pid: int) -> None:
     with trio.fail_after(5):  # SIGKILL is delivered asynchronously
-        while is_alive(pid):
+        while alive(pid):
             await trio.sleep(0.01)
 
 

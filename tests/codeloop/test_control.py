@@ -144,6 +144,18 @@ async def test_a_round_found_in_validation_after_a_crash_is_resumed(
     ]
 
 
+async def run_into_the_safety_gate(loop: CodeLoop, rt: Runtime, reason: str) -> list[str]:
+    """Run the loop: the safety gate trips with ``reason`` and the breach note is used up.
+    Returns the kinds of the ledger's events."""
+    with pytest.raises(GateClosed, match="safety: the executor changed"):
+        await loop.run(rt, rounds=1)
+    state = loop.state()
+    assert (state.status, state.active_gate) == ("blocked", "safety")
+    assert state.reason == reason
+    assert not loop.ledger.breach_path.exists()
+    return [type(e).__name__ for e in loop.ledger.read_events()]
+
+
 async def test_a_breach_noted_before_a_crash_trips_the_safety_gate_at_the_next_run(
     repo: Path, rt: Runtime
 ) -> None:
@@ -153,13 +165,7 @@ async def test_a_breach_noted_before_a_crash_trips_the_safety_gate_at_the_next_r
     loop = await new_loop(repo, "fix")
     text = "the executor changed the repository outside loop/fix-calc/: tag v-evil created"
     loop.ledger.breach_path.write_text(text + " (all put back)")
-    with pytest.raises(GateClosed, match="safety: the executor changed"):
-        await loop.run(rt, rounds=1)
-    state = loop.state()
-    assert (state.status, state.active_gate) == ("blocked", "safety")
-    assert state.reason == text + " (all put back)"
-    assert not loop.ledger.breach_path.exists()
-    kinds = [type(e).__name__ for e in loop.ledger.read_events()]
+    kinds = await run_into_the_safety_gate(loop, rt, text + " (all put back)")
     assert "RoundStarted" not in kinds
     assert kinds[-1] == "GateTripped"
 
@@ -172,20 +178,14 @@ async def test_a_breach_found_and_put_back_before_a_crash_mid_round_is_not_lost(
     the note tells. The crashed round is interrupted and the safety gate trips."""
     loop = await new_loop(repo, "fix")
     base = git(repo, "rev-parse", "main")
-    state = loop.ledger.record(loop.state(), RoundStarted(
+    loop.ledger.record(loop.state(), RoundStarted(
         at=time.time(), actor="gone", prev_status="ready", status="running", round=1,
         branch="loop/fix-calc/r001", commit=base))  # fmt: skip
     dead = LeaseRecord(owner="gone", host="elsewhere", pid=1, acquired_at=0, expires_at=1)
     (loop.ledger.dir / LEASE_FILE).write_bytes(msgspec.json.encode(dead))
     text = "the executor changed the repository outside loop/fix-calc/: refs/heads/main moved"
     loop.ledger.breach_path.write_text(text + " (all put back)")
-    with pytest.raises(GateClosed, match="safety: the executor changed"):
-        await loop.run(rt, rounds=1)
-    state = loop.state()
-    assert (state.status, state.active_gate) == ("blocked", "safety")
-    assert state.reason == text + " (all put back)"
-    assert not loop.ledger.breach_path.exists()
-    kinds = [type(e).__name__ for e in loop.ledger.read_events()]
+    kinds = await run_into_the_safety_gate(loop, rt, text + " (all put back)")
     assert kinds[-2:] == ["RoundInterrupted", "GateTripped"]
     assert kinds.count("RoundStarted") == 1  # no new round after the breach
 

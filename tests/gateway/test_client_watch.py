@@ -11,7 +11,7 @@ import attrs
 import pytest
 import trio
 
-from loopactors.client import ConnectionLost, RemoteError, RemoteStates, connect
+from loopactors.client import ConnectionLost, NodeClient, RemoteError, RemoteStates, connect
 from loopactors.gateway import GatewayHandle, GatewaySettings, open_gateway
 from loopactors.loops import LoopState
 from loopactors.runtime import LoopHandle, Runtime, open_runtime
@@ -140,18 +140,27 @@ class Restartable:
 
 
 @asynccontextmanager
-async def restartable_gateway(runtime: Runtime) -> AsyncIterator[Restartable]:
-    async with AsyncExitStack() as stack:
-        gateway = await stack.enter_async_context(open_gateway(runtime, GatewaySettings(port=0)))
-        yield Restartable(runtime, stack, gateway)
+async def reconnecting_client(tmp_path: Path) -> AsyncIterator[tuple[Restartable, NodeClient]]:
+    """A node whose gateway can be restarted, and a client that reconnects to it."""
+    async with open_runtime(node_config(tmp_path)) as runtime, AsyncExitStack() as stack:
+        first = await stack.enter_async_context(open_gateway(runtime, GatewaySettings(port=0)))
+        gateway = Restartable(runtime, stack, first)
+        async with connect(
+            gateway.url, token=gateway.token, reconnect=True, max_backoff=0.05
+        ) as node:
+            yield gateway, node
+
+
+def catch_up_raises(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    async def failing(self: RemoteStates) -> None:
+        raise error
+
+    monkeypatch.setattr(RemoteStates, "_catch_up", failing)
 
 
 async def test_after_a_reconnect_what_changed_meanwhile_is_read_again(tmp_path: Path) -> None:
-    async with (
-        open_runtime(node_config(tmp_path)) as runtime,
-        restartable_gateway(runtime) as gateway,
-        connect(gateway.url, token=gateway.token, reconnect=True, max_backoff=0.05) as node,
-    ):
+    async with reconnecting_client(tmp_path) as (gateway, node):
+        runtime = gateway.runtime
         old = await runtime.start("|loop:1| ended before the watch", worker="scripted")
         await old.wait()
         shown = await node.start("|loop:1| shown before", worker="scripted:latency=0.01")
@@ -186,22 +195,15 @@ async def test_after_a_reconnect_what_changed_meanwhile_is_read_again(tmp_path: 
 async def test_a_catch_up_cut_short_by_a_drop_leaves_the_watch_renewed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def dropped(self: RemoteStates) -> None:
-        raise ConnectionLost("dropped again")
-
-    monkeypatch.setattr(RemoteStates, "_catch_up", dropped)
-    async with (
-        open_runtime(node_config(tmp_path)) as runtime,
-        restartable_gateway(runtime) as gateway,
-        connect(gateway.url, token=gateway.token, reconnect=True, max_backoff=0.05) as node,
-    ):
+    catch_up_raises(monkeypatch, ConnectionLost("dropped again"))
+    async with reconnecting_client(tmp_path) as (gateway, node):
         watch = await node.watch(every=0.05)
         async with gateway.restart():
             with trio.fail_after(10):
                 while node.reconnects == 0 or watch.subscription not in node._subscriptions:
                     await trio.sleep(0.01)
             # Still live: a loop started now is seen to its end.
-            handle = await runtime.start("|loop:1| after", worker="scripted")
+            handle = await gateway.runtime.start("|loop:1| after", worker="scripted")
             with trio.fail_after(10):
                 async for batch in watch:
                     if any(s.loop_id == handle.loop_id and s.terminal for s in batch):
@@ -211,15 +213,8 @@ async def test_a_catch_up_cut_short_by_a_drop_leaves_the_watch_renewed(
 async def test_a_catch_up_the_node_refuses_ends_the_watch_with_its_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def refused(self: RemoteStates) -> None:
-        raise RemoteError("internal", "cannot read the store")
-
-    monkeypatch.setattr(RemoteStates, "_catch_up", refused)
-    async with (
-        open_runtime(node_config(tmp_path)) as runtime,
-        restartable_gateway(runtime) as gateway,
-        connect(gateway.url, token=gateway.token, reconnect=True, max_backoff=0.05) as node,
-    ):
+    catch_up_raises(monkeypatch, RemoteError("internal", "cannot read the store"))
+    async with reconnecting_client(tmp_path) as (gateway, node):
         watch = await node.watch(every=0.05)
         async with gateway.restart():
             with trio.fail_after(10), pytest.raises(RemoteError, match="cannot read the store"):

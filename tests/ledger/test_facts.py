@@ -21,6 +21,8 @@ from loopactors.ledger._facts import (
 )
 from loopactors.ledger._facts_read import read_large_facts
 
+from .edge_ledgers import EDGE_LEDGERS
+
 
 def _both(data: bytes, threshold: float = 0.85) -> tuple[Any, Any]:
     """(facts read from bytes, facts of the parsed text), or the error message of each.
@@ -86,47 +88,7 @@ def test_quick_read_equals_parsed_ledger(attempts: list[dict[str, Any]], thresho
     assert quick == slow
 
 
-@pytest.mark.parametrize(
-    "data",
-    [
-        b"",
-        b"  \n",
-        b"null",
-        b"[]",
-        b'{"goal": 1, "attempts": []}',
-        b'{"goal": "g"}',
-        b'{"goal": "g", "attempts": {}}',
-        b'{"goal": "g", "attempts": [1]}',
-        b'{"goal": "g", "attempts": [{"error": 5}]}',
-        b'{"goal": "g", "attempts": [{"outcome": "failure"}, {"tokensUsed": "5"}]}',
-        b'{"goal": "g", "attempts": [}',
-        b'{"goal": "g", "attempts": [{"a": tru}]}',
-        b'\xef\xbb\xbf{"goal": "g", "attempts": []}',
-        # Bad UTF-8: replaced (and then read) where the text is read, ignored where it is not.
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "E \xff"}]}',
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "note": "\xfe"}]}',
-        b'{"goal": "g\xff", "other": "\xfe", "attempts": []}',
-        b'{"goal": "g", "attempts": [{"tokensUsed": 1e400}]}',
-        b'{"goal": "g", "attempts": [{"tokensUsed": NaN}]}',
-        b'{"goal": "g", "attempts": [], "attempts": [{"outcome": "failure"}]}',
-        # What the standard library's decoder accepts and msgspec does not (or not alike).
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "\\ud800"}]}',
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "\\ud83d\\ude00"}]}',
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": 1, "error": "E"}]}',
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "outcome": "success"}]}',
-        b'{"goal": "g", "attempts": [{"iteration": 1e400}]}',
-        b'{"goal": "g", "attempts": [{"iteration": -Infinity}]}',
-        b'{"goal": "g", "attempts": [{"tokensUsed": true}]}',
-        b'{"goal": "g", "attempts": [{"repeated": "2"}]}',
-        b'{"goal": "g", "attempts": [{"iteration": ' + b"9" * 5000 + b"}]}",
-        b'{"goal": "g", "attempts": [{"timestamp": ' + b"[" * 3000 + b"]" * 3000 + b"}]}",
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "a\x7fb"}]}',
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "a\tb"}]}',
-        b'{"goal": "g", "attempts": [{"tokensUsed": 9007199254740993}, {"tokensUsed": 1}]}',
-        b'{"goal": "g", "attempts": [{"tokensUsed": -1}, {"tokensUsed": 0.5}, {}]}',
-        b' {"goal": "g", "startedAt": {"a": [1, 2.5, null]}, "attempts": []}\r\n',
-    ],
-)
+@pytest.mark.parametrize("data", EDGE_LEDGERS)
 def test_quick_read_errors_and_edge_cases_equal_parsed_ledger(data: bytes) -> None:
     quick, slow = _both(data)
     assert quick == slow

@@ -26,6 +26,8 @@ from loopactors.ledger import LedgerError, format_summary, parse_ledger, summari
 from loopactors.ledger._cli import main
 from loopactors.ledger._js import write_json
 
+from .edge_ledgers import EDGE_LEDGERS
+
 
 def expected(data: bytes, as_json: bool) -> tuple[int, str, str]:
     """The command's answer on ``data`` as it was before the block reader."""
@@ -113,53 +115,7 @@ def test_block_reader_equals_parsed_ledger(
     both_ways(data, tmp_path, capsys, monkeypatch)
 
 
-@pytest.mark.parametrize(
-    "data",
-    [
-        b"",
-        b"  \n",
-        b"null",
-        b"[]",
-        b"{}",
-        b'{"goal": "g"}',
-        b'{"goal": 1, "attempts": []}',
-        b'{"attempts": [], "goal": "g"}',
-        b'{"attempts": [{"outcome": "failure", "error": "E"}], "goal": 7}',
-        b'{"goal": "g", "attempts": {}}',
-        b'{"goal": "g", "attempts": [1]}',
-        b'{"goal": "g", "attempts": [{"error": 5}]}',
-        b'{"goal": "g", "attempts": [}',
-        b'{"goal": "g", "attempts": [{},]}',
-        b'{"goal": "g", "attempts": [{}] ,}',
-        b'{"goal": "g", "attempts": [{}]} x',
-        b'{"goal": "g", "attempts": [{"a": tru}]}',
-        b'\xef\xbb\xbf{"goal": "g", "attempts": []}',
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "E \xff"}]}',
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "note": "\xfe"}]}',
-        b'{"goal": "g\xff", "attempts": []}',
-        b'{"goal": "g", "attempts": [{"tokensUsed": 1e400}]}',
-        b'{"goal": "g", "attempts": [{"iteration": 1e400}]}',
-        b'{"goal": "g", "attempts": [{"iteration": -Infinity}]}',
-        b'{"goal": "g", "attempts": [{"tokensUsed": NaN}]}',
-        b'{"goal": "g", "attempts": [], "attempts": [{"outcome": "failure"}]}',
-        b'{"goal": "g", "goal": "h", "attempts": []}',
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "\\ud800"}]}',
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "\\ud83d\\ude00 x"}]}',
-        b'{"goal": "g", "\\ud800": 1, "attempts": []}',
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": 1, "error": "E"}]}',
-        b'{"goal": "g", "attempts": [{"tokensUsed": true}]}',
-        b'{"goal": "g", "attempts": [{"repeated": "2"}]}',
-        b'{"goal": "g", "attempts": [{"iteration": ' + b"9" * 5000 + b"}]}",
-        b'{"goal": "g", "attempts": [{"timestamp": ' + b"[" * 3000 + b"]" * 3000 + b"}]}",
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "a\tb"}]}',
-        b'{"goal": "g", "attempts": [{"outcome": "failure", "error": "a\\u0000b}"}]}',
-        b'{"goal": "g", "attempts": [{"error": "x}", "outcome": "failure"}, {"a": {"b": "}"}}]}',
-        b'{"goal": "g", "attempts": [{"tokensUsed": 12345678901234567890123}, {}]}',
-        b'{"goal": "g", "attempts": [{"tokensUsed": 1.5e3}, {"tokensUsed": 1.}]}',
-        b' {"goal": "g", "startedAt": {"a": [1, 2.5, null]}, "attempts": [ ] }\r\n',
-        b'{"goal": "", "attempts": [{"action": null}, {}, {"action": "a"}, {"action": null}]}',
-    ],
-)
+@pytest.mark.parametrize("data", EDGE_LEDGERS)
 def test_edge_cases_and_errors_equal_parsed_ledger(
     data: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

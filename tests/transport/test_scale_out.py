@@ -17,6 +17,7 @@ import trio
 from loopactors.runtime import BreakerSettings, Runtime, RuntimeConfig, open_runtime
 from loopactors.transport._redis import NO_GROUP, open_redis
 from loopactors.transport._wire import WORKER_GROUP, rounds_stream
+from tests.processes import alive
 
 from .conftest import RedisServer, Workers, wait_until
 
@@ -297,15 +298,6 @@ async def test_a_node_sigkilled_mid_round_never_runs_the_round_twice_at_once(
         ["start", "1"], ["end", "1"], ["start", "2"], ["end", "2"],
     ], lines  # fmt: skip
     assert ran_on(rounds[0].output) == lines[0].split()[2]  # the first run's own report
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie nobody reaped."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 async def test_the_next_worker_of_the_machine_ends_a_killed_workers_command_group(

@@ -16,23 +16,11 @@ import pytest
 import trio
 
 from loopactors.workers import WorkerGroups, record_group
+from tests.processes import alive, start_time
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/sys/kernel/random/boot_id").exists(), reason="needs Linux's /proc"
 )
-
-
-def start_time(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[19])
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 class Processes:
