@@ -20,6 +20,7 @@ from ..errors import ConfigError, LoopactorsError
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport
 from . import _dashboard, _prune, _remote
+from ._address import ACCEPTED, node_ws_url
 from ._loop_control import StoredLoops, run_offline
 
 # Only what the parser and the quick commands need is imported here. trio, the runtime, the
@@ -163,7 +164,9 @@ def _state_options(
 
 def _connect_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--connect", metavar="URL", help="act on a running node (ws://HOST:PORT) instead"
+        "--connect",
+        metavar="URL",
+        help=f"act on a running node instead: {ACCEPTED}",
     )
     parser.add_argument(
         "--token-file", type=Path, metavar="F", help="the node's token (or $LOOPACTORS_TOKEN)"
@@ -181,6 +184,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on bad usage; 2 means "escalated" here
         code = exc.code if isinstance(exc.code, int) else EXIT_ERROR
         return EXIT_USAGE if code == 2 else code
+    if getattr(args, "connect", None) is not None:
+        try:
+            args.connect = node_ws_url(args.connect)
+        except ConfigError as exc:  # one line, as for a bad DURATION: no usage dump
+            print(f"loopactors: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         return _dispatch(parser, args)
     except LoopactorsError as exc:
