@@ -16,15 +16,20 @@ The functions here block on the file system: the tools call them in a worker thr
 from __future__ import annotations
 
 import os
-import re
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
+
+import re2
 
 from ._tools import ToolError
 
 __all__ = [
+    "GLOB_MAX_CHARS",
+    "GLOB_MAX_WILDCARDS",
     "READ_BYTE_LIMIT",
+    "GlobMatcher",
     "NotRegularFile",
     "compile_glob",
     "read_regular",
@@ -41,15 +46,37 @@ class NotRegularFile(ToolError):
     """The path is a FIFO, socket, device or directory: the tools read and write files only."""
 
 
-def compile_glob(pattern: str) -> re.Pattern[str]:
-    """A glob (``*``, ``?``, ``[...]`` within a name; ``**`` for any directories) as a regex
-    matched against ``/``-separated relative paths.
+#: A glob pattern is at most this long ...
+GLOB_MAX_CHARS = 1024
+#: ... and holds at most this many wildcards (``*``, ``**``, ``?``, ``[...]``).
+GLOB_MAX_WILDCARDS = 64
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+class GlobMatcher(Protocol):
+    """A compiled glob: ``fullmatch`` says whether a ``/``-separated relative path matches."""
+
+    def fullmatch(self, text: str) -> object | None: ...
+
+
+def compile_glob(pattern: str) -> GlobMatcher:
+    """A glob (``*``, ``?``, ``[...]`` within a name; ``**`` for any directories) compiled by
+    RE2 for ``/``-separated relative paths: matching is linear in the path whatever the
+    pattern, so no pattern can stall the node (docs/security.md).
 
     Raises:
-        ToolError: the pattern is empty, absolute, or has a ``..`` part.
+        ToolError: the pattern is empty, absolute, has a ``..`` part, is longer than
+            ``GLOB_MAX_CHARS`` or has more than ``GLOB_MAX_WILDCARDS`` wildcards.
     """
     if not pattern or "\0" in pattern:
         raise ToolError(f"glob pattern {pattern!r} must be a non-empty relative pattern")
+    if len(pattern) > GLOB_MAX_CHARS:
+        raise ToolError(
+            f"glob pattern is {len(pattern)} characters, longer than {GLOB_MAX_CHARS} "
+            "characters; give a shorter one"
+        )
     parts = pattern.replace(os.sep, "/").split("/")
     if pattern.startswith(("/", "~")) or ".." in parts:
         raise ToolError(
@@ -57,41 +84,97 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
             "(relative, without '..' parts), e.g. '**/*.py'"
         )
     out: list[str] = []
+    wildcards = 0
     for index, part in enumerate(parts):
         last = index == len(parts) - 1
         if part == "**":
+            wildcards += 1
             out.append(".*" if last else "(?:[^/]+/)*")
             continue
-        out.append(_translate_name(part) + ("" if last else "/"))
-    return re.compile("".join(out), re.DOTALL)
+        translated, count = _translate_name(part)
+        wildcards += count
+        out.append(translated + ("" if last else "/"))
+    if wildcards > GLOB_MAX_WILDCARDS:
+        raise ToolError(
+            f"glob pattern {pattern[:60]!r}... has {wildcards} wildcards, more than "
+            f"{GLOB_MAX_WILDCARDS} wildcards; give a simpler one"
+        )
+    try:
+        matcher: GlobMatcher = re2.compile("(?s:" + "".join(out) + ")", _RE2_OPTIONS)
+    except re2.error as exc:  # too large for RE2's memory bound
+        raise ToolError(f"glob pattern {pattern[:60]!r} is too complex: {exc}") from None
+    return matcher
 
 
-def _translate_name(part: str) -> str:
+def _translate_name(part: str) -> tuple[str, int]:
+    """One name of a glob as RE2 syntax, and how many wildcards it holds."""
     out: list[str] = []
+    wildcards = 0
     i = 0
     while i < len(part):
         char = part[i]
         i += 1
         if char == "*":
+            wildcards += 1
+            while part[i : i + 1] == "*":  # '**' inside a name is '*'
+                i += 1
             out.append("[^/]*")
         elif char == "?":
+            wildcards += 1
             out.append("[^/]")
         elif char == "[":
             start = i + 1 if part[i : i + 1] == "!" else i
             end = part.find("]", start + 1 if part[start : start + 1] == "]" else start)
             if end < 0:
-                out.append(re.escape(char))
+                out.append(_escape(char))
                 continue
-            body = part[i:end].replace("\\", "\\\\").replace("[", "\\[")
+            wildcards += 1
+            negated = part[i : i + 1] == "!"
+            out.append(_char_class(part[start:end], negated=negated))
             i = end + 1
-            if body.startswith("!"):
-                body = "^" + body[1:]
-            elif body.startswith("^"):
-                body = "\\" + body
-            out.append(f"(?!/)[{body}]")
         else:
-            out.append(re.escape(char))
-    return "".join(out)
+            out.append(_escape(char))
+    return "".join(out), wildcards
+
+
+def _char_class(body: str, *, negated: bool) -> str:
+    """``[body]`` (or ``[!body]``) as an RE2 class that never matches ``/``, as a name never
+    holds one: ranges are cut around it, and a negated class adds it."""
+    ranges: list[tuple[int, int]] = []
+    i = 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            low, high = ord(body[i]), ord(body[i + 2])
+            i += 3
+        else:
+            low = high = ord(body[i])
+            i += 1
+        if low > high:
+            continue  # an empty range, as fnmatch takes it
+        if not negated and low <= _SLASH <= high:
+            ranges.extend(r for r in ((low, _SLASH - 1), (_SLASH + 1, high)) if r[0] <= r[1])
+        else:
+            ranges.append((low, high))
+    if negated:
+        ranges.append((_SLASH, _SLASH))
+    if not ranges:
+        return "[^\\x00-\\x{10FFFF}]"  # matches nothing
+    items = "".join(
+        _class_char(low) if low == high else f"{_class_char(low)}-{_class_char(high)}"
+        for low, high in ranges
+    )
+    return f"[{'^' if negated else ''}{items}]"
+
+
+_SLASH = ord("/")
+
+
+def _class_char(code: int) -> str:
+    return f"\\x{{{code:x}}}"
+
+
+def _escape(char: str) -> str:
+    return char if char.isalnum() or char == "_" else f"\\x{{{ord(char):x}}}"
 
 
 def walk_files(
