@@ -488,3 +488,36 @@ def test_any_unique_id_prefix_names_a_loop_and_an_ambiguous_one_lists_them(
     )  # fmt: skip
     for loop_id in ("alpha-1", "alpha-2", "beta-7", "gamma-3"):
         assert loop_id in narrow.stdout
+
+
+def test_stale_rounds_flag_and_loop_key_set_the_no_progress_limit() -> None:
+    counter_only = "scripted:output=step {round} done"
+    escalated = cli("run", "|loop:5| toy", "--store", "memory", "--json", "--worker", counter_only)
+    assert escalated.returncode == 2, escalated.stderr
+    end = json_lines(escalated.stdout)[-1]
+    assert (end["phase"], end["trigger"]) == ("escalated", "no_progress")
+    assert "run --stale-rounds N, stale_rounds=N in the |loop| text" in end["reason"]
+    for args in (
+        ["|loop:5| toy", "--stale-rounds", "9"],
+        ["|loop:5 stale_rounds=9| toy"],
+        ["|loop:5,stale_rounds=9| toy"],
+    ):
+        relaxed = cli("run", *args, "--store", "memory", "--json", "--worker", counter_only)
+        assert relaxed.returncode == 0, relaxed.stderr
+        assert json_lines(relaxed.stdout)[-1]["completed_rounds"] == 5
+    # The flag wins over the text, as every option does.
+    flag_wins = cli(
+        "run", "|loop:5 stale_rounds=9| toy", "--stale-rounds", "2", "--store", "memory",
+        "--json", "--worker", counter_only,
+    )  # fmt: skip
+    assert flag_wins.returncode == 2
+    bad = cli("run", "|loop:5| toy", "--stale-rounds", "0", "--store", "memory")
+    assert bad.returncode == 1
+    assert "stale_rounds_limit must be >= 1, got 0" in bad.stderr
+
+
+def test_the_breaker_flags_say_what_they_control() -> None:
+    shown = cli("run", "--help")
+    text = " ".join(shown.stdout.split())
+    assert "--no-progress N end the loop after N failed or timed-out rounds in a row" in text
+    assert "--stale-rounds N end the loop (no_progress) after N rounds in a row with" in text

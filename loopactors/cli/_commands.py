@@ -84,7 +84,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     breaker.add_argument("--stagnation", type=int, metavar="N", help="same error N times (3)")
     breaker.add_argument("--frustration", type=int, metavar="N", help="same action N times (3)")
     breaker.add_argument(
-        "--no-progress", type=int, metavar="N", help="N failed rounds in a row (3)"
+        "--no-progress",
+        type=int,
+        metavar="N",
+        help="end the loop after N failed or timed-out rounds in a row (3; loop-context's "
+        "name; unchanged output is --stale-rounds)",
+    )
+    breaker.add_argument(
+        "--stale-rounds",
+        type=int,
+        metavar="N",
+        help="end the loop (no_progress) after N rounds in a row with unchanged output (2)",
     )
     breaker.add_argument("--token-budget", type=int, metavar="N", help="tokens for the loop")
     breaker.add_argument(
@@ -302,6 +312,7 @@ def _loop_options(args: argparse.Namespace) -> dict[str, Any]:
         "stagnation_threshold": args.stagnation,
         "frustration_threshold": args.frustration,
         "max_consecutive_failures": args.no_progress,
+        "stale_rounds_limit": args.stale_rounds,
         "max_tokens": args.token_budget,
         "similarity_threshold": args.similarity,
         "inject_ledger": args.inject_ledger or None,

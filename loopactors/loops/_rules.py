@@ -160,7 +160,8 @@ def check_before_round(state: LoopState, now: float) -> Verdict | None:
         # meet this rule first: say what lets them run on.
         reason += (
             f"; stale_rounds_limit is {spec.stale_rounds_limit}: raise it to allow more "
-            "(stale_rounds_limit in loopactors.toml's [breaker], or a loop option)"
+            "(run --stale-rounds N, stale_rounds=N in the |loop| text, stale_rounds_limit in "
+            "loopactors.toml's [breaker], or the stale_rounds_limit loop option)"
         )
         return Verdict(trigger="no_progress", reason=reason)
     if state.consecutive_failures >= spec.max_consecutive_failures:

@@ -18,7 +18,7 @@ from ._model import DEFAULT_ROUNDS, MAX_ROUNDS, LoopSpec, Mode
 
 __all__ = ["ParsedLoop", "parse_loop"]
 
-_KEYS = ("iterations", "mode", "objective")
+_KEYS = ("iterations", "mode", "objective", "stale_rounds")
 _MODES: dict[str, Mode] = {
     **dict.fromkeys(("inherit", "on", "true"), "inherit"),
     **dict.fromkeys(("fresh", "no-inherit", "off", "false"), "fresh"),
@@ -53,8 +53,12 @@ class ParsedLoop(msgspec.Struct, frozen=True, kw_only=True):
     #: True when ``requested_rounds`` was above MAX_ROUNDS and ``rounds`` is MAX_ROUNDS.
     clamped: bool
     requested_rounds: int
+    #: ``stale_rounds=N``: the spec's ``stale_rounds_limit`` (None: not given).
+    stale_rounds_limit: int | None = None
 
     def spec(self, **options: Any) -> LoopSpec:
+        if self.stale_rounds_limit is not None:
+            options.setdefault("stale_rounds_limit", self.stale_rounds_limit)
         return LoopSpec(
             task=self.task,
             rounds=self.rounds,
@@ -222,6 +226,15 @@ def _rounds(raw: str) -> int:
     return rounds
 
 
+def _stale_rounds(raw: str) -> int:
+    if not _DIGITS.fullmatch(raw) or len(raw.lstrip("0")) > _MAX_DIGITS or int(raw) < 1:
+        raise LoopSyntaxError(
+            f"stale_rounds {_show(raw)} is not a whole number >= 1: how many rounds in a "
+            "row with unchanged output end the loop (no_progress)"
+        )
+    return int(raw)
+
+
 def parse_loop(text: str) -> ParsedLoop:
     """Parse the first ``|loop...|`` activation in ``text``; the rest of the text is the task.
 
@@ -271,6 +284,8 @@ def parse_loop(text: str) -> ParsedLoop:
         if not objective:
             raise LoopSyntaxError('the objective is empty: write objective="what done means"')
 
+    stale_rounds = _stale_rounds(given["stale_rounds"]) if "stale_rounds" in given else None
+
     # The activation (with its indentation) is cut out; text before it is part of the task.
     after = text[match.end() + line.i :].lstrip(_WS)
     task = (text[: match.start()] + after).strip()
@@ -285,4 +300,5 @@ def parse_loop(text: str) -> ParsedLoop:
         objective=objective,
         clamped=requested > MAX_ROUNDS,
         requested_rounds=requested,
+        stale_rounds_limit=stale_rounds,
     )

@@ -60,6 +60,8 @@ def build_spec(
             objective=parsed.objective,
             clamped=parsed.clamped,
         )
+        if parsed.stale_rounds_limit is not None:
+            fields["stale_rounds_limit"] = parsed.stale_rounds_limit
     else:
         raise LoopSyntaxError(f"a loop is |loop...| text or a LoopSpec, not {type(loop).__name__}")
     if worker is not None:

@@ -297,3 +297,25 @@ def test_the_plain_colon_form_reads_as_the_item_parser_reads_it(
     expected = [(None, plain[1])] if plain[2] is None else [(None, plain[1]), (None, plain[2])]
     assert items == expected
     assert line.i == plain.end()
+
+
+def test_stale_rounds_sets_the_no_progress_limit() -> None:
+    for text in (
+        "|loop:5 stale_rounds=4| t",
+        "|loop:5,stale_rounds=4| t",
+        "|loop stale_rounds=4| t",
+    ):
+        parsed = parse_loop(text)
+        assert parsed.stale_rounds_limit == 4
+        assert parsed.spec().stale_rounds_limit == 4
+        assert parsed.spec(stale_rounds_limit=7).stale_rounds_limit == 7  # options win
+    assert parse_loop("|loop:5| t").stale_rounds_limit is None
+    assert (
+        parse_loop("|loop:5| t").spec().stale_rounds_limit == LoopSpec(task="t").stale_rounds_limit
+    )
+    for bad in ("0", "x", "-1", "2.5", ""):
+        with pytest.raises(LoopSyntaxError) as info:
+            parse_loop(f"|loop stale_rounds={bad}| t")
+        assert f'stale_rounds "{bad}" is not a whole number >= 1' in str(info.value)
+    with pytest.raises(LoopSyntaxError, match="objective, stale_rounds"):
+        parse_loop("|loop stale_round=3| t")
