@@ -159,6 +159,8 @@ def _same_default(documented: str, actual: object) -> bool:
         return float(documented) == float(actual)
     if isinstance(actual, dict):
         return documented == "{}" and actual == {}
+    if isinstance(actual, tuple):
+        return documented == "[]" and actual == ()
     return documented.strip('"') == actual
 
 

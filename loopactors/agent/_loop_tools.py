@@ -167,7 +167,13 @@ def loop_tools(control: ChildLoops) -> list[Tool]:
                 task={"type": "string"},
                 rounds={"type": "integer", "description": "1-50, default 3"},
                 mode={"type": "string", "enum": ["inherit", "fresh"]},
-                worker={"type": "string", "description": "worker spec; default: the runtime's"},
+                worker={
+                    "type": "string",
+                    "description": (
+                        "leave out: the child runs this loop's own worker; otherwise one of "
+                        "the worker specs the operator allows (child_workers)"
+                    ),
+                },
             ),
             run=tools.start,
         ),

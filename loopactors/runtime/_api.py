@@ -450,6 +450,10 @@ class RuntimeRoundContext:
     async def start_child(self, text: str, **options: Any) -> LoopHandle:
         return await self.runtime.start(text, parent_id=self.loop_id, **options)
 
+    @property
+    def child_workers(self) -> tuple[str, ...]:
+        return self._config.child_workers
+
     async def get_loop(self, loop_id: str) -> LoopState:
         return await self.runtime.get(loop_id)
 

@@ -137,6 +137,10 @@ class RuntimeConfig:
     store: Literal["sqlite", "memory"] = "sqlite"
     #: Worker spec for loops that do not name one.
     worker: str = "scripted"
+    #: Worker specs a model may choose for a child loop it starts (``loop_start``); a child
+    #: without one, or a model's choice not listed, runs its parent's own spec. A listed spec
+    #: still may not widen its parent (docs/security.md, agent tools).
+    child_workers: tuple[str, ...] = ()
     max_live_loops: int = attrs.field(default=10_000, validator=_positive)
     max_tree_loops: int = attrs.field(default=30, validator=_positive)
     max_concurrent_rounds: int = attrs.field(default=1_000, validator=_positive)

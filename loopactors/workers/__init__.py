@@ -35,6 +35,7 @@ from ._cli_worker import CliAgentWorker as CliAgentWorker
 from ._command import CommandWorker as CommandWorker
 from ._command import GroupStopper as GroupStopper
 from ._command import kill_worker_groups as kill_worker_groups
+from ._confine import confined_child_worker as confined_child_worker
 from ._groups import GroupRecord as GroupRecord
 from ._groups import WorkerGroups as WorkerGroups
 from ._groups import default_worker_groups_dir as default_worker_groups_dir
@@ -66,6 +67,7 @@ __all__ = [
     "cgroup_empty",
     "check_worker_spec",
     "cli_kinds",
+    "confined_child_worker",
     "default_worker_groups_dir",
     "end_orphan_groups",
     "forget_group",

@@ -279,7 +279,7 @@ class AgentWorker(Worker):
             loops = None
             applier = None
             if context is not None:
-                loops = RoundLoops(context, nursery=nursery, queue=queue)
+                loops = RoundLoops(context, nursery=nursery, queue=queue, spec=request.worker)
                 # The runtime's ContextBuilder applies compaction plans (the agent applies
                 # one itself when that fails).
                 applier = context.apply_compaction

@@ -1,7 +1,8 @@
 """The agent worker's window on the runtime: child loops of the round's loop, and their ends.
 
 :class:`RoundLoops` implements the agent's ``ChildLoops`` (loop tools) for one round, limited
-to the direct children of the round's loop. From the first child on it also watches them: when
+to the direct children of the round's loop, each running the round's own worker spec or one the
+operator allows (``_confine``). From the first child on it also watches them: when
 a child started in this round finishes, a waking ``defer`` message tells the agent, and while
 any is still running the agent's idle wait holds the round open (bounded by the agent's
 ``idle_wait``, then a hand-off).
@@ -18,6 +19,7 @@ from ..agent import MessageQueue, QueuedMessage
 from ..errors import LoopNotFound
 from ..loops import Gap, LoopFinished, LoopState, RoundRecord
 from ._base import RoundContext
+from ._confine import confined_child_worker
 
 __all__ = ["RoundLoops"]
 
@@ -29,6 +31,9 @@ class RoundLoops:
     #: Where the watcher runs (the round's nursery), and the agent's inbox it reports to.
     nursery: trio.Nursery
     queue: MessageQueue
+    #: The round's own worker spec: what a child loop the model starts runs, unless the model
+    #: names one of the operator's ``child_workers`` that does not widen it.
+    spec: str
     watching: bool = False
     #: Children started in this round and not finished yet.
     live: set[str] = attrs.field(factory=set)
@@ -44,8 +49,8 @@ class RoundLoops:
         if not self.watching:  # subscribed before the first child starts: no end is missed
             self.watching = True
             await self.nursery.start(self.watch)
-        options = {"worker": worker} if worker else {}
-        handle = await self.context.start_child(text, **options)
+        chosen = confined_child_worker(self.spec, worker, self.context.child_workers)
+        handle = await self.context.start_child(text, worker=chosen)
         state = await handle.status()
         if not (state.terminal or state.loop_id in self.ended):
             self.live.add(state.loop_id)

@@ -83,7 +83,10 @@ async def test_an_agent_starts_watches_and_cancels_child_loops(tmp_path: Path) -
         after_slow_child,
         completion("children handled"),
     ]
-    config = RuntimeConfig(store="memory", shutdown_grace=5.0)
+    # The children's workers are the operator's to allow (docs/security.md, agent tools).
+    config = RuntimeConfig(
+        store="memory", shutdown_grace=5.0, child_workers=("scripted", "scripted:latency=30")
+    )
     with ChatServer(replies) as server:
         spec = f"agent:model=m,base_url={server.base_url},workspace={tmp_path}"
         async with open_runtime(config) as runtime:
@@ -157,7 +160,9 @@ async def test_loop_tools_refuse_bad_arguments_and_the_tree_cap(tmp_path: Path) 
     assert results[0].content == "rounds must be an integer >= 1, got 0"
     assert results[1].content == "mode must be inherit or fresh, got 'sideways'"
     assert results[2].content == "loop_start needs a task"
-    assert results[3].content.startswith("loop not started: unknown worker kind 'nosuchkind'")
+    assert results[3].content.startswith(
+        "loop not started: worker 'nosuchkind' is not allowed for a child loop"
+    )
 
 
 async def test_a_sub_agent_runs_inside_the_tool_call_and_its_tokens_count(tmp_path: Path) -> None:
@@ -230,7 +235,9 @@ async def test_a_round_waits_for_its_child_loop_and_is_told_when_it_ends(tmp_pat
         told,
         completion("The child said: round 2 of 2: cedar"),
     ]
-    config = RuntimeConfig(store="memory", shutdown_grace=5.0)
+    config = RuntimeConfig(
+        store="memory", shutdown_grace=5.0, child_workers=("scripted:latency=0.1",)
+    )
     with ChatServer(replies) as server:
         spec = f"agent:model=m,base_url={server.base_url},workspace={tmp_path}"
         async with open_runtime(config) as runtime:
