@@ -135,7 +135,8 @@ class LoopNotFound(LoopError, KeyError):
 
 
 class AmbiguousLoopId(LoopNotFound):
-    """A loop id prefix that more than one loop's id starts with; the message lists them."""
+    """A loop id prefix (or tail) that more than one loop's id starts (or ends) with; the
+    message lists them."""
 
 
 class AdmissionRefused(LoopError):

@@ -16,6 +16,7 @@ from ..loops import LoopFinished, RoundFinished
 from ..runtime import RuntimeConfig, open_runtime
 from ..testing import inject_crash
 from ._progress import Progress, final_table
+from ._tables import print_rows
 
 LOOPS = [
     ("|loop:5| draft the release notes", "scripted:latency={lat}", "complete"),
@@ -67,7 +68,7 @@ async def run_demo(fast: bool = False) -> int:
             loops = rt.node.whereis("loops")
             if loops is not None:
                 restarts += (await SupervisorRef(loops).statistics()).restarts
-            progress.console.print(final_table(final))
+            print_rows(progress.console, final_table(final, title="how the loops ended"))
             ok = True
             for handle, state, (_, _, expected) in zip(handles, final, LOOPS, strict=True):
                 rounds = [r.round for r in await handle.history()]

@@ -12,6 +12,7 @@ import trio
 from ..loops import Gap, LoopFinished, LoopState, Phase
 from ..workers import kill_worker_groups
 from ._progress import JsonLines, Progress, final_table
+from ._tables import print_rows
 
 __all__ = ["PHASE_EXIT", "ctrl_c_leaves", "follow"]
 
@@ -105,5 +106,5 @@ async def follow(
             nursery.cancel_scope.cancel()
     final = [await get(loop_id) for loop_id in loop_ids]
     if isinstance(display, Progress):
-        display.console.print(final_table(final))
+        print_rows(display.console, final_table(final, title="how the loops ended"))
     return final

@@ -48,6 +48,9 @@ T = TypeVar("T")
 
 _json = msgspec.json.Encoder()
 
+#: How much of a round's output ``history`` shows in its table (``--round N``: all of it).
+_OUTPUT_SHOWN = 200
+
 
 class LoopControl(Protocol):
     """A node's loops: embedded (``Runtime``), over the wire (``NodeClient``), or in a state
@@ -248,14 +251,25 @@ async def show_status(
     from rich.console import Console  # noqa: PLC0415 - see the note on the imports
 
     from ._progress import final_table  # noqa: PLC0415
+    from ._tables import print_rows  # noqa: PLC0415
 
     console = Console()
-    console.print(final_table(states) if states else empty)
+    if states:
+        print_rows(console, final_table(states, title=_status_title(control, states)))
+    else:
+        console.print(empty)
     if transport is not None:
         from ..transport import print_status  # noqa: PLC0415 - see the note
 
         print_status(transport, console=console)
     return 0
+
+
+def _status_title(control: LoopControl, states: list[LoopState]) -> str:
+    """What the table lists: how many loops, how many still live, and where."""
+    live = sum(not s.terminal for s in states)
+    where = f" in {control.state_dir}" if isinstance(control, StoredLoops) else ""
+    return f"{len(states)} loop(s){where}, {live} live"
 
 
 async def show_history(
@@ -311,16 +325,27 @@ def print_history(args: argparse.Namespace, state: LoopState, rounds: list[Round
         print(_json.encode({"loop": state, "rounds": rounds}).decode())
         return 0
     from rich.console import Console  # noqa: PLC0415 - see the note on the imports
-    from rich.table import Table  # noqa: PLC0415
 
-    table = Table(title=f"{state.loop_id}: {state.phase}, {state.completed_rounds} completed")
-    for column in ("round", "status", "duration", "output"):
-        table.add_column(column)
-    for record in rounds:
-        duration = "?" if record.duration is None else f"{record.duration:.2f}s"
-        head = " ".join((record.output or record.error or "").split())[:60]
-        table.add_row(str(record.round), record.status, duration, head)
-    Console().print(table)
+    from ._tables import Column, Rows, print_rows  # noqa: PLC0415
+
+    columns = [
+        Column("round", justify="right"),
+        Column("status"),
+        Column("duration", justify="right"),
+        Column("output", flex=True),
+    ]
+    rows = [
+        [
+            str(record.round),
+            record.status,
+            "?" if record.duration is None else f"{record.duration:.2f}s",
+            (record.output or record.error or "")[:_OUTPUT_SHOWN],
+        ]
+        for record in rounds
+    ]
+    done = f"{state.completed_rounds}/{state.spec.rounds} completed"
+    title = f"{state.loop_id}: {state.phase}, {done}"
+    print_rows(Console(), Rows(columns, rows, title=title))
     if getattr(args, "transcript", False):
         for record in rounds:
             if record.transcript:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Any
+from typing import IO
 
 import attrs
 import msgspec
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
 from ..loops import (
     AgentStep,
@@ -27,6 +26,7 @@ from ..loops import (
     RoundFinished,
     RoundStarted,
 )
+from ._tables import Column, Rows, short_ids
 
 __all__ = ["JsonLines", "Progress", "final_table"]
 
@@ -122,46 +122,58 @@ class Progress:
         else:
             row.phase = type(event).__name__.removeprefix("Loop").lower()
 
-    def _table(self) -> Table:
-        table = Table(title="loops", expand=False)
-        for column in ("loop", "task", "round", "done", "phase", "last"):
-            table.add_column(column)
-        for row in self.rows.values():
-            table.add_row(
+    def _table(self) -> Rows:
+        columns = [
+            Column("loop", shorten=short_ids),
+            Column("task", flex=True, least=16),
+            Column("round"),
+            Column("done"),
+            Column("phase"),
+            Column("last", flex=True, drop=1, least=16),
+        ]
+        rows = [
+            [
                 row.loop_id,
-                _head(row.task, 32),
+                row.task,
                 f"{row.round}/{row.rounds}",
                 str(row.completed),
                 row.phase,
                 row.last,
-            )
-        return table
+            ]
+            for row in self.rows.values()
+        ]
+        return Rows(columns, rows, title="loops")
 
 
-def final_table(states: list[LoopState], extra: dict[str, dict[str, Any]] | None = None) -> Table:
-    """The closing table: one row per loop with its outcome."""
-    table = Table(title="result")
-    # The id whole, whatever the width: it is copied from here (any unique prefix works too).
-    id_width = max((len(s.loop_id) for s in states), default=4)
-    table.add_column("loop", no_wrap=True, min_width=id_width)
-    table.add_column("task")
-    for column in ("phase", "completed", "tokens", "cost"):  # short: never broken
-        table.add_column(column, no_wrap=True)
-    table.add_column("reason")
+def final_table(states: list[LoopState], *, title: str = "loops") -> Rows:
+    """One row per loop with its outcome: the closing table of ``run``, ``resume`` and
+    ``demo``, and ``status``'s table."""
+    columns = [
+        Column("loop", shorten=short_ids),
+        Column("task", flex=True, least=16),
+        Column("phase"),
+        Column("done", justify="right"),
+        Column("tokens", drop=2, justify="right"),
+        Column("cost", drop=3, justify="right"),
+        Column("reason", flex=True, drop=1, least=16),
+    ]
+    rows = []
     for state in states:
         reason = state.reason or state.trigger or ""
         if state.deferred_until is not None and not state.terminal:
             reason = f"waiting until {_clock(state.deferred_until)}: {state.defer_reason or ''}"
-        table.add_row(
-            state.loop_id,
-            _head(state.spec.task, 32),
-            state.phase,
-            f"{state.completed_rounds}/{state.spec.rounds}",
-            str(state.tokens_used),
-            f"${state.cost_usd:.4f}" if state.cost_usd else "-",
-            _head(reason, 40),
+        rows.append(
+            [
+                state.loop_id,
+                state.spec.task,
+                state.phase,
+                f"{state.completed_rounds}/{state.spec.rounds}",
+                str(state.tokens_used),
+                f"${state.cost_usd:.4f}" if state.cost_usd else "-",
+                reason,
+            ]
         )
-    return table
+    return Rows(columns, rows, title=title)
 
 
 def _clock(at: float) -> str:

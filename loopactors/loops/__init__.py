@@ -22,6 +22,7 @@ from ._events import RoundStarted as RoundStarted
 from ._events import RoundSummary as RoundSummary
 from ._events import event_decoder as event_decoder
 from ._ids import MATCHES_SHOWN as MATCHES_SHOWN
+from ._ids import MIN_TAIL as MIN_TAIL
 from ._ids import resolve_loop_id as resolve_loop_id
 from ._model import LIVE_PHASES as LIVE_PHASES
 from ._model import MAX_ROUNDS as MAX_ROUNDS
@@ -63,6 +64,7 @@ __all__ = [
     "LIVE_PHASES",
     "MATCHES_SHOWN",
     "MAX_ROUNDS",
+    "MIN_TAIL",
     "TERMINAL_PHASES",
     "AgentStep",
     "AnyEvent",

@@ -1,6 +1,8 @@
-"""Loop ids given by a user: the whole id, or any unique prefix of it (as copied from a table).
+"""Loop ids given by a user: the whole id, or any unique prefix or tail of it (tables show ids
+by their tail, ``cli/_tables.py``).
 
-Pure: the store finds the ids that start with what was given (``find_loop_ids``), and
+Pure: the store finds the ids that start with what was given, else those that end with it
+(``matching_loop_ids``), and
 :func:`resolve_loop_id` decides. Every place that takes a loop id from a person (the command
 line, the REPL, the node's requests) goes through these two.
 """
@@ -11,14 +13,19 @@ from collections.abc import Sequence
 
 from ..errors import AmbiguousLoopId, LoopNotFound
 
-__all__ = ["MATCHES_SHOWN", "resolve_loop_id"]
+__all__ = ["MATCHES_SHOWN", "MIN_TAIL", "resolve_loop_id"]
 
 #: How many matching ids an ambiguous prefix's error lists (ask the store for one more).
 MATCHES_SHOWN = 10
 
+#: The fewest characters that name a loop by the end of its id: a shorter tail (a typo, a
+#: stray digit) is never taken for a loop to stop.
+MIN_TAIL = 6
+
 
 def resolve_loop_id(given: str, matches: Sequence[str], *, where: str = "the store") -> str:
-    """The loop id ``given`` names among ``matches`` (the ids that start with it, sorted).
+    """The loop id ``given`` names among ``matches`` (the ids that start with it, or else
+    end with it, sorted).
 
     The whole id wins even when it is also the prefix of other ids.
 
@@ -34,7 +41,8 @@ def resolve_loop_id(given: str, matches: Sequence[str], *, where: str = "the sto
         return matches[0]
     shown = ", ".join(matches[:MATCHES_SHOWN])
     more = " and more" if len(matches) > MATCHES_SHOWN else ""
+    part = "prefix" if all(m.startswith(given) for m in matches) else "tail"
     raise AmbiguousLoopId(
-        f"loop id prefix {given!r} matches several loops in {where}: {shown}{more}; "
+        f"loop id {part} {given!r} matches several loops in {where}: {shown}{more}; "
         "give more of the id"
     )

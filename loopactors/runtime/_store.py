@@ -191,7 +191,7 @@ class Store(Actor[Any]):
             return await self._run(backend.live_loops)
         if kind is FindLoopIds:
             return await self._run(
-                lambda: backend.find_loop_ids(message.prefix, limit=message.limit)
+                lambda: backend.matching_loop_ids(message.prefix, limit=message.limit)
             )
         if kind is GetRounds:
             return await self._run(backend.rounds, message.loop_id)

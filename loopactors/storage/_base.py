@@ -15,6 +15,7 @@ import msgspec
 from ..errors import StoreError
 from ..loops import (
     MATCHES_SHOWN,
+    MIN_TAIL,
     AnyEvent,
     LoopState,
     RoundRecord,
@@ -184,15 +185,28 @@ class StoreBackend(abc.ABC):
         """The ids of the loops whose id starts with ``prefix``, sorted, at most ``limit``
         (see ``loops.resolve_loop_id``)."""
 
+    @abc.abstractmethod
+    def find_loop_ids_ending(self, suffix: str, *, limit: int) -> list[str]:
+        """The ids of the loops whose id ends with ``suffix``, sorted, at most ``limit``."""
+
+    def matching_loop_ids(self, given: str, *, limit: int) -> list[str]:
+        """The ids ``given`` may name: those starting with it, else (for a ``given`` of at
+        least ``MIN_TAIL`` characters) those ending with it, as tables show ids by their tail.
+        """
+        found = self.find_loop_ids(given, limit=limit)
+        if found or len(given) < MIN_TAIL:
+            return found
+        return self.find_loop_ids_ending(given, limit=limit)
+
     def resolve_loop_id(self, given: str, *, where: str = "the store") -> str:
-        """The id of the one loop whose id is ``given`` or starts with it (a prefix copied
-        from a table will do).
+        """The id of the one loop whose id is ``given``, starts with it, or else ends with it
+        (a prefix or a tail copied from a table will do).
 
         Raises:
             LoopNotFound: none does.
             AmbiguousLoopId: several do (the message lists them).
         """
-        matches = self.find_loop_ids(given, limit=MATCHES_SHOWN + 1)
+        matches = self.matching_loop_ids(given, limit=MATCHES_SHOWN + 1)
         return resolve_loop_id(given, matches, where=where)
 
     @abc.abstractmethod

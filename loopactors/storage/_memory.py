@@ -74,6 +74,10 @@ class MemoryBackend(StoreBackend):
         self._check_open()
         return sorted(i for i in self._loops if i.startswith(prefix))[:limit]
 
+    def find_loop_ids_ending(self, suffix: str, *, limit: int) -> list[str]:
+        self._check_open()
+        return sorted(i for i in self._loops if i.endswith(suffix))[:limit]
+
     def rounds(self, loop_id: str) -> list[RoundRecord]:
         self._check_open()
         by_round = self._rounds.get(loop_id, {})

@@ -309,6 +309,13 @@ class SqliteBackend(StoreBackend):
             rows = self._conn.execute(query, (prefix, prefix + "\U0010ffff", limit))
             return [loop_id for (loop_id,) in rows]
 
+    def find_loop_ids_ending(self, suffix: str, *, limit: int) -> list[str]:
+        # A scan of the ids (no index serves a tail): asked only when no id starts with it.
+        query = "SELECT loop_id FROM loops WHERE substr(loop_id, ?) = ? ORDER BY loop_id LIMIT ?"
+        with self._reading():
+            rows = self._conn.execute(query, (-len(suffix), suffix, limit))
+            return [loop_id for (loop_id,) in rows]
+
     def rounds(self, loop_id: str) -> list[RoundRecord]:
         decode = self._round_decoder.decode
         query = "SELECT record FROM rounds WHERE loop_id = ? ORDER BY round"

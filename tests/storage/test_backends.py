@@ -11,7 +11,7 @@ from typing import Any, cast
 import msgspec
 import pytest
 
-from loopactors.errors import StoreError
+from loopactors.errors import AmbiguousLoopId, LoopNotFound, StoreError
 from loopactors.loops._events import (
     AnyEvent,
     LoopFinished,
@@ -478,3 +478,20 @@ def test_sqlite_migration_2_adds_round_cost_to_a_version_1_file(sqlite_path: Pat
     with sqlite3.connect(sqlite_path) as conn:
         assert conn.execute("SELECT cost_usd FROM rounds").fetchall() == [(0.25,)]
     conn.close()
+
+
+def test_a_loop_is_found_by_the_tail_of_its_id(backend: StoreBackend) -> None:
+    ids = ["692d8a1b-0f3e5a7c9b1d2e4f", "692d8a1b-77aa00c4e2b1d9a3", "692d8a1c-5be2c0d4e2b1d9a3"]
+    backend.commit([Write(state=state(i, "complete", created_at=1.0)) for i in ids])
+    assert backend.find_loop_ids_ending("9b1d2e4f", limit=10) == [ids[0]]
+    assert backend.find_loop_ids_ending("e2b1d9a3", limit=10) == ids[1:]
+    assert backend.find_loop_ids_ending("é", limit=10) == []
+    assert backend.resolve_loop_id("9b1d2e4f") == ids[0]
+    assert backend.resolve_loop_id("c4e2b1d9a3") == ids[1]
+    with pytest.raises(AmbiguousLoopId, match="loop id tail 'e2b1d9a3' matches several"):
+        backend.resolve_loop_id("e2b1d9a3")
+    # A prefix wins over a tail, and a tail shorter than MIN_TAIL names nothing.
+    assert backend.resolve_loop_id("692d8a1c") == ids[2]
+    assert backend.matching_loop_ids("2e4f", limit=10) == []
+    with pytest.raises(LoopNotFound):
+        backend.resolve_loop_id("d2e4f")
