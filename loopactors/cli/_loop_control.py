@@ -208,10 +208,10 @@ class _Reading:
 def _cancel(backend: StoreBackend, state: LoopState) -> LoopState:
     rounds = backend.rounds(state.loop_id)
     reason = "stopped while no runtime was running it"
-    final, record, event = cancel_loop(
+    final, record, events = cancel_loop(
         state, reason, time.time(), rounds=rounds, stop_requested="now"
     )
-    backend.commit([Write(state=final, round=record, events=(event,))])
+    backend.commit([Write(state=final, round=record, events=events)])
     return final
 
 

@@ -40,6 +40,11 @@ class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     commit: str | None = None
     next_action: str = "run_next_round"
 
+    @property
+    def type(self) -> str:
+        """The event's tag (``"round_started"``, ...), as written to the ledger."""
+        return str(type(self).__struct_config__.tag)
+
 
 class Initialized(_Event, frozen=True, kw_only=True, tag="initialized"):
     """A new loop (or one re-initialised with force): the whole initial state."""

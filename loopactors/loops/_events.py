@@ -39,6 +39,11 @@ class Gap(msgspec.Struct, frozen=True, kw_only=True, tag="gap", tag_field="type"
     missed: int
     loop_id: str | None = None
 
+    @property
+    def type(self) -> str:
+        """``"gap"``: the wire's tag, as on every event."""
+        return "gap"
+
     def note(self) -> str:
         return f"[loop-progress {self.missed} events missed: the reader fell behind]"
 
@@ -52,6 +57,13 @@ class RoundSummary(msgspec.Struct, gc=False, frozen=True, kw_only=True):
 class LoopEvent(msgspec.Struct, gc=False, frozen=True, kw_only=True, tag_field="type"):
     loop_id: str
     at: float
+
+    @property
+    def type(self) -> str:
+        """The event's wire tag (``"round_finished"``, ...): what ``--json`` and the protocol
+        show as its ``type`` field, so ``event.type == "loop_finished"`` reads as it does there
+        (``isinstance`` works as well)."""
+        return str(type(self).__struct_config__.tag)
 
     def note(self) -> str:
         """The human-readable progress note (each event type words its own)."""

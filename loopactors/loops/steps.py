@@ -313,10 +313,11 @@ def cancel_loop(
     rounds: Sequence[RoundRecord | RoundSummary] = (),
     in_flight: RoundRecord | None = None,
     stop_requested: StopMode | None = None,
-) -> tuple[LoopState, RoundRecord | None, LoopFinished]:
+) -> tuple[LoopState, RoundRecord | None, tuple[AnyEvent, ...]]:
     """A live loop cancelled: its final state, the record that closes the round it had in
     flight (``in_flight`` if given, else a ``cancelled`` one naming ``reason``; ``None`` when
-    no round was in flight), and its ``LoopFinished`` with every round's summary (``rounds``
+    no round was in flight), and its events: the ``RoundFinished`` (``cancelled``) that closes
+    that round on the stream, then the ``LoopFinished`` with every round's summary (``rounds``
     as stored). The one way to cancel: the runner's stop, the Coordinator's end of a loop
     without a runner, and ``loopactors stop`` on a state directory all build it here."""
     if in_flight is None:
@@ -336,7 +337,20 @@ def cancel_loop(
         sorted((r if isinstance(r, RoundSummary) else _summary(r) for r in rounds), key=_round)
     )
     summary = _with_summary(summaries, in_flight)
-    return final, in_flight, finished_event(before, final, summary, now)
+    done = finished_event(before, final, summary, now)
+    if in_flight is None:
+        return final, None, (done,)
+    # Every round_started is closed by a round_finished (docs/protocol.md), a cancelled one too.
+    closed = RoundFinished(
+        loop_id=state.loop_id,
+        at=now,
+        round=in_flight.round,
+        rounds=state.spec.rounds,
+        status="cancelled",
+        duration=in_flight.duration,
+        error=in_flight.error,
+    )
+    return final, in_flight, (closed, done)
 
 
 # -- a round ----------------------------------------------------------------------------------
@@ -619,7 +633,7 @@ def on_control(run: Run, command: Control, stop_mode: StopMode, now: float) -> S
                 duration=now - run.round_started,
                 error="stopped",
             )
-        final, record, done = cancel_loop(
+        final, record, events = cancel_loop(
             state,
             "stopped by request",
             now,
@@ -627,7 +641,7 @@ def on_control(run: Run, command: Control, stop_mode: StopMode, now: float) -> S
             in_flight=in_flight,
             stop_requested="now" if in_flight is not None else None,
         )
-        run, ending = _ended(run, final, record, (done,), wait=True)
+        run, ending = _ended(run, final, record, events, wait=True)
         return run, effects + ending
     if command == "pause":
         if state.phase == "awaiting_worker":

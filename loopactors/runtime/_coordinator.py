@@ -319,11 +319,11 @@ class Coordinator(Actor[Any]):
             GetRounds(state.loop_id), self.deps.call_timeout
         )
         # The round it had in flight, if any, is closed; the final event has every round.
-        final, record, done = cancel_loop(state, reason, time.time(), rounds=rounds)
+        final, record, events = cancel_loop(state, reason, time.time(), rounds=rounds)
         # The Breaker may hold its ledger (it ran rounds before a Coordinator restart).
         forget = Forward(BREAKER, ForgetLedger(state.loop_id))
         await self.svc.store.call(
-            Commit(Write(state=final, round=record, events=(done,)), (forget,)),
+            Commit(Write(state=final, round=record, events=events), (forget,)),
             self.deps.call_timeout,
         )
         self._forget(state.loop_id)

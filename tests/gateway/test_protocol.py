@@ -375,3 +375,35 @@ async def test_status_pages_and_heads(live_node: LiveNode) -> None:
         bad = await raw.ask({"type": "status", "id": 9, "after": "nonsense"})
         assert bad["type"] == "error"
         assert bad["code"] == "invalid_request"
+
+
+async def test_a_stop_mid_round_closes_the_round_on_the_stream(live_node: LiveNode) -> None:
+    """docs/protocol.md: every round_started is followed by its round_finished, a round a
+    stop cancelled too; the node's figures (the dashboard's, /metrics') count it."""
+    async with connect(live_node.url, token=live_node.token) as node:
+        state = await node.start("|loop:3| long", worker="scripted:latency=3600")
+        async with await node.subscribe(state.loop_id, replay=True) as events:
+            seen: list[AnyEvent] = []
+            async for event in events:
+                assert not isinstance(event, Gap)
+                seen.append(event)
+                if event.type == "round_started":
+                    await node.stop(state.loop_id)
+                if isinstance(event, LoopFinished):
+                    break
+        assert [e.type for e in seen] == [
+            "loop_started",
+            "round_started",
+            "round_finished",
+            "loop_finished",
+        ]
+        closed = seen[2]
+        assert isinstance(closed, RoundFinished)
+        assert (closed.round, closed.status, closed.error) == (1, "cancelled", "stopped")
+        assert closed.duration is not None
+        assert closed.duration >= 0
+        assert seen[3].phase == "cancelled"  # type: ignore[union-attr]
+        stats = await node.statistics()
+        assert stats.rounds == {"cancelled": 1}
+        history = await node.history(state.loop_id)
+        assert [(r.round, r.status) for r in history.rounds] == [(1, "cancelled")]

@@ -354,7 +354,9 @@ def test_cancel_loop_closes_the_round_in_flight_and_sums_up_every_round(
         stored.append(
             RoundRecord(loop_id="L1", round=state.round, status="running", started_at=NOW - 1)
         )
-    final, record, done = cancel_loop(state, "nobody runs it", NOW, rounds=stored)
+    final, record, events = cancel_loop(state, "nobody runs it", NOW, rounds=stored)
+    done = events[-1]
+    assert isinstance(done, LoopFinished)
     assert final.phase == "cancelled"
     assert final.reason == "nobody runs it"
     assert done == LoopFinished(
@@ -371,8 +373,21 @@ def test_cancel_loop_closes_the_round_in_flight_and_sums_up_every_round(
         assert (record.round, record.status) == (state.round, "cancelled")
         assert record.started_at == NOW - 1  # what the intent recorded is kept
         assert record.error == "the loop ended while this round was in flight: nobody runs it"
+        # The round started on the stream is closed on it, before the loop's end.
+        assert events[:-1] == (
+            RoundFinished(
+                loop_id="L1",
+                at=NOW,
+                round=state.round,
+                rounds=state.spec.rounds,
+                status="cancelled",
+                duration=None,
+                error=record.error,
+            ),
+        )
     else:
         assert record is None
+        assert events == (done,)
     expected = {n: "completed" for n in numbers}
     if record is not None:
         expected[record.round] = "cancelled"
