@@ -27,7 +27,7 @@ from loopactors.cli._follow import PHASE_EXIT
 from loopactors.codeloop._cli import build_parser as build_code_parser
 from loopactors.errors import LoopSyntaxError
 from loopactors.loops import parse_loop
-from loopactors.runtime import BreakerSettings, NodeSettings, RuntimeConfig
+from loopactors.runtime import BreakerSettings, NodeSettings, NotifySettings, RuntimeConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -120,8 +120,9 @@ def test_each_documented_rejection_says_what_is_documented(text: str, message: s
         (RuntimeConfig, "state_dir", {"node"}),  # `node` is the [node] table below
         (BreakerSettings, "max_consecutive_failures", set()),
         (NodeSettings, "host", set()),
+        (NotifySettings, "urls", set()),
     ],
-    ids=["RuntimeConfig", "BreakerSettings", "NodeSettings"],
+    ids=["RuntimeConfig", "BreakerSettings", "NodeSettings", "NotifySettings"],
 )
 def test_configuration_tables_list_every_key_with_its_default(
     cls: type, first_key: str, not_in_table: set[str]

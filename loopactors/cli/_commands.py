@@ -79,6 +79,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--round-timeout", type=float, metavar="S")
     run.add_argument("--inter-round-delay", type=float, metavar="S")
     run.add_argument("--max-concurrent", type=int, metavar="N", help="rounds in flight at once")
+    _notify_options(run)
     _connect_options(run)
     breaker = run.add_argument_group("run-ledger breaker (loop-context's rules)")
     breaker.add_argument("--stagnation", type=int, metavar="N", help="same error N times (3)")
@@ -154,6 +155,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     commands.add_parser("version", help="print the installed version")
     return parser
+
+
+def _notify_options(run: argparse.ArgumentParser) -> None:
+    """``--notify`` and ``--notify-on`` (docs/notifications.md)."""
+    run.add_argument(
+        "--notify",
+        action="append",
+        metavar="URL",
+        help="tell this apprise URL when the loop ends, waits or hits a budget (repeatable; "
+        "json://HOST:PORT/PATH, mailto://..., ntfy://TOPIC, ...)",
+    )
+    run.add_argument(
+        "--notify-on",
+        metavar="EVENTS",
+        help="which events notify, comma-separated (loop_finished,round_deferred,"
+        "budget_reached,check_failing; default: all)",
+    )
 
 
 def _state_options(
@@ -316,6 +334,10 @@ def _loop_options(args: argparse.Namespace) -> dict[str, Any]:
         "max_tokens": args.token_budget,
         "similarity_threshold": args.similarity,
         "inject_ledger": args.inject_ledger or None,
+        "notify": tuple(args.notify) if args.notify else None,
+        "notify_on": tuple(e.strip() for e in args.notify_on.split(",") if e.strip())
+        if args.notify_on
+        else None,
     }
 
 

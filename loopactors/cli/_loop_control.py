@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from ..errors import ConfigError, LoopNotFound, StoreError
-from ..loops import LoopState, RoundRecord, cancel_loop, output_heads
+from ..loops import LoopState, RoundRecord, cancel_loop, output_heads, shown
 from ..storage import DB_FILENAME, Write
 
 # The runtime, client, rich and the agent load where they are used (see cli/_commands.py).
@@ -239,6 +239,7 @@ async def show_status(
     else:
         states = [state async for page in control.loop_pages() for state in page]
     if args.json:
+        states = [shown(state) for state in states]
         payload: Any = states[0] if args.loop_id is not None else states
         if args.loop_id is None and transport is not None:
             from ..transport import status_data  # noqa: PLC0415 - see the note
@@ -283,7 +284,7 @@ async def show_history(
 async def stop_loop(control: LoopControl, args: argparse.Namespace) -> int:
     state = await control.stop(args.loop_id, after_round=args.after_round)
     if args.json:
-        print(_json.encode(state).decode())
+        print(_json.encode(shown(state)).decode())
     elif state.phase == "cancelled":
         print(f"{state.loop_id}: cancelled after {state.completed_rounds} completed round(s)")
     elif state.stop_requested == "after_round":
@@ -296,7 +297,7 @@ async def stop_loop(control: LoopControl, args: argparse.Namespace) -> int:
 async def pause_loop(control: LoopControl, args: argparse.Namespace) -> int:
     state = await control.pause(args.loop_id)
     if args.json:
-        print(_json.encode(state).decode())
+        print(_json.encode(shown(state)).decode())
     elif state.phase == "paused":
         print(f"{state.loop_id}: paused at round {state.round}")
     elif state.pause_requested:
@@ -312,7 +313,7 @@ async def pause_loop(control: LoopControl, args: argparse.Namespace) -> int:
 async def resume_loop(control: LoopControl, args: argparse.Namespace) -> int:
     state = await control.resume(args.loop_id)
     if args.json:
-        print(_json.encode(state).decode())
+        print(_json.encode(shown(state)).decode())
     elif state.terminal:
         print(f"{state.loop_id}: already {state.phase}")
     else:
@@ -322,7 +323,7 @@ async def resume_loop(control: LoopControl, args: argparse.Namespace) -> int:
 
 def print_history(args: argparse.Namespace, state: LoopState, rounds: list[RoundRecord]) -> int:
     if args.json:
-        print(_json.encode({"loop": state, "rounds": rounds}).decode())
+        print(_json.encode({"loop": shown(state), "rounds": rounds}).decode())
         return 0
     from rich.console import Console  # noqa: PLC0415 - see the note on the imports
 

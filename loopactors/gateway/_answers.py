@@ -26,7 +26,7 @@ from ..errors import (
     LoopSyntaxError,
     WorkerSpecError,
 )
-from ..loops import LoopState, RoundRecord, output_heads
+from ..loops import LoopState, RoundRecord, output_heads, shown
 from ..runtime import breaker_standing
 from ._errors import Refusal
 from ._protocol import (
@@ -100,13 +100,13 @@ async def answer(request: Any, gateway: Gateway) -> Any:
     if isinstance(request, Ping):
         return Pong(time=time.time())
     if isinstance(request, Start):
-        return await _start(request, gateway)
+        return shown(await _start(request, gateway))
     if isinstance(request, Stop):
-        return await rt.handle(request.loop_id).stop(after_round=request.after_round)
+        return shown(await rt.handle(request.loop_id).stop(after_round=request.after_round))
     if isinstance(request, Pause):
-        return await rt.handle(request.loop_id).pause()
+        return shown(await rt.handle(request.loop_id).pause())
     if isinstance(request, Resume):
-        return await rt.handle(request.loop_id).resume()
+        return shown(await rt.handle(request.loop_id).resume())
     if isinstance(request, History):
         return await _history(request, gateway)
     if isinstance(request, Output):
@@ -183,8 +183,8 @@ def _check_head(head: int) -> int:
 
 def headed(state: LoopState, head: int) -> LoopState:
     """Never a whole output in a status answer: a frame must stay small whatever a worker
-    printed (docs/protocol.md)."""
-    return output_heads(state, [], head)[0]
+    printed (docs/protocol.md); never a notification URL's secrets."""
+    return shown(output_heads(state, [], head)[0])
 
 
 async def _history(request: History, gateway: Gateway) -> Rounds:
@@ -193,7 +193,7 @@ async def _history(request: History, gateway: Gateway) -> Rounds:
     state, records = await gateway.runtime.recorded(request.loop_id)
     breaker = breaker_standing(state, records, time.time())
     state, rounds = output_heads(state, records, head)
-    return Rounds(loop=state, rounds=rounds, breaker=breaker)
+    return Rounds(loop=shown(state), rounds=rounds, breaker=breaker)
 
 
 async def _output(request: Output, gateway: Gateway) -> RoundRecord:

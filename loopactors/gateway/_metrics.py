@@ -152,6 +152,7 @@ class NodeMetrics:
         runtime = self.runtime
         store = await runtime.store_statistics()
         gateway_stats = gateway.statistics()
+        notifier = await runtime.notifier_statistics()
         return NodeStatistics(
             node_id=gateway.node_id,
             time=time.time(),
@@ -169,6 +170,10 @@ class NodeMetrics:
             subscriptions=gateway_stats.subscriptions,
             events_dropped=gateway.events_dropped + self.missed,
             actors=await actor_tree(runtime),
+            notifications_sent=notifier.sent,
+            notifications_failed=notifier.failed,
+            notifications_dropped=notifier.dropped,
+            notifications_queued=store.notifications,
         )
 
     async def exposition(self, gateway: Gateway) -> bytes:
@@ -266,3 +271,17 @@ class _Snapshot(Collector):
         )
         dropped.add_metric([], stats.events_dropped)
         yield dropped
+        notifications = CounterMetricFamily(
+            "loopactors_notifications",
+            "Notifications delivered, failed (each retried later) and dropped (too old).",
+            labels=["outcome"],
+        )
+        notifications.add_metric(["sent"], stats.notifications_sent)
+        notifications.add_metric(["failed"], stats.notifications_failed)
+        notifications.add_metric(["dropped"], stats.notifications_dropped)
+        yield notifications
+        queued = GaugeMetricFamily(
+            "loopactors_notifications_queued", "Notifications waiting in the store's queue."
+        )
+        queued.add_metric([], stats.notifications_queued)
+        yield queued

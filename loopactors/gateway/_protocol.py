@@ -326,6 +326,12 @@ class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     #: Events a subscriber (or the node's own metrics) missed because it fell behind.
     events_dropped: int
     actors: list[ActorInfo]
+    #: Notifications since the node started: delivered, failed attempts (retried later),
+    #: dropped (too old); and waiting in the store's queue now.
+    notifications_sent: int = 0
+    notifications_failed: int = 0
+    notifications_dropped: int = 0
+    notifications_queued: int = 0
 
 
 #: The data type of the :class:`Ok` reply to each request type.

@@ -2,8 +2,9 @@
 phases, events and the per-round rules.
 
 General layout: ``_syntax`` (parser), ``_model`` (structs and the transition function),
-``_events`` (typed progress events), ``_rules`` (prompt, breaker checks, next phase),
-``steps`` (public: the LoopRunner's decisions as pure functions, and the effects they return).
+``_events`` (typed progress events), ``_notify`` (which events notify whom), ``_rules``
+(prompt, breaker checks, next phase), ``steps`` (public: the LoopRunner's decisions as pure
+functions, and the effects they return).
 """
 
 from ._events import AgentStep as AgentStep
@@ -36,6 +37,13 @@ from ._model import RoundStatus as RoundStatus
 from ._model import StopMode as StopMode
 from ._model import check_transition as check_transition
 from ._model import output_heads as output_heads
+from ._notify import NOTIFY_EVENTS as NOTIFY_EVENTS
+from ._notify import Notification as Notification
+from ._notify import NotifyEvent as NotifyEvent
+from ._notify import check_notify as check_notify
+from ._notify import notifications_for as notifications_for
+from ._notify import redact_notify_url as redact_notify_url
+from ._notify import shown as shown
 from ._rules import Prompt as Prompt
 from ._rules import Verdict as Verdict
 from ._rules import build_prompt as build_prompt
@@ -65,6 +73,7 @@ __all__ = [
     "MATCHES_SHOWN",
     "MAX_ROUNDS",
     "MIN_TAIL",
+    "NOTIFY_EVENTS",
     "TERMINAL_PHASES",
     "AgentStep",
     "AnyEvent",
@@ -79,6 +88,8 @@ __all__ = [
     "LoopStarted",
     "LoopState",
     "Mode",
+    "Notification",
+    "NotifyEvent",
     "ParsedLoop",
     "Phase",
     "Prompt",
@@ -96,6 +107,7 @@ __all__ = [
     "build_prompt",
     "cancel_loop",
     "check_before_round",
+    "check_notify",
     "check_transition",
     "defer_round",
     "deferred_wait",
@@ -105,13 +117,16 @@ __all__ = [
     "next_phase",
     "no_completed_round",
     "normalize_output",
+    "notifications_for",
     "on_control",
     "on_give_up",
     "on_recovery",
     "output_heads",
     "parse_loop",
+    "redact_notify_url",
     "resolve_loop_id",
     "resume_step",
     "round_intent",
+    "shown",
     "stale_rounds_after",
 ]

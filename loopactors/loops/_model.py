@@ -129,6 +129,12 @@ class LoopSpec(msgspec.Struct, gc=False, frozen=True, kw_only=True, forbid_unkno
     parent_id: str | None = None
     #: True when the requested rounds were above MAX_ROUNDS and were clamped.
     clamped: bool = False
+    #: Notification URLs (apprise's forms: json://, mailto://, ntfy://, slack://, ...), the
+    #: events that go to them (empty: every one, ``loops.NOTIFY_EVENTS``), and after how many
+    #: failing ``until`` checks in a row ``check_failing`` goes out (docs/notifications.md).
+    notify: tuple[str, ...] = ()
+    notify_on: tuple[str, ...] = ()
+    notify_check_failures: int = 3
 
 
 class RoundRecord(msgspec.Struct, gc=False, frozen=True, kw_only=True):

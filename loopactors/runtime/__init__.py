@@ -2,9 +2,9 @@
 
 General layout: ``_api`` (open_runtime, Runtime, LoopHandle), ``_coordinator``, ``_runner``
 (one LoopRunner per live loop), ``_dispatcher``, one module per service actor (``_store``,
-``_breaker``, ``_context_builder``, ``_timers``), ``_messages`` (every message they exchange),
-``_wiring`` (their names and how they reach each other), ``_events`` (subscriber fan-out),
-``_config`` (configuration files).
+``_breaker``, ``_context_builder``, ``_timers``, ``_notifier``), ``_messages`` (every message
+they exchange), ``_wiring`` (their names and how they reach each other), ``_events``
+(subscriber fan-out), ``_config`` (configuration files).
 """
 
 from .._lazy import lazy_names
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ._api import open_runtime as open_runtime
     from ._config import BreakerSettings as BreakerSettings
     from ._config import NodeSettings as NodeSettings
+    from ._config import NotifySettings as NotifySettings
     from ._config import RuntimeConfig as RuntimeConfig
     from ._config import find_config as find_config
     from ._config import load_config as load_config
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from ._ledger import ledger_of as ledger_of
     from ._lock import NODE_URL_FILE as NODE_URL_FILE
     from ._lock import lock_state_dir as lock_state_dir
+    from ._notifier import NotifierStatistics as NotifierStatistics
     from ._spec import build_spec as build_spec
 
 __all__ = [
@@ -42,6 +44,8 @@ __all__ = [
     "Gap",
     "LoopHandle",
     "NodeSettings",
+    "NotifierStatistics",
+    "NotifySettings",
     "Runtime",
     "RuntimeConfig",
     "Subscription",
@@ -67,6 +71,8 @@ _HOMES = {
     "MAX_AGE": "_api",
     "NODE_URL_FILE": "_lock",
     "NodeSettings": "_config",
+    "NotifierStatistics": "_notifier",
+    "NotifySettings": "_config",
     "Runtime": "_api",
     "RuntimeConfig": "_config",
     "Subscription": "_events",

@@ -54,12 +54,14 @@ from ._messages import (
     GetEvents,
     GetLoop,
     GetLoops,
+    GetNotifierStatistics,
     GetRounds,
     GetStoreStatistics,
     ListLoops,
     PruneLoops,
     StartLoop,
 )
+from ._notifier import Notifier, NotifierStatistics
 from ._spec import build_spec
 from ._store import Store
 from ._timers import Timers
@@ -68,6 +70,7 @@ from ._wiring import (
     CONTEXT_BUILDER,
     COORDINATOR,
     DISPATCHER,
+    NOTIFIER,
     STORE,
     TIMERS,
     RunnerDeps,
@@ -302,6 +305,13 @@ class Runtime:
         stats: StoreStatistics = await self._ask(self._store, GetStoreStatistics())
         return stats
 
+    async def notifier_statistics(self) -> NotifierStatistics:
+        """Notifications delivered, failed (each retried) and dropped since the start."""
+        stats: NotifierStatistics = await self._ask(
+            self.node.ref(NOTIFIER), GetNotifierStatistics()
+        )
+        return stats
+
     async def prune(self, older_than: float, *, dry_run: bool = False) -> PruneReport:
         """Remove the loops that finished more than ``older_than`` seconds ago, with their
         rounds and events (with ``dry_run``, only count them). Live and paused loops are
@@ -421,6 +431,12 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
             name="loops",
         ),
         ChildSpec(COORDINATOR, functools.partial(Coordinator, deps, limits), name=COORDINATOR),
+        ChildSpec(
+            NOTIFIER,
+            functools.partial(Notifier, config.notify),
+            name=NOTIFIER,
+            shutdown=config.notify.timeout + 5.0,
+        ),
     ]
 
 

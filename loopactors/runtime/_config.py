@@ -17,9 +17,17 @@ import cattrs
 from cattrs.v import format_exception
 
 from ..errors import ConfigError
+from ..loops import NOTIFY_EVENTS, redact_notify_url
 from ..transport import check_transport, redact_url
 
-__all__ = ["BreakerSettings", "NodeSettings", "RuntimeConfig", "find_config", "load_config"]
+__all__ = [
+    "BreakerSettings",
+    "NodeSettings",
+    "NotifySettings",
+    "RuntimeConfig",
+    "find_config",
+    "load_config",
+]
 
 CONFIG_FILE = "loopactors.toml"
 
@@ -129,6 +137,49 @@ class NodeSettings:
         return attrs.evolve(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+def _notify_urls(_: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    for url in value:
+        if "://" not in url:
+            raise ValueError(
+                f"{attribute.name}: {redact_notify_url(url)!r} is not a URL: write SCHEME://..., "
+                "e.g. json://host:port/path, mailto://..., ntfy://topic"
+            )
+
+
+def _notify_events(_: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    unknown = sorted(set(value) - set(NOTIFY_EVENTS))
+    if unknown:
+        raise ValueError(
+            f"{attribute.name}: unknown event(s) {', '.join(unknown)}; accepted: "
+            f"{', '.join(NOTIFY_EVENTS)}"
+        )
+
+
+def _shown_urls(urls: tuple[str, ...]) -> str:
+    return repr(tuple(redact_notify_url(url) for url in urls))
+
+
+@attrs.frozen(kw_only=True)
+class NotifySettings:
+    """Notifications (``[notify]``, docs/notifications.md): the node's default URLs and
+    events for loops that name none, and how the queue is delivered."""
+
+    #: apprise URLs every loop notifies unless it names its own (``notify=``).
+    urls: tuple[str, ...] = attrs.field(default=(), validator=_notify_urls, repr=_shown_urls)
+    #: The events that notify (empty: all of them).
+    events: tuple[str, ...] = attrs.field(default=(), validator=_notify_events)
+    #: ``check_failing`` goes out after this many failing ``until`` checks in a row.
+    check_failures: int = attrs.field(default=3, validator=_positive)
+    #: A notification not delivered within this many seconds is dropped (logged, counted).
+    max_age: float = attrs.field(default=86_400.0, validator=_positive)
+    #: The first retry after this many seconds, doubling up to ``retry_max``.
+    retry_first: float = attrs.field(default=5.0, validator=_positive)
+    retry_max: float = attrs.field(default=600.0, validator=_positive)
+    #: Seconds one delivery may take (apprise runs in a worker thread), and how many run at once.
+    timeout: float = attrs.field(default=30.0, validator=_positive)
+    max_parallel: int = attrs.field(default=4, validator=_positive)
+
+
 @attrs.frozen
 class RuntimeConfig:
     """Everything a runtime can be told; every field has a working default."""
@@ -172,6 +223,8 @@ class RuntimeConfig:
     #: everything. Pruned at the start, then hourly (or every tenth of this if shorter, at most
     #: once a minute).
     retention_days: float | None = attrs.field(default=None, validator=_retention)
+    #: Notifications of loops (``[notify]``).
+    notify: NotifySettings = attrs.field(factory=NotifySettings)
 
     def replace(self, **changes: Any) -> RuntimeConfig:
         """A copy with ``changes``; ``None`` values are ignored (flags that were not given)."""

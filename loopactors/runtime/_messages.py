@@ -36,6 +36,7 @@ __all__ = [
     "Commit",
     "ControlLoop",
     "Dispatch",
+    "DueNotifications",
     "Escalate",
     "FindLoopIds",
     "ForgetLedger",
@@ -44,6 +45,7 @@ __all__ = [
     "GetEvents",
     "GetLoop",
     "GetLoops",
+    "GetNotifierStatistics",
     "GetRoundSummaries",
     "GetRounds",
     "GetStoreStatistics",
@@ -51,6 +53,10 @@ __all__ = [
     "ListLiveLoops",
     "ListLoops",
     "LoopEnded",
+    "NextNotificationAt",
+    "NotificationDone",
+    "NotificationRetry",
+    "NotificationsQueued",
     "PromptReady",
     "PruneLoops",
     "RecordAttempt",
@@ -139,6 +145,39 @@ class PruneLoops(msgspec.Struct, frozen=True):
 
 
 # -- Breaker and ContextBuilder -------------------------------------------------------------
+
+
+class DueNotifications(msgspec.Struct, gc=False, frozen=True):
+    """The Notifier asks the Store for up to ``limit`` notifications due at ``now`` (UNIX)."""
+
+    now: float
+    limit: int
+
+
+class NextNotificationAt(msgspec.Struct, gc=False, frozen=True):
+    """When the earliest queued notification is due (``None``: the queue is empty)."""
+
+
+class NotificationDone(msgspec.Struct, gc=False, frozen=True):
+    """Take a notification off the queue: delivered, or dropped for its age."""
+
+    notification_id: int
+
+
+class NotificationRetry(msgspec.Struct, gc=False, frozen=True):
+    """A delivery failed: the notification is due again at ``next_at`` (UNIX)."""
+
+    notification_id: int
+    next_at: float
+    attempts: int
+
+
+class NotificationsQueued(msgspec.Struct, gc=False, frozen=True):
+    """The Store committed new notifications: the Notifier looks at its queue now."""
+
+
+class GetNotifierStatistics(msgspec.Struct, gc=False, frozen=True):
+    pass
 
 
 class CheckRound(msgspec.Struct, gc=False, frozen=True):

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from ..errors import LoopSyntaxError
-from ..loops import MAX_ROUNDS, LoopSpec, parse_loop
+from ..loops import MAX_ROUNDS, LoopSpec, check_notify, parse_loop
 from ._config import RuntimeConfig
 
 __all__ = ["build_spec", "validate_spec"]
@@ -41,6 +41,9 @@ def build_spec(
         "stagnation_threshold": config.breaker.stagnation_threshold,
         "frustration_threshold": config.breaker.frustration_threshold,
         "similarity_threshold": config.breaker.similarity_threshold,
+        "notify": config.notify.urls,
+        "notify_on": config.notify.events,
+        "notify_check_failures": config.notify.check_failures,
     }
     if isinstance(loop, LoopSpec):
         blank = LoopSpec(task=loop.task)
@@ -108,6 +111,11 @@ def validate_spec(spec: LoopSpec) -> LoopSpec:
         )
     if spec.seed_cap < 0:
         problems.append(f"seed_cap must be >= 0, got {spec.seed_cap}")
+    problems += check_notify(spec.notify, spec.notify_on, spec.notify_check_failures)
+    if spec.notify and not problems:
+        from ._notifier import check_notify_urls  # noqa: PLC0415 - apprise only when needed
+
+        problems += check_notify_urls(spec.notify)
     if problems:
         raise LoopSyntaxError("; ".join(problems))
     return spec

@@ -20,6 +20,7 @@ from ..storage import PRUNE_BATCH, CommitLatency, PruneReport, StoreBackend, Wri
 from ._events import EventBus
 from ._messages import (
     Commit,
+    DueNotifications,
     FindLoopIds,
     Forward,
     GetEvents,
@@ -30,10 +31,14 @@ from ._messages import (
     GetStoreStatistics,
     ListLiveLoops,
     ListLoops,
+    NextNotificationAt,
+    NotificationDone,
+    NotificationRetry,
+    NotificationsQueued,
     PruneLoops,
 )
 from ._retention import keep_pruning
-from ._wiring import deliver
+from ._wiring import NOTIFIER, deliver
 
 __all__ = ["Store"]
 
@@ -202,6 +207,21 @@ class Store(Actor[Any]):
         if kind is GetStoreStatistics:
             stats = await self._run(backend.statistics)
             return msgspec.structs.replace(stats, commit_seconds=self.commit_latency)
+        if kind is DueNotifications:
+            return await self._run(
+                lambda: backend.due_notifications(message.now, limit=message.limit)
+            )
+        if kind is NextNotificationAt:
+            return await self._run(backend.next_notification_at)
+        if kind is NotificationDone:
+            return await self._run(backend.notification_done, message.notification_id)
+        if kind is NotificationRetry:
+            return await self._run(
+                backend.notification_retry,
+                message.notification_id,
+                message.next_at,
+                message.attempts,
+            )
         if kind is PruneLoops:
             total = PruneReport(before=message.before, dry_run=message.dry_run)
             await self._prune(total, "", self.defer_reply() if self.in_call else None)
@@ -297,14 +317,18 @@ class Store(Actor[Any]):
             )
             self._full_since = None
         publish = self._bus.publish
+        queued = False
         for write in writes:
             for event in write.events:
                 publish(event)
+            queued = queued or bool(write.events and write.state.spec.notify)
         for pending in waiting:
             pending.reply(None)
         node = self.node
         for forward in forwards:
             await deliver(node, forward.name, forward.message)
+        if queued:  # the Notifier delivers what this commit queued
+            await deliver(node, NOTIFIER, NotificationsQueued())
 
     def _disk_full(self, exc: StoreError) -> None:
         if self._full_since is None:

@@ -20,6 +20,7 @@ __all__ = [
     "CONTEXT_BUILDER",
     "COORDINATOR",
     "DISPATCHER",
+    "NOTIFIER",
     "RUNNER_PREFIX",
     "STORE",
     "TIMERS",
@@ -36,6 +37,7 @@ BREAKER = "breaker"
 CONTEXT_BUILDER = "context_builder"
 DISPATCHER = "dispatcher"
 TIMERS = "timers"
+NOTIFIER = "notifier"
 COORDINATOR = "coordinator"
 
 RUNNER_PREFIX = "loop:"

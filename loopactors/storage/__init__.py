@@ -15,6 +15,7 @@ from ._base import COMMIT_BUCKETS as COMMIT_BUCKETS
 from ._base import PRUNE_BATCH as PRUNE_BATCH
 from ._base import CommitLatency as CommitLatency
 from ._base import PruneReport as PruneReport
+from ._base import QueuedNotification as QueuedNotification
 from ._base import StoreBackend as StoreBackend
 from ._base import StoreStatistics as StoreStatistics
 from ._base import Write as Write
@@ -28,6 +29,7 @@ __all__ = [
     "CommitLatency",
     "MemoryBackend",
     "PruneReport",
+    "QueuedNotification",
     "SqliteBackend",
     "StoreBackend",
     "StoreStatistics",

@@ -18,8 +18,10 @@ from ..loops import (
     MIN_TAIL,
     AnyEvent,
     LoopState,
+    Notification,
     RoundRecord,
     RoundSummary,
+    notifications_for,
     resolve_loop_id,
 )
 
@@ -27,6 +29,7 @@ __all__ = [
     "COMMIT_BUCKETS",
     "CommitLatency",
     "PruneReport",
+    "QueuedNotification",
     "StoreBackend",
     "StoreStatistics",
     "Write",
@@ -45,6 +48,25 @@ class Write(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     events: tuple[AnyEvent, ...] = ()
 
 
+class QueuedNotification(msgspec.Struct, gc=False, frozen=True, kw_only=True):
+    """A notification waiting in the store's queue: its row id, when it is due next (UNIX
+    time) and how many deliveries of it failed so far."""
+
+    id: int
+    notification: Notification
+    next_at: float
+    attempts: int = 0
+
+
+def queued_by(writes: Sequence[Write]) -> list[Notification]:
+    """The notifications a commit of ``writes`` queues (``loops.notifications_for``)."""
+    found: list[Notification] = []
+    for write in writes:
+        if write.events and write.state.spec.notify:
+            found += notifications_for(write.state, write.events)
+    return found
+
+
 class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     loops: int
     live_loops: int
@@ -54,6 +76,8 @@ class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     writes: int
     #: Loops in the store by phase (every phase that has at least one).
     phases: dict[str, int] = {}
+    #: Notifications waiting in the queue to be delivered.
+    notifications: int = 0
     #: How long the Store actor's group commits took (set by the actor, not the backend).
     commit_seconds: CommitLatency | None = None
 
@@ -157,8 +181,25 @@ class StoreBackend(abc.ABC):
 
         A loop's state is replaced; a round record is upserted by ``(loop_id, round)`` (so a
         round re-run under the same idempotency key is recorded once); events are appended
-        to the loop's log in order.
+        to the loop's log in order; the notifications they make (:func:`queued_by`) join the
+        notification queue, due at once.
         """
+
+    @abc.abstractmethod
+    def due_notifications(self, now: float, *, limit: int) -> list[QueuedNotification]:
+        """Up to ``limit`` queued notifications due at ``now`` (UNIX time), oldest first."""
+
+    @abc.abstractmethod
+    def next_notification_at(self) -> float | None:
+        """When the earliest queued notification is due, or ``None`` when none is queued."""
+
+    @abc.abstractmethod
+    def notification_done(self, notification_id: int) -> None:
+        """Take a notification off the queue (delivered, or dropped)."""
+
+    @abc.abstractmethod
+    def notification_retry(self, notification_id: int, next_at: float, attempts: int) -> None:
+        """A delivery failed: due again at ``next_at`` after ``attempts`` failures."""
 
     @abc.abstractmethod
     def get_loop(self, loop_id: str) -> LoopState | None: ...

@@ -7,7 +7,16 @@ from collections.abc import Iterable, Sequence
 
 from ..errors import StoreError
 from ..loops import TERMINAL_PHASES, AnyEvent, LoopState, RoundRecord
-from ._base import PRUNE_BATCH, PruneReport, StoreBackend, StoreStatistics, Write, check_limit
+from ._base import (
+    PRUNE_BATCH,
+    PruneReport,
+    QueuedNotification,
+    StoreBackend,
+    StoreStatistics,
+    Write,
+    check_limit,
+    queued_by,
+)
 
 __all__ = ["MemoryBackend"]
 
@@ -21,6 +30,8 @@ class MemoryBackend(StoreBackend):
         self._loops: dict[str, LoopState] = {}
         self._rounds: dict[str, dict[int, RoundRecord]] = {}
         self._events: dict[str, list[AnyEvent]] = {}
+        self._notifications: dict[int, QueuedNotification] = {}
+        self._next_id = 1
         self._commits = 0
         self._writes = 0
         self._closed = False
@@ -44,8 +55,38 @@ class MemoryBackend(StoreBackend):
                 rounds.setdefault(record.loop_id, {})[record.round] = record
             for event in write.events:
                 events.setdefault(event.loop_id, []).append(event)
+        for notification in queued_by(writes):
+            queued = QueuedNotification(
+                id=self._next_id, notification=notification, next_at=notification.at
+            )
+            self._notifications[self._next_id] = queued
+            self._next_id += 1
         self._commits += 1
         self._writes += len(writes)
+
+    def due_notifications(self, now: float, *, limit: int) -> list[QueuedNotification]:
+        self._check_open()
+        due = sorted(
+            (q for q in self._notifications.values() if q.next_at <= now),
+            key=lambda q: (q.next_at, q.id),
+        )
+        return due[:limit]
+
+    def next_notification_at(self) -> float | None:
+        self._check_open()
+        return min((q.next_at for q in self._notifications.values()), default=None)
+
+    def notification_done(self, notification_id: int) -> None:
+        self._check_open()
+        self._notifications.pop(notification_id, None)
+
+    def notification_retry(self, notification_id: int, next_at: float, attempts: int) -> None:
+        self._check_open()
+        queued = self._notifications.get(notification_id)
+        if queued is not None:
+            self._notifications[notification_id] = QueuedNotification(
+                id=queued.id, notification=queued.notification, next_at=next_at, attempts=attempts
+            )
 
     def get_loop(self, loop_id: str) -> LoopState | None:
         self._check_open()
@@ -130,6 +171,7 @@ class MemoryBackend(StoreBackend):
             commits=self._commits,
             writes=self._writes,
             phases=dict(collections.Counter(s.phase for s in self._loops.values())),
+            notifications=len(self._notifications),
         )
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from ..loops import (
     TERMINAL_PHASES,
     AnyEvent,
     LoopState,
+    Notification,
     RoundRecord,
     RoundSummary,
     event_decoder,
@@ -28,10 +29,12 @@ from ._base import (
     PRUNE_BATCH,
     PRUNE_SCAN,
     PruneReport,
+    QueuedNotification,
     StoreBackend,
     StoreStatistics,
     Write,
     check_limit,
+    queued_by,
 )
 
 __all__ = ["SqliteBackend"]
@@ -65,6 +68,17 @@ _MIGRATIONS: list[tuple[str, ...]] = [
     ),
     # 2: what each round cost (coding-agent CLI kinds), queryable without decoding records.
     ("ALTER TABLE rounds ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0",),
+    # 3: the notification queue (docs/notifications.md): one row per message and URL.
+    (
+        """CREATE TABLE notifications (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            loop_id TEXT NOT NULL,
+            next_at REAL NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            notification BLOB NOT NULL
+        )""",
+        "CREATE INDEX notifications_due ON notifications (next_at, id)",
+    ),
 ]
 
 _UPSERT_LOOP = """
@@ -79,6 +93,7 @@ _UPSERT_ROUND = """
         cost_usd = excluded.cost_usd
 """
 _APPEND_EVENT = "INSERT INTO events (loop_id, type, event) VALUES (?, ?, ?)"
+_QUEUE_NOTIFICATION = "INSERT INTO notifications (loop_id, next_at, notification) VALUES (?, ?, ?)"
 _TERMINAL = tuple(sorted(TERMINAL_PHASES))
 _NOT_TERMINAL = f"phase NOT IN ({', '.join('?' * len(_TERMINAL))})"
 # The loops a prune batch looks at: the next ones by primary key from the cursor, each with
@@ -137,6 +152,7 @@ class SqliteBackend(StoreBackend):
         self._round_decoder = msgspec.json.Decoder(RoundRecord)
         # A record's summary fields only: the output and transcript are skipped, not built.
         self._summary_decoder = msgspec.json.Decoder(RoundSummary)
+        self._notification_decoder = msgspec.json.Decoder(Notification)
         self._commits = 0
         self._writes = 0
         try:
@@ -256,12 +272,49 @@ class SqliteBackend(StoreBackend):
                     _APPEND_EVENT,
                     ((e.loop_id, _event_type(e), encode(e)) for w in writes for e in w.events),
                 )
+                executemany(
+                    _QUEUE_NOTIFICATION,
+                    ((n.loop_id, n.at, encode(n)) for n in queued_by(writes)),
+                )
         except Exception as exc:
             raise StoreError(
                 f"cannot commit {len(writes)} writes to the store {self.path}: {exc}"
             ) from exc
         self._commits += 1
         self._writes += len(writes)
+
+    def due_notifications(self, now: float, *, limit: int) -> list[QueuedNotification]:
+        decode = self._notification_decoder.decode
+        query = (
+            "SELECT id, notification, next_at, attempts FROM notifications "
+            "WHERE next_at <= ? ORDER BY next_at, id LIMIT ?"
+        )
+        with self._reading():
+            return [
+                QueuedNotification(id=i, notification=decode(n), next_at=at, attempts=attempts)
+                for i, n, at, attempts in self._conn.execute(query, (now, limit))
+            ]
+
+    def next_notification_at(self) -> float | None:
+        with self._reading():
+            row = self._conn.execute("SELECT min(next_at) FROM notifications").fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def notification_done(self, notification_id: int) -> None:
+        self._write_queue("DELETE FROM notifications WHERE id = ?", (notification_id,))
+
+    def notification_retry(self, notification_id: int, next_at: float, attempts: int) -> None:
+        self._write_queue(
+            "UPDATE notifications SET next_at = ?, attempts = ? WHERE id = ?",
+            (next_at, attempts, notification_id),
+        )
+
+    def _write_queue(self, statement: str, params: tuple[Any, ...]) -> None:
+        try:
+            with self._transaction():
+                self._conn.execute(statement, params)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot update the notification queue in {self.path}: {exc}") from exc
 
     def get_loop(self, loop_id: str) -> LoopState | None:
         with self._reading():
@@ -385,9 +438,10 @@ class SqliteBackend(StoreBackend):
     def statistics(self) -> StoreStatistics:
         query = f"""SELECT (SELECT count(*) FROM loops),
             (SELECT count(*) FROM loops WHERE {_NOT_TERMINAL}),
-            (SELECT count(*) FROM rounds), (SELECT count(*) FROM events)"""
+            (SELECT count(*) FROM rounds), (SELECT count(*) FROM events),
+            (SELECT count(*) FROM notifications)"""
         with self._reading():
-            loops, live, rounds, events = self._conn.execute(query, _TERMINAL).fetchone()
+            loops, live, rounds, events, queued = self._conn.execute(query, _TERMINAL).fetchone()
             phases = dict(
                 self._conn.execute("SELECT phase, count(*) FROM loops GROUP BY phase").fetchall()
             )
@@ -399,6 +453,7 @@ class SqliteBackend(StoreBackend):
             commits=self._commits,
             writes=self._writes,
             phases=phases,
+            notifications=queued,
         )
 
     def close(self) -> None:

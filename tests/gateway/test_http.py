@@ -114,6 +114,8 @@ async def test_metrics_expose_every_family_with_labels_and_type(
         "loopactors_store_commit_seconds": ("histogram", set()),
         "loopactors_gateway_connections": ("gauge", set()),
         "loopactors_events_dropped": ("counter", set()),
+        "loopactors_notifications": ("counter", {"outcome"}),
+        "loopactors_notifications_queued": ("gauge", set()),
         "process_cpu_seconds": ("counter", set()),
         "process_resident_memory_bytes": ("gauge", set()),
     }
