@@ -31,6 +31,7 @@ from ..errors import ActorError, LoopNotFound
 from ..loops import AnyEvent, LoopFinished, LoopStarted, Phase, RoundFinished
 from ..runtime import Gap, Runtime
 from ..storage import CommitLatency
+from ..workers import worker_kinds
 from ._protocol import ActorInfo, NodeStatistics
 
 if TYPE_CHECKING:
@@ -47,6 +48,9 @@ ROUND_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.
 _LISTED_CHILDREN = 32
 #: Events the metrics' own subscription may hold before it counts them as dropped.
 _QUEUE = 10_000
+#: How a round can finish (``loopactors_rounds_total``'s ``status``; a deferred round is not
+#: finished, it runs again).
+FINISHED_STATUSES = ("completed", "failed", "timed_out", "cancelled")
 
 
 def worker_kind(worker: str) -> str:
@@ -96,9 +100,18 @@ class NodeMetrics:
         self.missed = 0
         self._kinds: dict[str, str] = {}
         self._snapshot: NodeStatistics | None = None
+        # Every known series exists from the start, at 0: a rate or an increase over a
+        # series that appears only with its first round is empty (docs/observability.md's
+        # alert on a node restarted with a hanging loop would never fire).
+        for kind in worker_kinds():
+            for status in FINISHED_STATUSES:
+                self._rounds.labels(status, kind)
+            self._durations.labels(kind)
+            self._tokens.labels(kind)
         self.registry.register(_Snapshot(self))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
+        self._exposed = _WithoutCreated(self.registry)
 
     async def run(self) -> None:
         """Count every event the runtime publishes (until cancelled)."""
@@ -180,7 +193,7 @@ class NodeMetrics:
         """The Prometheus text exposition of every metric, read now."""
         self._snapshot = await self.statistics(gateway)
         try:
-            return generate_latest(self.registry)
+            return generate_latest(self._exposed)
         finally:
             self._snapshot = None
 
@@ -222,6 +235,21 @@ async def actor_tree(runtime: Runtime) -> list[ActorInfo]:
     with trio.move_on_after(5.0):
         await walk(runtime.node.supervisor, "")
     return found
+
+
+class _WithoutCreated(Collector):
+    """The registry without its ``*_created`` series: a counter's creation time is noise to
+    every query here (restarts are read from the counters resetting), and doubles the lines.
+    (prometheus-client's own switch for it is process-wide: an embedding program's metrics
+    are left as they are.)"""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Any]:
+        for family in self.registry.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
 
 
 class _Snapshot(Collector):
