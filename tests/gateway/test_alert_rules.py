@@ -36,7 +36,7 @@ BEFORE, AFTER = 20, 40
 
 def documented_rules() -> str:
     text = DOCS.read_text()
-    blocks = re.findall(r"```yaml\n(groups:.*?)```", text, re.DOTALL)
+    blocks: list[str] = re.findall(r"```yaml\n(groups:.*?)```", text, re.DOTALL)
     assert len(blocks) == 1, "docs/observability.md has one block of alert rules"
     return blocks[0]
 
