@@ -44,6 +44,7 @@ from ._summary import (
 from ._tools import ToolError, inside_workspace
 from ._transcript import Entry, StaleTranscript, Transcript, TranscriptError
 from ._usage import ContextReading, TokenTotals, UsageTracker
+from ._workspace import read_regular
 
 __all__ = ["CompactStage", "MicroApplier", "apply_locally"]
 
@@ -182,6 +183,8 @@ class CompactStage:
 
     def _read(self, path: str) -> str | None:
         try:
-            return inside_workspace(self.workspace, path).read_text(encoding="utf-8")
+            root = self.workspace.resolve()
+            data, _ = read_regular(root, inside_workspace(self.workspace, path))
+            return data.decode("utf-8")
         except (ToolError, OSError, UnicodeDecodeError):
             return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -28,7 +29,7 @@ import trio
 from ..errors import AgentError
 from ._sandbox import BASH_MODES, BashMode, bash_argv, bash_env, find_bwrap
 from ._tools import Tool, ToolContext, ToolError, inside_workspace
-from ._workspace import compile_glob, read_regular, walk_files, write_regular
+from ._workspace import compile_glob, path_mode, read_regular, walk_files, write_regular
 
 __all__ = ["compile_regex", "core_tools"]
 
@@ -84,9 +85,9 @@ async def _in_thread(function: Callable[[], T], name: str, verb: str) -> T:
         raise ToolError(f"cannot {verb} {name!r}: {exc.strerror or exc}") from None
 
 
-async def _read_text(path: Path, name: str) -> tuple[str, str]:
+async def _read_text(root: Path, path: Path, name: str) -> tuple[str, str]:
     """The text of a regular file, and a note when it was longer than the tools read."""
-    data, size = await _in_thread(lambda: read_regular(path), name, "read")
+    data, size = await _in_thread(lambda: read_regular(root, path), name, "read")
     note = ""
     if size > len(data):
         note = f"\n[file is {size} bytes; only the first {len(data)} were read]"
@@ -98,7 +99,7 @@ async def _read(arguments: Mapping[str, Any], context: ToolContext) -> str:
     path = inside_workspace(context.workspace, name)
     offset = max(int(arguments.get("offset") or 1), 1)
     limit = int(arguments.get("limit") or _READ_LINES)
-    text, note = await _read_text(path, name)
+    text, note = await _read_text(context.workspace.resolve(), path, name)
     lines = text.splitlines()
     chosen = lines[offset - 1 : offset - 1 + limit]
     numbered = "\n".join(f"{n:6}\t{line}" for n, line in enumerate(chosen, start=offset))
@@ -111,7 +112,8 @@ async def _write(arguments: Mapping[str, Any], context: ToolContext) -> str:
     path = inside_workspace(context.workspace, name)
     content = _text_arg(arguments, "content")
     data = content.encode("utf-8")
-    await _in_thread(lambda: write_regular(path, data), name, "write")
+    root = context.workspace.resolve()
+    await _in_thread(lambda: write_regular(root, path, data), name, "write")
     return f"wrote {len(content)} chars to {_relative(context, path)}"
 
 
@@ -120,7 +122,8 @@ async def _edit(arguments: Mapping[str, Any], context: ToolContext) -> str:
     path = inside_workspace(context.workspace, name)
     old, new = _text_arg(arguments, "old_string"), _text_arg(arguments, "new_string")
     replace_all = bool(arguments.get("replace_all", False))
-    data, size = await _in_thread(lambda: read_regular(path), name, "read")
+    root = context.workspace.resolve()
+    data, size = await _in_thread(lambda: read_regular(root, path), name, "read")
     if size > len(data):
         raise ToolError(f"{name!r} is {size} bytes, over the {len(data)} bytes edit handles")
     try:
@@ -136,7 +139,7 @@ async def _edit(arguments: Mapping[str, Any], context: ToolContext) -> str:
             "to make it unique, or set replace_all"
         )
     changed = text.replace(old, new).encode("utf-8")
-    await _in_thread(lambda: write_regular(path, changed), name, "write")
+    await _in_thread(lambda: write_regular(root, path, changed), name, "write")
     return f"replaced {count if replace_all else 1} occurrence(s) in {_relative(context, path)}"
 
 
@@ -178,7 +181,7 @@ async def _grep(arguments: Mapping[str, Any], context: ToolContext) -> str:
             return stop.is_set() or time.monotonic() > deadline
 
         hits: list[str] = []
-        if base.is_file():
+        if stat.S_ISREG(path_mode(root, base) or 0):
             files: Iterable[tuple[Path, str]] = [(base, base.name)]
         else:
             files = walk_files(root, base, should_stop=should_stop)
@@ -188,7 +191,7 @@ async def _grep(arguments: Mapping[str, Any], context: ToolContext) -> str:
                 continue  # a file reached again through a symlink is searched once
             searched.add(file)
             try:
-                data, _ = read_regular(file)
+                data, _ = read_regular(root, file)
                 text = data.decode("utf-8")
             except (OSError, UnicodeDecodeError, ToolError):
                 continue  # binary, unreadable or not a regular file: not searchable text

@@ -81,12 +81,17 @@ def inside_workspace(workspace: Path, path: str) -> Path:
     """``path`` (relative to the workspace, or absolute) resolved, refused when outside.
 
     Raises:
-        ToolError: the path resolves (symlinks followed) outside the workspace, or holds a NUL.
+        ToolError: the path resolves (symlinks followed) outside the workspace, holds a NUL, or
+            cannot be resolved (never a raw ``OSError``).
     """
     if "\0" in path:
         raise ToolError(f"path {path!r} holds a NUL character; give a file name")
     root = workspace.resolve()
-    target = (root / path).resolve()
+    try:
+        target = (root / path).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop, or a path changing meanwhile
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ToolError(f"cannot resolve path {path!r}: {reason}; try again") from None
     if target != root and not target.is_relative_to(root):
         raise ToolError(f"path {path!r} is outside the workspace {root}; use a path inside it")
     return target
