@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from tests.hang import HANG
+
 CLI = [sys.executable, "-m", "loopactors"]
 
 
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, timeout: float = HANG) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -120,12 +122,12 @@ def test_ctrl_c_stops_the_loop_and_exits_3(tmp_path: Path) -> None:
     proc = start_run(tmp_path, "--worker", "scripted:latency=5")
     read_until_round(proc, 1)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 3, err
     assert json_lines(out)[-1]["phase"] == "cancelled"
 
 
-def wait_for_file(path: Path, timeout: float = 60) -> str:
+def wait_for_file(path: Path, timeout: float = HANG) -> str:
     deadline = time.monotonic() + timeout
     while not path.exists() or not path.read_text():
         assert time.monotonic() < deadline, f"{path} never appeared"
@@ -133,7 +135,7 @@ def wait_for_file(path: Path, timeout: float = 60) -> str:
     return path.read_text()
 
 
-def gone(pid: int, timeout: float = 10) -> bool:
+def gone(pid: int, timeout: float = HANG) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -148,10 +150,10 @@ def test_a_second_ctrl_c_leaves_at_once_while_a_worker_ignores_sigterm(tmp_path:
     ready = tmp_path / "ready"
     script = (
         "import os, pathlib, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); time.sleep(300)"
+        f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); time.sleep(7200)"
     )
     config = tmp_path / "loopactors.toml"
-    config.write_text("kill_grace = 120\n")  # a stop would wait two minutes for it
+    config.write_text("kill_grace = 3600\n")  # a stop would wait an hour for it
     worker = "command:" + shlex.join([sys.executable, "-c", script])
     proc = start_run(tmp_path / "state", "--worker", worker, "--config", str(config))
     assert proc.stderr is not None
@@ -159,7 +161,7 @@ def test_a_second_ctrl_c_leaves_at_once_while_a_worker_ignores_sigterm(tmp_path:
     proc.send_signal(signal.SIGINT)
     assert "press Ctrl-C again" in proc.stderr.readline()  # the first press was read
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=60)  # not the 120 s grace
+    proc.communicate(timeout=HANG)  # not the hour's grace
     assert proc.returncode == 130
     assert gone(pid)  # and the worker did not outlive it
 
@@ -224,19 +226,17 @@ def test_two_runtimes_cannot_share_a_state_directory(tmp_path: Path) -> None:
 
 
 def test_demo_runs_and_exits_0() -> None:
-    started = time.monotonic()
     result = cli("demo", "--fast")
     assert result.returncode == 0, result.stderr
     assert "every round recorded exactly once: yes" in result.stdout
     assert "cancelled" in result.stdout
-    assert time.monotonic() - started < 30
 
 
 def test_config_file_is_used(tmp_path: Path) -> None:
     (tmp_path / "loopactors.toml").write_text('store = "memory"\nworker = "scripted:tokens=7"\n')
     result = subprocess.run(
         [*CLI, "run", "|loop:1| configured", "--json"],
-        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+        capture_output=True, text=True, timeout=HANG, check=False, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -244,7 +244,7 @@ def test_config_file_is_used(tmp_path: Path) -> None:
     assert not (tmp_path / ".loopactors").exists()  # memory store: nothing written
     (tmp_path / "loopactors.toml").write_text("colour = 'blue'\n")
     bad = subprocess.run(
-        [*CLI, "run", "|loop:1| x"], capture_output=True, text=True, timeout=60, check=False,
+        [*CLI, "run", "|loop:1| x"], capture_output=True, text=True, timeout=HANG, check=False,
         cwd=tmp_path,
     )  # fmt: skip
     assert bad.returncode == 1
@@ -255,7 +255,7 @@ def test_config_file_is_used(tmp_path: Path) -> None:
 def test_a_config_file_that_is_not_utf8_or_an_infinite_timeout_is_refused(tmp_path: Path) -> None:
     (tmp_path / "loopactors.toml").write_bytes(b"store = 'memory' # \xff\n")
     bad = subprocess.run(
-        [*CLI, "run", "|loop:1| x"], capture_output=True, text=True, timeout=60, check=False,
+        [*CLI, "run", "|loop:1| x"], capture_output=True, text=True, timeout=HANG, check=False,
         cwd=tmp_path,
     )  # fmt: skip
     assert bad.returncode == 1
@@ -279,7 +279,7 @@ def test_resume_runs_a_paused_loop_to_its_end(tmp_path: Path) -> None:
     record = RoundRecord(loop_id="paused-one", round=1, status="completed", output="o")
     backend.commit([Write(state=state, round=record)])
     backend.close()
-    result = cli("resume", "--state", str(tmp_path), "--json", timeout=30)
+    result = cli("resume", "--state", str(tmp_path), "--json", timeout=HANG)
     assert result.returncode == 0, result.stderr
     assert json_lines(result.stdout)[-1]["phase"] == "complete"
 
@@ -400,7 +400,7 @@ def test_a_closed_stdout_ends_any_command_quietly(tmp_path: Path, args: list[str
     assert process.stdout is not None
     assert process.stderr is not None
     process.stdout.close()
-    code = process.wait(timeout=60)
+    code = process.wait(timeout=HANG)
     stderr = process.stderr.read().decode()
     process.stderr.close()
     assert "Traceback" not in stderr
@@ -420,7 +420,7 @@ def test_the_console_script_imports_a_python_worker_from_the_working_directory(
     result = subprocess.run(
         [str(script), "run", "|loop:1| x", "--store", "memory", "--json",
          "--worker", "python:mymod:fn"],
-        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+        capture_output=True, text=True, timeout=HANG, check=False, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert json_lines(result.stdout)[-1]["phase"] == "complete"
@@ -483,7 +483,7 @@ def test_any_unique_id_prefix_names_a_loop_and_an_ambiguous_one_lists_them(
     assert "no loop 'zeta'" in cli("status", "zeta", *where).stderr
     # The table shows every id whole, even on a narrow terminal.
     narrow = subprocess.run(
-        [*CLI, "status", *where], capture_output=True, text=True, timeout=60, check=False,
+        [*CLI, "status", *where], capture_output=True, text=True, timeout=HANG, check=False,
         env={**os.environ, "COLUMNS": "60"},
     )  # fmt: skip
     for loop_id in ("alpha-1", "alpha-2", "beta-7", "gamma-3"):

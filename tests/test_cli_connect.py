@@ -11,6 +11,7 @@ import pytest
 from loopactors.cli import main
 from loopactors.cli._address import node_ws_url
 from loopactors.errors import ConfigError
+from tests.hang import HANG
 
 from .gateway.test_cli_node import LOOPACTORS, NodeProcess
 
@@ -88,7 +89,7 @@ def test_every_command_reaches_a_node_by_each_form(tmp_path: Path) -> None:
                 [*LOOPACTORS, *args, "--connect", connect, "--state", str(node.state)],
                 capture_output=True,
                 text=True,
-                timeout=120,
+                timeout=HANG,
             )
 
         forms = [f"127.0.0.1:{port}", f"localhost:{port}", f"http://127.0.0.1:{port}/"]

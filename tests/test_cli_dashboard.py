@@ -14,13 +14,14 @@ import pytest
 
 from loopactors.cli._dashboard import dashboard_url
 from loopactors.errors import ConfigError
+from tests.hang import HANG
 
 from .gateway.test_cli_node import LOOPACTORS, NodeProcess
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(  # noqa: PLW1510 - the exit code is asserted
-        [*LOOPACTORS, *args], capture_output=True, text=True, timeout=60, env=env
+        [*LOOPACTORS, *args], capture_output=True, text=True, timeout=HANG, env=env
     )
 
 
@@ -134,7 +135,7 @@ def test_worker_logs_json_lines() -> None:
         first = json.loads(proc.stderr.readline())
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=HANG)
         proc.stderr.close()
     assert {"ts", "level", "event", "message"} <= set(first)
     assert first["ts"].endswith("+00:00")

@@ -21,6 +21,7 @@ import pytest
 
 from loopactors.loops import LoopSpec, LoopState, RoundRecord
 from loopactors.storage import SqliteBackend, Write
+from tests.hang import HANG
 
 #: A bare interpreter that still finds what this one finds (see the module's docstring).
 BARE = [sys.executable, "-S"]
@@ -52,7 +53,7 @@ def loaded_by(*argv: str) -> tuple[int, str, list[str]]:
         "file=sys.stderr)"
     )
     result = subprocess.run(
-        [*BARE, "-c", code, *argv], capture_output=True, text=True, timeout=60, check=True,
+        [*BARE, "-c", code, *argv], capture_output=True, text=True, timeout=HANG, check=True,
         env=BARE_ENV,
     )  # fmt: skip
     exit_code, loaded = json.loads(result.stderr.strip().splitlines()[-1])
@@ -116,7 +117,7 @@ def test_context_check_on_a_small_ledger_loads_no_msgspec(tmp_path: Path) -> Non
     )
     result = subprocess.run(
         [*BARE, "-c", code, "context", "--check", "--json", "-f", str(ledger)],
-        capture_output=True, text=True, timeout=60, check=True, env=BARE_ENV,
+        capture_output=True, text=True, timeout=HANG, check=True, env=BARE_ENV,
     )  # fmt: skip
     assert json.loads(result.stdout)["trigger"] == "ok"
     assert result.stderr.strip().splitlines()[-1] == "0 []"

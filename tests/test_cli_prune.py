@@ -17,6 +17,7 @@ from loopactors.loops._events import LoopFinished, RoundStarted
 from loopactors.loops._model import TERMINAL_PHASES, LoopSpec, LoopState, Phase, RoundRecord
 from loopactors.runtime._lock import lock_state_dir
 from loopactors.storage import Write, open_backend
+from tests.hang import HANG
 
 DAY = 86_400.0
 SPEC = LoopSpec(task="some task", rounds=3)
@@ -179,7 +180,7 @@ def test_prune_a_loop_the_command_line_ran(
         [*cli, "run", "|loop:2| hello", "--state", str(tmp_path), "--json"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG,
         check=False,
     )
     assert ran.returncode == 0, ran.stderr
@@ -189,7 +190,7 @@ def test_prune_a_loop_the_command_line_ran(
         [*cli, "prune", "--older-than", "0", "--state", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG,
         check=False,
     )
     assert pruned.returncode == 0, pruned.stderr

@@ -19,6 +19,7 @@ from loopactors.cli._progress import Progress, final_table
 from loopactors.cli._tables import print_rows, short_ids
 from loopactors.loops import LoopSpec, LoopState, RoundStarted
 from loopactors.runtime import RuntimeConfig, open_runtime
+from tests.hang import HANG
 
 # Ids as the runtime makes them: one second's hex time, then 16 hex of randomness.
 IDS = ["692d8a1b-0f3e5a7c9b1d2e4f", "692d8a1b-77aa00c4e2b1d9a3", "692d8a1c-5be2c0d4e6f81327"]
@@ -29,7 +30,7 @@ NEXT = "the next version"
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "loopactors", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(command, capture_output=True, text=True, timeout=HANG, check=False)
 
 
 def states() -> list[LoopState]:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.hang import HANG
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -19,7 +21,7 @@ def run_example(name: str) -> str:
         [sys.executable, str(EXAMPLES / name)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG,
         check=False,
     )
     assert result.returncode == 0, result.stderr
@@ -59,7 +61,7 @@ def test_readme_quick_start_runs() -> None:
     text = (ROOT / "README.md").read_text()
     code = text.split("```python\n", 1)[1].split("```", 1)[0]
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG, check=False
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("complete ['round 1 of 3: birch', ")
@@ -104,7 +106,7 @@ def test_agent_loop_explains_how_without_a_model_server() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPACTORS_LLM_")}
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "agent_loop.py")],
-        capture_output=True, text=True, timeout=60, check=False, env=env,
+        capture_output=True, text=True, timeout=HANG, check=False, env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Set LOOPACTORS_LLM_BASE_URL and LOOPACTORS_LLM_MODEL")
@@ -128,7 +130,7 @@ def test_agent_loop_against_a_scripted_model_server() -> None:
         env["LOOPACTORS_LLM_MODEL"] = "scripted"
         result = subprocess.run(
             [sys.executable, str(EXAMPLES / "agent_loop.py")],
-            capture_output=True, text=True, timeout=60, check=False, env=env,
+            capture_output=True, text=True, timeout=HANG, check=False, env=env,
         )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
@@ -175,7 +177,7 @@ def test_agent_cli_loop_says_how_to_install_a_missing_cli() -> None:
     env = {**os.environ, "PATH": "/usr/bin:/bin"}
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "agent_cli_loop.py")],
-        capture_output=True, text=True, timeout=60, check=False, env=env,
+        capture_output=True, text=True, timeout=HANG, check=False, env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "npm install -g @anthropic-ai/claude-code" in result.stdout
@@ -207,7 +209,7 @@ def test_agent_cli_loop_with_the_real_claude_code_against_a_fake_endpoint(
         )
         result = subprocess.run(
             [sys.executable, str(EXAMPLES / "agent_cli_loop.py"), "claude", str(project)],
-            capture_output=True, text=True, timeout=120, check=False, env=env,
+            capture_output=True, text=True, timeout=HANG, check=False, env=env,
         )  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

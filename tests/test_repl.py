@@ -15,6 +15,7 @@ import pytest
 
 from loopactors.cli._repl_commands import Command, parse_line
 from loopactors.errors import LoopSyntaxError
+from tests.hang import HANG
 
 from .codeloop.toyrepo import VALIDATE, git, make_repo, worker
 from .gateway.test_cli_node import NodeProcess
@@ -46,7 +47,7 @@ def _spawn(tmp_path: Path, *args: str) -> pexpect.spawn:
         ["-m", "loopactors", "repl", "--state", str(tmp_path), *args],
         env=env,
         encoding="utf-8",
-        timeout=30,
+        timeout=HANG,
         dimensions=(40, 160),
     )
     child.expect("loop>")
@@ -166,7 +167,7 @@ def test_loop_runs_one_round_of_the_chosen_code_loop(tmp_path: Path) -> None:
         [sys.executable, "-m", "loopactors", "code", "init", "--slug", "fix-calc",
          "--objective", "make calc.VALUE 42", "--executor", worker(tmp_path, "fix"),
          "--reviewer", worker(tmp_path, "approve"), "--validate", VALIDATE, "--max-rounds", "3"],
-        cwd=repo, capture_output=True, text=True, timeout=60, check=False,
+        cwd=repo, capture_output=True, text=True, timeout=HANG, check=False,
     )  # fmt: skip
     assert init.returncode == 0, init.stderr
     repl = _spawn(tmp_path / "state", "--store", "memory")

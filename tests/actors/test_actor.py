@@ -19,6 +19,7 @@ from loopactors.errors import (
     MailboxFull,
 )
 from loopactors.testing import InjectedCrash, inject_crash
+from tests.hang import HANG
 
 from .helpers import Boom, Crash, Ping, Quit, Sleep, Worker
 
@@ -244,7 +245,7 @@ async def test_actor_calling_itself_gets_a_clear_error(actor_node: Node) -> None
             return "no error"
 
     ref = await actor_node.spawn(SelfCaller)
-    answer = await ref.call(Ping(), timeout=1.0)
+    answer = await ref.call(Ping(), timeout=HANG)
     assert "called itself" in answer
 
 
@@ -270,8 +271,8 @@ async def test_actor_casting_itself_never_deadlocks(actor_node: Node) -> None:
 
     actor = Echoer()
     ref = await actor_node.spawn(lambda: actor)
-    await ref.call(Ping(0), timeout=1.0)
-    await ref.call(Ping(-1), timeout=1.0)
+    await ref.call(Ping(0), timeout=HANG)
+    await ref.call(Ping(-1), timeout=HANG)
     # Self-casts keep their order and are handled before the later external message.
     assert actor.got == [0, *range(1, 1025), -1]
     assert len(actor.refused) == 1099 - 1024

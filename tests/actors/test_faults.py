@@ -11,6 +11,7 @@ import trio.testing
 
 from loopactors.actors import ChildSpec, Supervisor, open_node
 from loopactors.testing import FaultInjection, InjectedCrash, inject_faults
+from tests.hang import HANG
 
 from .helpers import Ping, Worker
 
@@ -60,9 +61,9 @@ async def test_nothing_is_armed_outside_the_block_or_when_disabled() -> None:
     with inject_faults(1.0) as faults:
         faults.enabled = False
         async with open_node([ChildSpec("w", functools.partial(Worker, "w"), name="w")]) as node:
-            assert await node.ref("w").call(Ping(1), timeout=1.0) == Ping(1)
+            assert await node.ref("w").call(Ping(1), timeout=HANG) == Ping(1)
     async with open_node([ChildSpec("w", functools.partial(Worker, "w"), name="w")]) as node:
-        await node.ref("w").call(Ping(1), timeout=1.0)
+        await node.ref("w").call(Ping(1), timeout=HANG)
     assert faults.injected == 0
     assert faults.starts["w"] == 1  # the second node's actor was not seen
 

@@ -17,6 +17,7 @@ import trio.testing
 from loopactors.actors import ChildSpec, Node, open_node
 from loopactors.errors import ActorNotRunning, NameTaken
 from loopactors.testing import inject_crash
+from tests.hang import HANG
 
 from .helpers import Ping, Worker, all_tasks
 from .test_supervisor import Stubborn, specs
@@ -161,7 +162,7 @@ def test_standalone_node_stops_in_order_on_a_signal(signum: int) -> None:
     lines = [proc.stdout.readline().strip() for _ in range(3)]
     assert lines == ["start a", "start b", "start c"]
     proc.send_signal(signum)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 0, err
     assert out.split("\n")[:4] == ["stop c", "stop b", "stop a", "exited cleanly"]
 

@@ -11,6 +11,7 @@ import trio.testing
 
 from loopactors.actors import Actor, Backoff, ChildSpec, ErrorReply, Node, Supervisor, open_node
 from loopactors.errors import CallTimeout, ChildStartError
+from tests.hang import HANG
 
 from .helpers import Boom, Crash, Worker
 
@@ -274,10 +275,10 @@ async def test_a_child_whose_restarts_keep_failing_does_not_starve_the_superviso
         gate["open"] = False
         inject_crash(node, "flaky")
         await trio.sleep(0.01)  # the restarts are failing now
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             stats = await SupervisorRef(sup).statistics()  # answered between two retries
         assert stats.restarts >= 1
         gate["open"] = True
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             while node.whereis("flaky") is None:
                 await trio.sleep(0.01)

@@ -14,6 +14,7 @@ from loopactors.agent import Message
 from loopactors.agent._llm import ChatClient, ModelSettings, _retry_after
 from loopactors.agent._wire import StreamAccumulator
 from loopactors.errors import AgentError, ModelError
+from tests.hang import HANG
 
 from .chat_server import ChatServer, Reply, completion, stream
 
@@ -199,7 +200,7 @@ async def test_retry_after_ms_is_honoured_before_retry_after() -> None:
     )
     with ChatServer([busy, completion("ok")]) as server:
         async with ChatClient(settings(server, stream=False, backoff=30.0)) as client:
-            with trio.fail_after(5):
+            with trio.fail_after(HANG):
                 answer = await client.complete(HELLO)
     assert answer.content == "ok"
     assert len(server.requests) == 2

@@ -21,6 +21,7 @@ from loopactors.agent import (
 )
 from loopactors.loops import LoopFinished
 from loopactors.runtime import RuntimeConfig, open_runtime
+from tests.hang import HANG
 
 from .chat_server import ChatServer, Reply, Script, completion
 
@@ -45,7 +46,7 @@ async def test_an_agent_starts_watches_and_cancels_child_loops(tmp_path: Path) -
         assert found is not None
         ids.append(found.group(1))
         child = ids[0]
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG
         while child not in finished:  # the server thread waits; the runtime runs on
             assert time.monotonic() < deadline
             time.sleep(0.01)

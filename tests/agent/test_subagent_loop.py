@@ -12,6 +12,7 @@ from loopactors.agent import SUBAGENT_MAX_ITERATIONS, ModelSettings, Transcript
 from loopactors.loops import LoopState
 from loopactors.runtime import Runtime, RuntimeConfig, open_runtime
 from loopactors.workers import AgentWorker
+from tests.hang import HANG
 
 from .chat_server import ChatServer, Reply, Script, completion
 from .test_tools import wait_dead
@@ -115,13 +116,13 @@ async def test_stopping_the_parent_loop_cancels_the_sub_agent_loop(tmp_path: Pat
         spec = f"agent:model=m,base_url={server.base_url},workspace={tmp_path}"
         async with open_runtime(CONFIG) as runtime:
             parent = await runtime.start("|loop:1| delegate", worker=spec)
-            with trio.fail_after(20):
+            with trio.fail_after(HANG):
                 while not await pid_file.exists() or not (await pid_file.read_text()).strip():
                     await trio.sleep(0.01)
             (running,) = await children_of(runtime, parent.loop_id)
             assert running.phase == "awaiting_worker"
             stopped = await parent.stop()
-            with trio.fail_after(20):
+            with trio.fail_after(HANG):
                 child = await runtime.handle(running.loop_id).wait()
             await wait_dead(int((await pid_file.read_text()).strip()))
     assert stopped.phase == "cancelled"

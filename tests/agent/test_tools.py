@@ -14,6 +14,7 @@ import trio
 
 from loopactors.agent import Tool, ToolContext, ToolError, ToolSet, core_tools
 from loopactors.errors import AgentError
+from tests.hang import HANG
 from tests.processes import alive
 
 
@@ -28,7 +29,7 @@ async def call(ctx: ToolContext, tool_name: str, **arguments: Any) -> str:
 
 
 async def wait_dead(pid: int) -> None:
-    with trio.fail_after(5):  # SIGKILL is delivered asynchronously
+    with trio.fail_after(HANG):  # SIGKILL is delivered asynchronously
         while alive(pid):
             await trio.sleep(0.01)
 

@@ -13,6 +13,7 @@ from loopactors.errors import WorkerSpecError
 from loopactors.loops._rules import SEPARATOR
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.workers import AgentWorker, parse_worker
+from tests.hang import HANG, PROMPT
 
 from ..workers.sample_fns import make_request
 from .chat_server import ChatServer, completion
@@ -273,16 +274,16 @@ async def test_stopping_an_agent_loop_in_a_catastrophic_grep(tmp_path: Path) -> 
         spec = f"agent:model=m,base_url={server.base_url},workspace={workspace},stream=false"
         async with open_runtime(config) as runtime:
             handle = await runtime.start("|loop:1| find it", worker=spec)
-            with trio.fail_after(10):
+            with trio.fail_after(HANG):
                 while not server.requests:  # the model has been asked: its answer is a grep
                     await trio.sleep(0.01)
             await trio.sleep(0.3)  # the grep is under way
-            with trio.fail_after(2):
+            with trio.fail_after(HANG):
                 assert (await runtime.get(handle.loop_id)).phase == "awaiting_worker"
                 assert len(await runtime.loops()) == 1
             assert len(server.requests) == 1  # the grep has not returned
             stopped_at = time.monotonic()
-            with trio.fail_after(3):
+            with trio.fail_after(HANG):
                 state = await handle.stop()
             took_to_stop = time.monotonic() - stopped_at
             rounds = await handle.history()
@@ -291,16 +292,16 @@ async def test_stopping_an_agent_loop_in_a_catastrophic_grep(tmp_path: Path) -> 
 
             timed = await runtime.start("|loop:1| find it again", worker=spec, round_timeout=1.0)
             started_at = time.monotonic()
-            with trio.fail_after(6):
+            with trio.fail_after(HANG):
                 timed_state = await timed.wait()
             took_to_time_out = time.monotonic() - started_at
             timed_rounds = await timed.history()
-            with trio.fail_after(2):
+            with trio.fail_after(HANG):
                 assert len(await runtime.loops()) == 2  # the runtime still answers
     assert state.phase == "cancelled"
     assert [r.status for r in rounds] == ["cancelled"]
-    assert took_to_stop < 2, took_to_stop
+    assert took_to_stop < PROMPT, took_to_stop  # the grep alone would take ages
     assert [r.status for r in timed_rounds] == ["timed_out"]
     assert timed_state.terminal
-    assert took_to_time_out < 4, took_to_time_out
+    assert took_to_time_out < PROMPT, took_to_time_out
     assert len(server.requests) == 2  # the second loop's first ask, and nothing after it

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.hang import HANG
+
 from ._fakes import CACHE, cli_binary
 
 LOOPACTORS = [sys.executable, "-m", "loopactors"]
@@ -38,7 +40,7 @@ def binary(name: str) -> Path:
 
 
 def run(
-    args: list[str], env: dict[str, str], *, cwd: Path, timeout: float = 120
+    args: list[str], env: dict[str, str], *, cwd: Path, timeout: float = HANG
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*LOOPACTORS, *args],
@@ -80,7 +82,7 @@ def read_until(proc: subprocess.Popen[str], kind: str, round_number: int) -> dic
             return dict(event)
 
 
-def wait_for(condition: Any, timeout: float = 60) -> None:
+def wait_for(condition: Any, timeout: float = HANG) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"

@@ -18,6 +18,7 @@ import pytest
 
 from loopactors.workers import parse_worker
 from loopactors.workers._cli_aider import AiderAdapter, parse_token_count
+from tests.hang import HANG
 
 from ._fakes import git_workspace, quiet_env
 from ._loops import (
@@ -162,12 +163,12 @@ def test_stop_mid_round_ends_the_aider_process_group(
     )
     try:
         read_until(proc, "round_started", 1)
-        wait_for(lambda: len(fake.conversations) == 1, timeout=120)  # aider awaits its answer
+        wait_for(lambda: len(fake.conversations) == 1, timeout=HANG)  # aider awaits its answer
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=HANG)
         assert proc.returncode == 3, err
         assert events(out)[-1]["phase"] == "cancelled"
-        wait_for(lambda: processes_with(str(home)) == [], timeout=15)
+        wait_for(lambda: processes_with(str(home)) == [], timeout=HANG)
     finally:
         kill_all(processes_with(str(home)))
         proc.kill()
@@ -195,7 +196,7 @@ def test_a_crash_mid_loop_resumes_and_restores_the_chat(
         first = read_until(proc, "round_finished", 1)
         assert first["status"] == "completed"
         read_until(proc, "round_started", 2)
-        wait_for(lambda: len(fake.conversations) == 2, timeout=120)
+        wait_for(lambda: len(fake.conversations) == 2, timeout=HANG)
         proc.kill()  # a crash: no clean-up at all
         proc.communicate()
     finally:

@@ -19,6 +19,7 @@ from loopactors.errors import WorkerSpecError
 from loopactors.loops import AgentStep, RoundDeferred, RoundFinished
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.workers import CliAgentWorker, RoundRequest, parse_worker
+from tests.hang import HANG, PROMPT
 
 from ._fakes import AnthropicFake, Turn, anthropic_error, git_workspace
 from ._loops import off_loopback, traced
@@ -184,7 +185,7 @@ async def test_stop_mid_round_ends_the_cli_and_its_group(
     def slow(req):  # type: ignore[no-untyped-def]
         if isinstance(req.body, dict) and req.body.get("tools"):
             trio.from_thread.run_sync(answered.set, trio_token=token)
-            release.wait(30)
+            release.wait(HANG)
         return handle_request(req)
 
     token = trio.lowlevel.current_trio_token()
@@ -193,17 +194,17 @@ async def test_stop_mid_round_ends_the_cli_and_its_group(
     try:
         async with open_runtime(config(tmp_path)) as rt:
             handle = await rt.start("|loop:3| think long", worker=f"claude:workspace={ws}")
-            with trio.fail_after(60):
+            with trio.fail_after(HANG):
                 await answered.wait()
             pids = _processes_of(handle.loop_id)
             assert pids, "the CLI should be running"
             started = time.monotonic()
             final = await handle.stop()
             assert final.phase == "cancelled"
-            with trio.fail_after(10):
+            with trio.fail_after(HANG):
                 while _processes_of(handle.loop_id):
                     await trio.sleep(0.05)
-            assert time.monotonic() - started < 10
+            assert time.monotonic() - started < PROMPT
             history = await handle.history()
     finally:
         release.set()

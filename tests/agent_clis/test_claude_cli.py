@@ -15,12 +15,14 @@ import threading
 import time
 from pathlib import Path
 
+from tests.hang import HANG
+
 from ._fakes import AnthropicFake, Request, Response, Turn, git_workspace
 
 CLI = [sys.executable, "-m", "loopactors"]
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, cwd: Path, timeout: float = HANG) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -98,7 +100,7 @@ def test_a_crash_mid_loop_then_resume_continues_the_agent_session(
             calls["n"] += 1
             if calls["n"] == 3:  # round 2's first call, in the run that is about to crash
                 reached_round_2.set()
-                release.wait(60)
+                release.wait(HANG)
                 return Response(500, {"type": "error", "error": {"type": "api_error"}})
         return answer(request)
 
@@ -112,9 +114,9 @@ def test_a_crash_mid_loop_then_resume_continues_the_agent_session(
         start_new_session=True,
     )
     try:
-        assert reached_round_2.wait(90), "round 2 never reached the provider"
+        assert reached_round_2.wait(HANG), "round 2 never reached the provider"
         os.killpg(runner.pid, signal.SIGKILL)  # the runtime and its CLI, mid-round
-        runner.wait(30)
+        runner.wait(HANG)
     finally:
         release.set()
         if runner.poll() is None:

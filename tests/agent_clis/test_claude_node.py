@@ -12,6 +12,7 @@ from loopactors.client import connect
 from loopactors.gateway import GatewaySettings, open_gateway
 from loopactors.loops import AgentStep, LoopFinished, RoundFinished
 from loopactors.runtime import RuntimeConfig, open_runtime
+from tests.hang import HANG
 
 from ._fakes import AnthropicFake, Request, Response, Turn, git_workspace
 
@@ -28,7 +29,7 @@ async def test_node_subscribers_get_agent_steps_and_cost(
     answer = anthropic.handle
 
     def after_subscribe(request: Request) -> Response:
-        subscribed.wait(30)  # no event can be missed before the subscription exists
+        subscribed.wait(HANG)  # no event can be missed before the subscription exists
         return answer(request)
 
     anthropic.server.handler = after_subscribe
@@ -43,7 +44,7 @@ async def test_node_subscribers_get_agent_steps_and_cost(
             seen = []
             async with await node.subscribe(state.loop_id) as events:
                 subscribed.set()
-                with trio.fail_after(60):
+                with trio.fail_after(HANG):
                     async for event in events:
                         seen.append(event)
                         if isinstance(event, LoopFinished):

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pexpect  # type: ignore[import-untyped]
 
+from tests.hang import HANG
+
 from ._fakes import AnthropicFake, Turn, git_workspace
 
 
@@ -26,7 +28,7 @@ def test_repl_worker_claude_shows_tool_calls_live(
         env={**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"},
         cwd=str(ws),
         encoding="utf-8",
-        timeout=60,
+        timeout=HANG,
         dimensions=(40, 200),
     )
     try:

@@ -17,6 +17,7 @@ import pytest
 
 from loopactors.workers import parse_worker
 from loopactors.workers._cli_codex import CodexAdapter, codex_limit, round_usage
+from tests.hang import HANG
 
 from ._fakes import quiet_env
 from ._loops import (
@@ -218,10 +219,10 @@ def test_stop_mid_round_ends_the_codex_process_group(
         wait_for(lambda: len(fake.conversations) == 1)  # codex is waiting for its answer
         assert [p for p in processes_with(str(home)) if p != proc.pid]
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=HANG)
         assert proc.returncode == 3, err
         assert events(out)[-1]["phase"] == "cancelled"
-        wait_for(lambda: processes_with(str(home)) == [], timeout=15)
+        wait_for(lambda: processes_with(str(home)) == [])
     finally:
         kill_all(processes_with(str(home)))
         proc.kill()

@@ -16,6 +16,7 @@ import pytest
 
 from loopactors.workers import parse_worker
 from loopactors.workers._cli_gemini import gemini_limit
+from tests.hang import HANG
 
 from ._fakes import quiet_env
 from ._gemini_fake import GeminiFake, gemini_error
@@ -169,10 +170,10 @@ def test_stop_mid_round_ends_the_gemini_process_group(
         read_until(proc, "round_started", 1)
         wait_for(lambda: len(fake.conversations) == 1)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=HANG)
         assert proc.returncode == 3, err
         assert events(out)[-1]["phase"] == "cancelled"
-        wait_for(lambda: processes_with(str(home)) == [], timeout=15)
+        wait_for(lambda: processes_with(str(home)) == [])
     finally:
         kill_all(processes_with(str(home)))
         proc.kill()

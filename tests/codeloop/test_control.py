@@ -22,6 +22,7 @@ from loopactors.codeloop._lease import (
 from loopactors.errors import GateClosed, LeaseHeld
 from loopactors.loops import LoopSpec
 from loopactors.runtime import BreakerSettings, Runtime, RuntimeConfig, open_runtime
+from tests.hang import HANG
 
 from .toyrepo import VALIDATE, git, worker
 
@@ -43,7 +44,7 @@ def exists(path: Path) -> bool:
 
 
 async def wait_for(path: Path) -> None:
-    with trio.fail_after(60):  # real subprocesses: real time
+    with trio.fail_after(HANG):  # real subprocesses: real time
         while not exists(path):
             await trio.sleep(0.02)
 

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.hang import HANG
+
 from .toyrepo import VALIDATE, git, worker
 
 
@@ -25,12 +27,12 @@ def code(repo: Path, *args: str, env: dict[str, str] | None = None) -> subproces
 
 
 def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
-    out, err = process.communicate(timeout=60)
+    out, err = process.communicate(timeout=HANG)
     return process.returncode, out, err
 
 
 def wait_for(path: Path) -> str:
-    for _ in range(1200):
+    for _ in range(int(HANG / 0.05)):
         if path.exists() and path.read_text():
             return path.read_text()
         time.sleep(0.05)
@@ -62,7 +64,7 @@ def test_two_processes_racing_to_start_a_round_exactly_one_wins(repo: Path) -> N
     racers = [code(repo, "run", "--slug", "fix-calc", "--rounds", "1", env=env) for _ in "ab"]
     wait_for(sync / "started-1")  # one of them holds the round; the other must give up
     loser = None
-    for _ in range(1200):
+    for _ in range(int(HANG / 0.05)):
         loser = next((p for p in racers if p.poll() is not None), None)
         if loser is not None:
             break
@@ -91,7 +93,7 @@ def test_a_process_killed_mid_round_is_reconciled_without_a_duplicate_round(
     first = code(repo, "run", "--slug", "fix-calc", "--rounds", "1", env=env)
     executor = int(wait_for(sync / "started-1"))
     first.kill()  # no clean-up at all: the lease stays behind, the round stays running
-    first.communicate(timeout=60)
+    first.communicate(timeout=HANG)
     os.kill(executor, signal.SIGKILL)  # the executor has a session of its own
     state = json.loads((repo / ".loop" / "fix-calc" / "STATE.json").read_text())
     assert (state["status"], state["round"]) == ("running", 1)
@@ -158,7 +160,7 @@ def test_a_turn_the_loop_was_killed_in_is_checked_when_it_resumes(repo: Path) ->
     first = code(repo, "run", "--slug", "fix-calc", "--rounds", "1", env=env)
     executor = int(wait_for(sync / "started-1"))
     first.kill()  # during the executor's turn: no after-check
-    first.communicate(timeout=60)
+    first.communicate(timeout=HANG)
     os.kill(executor, signal.SIGKILL)
     turn = repo / ".loop" / "fix-calc" / "TURN.json"
     assert json.loads(turn.read_text())["role"] == "executor"

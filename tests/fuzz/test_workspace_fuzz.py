@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loopactors.agent import ToolContext, ToolError, ToolSet, core_tools
+from tests.hang import HANG
 
 from ..agent.test_workspace_escapes import SECRET, SECRET_NAME, make_layout
 
@@ -74,7 +75,7 @@ def outside_state(outside: Path) -> list[tuple[str, str]]:
 async def answer(context: ToolContext, tool_name: str, arguments: Mapping[str, object]) -> None:
     tool = context.tools.get(tool_name)
     assert tool is not None
-    with trio.fail_after(10):  # blocking on a FIFO would fail here
+    with trio.fail_after(HANG):  # blocking on a FIFO would fail here
         try:
             text = await tool.run(arguments, context)
         except ToolError as exc:

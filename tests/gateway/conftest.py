@@ -17,6 +17,7 @@ from trio_websocket import WebSocketConnection, open_websocket_url
 from loopactors.cli.schema import node_extensions
 from loopactors.gateway import GatewayHandle, GatewaySettings, open_gateway
 from loopactors.runtime import Runtime, RuntimeConfig, open_runtime
+from tests.hang import HANG
 
 
 @attrs.frozen
@@ -59,7 +60,7 @@ class RawClient:
         await self.ws.send_message(frame if isinstance(frame, str | bytes) else _json(frame))
 
     async def receive(self) -> dict[str, Any]:
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             message = await self.ws.get_message()
         result: dict[str, Any] = msgspec.json.decode(message)
         return result

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.hang import HANG
+
 LOOPACTORS = [sys.executable, "-m", "loopactors"]
 #: Seconds a node gets to print an awaited line before the test fails.
 WAIT_LIMIT = 120.0
@@ -57,7 +59,7 @@ class NodeProcess:
             [*LOOPACTORS, *args, "--connect", self.url, "--state", str(self.state)],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=HANG,
         )
 
     def terminate(self) -> int:
@@ -65,7 +67,7 @@ class NodeProcess:
         assert self.proc.stderr is not None
         self.log.extend(self.proc.stderr)
         self.proc.stderr.close()
-        return self.proc.wait(timeout=30)
+        return self.proc.wait(timeout=HANG)
 
 
 @pytest.fixture
@@ -120,7 +122,7 @@ def test_stop_over_the_wire_and_a_wrong_token(node: NodeProcess, tmp_path: Path)
     stop = node.cli("stop", first["loop_id"])
     assert stop.returncode == 0, stop.stderr
     assert "cancelled" in stop.stdout
-    assert started.wait(timeout=30) == 3  # the follower sees the loop end cancelled
+    assert started.wait(timeout=HANG) == 3  # the follower sees the loop end cancelled
     wrong = tmp_path / "wrong.token"
     wrong.write_text("not-the-token\n")
     refused = node.cli("status", "--token-file", str(wrong))
@@ -166,7 +168,7 @@ trio.run(main)
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG,
         env={**os.environ},
     )
     assert out.returncode == 0, out.stderr
@@ -177,7 +179,7 @@ def test_a_command_on_a_directory_a_node_holds_is_told_its_url(node: NodeProcess
     assert (node.state / "node.url").read_text().strip() == node.url
     held = subprocess.run(
         [*LOOPACTORS, "run", "|loop:1| here", "--state", str(node.state)],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=HANG, check=False,
     )  # fmt: skip
     assert held.returncode == 1
     assert f"a node serves it: act on it there with --connect {node.url}" in held.stderr
@@ -203,11 +205,11 @@ def test_pause_and_resume_a_loop_on_a_node_by_prefix(node: NodeProcess, tmp_path
     assert resumed.stdout == f"{loop_id}: awaiting_worker, round 1 (resumed)\n"
     assert json.loads(node.cli("status", loop_id, "--json").stdout)["pause_requested"] is False
     assert node.cli("stop", loop_id).returncode == 0
-    _, err = run.communicate(timeout=60)
+    _, err = run.communicate(timeout=HANG)
     assert run.returncode == 3, err
     offline = subprocess.run(
         [*LOOPACTORS, "pause", loop_id, "--state", str(tmp_path / "other")],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=HANG, check=False,
     )  # fmt: skip
     assert offline.returncode == 1
     assert "pause acts on a running loop: give the node's --connect URL" in offline.stderr
@@ -225,7 +227,7 @@ def test_run_that_loses_its_node_says_the_loop_stays_there(node: NodeProcess) ->
     node.proc.wait()
     assert node.proc.stderr is not None
     node.proc.stderr.close()
-    _, err = run.communicate(timeout=60)
+    _, err = run.communicate(timeout=HANG)
     assert run.returncode == 1
     assert f"loop {loop_id} stays on the node" in err
     assert f"loopactors status {loop_id} --connect {node.url}" in err
@@ -236,9 +238,9 @@ def test_healthz_says_shutting_down_until_the_node_is_gone(tmp_path: Path) -> No
     # Over 2 s on purpose: the round in flight takes 3 s to wind down, the window under test.
     node = NodeProcess(tmp_path, "--worker", "python:tests.runtime.round_fns:slow_to_stop")
     health = node.url.replace("ws://", "http://") + "/healthz"
-    assert httpx.get(health, timeout=10).text == "ok\n"
+    assert httpx.get(health, timeout=HANG).text == "ok\n"
     [loop_id] = _start_loops(node.url, node.state, 1)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + HANG
     while "awaiting_worker" not in node.cli("status", loop_id).stdout:
         assert time.monotonic() < deadline, "the round never started"
         time.sleep(0.1)
@@ -246,7 +248,7 @@ def test_healthz_says_shutting_down_until_the_node_is_gone(tmp_path: Path) -> No
     answers: list[str] = []
     while node.proc.poll() is None:  # every answer until the port closes with the process
         try:
-            reply = httpx.get(health, timeout=5)
+            reply = httpx.get(health, timeout=HANG)
             answers.append(f"{reply.status_code} {reply.text.strip()}")
         except httpx.TransportError:
             answers.append("refused")

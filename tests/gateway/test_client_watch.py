@@ -15,6 +15,7 @@ from loopactors.client import ConnectionLost, NodeClient, RemoteError, RemoteSta
 from loopactors.gateway import GatewayHandle, GatewaySettings, open_gateway
 from loopactors.loops import LoopState
 from loopactors.runtime import LoopHandle, Runtime, open_runtime
+from tests.hang import HANG
 
 from .conftest import LiveNode, node_config
 
@@ -44,7 +45,7 @@ async def test_a_slow_reader_of_every_loop_gets_each_final_state(live_node: Live
         ]
         latest: dict[str, LoopState] = {}
         batches = 0
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             while len(latest) < LOOPS or not all(s.terminal for s in latest.values()):
                 take(latest, await watch.__anext__())
                 batches += 1
@@ -64,7 +65,7 @@ async def test_one_loops_watch_sees_only_that_loop(live_node: LiveNode) -> None:
         mine = await node.start("|loop:2| mine", worker="scripted:latency=0.05")
         async with await node.watch(mine.loop_id, every=0.05) as watch:
             latest: dict[str, LoopState] = {}
-            with trio.fail_after(20):
+            with trio.fail_after(HANG):
                 async for batch in watch:
                     take(latest, batch)
                     if latest[mine.loop_id].terminal:
@@ -103,7 +104,7 @@ async def test_a_watch_ends_with_connection_lost_when_the_node_goes(tmp_path: Pa
         async with connect(gateway.url, token=token) as node:
             watch = await node.watch(every=0.05)
             await gateway.shutdown("maintenance")
-            with trio.fail_after(10), pytest.raises(ConnectionLost):
+            with trio.fail_after(HANG), pytest.raises(ConnectionLost):
                 await watch.__anext__()
 
 
@@ -166,7 +167,7 @@ async def test_after_a_reconnect_what_changed_meanwhile_is_read_again(tmp_path: 
         shown = await node.start("|loop:1| shown before", worker="scripted:latency=0.01")
         async with await node.watch(every=0.05) as watch:
             latest: dict[str, LoopState] = {}
-            with trio.fail_after(20):
+            with trio.fail_after(HANG):
                 while shown.loop_id not in latest or not latest[shown.loop_id].terminal:
                     take(latest, await watch.__anext__())
             # The gateway goes; meanwhile one loop ends and another starts and ends.
@@ -180,7 +181,7 @@ async def test_after_a_reconnect_what_changed_meanwhile_is_read_again(tmp_path: 
 
             async with gateway.restart(meanwhile):
                 ids = (slow.loop_id, unseen[0].loop_id)
-                with trio.fail_after(20):
+                with trio.fail_after(HANG):
                     while not all(i in latest and latest[i].terminal for i in ids):
                         batch = await watch.__anext__()
                         # Neither a final state already shown nor a loop that did not
@@ -199,12 +200,12 @@ async def test_a_catch_up_cut_short_by_a_drop_leaves_the_watch_renewed(
     async with reconnecting_client(tmp_path) as (gateway, node):
         watch = await node.watch(every=0.05)
         async with gateway.restart():
-            with trio.fail_after(10):
+            with trio.fail_after(HANG):
                 while node.reconnects == 0 or watch.subscription not in node._subscriptions:
                     await trio.sleep(0.01)
             # Still live: a loop started now is seen to its end.
             handle = await gateway.runtime.start("|loop:1| after", worker="scripted")
-            with trio.fail_after(10):
+            with trio.fail_after(HANG):
                 async for batch in watch:
                     if any(s.loop_id == handle.loop_id and s.terminal for s in batch):
                         break
@@ -217,7 +218,7 @@ async def test_a_catch_up_the_node_refuses_ends_the_watch_with_its_error(
     async with reconnecting_client(tmp_path) as (gateway, node):
         watch = await node.watch(every=0.05)
         async with gateway.restart():
-            with trio.fail_after(10), pytest.raises(RemoteError, match="cannot read the store"):
+            with trio.fail_after(HANG), pytest.raises(RemoteError, match="cannot read the store"):
                 await watch.__anext__()
             assert watch.closed
             assert not node._subscriptions

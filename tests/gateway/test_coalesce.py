@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from loopactors.gateway import GatewaySettings
+from tests.hang import HANG
 
 from .conftest import LiveNode, open_raw
 
@@ -40,7 +41,7 @@ async def test_each_changed_loop_comes_once_per_batch_until_its_final_state(
             frames = 0
             states = 0
             gaps = 0
-            with trio.fail_after(30):
+            with trio.fail_after(HANG):
                 while len(latest) < LOOPS or any(s["phase"] != "complete" for s in latest.values()):
                     frame = await client.receive()
                     if frame.get("subscription") == events_sid:
@@ -80,7 +81,7 @@ async def test_one_loops_states_and_the_limits_in_hello(live_node: LiveNode) -> 
             {"type": "subscribe", "id": 1, "loop_id": handle.loop_id, "coalesce": 0.05}
         )
         assert sub["data"]["loop_id"] == handle.loop_id, sub
-        with trio.fail_after(20):
+        with trio.fail_after(HANG):
             while True:
                 frame = await client.receive()
                 assert [s["loop_id"] for s in frame["loops"]] == [handle.loop_id]

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import trio
 
+from tests.hang import HANG
+
 from ..codeloop.toyrepo import VALIDATE, git, make_repo, worker
 from .conftest import LiveNode, open_raw
 
@@ -35,7 +37,7 @@ async def test_code_loop_controls_over_the_wire(live_node: LiveNode, tmp_path: P
         )
         assert run["type"] == "ok", run
         assert "1 round" in run["data"]["message"]
-        with trio.fail_after(60):
+        with trio.fail_after(HANG):
             while True:
                 status = await raw.ask(
                     {"type": "code", "id": 4, "action": "status", "repo": str(repo)}

@@ -21,6 +21,7 @@ import pytest
 import trio
 
 from loopactors.client import connect
+from tests.hang import HANG_MS
 
 from .test_cli_node import NodeProcess
 
@@ -123,10 +124,10 @@ def test_a_running_loops_row_updates_live_and_its_stop_button_cancels_it(
     expect(row).to_have_count(1)
     round_cell = row.locator("td.round")
     first = round_cell.text_content()
-    expect(round_cell).not_to_have_text(first or "", timeout=10_000)  # no reload: pushed
+    expect(round_cell).not_to_have_text(first or "", timeout=HANG_MS)  # no reload: pushed
     expect(row.locator("td.task")).to_have_text("a long job")
     row.locator('[data-action="stop"]').click()
-    expect(row).to_have_attribute("data-phase", "cancelled", timeout=10_000)
+    expect(row).to_have_attribute("data-phase", "cancelled", timeout=HANG_MS)
     assert cli_phase(dashboard.node, loop_id) == "cancelled"
     expect(row.locator('[data-action="stop"]')).to_be_disabled()
 
@@ -135,11 +136,11 @@ def test_pause_and_resume_buttons(dashboard: Dashboard) -> None:
     loop_id = dashboard.start("|loop:50,fresh| pausable")
     row = dashboard.row(loop_id)
     row.locator('[data-action="pause"]').click()
-    expect(row).to_have_attribute("data-phase", "paused", timeout=10_000)
+    expect(row).to_have_attribute("data-phase", "paused", timeout=HANG_MS)
     assert cli_phase(dashboard.node, loop_id) == "paused"
     expect(row.locator('[data-action="pause"]')).to_be_disabled()
     row.locator('[data-action="resume"]').click()
-    expect(row).not_to_have_attribute("data-phase", "paused", timeout=10_000)
+    expect(row).not_to_have_attribute("data-phase", "paused", timeout=HANG_MS)
     assert cli_phase(dashboard.node, loop_id) not in ("paused", "cancelled", "complete")
     expect(row.locator('[data-action="resume"]')).to_be_disabled()
 
@@ -160,7 +161,7 @@ def test_the_loop_view_shows_rounds_breaker_and_output(dashboard: Dashboard) -> 
     page = dashboard.page
     loop_id = dashboard.start("|loop:3,fresh| three rounds", worker="scripted:latency=0.05")
     row = dashboard.row(loop_id)
-    expect(row).to_have_attribute("data-phase", "complete", timeout=10_000)
+    expect(row).to_have_attribute("data-phase", "complete", timeout=HANG_MS)
     row.locator("a.open").click()
     expect(page.locator("#loop-view")).to_be_visible()
     rounds = page.locator("#round-rows tr")
@@ -185,7 +186,7 @@ def test_filter_search_and_node_view(dashboard: Dashboard) -> None:
     page = dashboard.page
     done = dashboard.start("|loop:1| quick one", worker="scripted:latency=0.01")
     slow = dashboard.start("|loop:50| slow one")
-    expect(dashboard.row(done)).to_have_attribute("data-phase", "complete", timeout=10_000)
+    expect(dashboard.row(done)).to_have_attribute("data-phase", "complete", timeout=HANG_MS)
     page.select_option("#phase-filter", "live")
     expect(page.locator("tr[data-loop-id]")).to_have_count(1)
     expect(dashboard.row(slow)).to_have_count(1)
@@ -215,20 +216,20 @@ def test_the_page_survives_a_node_restart(browser: Any, tmp_path: Path) -> None:
         board = Dashboard(browser, first)
         old_id = board.page.locator("#node-id").text_content() or ""
         loop_id = board.start("|loop:2| before the restart", worker="scripted:latency=0.01")
-        expect(board.row(loop_id)).to_have_attribute("data-phase", "complete", timeout=10_000)
+        expect(board.row(loop_id)).to_have_attribute("data-phase", "complete", timeout=HANG_MS)
         assert first.terminate() == 0
         expect(board.page.locator("#conn-status")).to_have_attribute("data-state", "reconnecting")
         expect(board.page.locator("#banner")).to_contain_text("Lost the connection")
         second = NodeProcess(tmp_path, "--listen", f"127.0.0.1:{port}")
         try:
             expect(board.page.locator("#conn-status")).to_have_attribute(
-                "data-state", "connected", timeout=15_000
+                "data-state", "connected", timeout=HANG_MS
             )
             expect(board.page.locator("#banner")).to_contain_text("the node restarted")
             assert board.page.locator("#node-id").text_content() != old_id
             expect(board.row(loop_id)).to_have_count(1)  # read again from the store
             again = board.start("|loop:1| after the restart", worker="scripted:latency=0.01")
-            expect(board.row(again)).to_have_attribute("data-phase", "complete", timeout=10_000)
+            expect(board.row(again)).to_have_attribute("data-phase", "complete", timeout=HANG_MS)
             # Only the refused reconnection attempts may have been logged by the browser.
             assert all(re.search(r"WebSocket|ERR_CONNECTION_REFUSED", e) for e in board.errors)
         finally:
@@ -258,7 +259,7 @@ def test_every_loop_is_reachable_past_one_status_page(browser: Any, tmp_path: Pa
         loop_ids = trio.run(start_loops)
         board = Dashboard(browser, node)
         page = board.page
-        expect(page.locator("#counts")).to_have_text("130 loops, 0 live", timeout=15_000)
+        expect(page.locator("#counts")).to_have_text("130 loops, 0 live", timeout=HANG_MS)
         expect(page.locator("#page-info")).to_have_text("1 / 2")
         expect(page.locator("tr[data-loop-id]")).to_have_count(100)
         page.click("#next-page")
@@ -283,7 +284,7 @@ def test_the_breaker_shows_the_ledgers_counts_and_the_closest_trigger(
         "|loop:10| fix the parser", worker="python:tests.runtime.round_fns:same_action"
     )
     row = dashboard.row(loop_id)
-    expect(row).to_have_attribute("data-phase", "escalated", timeout=15_000)
+    expect(row).to_have_attribute("data-phase", "escalated", timeout=HANG_MS)
     row.locator("a.open").click()
     breaker = page.locator("#breaker")
     expect(breaker.locator(".bar.closest")).to_have_attribute(
@@ -343,7 +344,7 @@ def test_an_agent_rounds_transcript_opens_in_the_loop_view(dashboard: Dashboard)
             worker=f"agent:model=scripted,base_url={server.base_url},stream=false",
         )
         row = dashboard.row(loop_id)
-        expect(row).to_have_attribute("data-phase", "complete", timeout=20_000)
+        expect(row).to_have_attribute("data-phase", "complete", timeout=HANG_MS)
     row.locator("a.open").click()
     first = page.locator("#round-rows tr").first
     first.locator("summary").click()

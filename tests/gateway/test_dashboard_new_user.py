@@ -18,6 +18,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.hang import HANG, HANG_MS
+
 from .test_cli_node import LOOPACTORS
 from .test_dashboard import CHROMIUM, CHROMIUM_ARGS, playwright_api
 
@@ -44,7 +46,7 @@ class _Node:
         self.serving = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        if not self.serving.wait(120):
+        if not self.serving.wait(HANG):
             self.proc.kill()
             raise AssertionError(f"the node did not start: {''.join(self.log)}")
 
@@ -57,7 +59,7 @@ class _Node:
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
+        code = self.proc.wait(timeout=HANG)
         self._reader.join(10)
         assert self.proc.stderr is not None
         self.proc.stderr.close()
@@ -76,7 +78,7 @@ def _dashboard_open(folder: Path) -> str:
         env={**os.environ, "BROWSER": str(browser_script)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG,
     )
     assert shown.returncode == 0, shown.stderr
     url = opened.read_text()
@@ -107,9 +109,9 @@ def _watch_and_stop(url: str) -> tuple[list[str], list[str]]:
             ids.append((page.locator("#start-ok").text_content() or "").split()[-1])
         moving, doomed = (page.locator(f'tr[data-loop-id="{i}"]') for i in ids)
         first = moving.locator("td.round").text_content() or ""
-        expect(moving.locator("td.round")).not_to_have_text(first, timeout=10_000)
+        expect(moving.locator("td.round")).not_to_have_text(first, timeout=HANG_MS)
         doomed.locator('[data-action="stop"]').click()
-        expect(doomed).to_have_attribute("data-phase", "cancelled", timeout=10_000)
+        expect(doomed).to_have_attribute("data-phase", "cancelled", timeout=HANG_MS)
         expect(moving).not_to_have_attribute("data-phase", "cancelled")
         browser.close()
     assert errors == [], "JavaScript errors in the console"
@@ -120,8 +122,8 @@ def _watch_and_stop(url: str) -> tuple[list[str], list[str]]:
 def _scrape(port: int, token: str) -> dict[str, float]:
     """Prometheus' scrape with the bearer token: each sample by name and labels."""
     metrics_url = f"http://127.0.0.1:{port}/metrics"
-    assert httpx.get(metrics_url, timeout=10).status_code == 401
-    scrape = httpx.get(metrics_url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    assert httpx.get(metrics_url, timeout=HANG).status_code == 401
+    scrape = httpx.get(metrics_url, headers={"Authorization": f"Bearer {token}"}, timeout=HANG)
     assert scrape.status_code == 200
     samples: dict[str, float] = {}
     for family in text_string_to_metric_families(scrape.text):
@@ -151,7 +153,7 @@ def test_a_new_user_runs_the_node_opens_the_dashboard_stops_a_loop_and_scrapes(
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=HANG,
         )
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["phase"] == "cancelled"  # read back through the CLI

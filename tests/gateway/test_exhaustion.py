@@ -19,6 +19,7 @@ from loopactors.client import connect
 from loopactors.gateway import GatewaySettings, _admission, _gateway, open_gateway
 from loopactors.gateway._limits import DescriptorBudget
 from loopactors.runtime import open_runtime
+from tests.hang import HANG
 
 from .conftest import LiveNode, RawClient, node_config
 
@@ -85,7 +86,7 @@ async def raw_socket(node: LiveNode, data: bytes = b"") -> trio.SocketStream:
 
 async def closed_by_peer(stream: trio.SocketStream) -> bool:
     """The node closed it (after a short HTTP answer such as a 408, perhaps)."""
-    with trio.move_on_after(10):
+    with trio.move_on_after(HANG):
         try:
             while await stream.receive_some(1024):
                 pass
@@ -96,7 +97,7 @@ async def closed_by_peer(stream: trio.SocketStream) -> bool:
 
 
 async def wait_for(predicate: Callable[[], Awaitable[bool]]) -> None:
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         while not await predicate():
             await trio.sleep(0.02)
 
@@ -178,7 +179,7 @@ async def test_plain_http_is_answered_and_closed(
     async with node_with(tmp_path, monkeypatch) as live_node:
         stream = await raw_socket(live_node, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         reply = b""
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             while chunk := await stream.receive_some(4096):
                 reply += chunk
         assert reply.startswith(b"HTTP/1.1 ")
@@ -202,7 +203,7 @@ async def test_the_descriptor_budget_is_never_exceeded(
                 await release.wait()
 
         async def ninth() -> None:
-            async with connect(live_node.url, token=live_node.token, timeout=30) as node:
+            async with connect(live_node.url, token=live_node.token, timeout=HANG) as node:
                 await node.ping()
                 ninth_served.set()
 

@@ -21,6 +21,7 @@ from loopactors.client import ConnectionLost, connect
 from loopactors.gateway import GatewaySettings, _http, _node, open_door, open_gateway
 from loopactors.gateway._web import dashboard_files
 from loopactors.runtime import open_runtime
+from tests.hang import HANG
 
 from .conftest import LiveNode, RawClient, node_config, open_raw
 
@@ -28,7 +29,7 @@ from .conftest import LiveNode, RawClient, node_config, open_raw
 @pytest.fixture
 async def http(live_node: LiveNode) -> AsyncIterator[httpx.AsyncClient]:
     base = f"http://127.0.0.1:{live_node.gateway.port}"
-    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+    async with httpx.AsyncClient(base_url=base, timeout=HANG) as client:
         yield client
 
 
@@ -40,7 +41,7 @@ async def raw_http(node: LiveNode, data: bytes) -> bytes:
         try:
             await stream.send_all(data)
             await stream.send_eof()  # all sent: a head cut short stays cut short
-            with trio.fail_after(10):
+            with trio.fail_after(HANG):
                 while chunk := await stream.receive_some(65536):
                     answer += chunk
         except trio.BrokenResourceError:  # reset by the node: what came before is the answer
@@ -242,7 +243,7 @@ async def test_slowloris_is_cut_off_and_websocket_clients_go_on(live_node: LiveN
             async with open_raw(live_node) as during:
                 assert (await during.ask({"type": "ping", "id": 1}))["type"] == "ok"
             answer = b""
-            with trio.fail_after(5):
+            with trio.fail_after(HANG):
                 while chunk := await slow.receive_some(4096):
                     answer += chunk
         assert answer.startswith(b"HTTP/1.1 408 ")
@@ -267,7 +268,7 @@ async def test_bad_http_never_disturbs_websocket_clients(live_node: LiveNode) ->
         await raw_http(live_node, b"\r\n\r\n\r\n")
         await client.send({"type": "start", "id": 2, "text": "|loop:1| still here"})
         kinds = set()
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             while "ok" not in kinds or "event" not in kinds:
                 kinds.add((await client.receive())["type"])
 
@@ -324,7 +325,7 @@ async def test_healthz_is_503_while_starting_and_for_the_whole_shutdown(tmp_path
                     assert gateway.port == door.port
                     assert await health() == (200, "ok\n")
                     token = gateway.token_path.read_text().strip()
-                    async with connect(url, token=token, reconnect=True, timeout=1) as client:
+                    async with connect(url, token=token, reconnect=True, timeout=HANG) as client:
                         assert await client.ping() > 0
                         door.shutting_down()  # what serve_node does on SIGTERM, first
                         assert await health() == (503, "shutting down\n")
@@ -381,7 +382,7 @@ async def test_serve_node_answers_503_while_its_runtime_opens_and_closes(
     async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
 
         async def health() -> tuple[int, str]:
-            with trio.fail_after(10):
+            with trio.fail_after(HANG):
                 while True:
                     try:
                         reply = await http.get(f"http://127.0.0.1:{port}/healthz")
@@ -398,18 +399,18 @@ async def test_serve_node_answers_503_while_its_runtime_opens_and_closes(
         nursery.start_soon(node)
         assert await health() == (503, "starting")
         opening.set()
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             while await health() != (200, "ok"):
                 await trio.sleep(0.01)
         os.kill(os.getpid(), signal.SIGTERM)  # serve_node's own signal receiver takes it
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             while await health() != (503, "shutting down"):
                 await trio.sleep(0.01)
         await trio.sleep(0.2)
         assert not ended.is_set()
         assert await health() == (503, "shutting down")  # the runtime is still closing
         closing.set()
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             await ended.wait()
     with pytest.raises(OSError, match="connect"):
         await trio.open_tcp_stream("127.0.0.1", port)

@@ -12,6 +12,7 @@ from loopactors.client import connect
 from loopactors.gateway import GatewaySettings, open_gateway
 from loopactors.loops import LoopFinished
 from loopactors.runtime import Gap, open_runtime
+from tests.hang import HANG
 
 from .conftest import LiveNode, RawClient, node_config
 
@@ -28,7 +29,7 @@ async def test_a_slow_subscriber_gets_a_gap_and_never_slows_the_loops(live_node:
         assert (await raw.ask({"type": "subscribe", "id": 1}))["type"] == "ok"
         # The client reads nothing while 40 loops run to the end.
         handles = [await live_node.runtime.start("|loop:5,fresh| busy") for _ in range(40)]
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             for handle in handles:
                 assert (await handle.wait()).phase == "complete"
         frames = []
@@ -59,7 +60,7 @@ async def test_disconnect_policy_closes_a_slow_subscriber(tmp_path: Path) -> Non
         for handle in handles:
             await handle.wait()
         frames = []
-        with trio.fail_after(10), pytest.raises(ConnectionClosed) as closed:
+        with trio.fail_after(HANG), pytest.raises(ConnectionClosed) as closed:
             while True:
                 frames.append(await raw.receive())
         assert closed.value.reason is not None
@@ -114,7 +115,7 @@ async def test_many_clients_subscribed_while_many_loops_run(tmp_path: Path) -> N
                             if isinstance(event, LoopFinished):
                                 break
 
-        with trio.fail_after(120):
+        with trio.fail_after(HANG):
             async with trio.open_nursery() as nursery:
                 for _ in range(watchers):
                     nursery.start_soon(watcher)

@@ -14,6 +14,7 @@ from loopactors.client import RemoteError, connect
 from loopactors.gateway import GatewaySettings
 from loopactors.loops import AnyEvent, LoopFinished, LoopPaused, RoundFinished
 from loopactors.runtime import Gap
+from tests.hang import HANG
 
 from .conftest import LiveNode, open_raw
 
@@ -76,7 +77,7 @@ async def test_stop_now_cancels_the_round_in_flight(live_node: LiveNode) -> None
     async with connect(live_node.url, token=live_node.token) as node:
         state = await node.start("|loop:3| slow", worker="scripted:latency=30")
         async with await node.subscribe(state.loop_id) as events:
-            with trio.fail_after(10):
+            with trio.fail_after(HANG):
                 while (await node.get(state.loop_id)).phase != "awaiting_worker":
                     await trio.sleep(0.01)
             stopped = await node.stop(state.loop_id)
@@ -240,7 +241,7 @@ async def test_a_retried_start_with_the_same_loop_id_returns_that_loop(
         answers = {r["id"]: r for r in [await raw.receive(), await raw.receive()]}
         assert {a["type"] for a in answers.values()} == {"ok"}, answers
         assert {a["data"]["loop_id"] for a in answers.values()} == {"my-job-1"}
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             while True:
                 state = (await raw.ask({"type": "status", "id": 3, "loop_id": "my-job-1"}))["data"][
                     "loops"
@@ -320,7 +321,7 @@ async def test_permessage_deflate_is_declined_and_the_connection_works_uncompres
             ).encode()
         )
         head = b""
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             while b"\r\n\r\n" not in head:
                 head += await stream.receive_some(4096)
     status, *headers = head.split(b"\r\n\r\n")[0].decode().split("\r\n")

@@ -16,6 +16,7 @@ from loopactors.gateway import GatewaySettings, open_gateway
 from loopactors.loops import LoopPaused
 from loopactors.runtime import Gap, open_runtime
 from loopactors.runtime._events import EventBus
+from tests.hang import HANG
 
 from .conftest import LiveNode, RawClient, node_config, open_raw
 
@@ -170,7 +171,7 @@ async def _ping_into_the_nodes_close(port: int) -> None:
         ws = WSConnection(ConnectionType.CLIENT)
         await stream.send_all(ws.send(Request(host="127.0.0.1", target="/")))
         hello = '{"type": "hello", "id": 0, "protocol": 1, "token": "wrong-token-0123456789"}'
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             while True:
                 ws.receive_data(await stream.receive_some(65536) or None)
                 events = list(ws.events())

@@ -12,12 +12,13 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 from loopactors.client import ConnectionLost, connect
 from loopactors.gateway import GatewaySettings, open_gateway
 from loopactors.runtime import open_runtime
+from tests.hang import HANG
 
 from .conftest import LiveNode, RawClient, node_config
 
 
 async def _wait_connections(node: LiveNode, count: int) -> None:
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         while (await node.gateway.statistics()).connections != count:
             await trio.sleep(0.01)
 
@@ -111,7 +112,7 @@ async def test_shutdown_tells_clients_and_a_reconnecting_client_comes_back(
             await gateway.shutdown("restart")
             await runtime.node.terminate_child("gateway")
             async with open_gateway(runtime, GatewaySettings(port=port)):
-                with trio.fail_after(10):
+                with trio.fail_after(HANG):
                     state = await node.start("|loop:1| after the restart")
                     assert node.info.node_id != first
                     assert node.reconnects == 1

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from loopactors.ledger._cli import main
+from tests.hang import HANG
 
 from .test_cli_process import CONTEXT
 
@@ -231,7 +232,7 @@ def test_daily_budget_skipped_when_already_escalating(
 def test_fake_loop_cost_in_a_real_process(fake: Path, tmp_path: Path) -> None:
     result = subprocess.run(
         [*CONTEXT, "--check", "--budget-from-pattern", "nope"],
-        input=LEDGER, capture_output=True, text=True, timeout=60, check=False,
+        input=LEDGER, capture_output=True, text=True, timeout=HANG, check=False,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )  # fmt: skip
     assert (result.returncode, result.stdout, result.stderr) == (

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.hang import HANG
+
 ROOT = Path(__file__).resolve().parents[2]
 #: The ledger CLI in its own interpreter, independent of the top-level dispatcher.
 CONTEXT = [
@@ -29,7 +31,7 @@ def context(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CONTEXT, *args], input=stdin, capture_output=True, text=True, env=ENV, cwd=cwd,
-        timeout=60, check=False,
+        timeout=HANG, check=False,
     )  # fmt: skip
 
 
@@ -40,7 +42,7 @@ def test_start_up_imports_no_trio_rich_or_runtime() -> None:
         "print(rc, *(m in sys.modules for m in ('trio', 'rich', 'loopactors.runtime')))"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60,
+        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=HANG,
         check=True,
     )  # fmt: skip
     assert result.stdout.split() == ["0", "False", "False", "False"]
@@ -54,7 +56,7 @@ def test_ledger_cli_imports_no_trio_rich_or_runtime() -> None:
         "print(rc, *(m in sys.modules for m in ('trio', 'rich', 'loopactors.runtime')))"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60,
+        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=HANG,
         check=True,
     )  # fmt: skip
     assert result.stdout.split() == ["0", "False", "False", "False"]
@@ -63,7 +65,7 @@ def test_ledger_cli_imports_no_trio_rich_or_runtime() -> None:
 def test_python_m_loopactors_context() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "loopactors", "context", "--check"], input=LEDGER,
-        capture_output=True, text=True, env=ENV, timeout=60, check=False,
+        capture_output=True, text=True, env=ENV, timeout=HANG, check=False,
     )  # fmt: skip
     assert result.returncode == 2
     assert result.stdout.startswith("ESCALATE [stagnation] — ")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.hang import HANG
+
 
 def test_importing_the_ledger_loads_no_trio() -> None:
     code = (
@@ -12,6 +14,6 @@ def test_importing_the_ledger_loads_no_trio() -> None:
         "print('trio' in sys.modules, 'loopactors.runtime' in sys.modules)"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=HANG
     )
     assert result.stdout.split() == ["False", "False"]

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from tests.hang import HANG
+
 _CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 _SCRIPT = (
     _CACHE / "loopactors/loop-context-1.5.0/node_modules/@cobusgreyling/loop-context/dist/cli.js"
@@ -62,7 +64,7 @@ def _ledger(errors: list[str], seed: int) -> dict[str, Any]:
 
 def _run(command: list[str], path: Path, *args: str) -> tuple[int, str]:
     result = subprocess.run(
-        [*command, *args, "-f", str(path)], capture_output=True, text=True, timeout=120,
+        [*command, *args, "-f", str(path)], capture_output=True, text=True, timeout=HANG,
         check=False,
     )  # fmt: skip
     return result.returncode, result.stdout

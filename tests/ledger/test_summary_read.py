@@ -25,6 +25,7 @@ import loopactors.ledger._summary_read as summary_read
 from loopactors.ledger import LedgerError, format_summary, parse_ledger, summarize_attempts
 from loopactors.ledger._cli import main
 from loopactors.ledger._js import write_json
+from tests.hang import HANG
 
 from .edge_ledgers import EDGE_LEDGERS
 
@@ -204,7 +205,7 @@ def test_summary_of_a_valid_ledger_loads_no_msgspec(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     result = subprocess.run(
         [sys.executable, "-S", "-c", code, "--summary", "--json", "-f", str(path)],
-        capture_output=True, text=True, timeout=60, check=True, env=env,
+        capture_output=True, text=True, timeout=HANG, check=True, env=env,
     )  # fmt: skip
     assert result.stderr.split() == ["0", "False"]
     assert json.loads(result.stdout)["distinctErrors"][0]["count"] == 1
@@ -228,4 +229,4 @@ def test_a_pipe_is_read_once_even_when_left_to_parse_ledger(
     try:
         assert run(fifo, True, capsys) == expected(data, True)
     finally:
-        writer.join(timeout=10)
+        writer.join(timeout=HANG)

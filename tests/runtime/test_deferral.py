@@ -19,6 +19,7 @@ from loopactors.loops import (
     stale_rounds_after,
 )
 from loopactors.runtime import open_runtime
+from tests.hang import HANG
 
 from . import defer_fns
 from .conftest import memory_config, sqlite_config
@@ -108,7 +109,7 @@ async def test_stop_during_the_wait_acts_at_once() -> None:
         state = await handle.status()
         assert state.deferred_until is not None
         assert state.deferred_until > time.time() + 3000
-        with trio.fail_after(5):
+        with trio.fail_after(HANG):
             final = await handle.stop()
     assert final.phase == "cancelled"
     assert len(defer_fns.CALLS) == 1

@@ -10,10 +10,11 @@ import trio
 
 from loopactors.errors import StoreError
 from loopactors.runtime import RuntimeConfig, open_runtime
+from tests.hang import HANG
 from tests.mounts import small_tmpfs
 
 
-async def wait_for(condition: object, timeout: float = 60) -> None:
+async def wait_for(condition: object, timeout: float = HANG) -> None:
     with trio.fail_after(timeout):
         while not condition():  # type: ignore[operator]
             await trio.sleep(0.05)
@@ -48,7 +49,7 @@ async def test_a_full_disk_stops_dispatching_and_resumes_when_space_returns(
                 ["mount", "-o", "remount,size=64m", str(disk)], capture_stderr=True, check=False
             )
             assert grown.returncode == 0, grown.stderr
-            with trio.fail_after(120):
+            with trio.fail_after(HANG):
                 state = await handle.wait()
             assert (state.phase, state.completed_rounds) == ("complete", 40)
             assert "the store commits again" in caplog.text

@@ -23,6 +23,7 @@ from loopactors.loops._events import (
     event_decoder,
 )
 from loopactors.runtime._events import EventBus, Gap, Subscription
+from tests.hang import HANG
 
 
 def _event(loop_id: str, n: int) -> LoopPaused:
@@ -418,6 +419,6 @@ async def test_changes_wait_wakes_on_a_change_of_an_event_kind_that_counts() -> 
             bus.publish(_event("x", 1))
         assert changes.take() == ["x"]
         changes.mark(["y", "z"])  # put back (e.g. their states could not be read)
-        with trio.fail_after(1):
+        with trio.fail_after(HANG):
             await changes.wait()
         assert changes.take() == ["y", "z"]

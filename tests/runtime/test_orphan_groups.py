@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from loopactors.workers import _cgroup
+from tests.hang import HANG
 
 CLI = [sys.executable, "-m", "loopactors"]
 
@@ -59,7 +60,7 @@ def _config(tmp_path: Path) -> list[str]:
 
 
 def _wait_for_text(path: Path, what: str) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG
     while not path.exists() or not path.read_text():
         assert time.monotonic() < deadline, what
         time.sleep(0.05)
@@ -70,7 +71,7 @@ def _resume(tmp_path: Path) -> subprocess.CompletedProcess[str]:
         [*CLI, "resume", "--json", *_config(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG,
         check=False,
     )
 

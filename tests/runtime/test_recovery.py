@@ -20,6 +20,7 @@ from loopactors.loops._events import (
 from loopactors.loops._model import LoopSpec, LoopState, Phase, RoundRecord
 from loopactors.runtime import Runtime, open_runtime
 from loopactors.storage import SqliteBackend, Write, open_backend
+from tests.hang import HANG
 
 from .conftest import sqlite_config
 
@@ -290,7 +291,7 @@ async def test_a_start_recovers_from_one_read_of_the_store(
                 everyone.set()
 
     async with open_runtime(sqlite_config(tmp_path), observer=observe) as rt:
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             await everyone.wait()
         assert reads == ["round_summaries"]
         await rt.wait_all()

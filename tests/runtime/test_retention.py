@@ -20,6 +20,7 @@ from loopactors.runtime._messages import Commit
 from loopactors.runtime._retention import CHECK_EVERY, DAY, retention_interval
 from loopactors.runtime._store import Store
 from loopactors.storage import MemoryBackend, PruneReport, SqliteBackend, Write, open_backend
+from tests.hang import HANG
 
 from .conftest import memory_config, sqlite_config
 
@@ -107,7 +108,7 @@ async def test_retention_prunes_at_start_on_sqlite(
     backend.commit([finished_long_ago("old", 10), finished_long_ago("recent", 2, "error")])
     backend.close()
     async with open_runtime(sqlite_config(tmp_path, retention_days=7)) as rt:
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             while (await rt.store_statistics()).loops > 1:
                 await trio.sleep(0.01)
         assert [s.loop_id for s in await rt.loops()] == ["recent"]

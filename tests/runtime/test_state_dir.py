@@ -12,6 +12,7 @@ import trio
 from loopactors.errors import StateDirectoryLost
 from loopactors.runtime import RuntimeConfig, open_runtime
 from tests.gateway.test_cli_node import NodeProcess
+from tests.hang import HANG, PROMPT
 
 
 def delete_dir(state: Path) -> None:
@@ -60,8 +61,8 @@ def test_a_node_whose_state_directory_is_deleted_exits_non_zero(tmp_path: Path) 
         assert run.returncode == 0, run.stderr
         shutil.rmtree(state)
         deleted = time.monotonic()
-        assert node.proc.wait(timeout=30) == 1
-        assert time.monotonic() - deleted < 15  # a second's check, then a graceful stop
+        assert node.proc.wait(timeout=HANG) == 1
+        assert time.monotonic() - deleted < PROMPT  # a second's check, then a graceful stop
         assert node.proc.stderr is not None
         log = "".join(node.log) + node.proc.stderr.read()
         assert f"{state} was deleted under the running runtime: stopping (exit 1)" in log

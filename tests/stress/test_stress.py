@@ -12,6 +12,7 @@ import trio
 
 from loopactors.cli import main
 from loopactors.stress import StressOptions, read_sqlite, run_stress
+from tests.hang import HANG
 
 
 async def test_a_memory_run_with_crashes_and_stops_holds_every_invariant() -> None:
@@ -77,7 +78,7 @@ def test_a_kill_trial_resumes_and_checks_every_loop(tmp_path: Path) -> None:
             sys.executable, "-m", "loopactors", "stress", "--loops", "20", "--rounds", "3",
             "--state", str(tmp_path / "state"), "--kill-trials", "1", "--seed", "5", "--json",
         ],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True, text=True, timeout=HANG, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)

@@ -23,6 +23,7 @@ from loopactors.transport import LocalRedis
 from loopactors.transport._local import TlsFiles
 from loopactors.transport._redis import open_redis
 from loopactors.transport._wire import WORKERS_HASH, decode_heartbeat
+from tests.hang import HANG
 
 REDIS_SERVER = shutil.which("redis-server")
 
@@ -106,7 +107,7 @@ async def workers(tmp_path: Path) -> Any:
 
 async def wait_for_workers(url: str, names: set[str]) -> None:
     """Until every named worker has said hello (its first heartbeat)."""
-    with trio.fail_after(20):
+    with trio.fail_after(HANG):
         async with open_redis(url, name="loopactors-test") as client:
             while True:
                 beats = await client.hgetall(WORKERS_HASH)
@@ -115,7 +116,7 @@ async def wait_for_workers(url: str, names: set[str]) -> None:
                 await trio.sleep(0.05)
 
 
-async def wait_until(predicate: Any, *, timeout: float = 20.0) -> None:
+async def wait_until(predicate: Any, *, timeout: float = HANG) -> None:
     with trio.fail_after(timeout):
         while not await predicate():
             await trio.sleep(0.05)

@@ -15,13 +15,14 @@ import trio
 from loopactors.cli import main
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.transport import LocalRedis
+from tests.hang import HANG
 
 from .conftest import REDIS_SERVER, Workers, make_certificates
 
 SECRET = "s3cret-pass"
 
 
-def loopactors(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def loopactors(*args: str, timeout: float = HANG) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "loopactors", *args],
         capture_output=True,

@@ -17,6 +17,7 @@ from loopactors.transport import _node
 from loopactors.transport._redis import NO_GROUP, open_redis
 from loopactors.transport._status import collect
 from loopactors.transport._wire import WORKER_GROUP, WORKERS_HASH, decode_heartbeat, rounds_stream
+from tests.hang import HANG
 
 from .conftest import RedisServer, Workers, wait_until
 from .test_scale_out import command, pending
@@ -77,7 +78,7 @@ async def test_a_killed_worker_is_marked_dead_then_removed_once_its_round_moved(
                 ("doomed", True)
             ]
 
-        await wait_until(marked_dead, timeout=10)
+        await wait_until(marked_dead)
         # Still holding its round (nobody alive to reclaim it): never removed, so the round
         # is not dropped from the pending list.
         await trio.sleep(1.0)
@@ -91,7 +92,7 @@ async def test_a_killed_worker_is_marked_dead_then_removed_once_its_round_moved(
                 url, "command"
             )
 
-        await wait_until(gone, timeout=10)
+        await wait_until(gone)
         beats = await records(url)
         assert list(beats) == ["heir"]
         assert beats["heir"].dead_since is None
@@ -117,7 +118,7 @@ async def test_the_node_sweeps_when_no_worker_is_left(
             return not await records(url) and not await consumers(url, "scripted")
 
         try:
-            await wait_until(gone, timeout=15)
+            await wait_until(gone)
         except trio.TooSlowError:
             left = (await records(url), await consumers(url, "scripted"))
             raise AssertionError(f"still there (records, consumers): {left}") from None
@@ -138,7 +139,7 @@ async def test_a_worker_that_stops_says_goodbye_with_its_consumers(
 
     await wait_until(acknowledged)
     process.terminate()
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         await process.wait()
     assert await records(url) == {}
     assert await consumers(url, "scripted") == set()
@@ -172,7 +173,7 @@ def test_status_shows_a_worker_whose_beats_stopped_as_dead(
         capture_output=True,
         check=False,
         text=True,
-        timeout=60,
+        timeout=HANG,
         env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
     )
     assert shown.returncode == 0, shown.stderr
@@ -181,7 +182,7 @@ def test_status_shows_a_worker_whose_beats_stopped_as_dead(
     as_json = subprocess.run(
         [sys.executable, "-m", "loopactors", "status", "--state", str(tmp_path),
          "--transport", url, "--json"],
-        capture_output=True, check=False, text=True, timeout=60,
+        capture_output=True, check=False, text=True, timeout=HANG,
     )  # fmt: skip
     assert as_json.returncode == 0, as_json.stderr
     data = json.loads(as_json.stdout)

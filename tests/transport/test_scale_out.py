@@ -17,6 +17,7 @@ import trio
 from loopactors.runtime import BreakerSettings, Runtime, RuntimeConfig, open_runtime
 from loopactors.transport._redis import NO_GROUP, open_redis
 from loopactors.transport._wire import WORKER_GROUP, rounds_stream
+from tests.hang import HANG
 from tests.processes import alive
 
 from .conftest import RedisServer, Workers, wait_until
@@ -130,16 +131,20 @@ async def test_stop_reaches_the_remote_round(
     url = redis_server.url()
     await workers.start(url, "w1")
     marker = tmp_path / "terminated"
-    # The round's shell notes the SIGTERM the worker sends it, then exits.
-    script = f'trap "echo TERM > {shlex.quote(str(marker))}; exit 1" TERM; sleep 30 & wait'
+    trapped = tmp_path / "trapped"
+    # The round's shell notes the SIGTERM the worker sends it, then exits; it says when its
+    # trap is set, so the stop is sent after that and not after a guessed delay.
+    script = (
+        f'trap "echo TERM > {shlex.quote(str(marker))}; exit 1" TERM; '
+        f"touch {shlex.quote(str(trapped))}; sleep 3600 & wait"
+    )
     loop = await node.start("|loop:3| wait", worker=command(script))
 
     async def held() -> bool:
-        return await pending(url, "command") == 1
+        return await pending(url, "command") == 1 and trapped.exists()
 
     await wait_until(held)
-    await trio.sleep(0.3)  # the shell has set its trap
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         await loop.stop()
         final = await loop.wait()
     assert final.phase == "cancelled"
@@ -147,7 +152,7 @@ async def test_stop_reaches_the_remote_round(
     async def terminated() -> bool:
         return marker.exists()
 
-    await wait_until(terminated, timeout=10)
+    await wait_until(terminated)
     assert marker.read_text().strip() == "TERM"
 
     # The cancelled round's report came back; nothing is left held by the worker.
@@ -287,7 +292,7 @@ async def test_a_node_sigkilled_mid_round_never_runs_the_round_twice_at_once(
     )  # fmt: skip
     async with open_runtime(config) as rt:
         [loop] = await rt.loops()
-        with trio.fail_after(30):
+        with trio.fail_after(HANG):
             final = await rt.handle(loop.loop_id).wait()
         rounds = await rt.history(loop.loop_id)
     assert final.phase == "complete", final.reason
@@ -326,7 +331,7 @@ async def test_the_next_worker_of_the_machine_ends_a_killed_workers_command_grou
     async def ended() -> bool:
         return not alive(leader)
 
-    await wait_until(ended, timeout=15)
+    await wait_until(ended)
     final = await loop.wait()
     assert final.phase == "complete"
     [record] = await loop.history()

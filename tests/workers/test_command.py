@@ -13,6 +13,7 @@ import trio
 from loopactors.errors import WorkerSpecError
 from loopactors.workers import CommandWorker, RoundResult, _cgroup, parse_worker
 from loopactors.workers._command import split_tokens_line
+from tests.hang import HANG, PROMPT
 
 from .sample_fns import make_request
 
@@ -165,7 +166,7 @@ def _written_pids(path: Path) -> list[int] | None:
 
 async def _read_pids(path: Path) -> list[int]:
     """Wait until a script has written its pids (and so has set its traps)."""
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         while (pids := _written_pids(path)) is None:
             await trio.sleep(0.01)
     return pids
@@ -183,7 +184,7 @@ def _is_alive(pid: int) -> bool:
 async def _assert_group_gone(pgid: int, pids: list[int]) -> None:
     # SIGKILL is delivered asynchronously (a killed process may still show as running for a
     # moment), and orphaned members are reaped by init, which is slow in some containers.
-    with trio.move_on_after(5):
+    with trio.move_on_after(HANG):
         while [pid for pid in pids if _is_alive(pid)] or _group_exists(pgid):
             await trio.sleep(0.01)
     assert not [pid for pid in pids if _is_alive(pid)]
@@ -220,30 +221,30 @@ async def _cancel_when_ready(worker: CommandWorker, ready: list[Path]) -> tuple[
 async def test_cancel_kills_group_that_ignores_sigterm(tmp_path: Path) -> None:
     ready = tmp_path / "pids"
     # Both the shell and its sleep ignore SIGTERM (an ignored signal is inherited).
-    script = f"trap '' TERM; sleep 30 & echo $$ $! > {shlex.quote(str(ready))}; wait"
+    script = f"trap '' TERM; sleep 3600 & echo $$ $! > {shlex.quote(str(ready))}; wait"
     worker = command(["sh", "-c", script], kill_grace=0.3)
     elapsed, pids = await _cancel_when_ready(worker, [ready])
-    assert 0.3 <= elapsed < 1.0
+    assert 0.3 <= elapsed < PROMPT  # the grace, then a kill (not the hour of the sleep)
     await _assert_group_gone(pids[0], pids)
 
 
 async def test_cancel_kills_descendants_that_outlive_the_leader(tmp_path: Path) -> None:
     leader, child = tmp_path / "leader", tmp_path / "child"
     # The leader dies on SIGTERM; its child ignores it and keeps stdout open.
-    inner = f"trap '' TERM; echo $$ > {shlex.quote(str(child))}; exec sleep 30"
+    inner = f"trap '' TERM; echo $$ > {shlex.quote(str(child))}; exec sleep 3600"
     script = f"sh -c {shlex.quote(inner)} & echo $$ > {shlex.quote(str(leader))}; wait"
     worker = command(["sh", "-c", script], kill_grace=0.3)
     elapsed, pids = await _cancel_when_ready(worker, [leader, child])
-    assert 0.3 <= elapsed < 1.0
+    assert 0.3 <= elapsed < PROMPT  # the grace, then a kill (not the hour of the sleep)
     await _assert_group_gone(pids[0], pids)
 
 
 async def test_cancel_is_prompt_when_sigterm_works(tmp_path: Path) -> None:
     ready = tmp_path / "pid"
-    script = f"echo $$ > {shlex.quote(str(ready))}; exec sleep 30"
-    worker = command(["sh", "-c", script], kill_grace=5)
+    script = f"echo $$ > {shlex.quote(str(ready))}; exec sleep 3600"
+    worker = command(["sh", "-c", script], kill_grace=HANG)
     elapsed, pids = await _cancel_when_ready(worker, [ready])
-    assert elapsed < 1.0
+    assert elapsed < PROMPT  # not the grace
     # A lone child is reaped by run_process itself: no zombie, not even briefly.
     with pytest.raises(ProcessLookupError):
         os.killpg(pids[0], 0)
@@ -270,10 +271,10 @@ if sys.argv[1] == "leader":
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         open(sys.argv[2] + ".escapee", "w").write(f"{os.getpid()}\\n")
-        time.sleep(60)
+        time.sleep(3600)
         os._exit(0)
     open(sys.argv[2], "w").write(f"{os.getpid()}\\n")
-    time.sleep(60)
+    time.sleep(3600)
 """
 
 
@@ -300,7 +301,7 @@ async def test_a_stop_ends_a_grandchild_that_left_the_group_through_the_cgroup(
     worker, ready = _escaping_worker(tmp_path)
     escapee_file = Path(f"{ready}.escapee")
     elapsed, pids = await _cancel_when_ready(worker, [ready, escapee_file])
-    assert elapsed < 2.0
+    assert elapsed < PROMPT
     await _assert_group_gone(pids[0], pids)  # the escapee too
     assert _own_cgroups() == []  # the worker's cgroup is removed once empty
 
@@ -315,7 +316,7 @@ async def test_without_a_cgroup_a_grandchild_that_left_the_group_survives_a_stop
     elapsed, pids = await _cancel_when_ready(worker, [ready, Path(f"{ready}.escapee")])
     leader, escapee = pids
     try:
-        assert elapsed < 2.0
+        assert elapsed < PROMPT
         assert not _group_exists(leader)
         assert _is_alive(escapee)  # not stopped: it left the group and nothing holds it
         assert os.getpgid(escapee) == escapee
@@ -348,7 +349,7 @@ async def test_a_cgroup_that_cannot_be_joined_is_said_once_and_not_tried_again(
     with caplog.at_level("WARNING", logger="loopactors.workers"):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run_round)
-            with trio.fail_after(10):
+            with trio.fail_after(HANG):
                 while not said():
                     await trio.sleep(0.01)
             go.touch()

@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from loopactors.workers import WorkerGroups, record_group
+from tests.hang import HANG
 from tests.processes import alive, start_time
 
 pytestmark = pytest.mark.skipif(
@@ -96,10 +97,10 @@ async def test_a_dead_processs_groups_end_and_a_live_ones_stay(
     record_group(elsewhere, "l3", 1, live_group.pid)
     unowned = listing.boot / "12345"
     (unowned / "groups").mkdir(parents=True)
-    with trio.fail_after(20):
+    with trio.fail_after(HANG):
         ended = await listing.end_dead(grace=0.2)
     assert [(r.loop_id, r.round, r.pgid) for r in ended] == [("l1", 3, orphan.pid)]
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         while orphan.poll() is None:  # TERM ignored: killed after the grace
             await trio.sleep(0.01)
     assert orphan.returncode == -signal.SIGKILL
