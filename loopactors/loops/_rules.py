@@ -207,9 +207,13 @@ def no_completed_round(state: LoopState, last_error: str | None) -> Verdict:
     """Why a loop that reached its cap without one completed round escalates (trigger
     ``no_completed_round``), naming the last round's error."""
     rounds = state.round
-    what = "its only round" if rounds == 1 else f"its {rounds} rounds"
+    if rounds == 1:
+        why = f": {last_error}" if last_error else ""
+        return Verdict(trigger="no_completed_round", reason=f"its only round did not complete{why}")
     last = f"; the last one: {last_error}" if last_error else ""
-    return Verdict(trigger="no_completed_round", reason=f"none of {what} completed{last}")
+    return Verdict(
+        trigger="no_completed_round", reason=f"none of its {rounds} rounds completed{last}"
+    )
 
 
 def stale_rounds_after(state: LoopState, *, progress: bool | None, same_output: bool) -> int:
