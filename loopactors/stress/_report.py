@@ -181,22 +181,25 @@ def check_loops(
                 loop_id,
                 f"cancelled with rounds {sorted(numbers)}, completed {completed}",
             )
+    violations = {name: len(found) for name, found in problems.items()}
     if expected_loops is not None:
-        counts["all_stored"] += 1
+        # Every loop started is checked: one missing loop is one violation.
+        counts["all_stored"] = expected_loops
         if len(loops) != expected_loops:
             problems["all_stored"].append(
                 f"{len(loops)} loops in the store, {expected_loops} started"
             )
+            violations["all_stored"] = max(1, expected_loops - len(loops))
     return [
         InvariantCheck(
             name=name,
             description=INVARIANTS[name],
             checked=counts[name],
-            violations=len(problems[name]),
+            violations=violations.get(name, 0),
             examples=tuple(problems[name][:MAX_EXAMPLES]),
         )
         for name in INVARIANTS
-        if counts[name]
+        if counts[name] or problems[name]
     ]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from loopactors.loops._events import AnyEvent, RoundFinished
 from loopactors.loops._model import LoopSpec, LoopState, Phase, RoundRecord, RoundStatus
 from loopactors.stress import StoredLoop, StressReport, check_loops, render_report
-from loopactors.stress._report import percentile
+from loopactors.stress._report import InvariantCheck, percentile
 
 SPEC = LoopSpec(task="t", rounds=3)
 
@@ -80,6 +80,19 @@ def test_a_cancelled_loop_with_a_hole_and_a_missing_loop_are_caught() -> None:
     found = violated([loop("cancelled", [(1, "completed"), (3, "completed")])], expected_loops=2)
     assert "cancelled_keeps_rounds" in found
     assert found["all_stored"] == ("1 loops in the store, 2 started",)
+    [stored] = [c for c in check_loops([], rounds=3, expected_loops=200) if c.name == "all_stored"]
+    assert (stored.checked, stored.violations) == (200, 200)
+
+
+def test_every_loop_started_is_counted_as_checked() -> None:
+    loops = [loop("complete", [(1, "completed"), (2, "completed"), (3, "completed")])] * 200
+    [stored] = [
+        c for c in check_loops(loops, rounds=3, expected_loops=200) if c.name == "all_stored"
+    ]
+    assert (stored.checked, stored.ok) == (200, True)
+    assert "every loop started is in the store (200 checked)" in render_report(
+        report_of(check_loops(loops, rounds=3, expected_loops=200))
+    )
 
 
 def test_percentile_by_nearest_rank() -> None:
@@ -89,15 +102,18 @@ def test_percentile_by_nearest_rank() -> None:
     assert percentile([5.0], 0.99) == 5.0
 
 
-def test_the_report_says_what_failed() -> None:
-    checks = check_loops([loop("complete", [(1, "completed")])], rounds=3, expected_loops=1)
-    report = StressReport(
+def report_of(checks: list[InvariantCheck]) -> StressReport:
+    return StressReport(
         loops=1, rounds_per_loop=3, worker="scripted", store="memory", crash_rate=0.0,
         stop_rate=0.0, seed=1, seconds=1.0, rounds_completed=1, rounds_per_s=1.0,
         p50_transition_ms=None, p99_transition_ms=None, peak_rss_mb=10.0, faults_injected=0,
         actor_restarts=0, phases={"complete": 1}, invariants=tuple(checks), ok=False,
     )  # fmt: skip
-    text = render_report(report)
+
+
+def test_the_report_says_what_failed() -> None:
+    checks = check_loops([loop("complete", [(1, "completed")])], rounds=3, expected_loops=1)
+    text = render_report(report_of(checks))
     assert "FAIL every complete loop has rounds 1..M, each once" in text
     assert "l-complete: complete with rounds [1]" in text
     assert text.endswith("INVARIANTS VIOLATED")
