@@ -292,3 +292,26 @@ def _public(name: str) -> Any:
         if callable(found):
             return found
     return None
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").glob("*.md")), ids=lambda p: p.name)
+def test_numbered_tables_run_in_order_without_a_break(page: Path) -> None:
+    """A table whose first column is ``#`` lists its rows 1, 2, 3, ... in one piece (a blank
+    line inside a Markdown table ends it, and the rest shows as text)."""
+    lines = page.read_text().splitlines()
+    for start, line in enumerate(lines):
+        if not line.startswith("| # |"):
+            continue
+        numbers = []
+        for row in lines[start + 2 :]:
+            if not row.startswith("|"):
+                break
+            numbers.append(int(row.split("|")[1]))
+        assert numbers == list(range(1, len(numbers) + 1)), (page.name, numbers)
+        rest = "\n".join(lines[start + 2 + len(numbers) :])
+        assert not re.search(r"^\| \d+ \|", rest, re.M), f"{page.name}: a row after the table"
+
+
+def test_the_claude_kind_says_how_its_rounds_are_billed() -> None:
+    text = " ".join((ROOT / "docs" / "agent-clis.md").read_text().split())
+    assert "Since mid-2026 Anthropic bills such runs on a subscription from a usage pool" in text
