@@ -158,7 +158,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _notify_options(run: argparse.ArgumentParser) -> None:
-    """``--notify`` and ``--notify-on`` (docs/notifications.md)."""
+    """``--notify`` and ``--notify-on`` (docs/notifications.md); ``--plan`` and
+    ``--prompt-file`` (docs/plans.md)."""
+    run.add_argument(
+        "--plan",
+        metavar="PATH",
+        help="a Markdown checklist (- [ ] task) or prd.json: each round works on the next "
+        "open task, and the loop completes when every task is done",
+    )
+    run.add_argument(
+        "--prompt-file",
+        metavar="PATH",
+        help="read the task from this file at the start of every round (TEXT may then be "
+        "the activation alone, e.g. '|loop:30|')",
+    )
     run.add_argument(
         "--notify",
         action="append",
@@ -335,6 +348,9 @@ def _loop_options(args: argparse.Namespace) -> dict[str, Any]:
         "similarity_threshold": args.similarity,
         "inject_ledger": args.inject_ledger or None,
         "notify": tuple(args.notify) if args.notify else None,
+        # Absolute here: a node started elsewhere (--connect) reads the same files.
+        "plan": str(Path(args.plan).absolute()) if args.plan else None,
+        "prompt_file": str(Path(args.prompt_file).absolute()) if args.prompt_file else None,
         "notify_on": tuple(e.strip() for e in args.notify_on.split(",") if e.strip())
         if args.notify_on
         else None,

@@ -111,6 +111,8 @@ class Progress:
             if event.status == "completed":
                 row.completed += 1
             row.last = f"r{event.round} {event.status}"
+            if event.tasks_total is not None:
+                row.last += f", tasks {event.tasks_done}/{event.tasks_total}"
         elif isinstance(event, LoopFinished):
             row.phase = event.phase
             row.ended = time.monotonic()
@@ -145,6 +147,13 @@ class Progress:
         return Rows(columns, rows, title="loops")
 
 
+def tasks_of(state: LoopState) -> str:
+    """`` tasks 3/7`` for a plan-driven loop (docs/plans.md), else nothing."""
+    if state.tasks_total is None:
+        return ""
+    return f" tasks {state.tasks_done}/{state.tasks_total}"
+
+
 def final_table(states: list[LoopState], *, title: str = "loops") -> Rows:
     """One row per loop with its outcome: the closing table of ``run``, ``resume`` and
     ``demo``, and ``status``'s table."""
@@ -167,7 +176,7 @@ def final_table(states: list[LoopState], *, title: str = "loops") -> Rows:
                 state.loop_id,
                 state.spec.task,
                 state.phase,
-                f"{state.completed_rounds}/{state.spec.rounds}",
+                f"{state.completed_rounds}/{state.spec.rounds}" + tasks_of(state),
                 str(state.tokens_used),
                 f"${state.cost_usd:.4f}" if state.cost_usd else "-",
                 reason,

@@ -261,6 +261,8 @@ class Repl:
 def _line(state: LoopState) -> str:
     # Completed rounds, and the one running (if any), never one number for both.
     progress = f"{state.completed_rounds}/{state.spec.rounds} completed"
+    if state.tasks_total is not None:
+        progress += f", tasks {state.tasks_done}/{state.tasks_total}"
     if state.phase in ("dispatching", "awaiting_worker", "summarizing"):
         progress += f", round {state.round} running"
     text = f"{state.loop_id}  {state.phase:<15} {progress}  {state.spec.task[:40]}"

@@ -2,9 +2,9 @@
 phases, events and the per-round rules.
 
 General layout: ``_syntax`` (parser), ``_model`` (structs and the transition function),
-``_events`` (typed progress events), ``_notify`` (which events notify whom), ``_rules``
-(prompt, breaker checks, next phase), ``steps`` (public: the LoopRunner's decisions as pure
-functions, and the effects they return).
+``_events`` (typed progress events), ``_notify`` (which events notify whom), ``_plan`` (plan
+files), ``_rules`` (prompt, breaker checks, next phase), ``steps`` (public: the LoopRunner's
+decisions as pure functions, and the effects they return).
 """
 
 from ._events import AgentStep as AgentStep
@@ -44,6 +44,10 @@ from ._notify import check_notify as check_notify
 from ._notify import notifications_for as notifications_for
 from ._notify import redact_notify_url as redact_notify_url
 from ._notify import shown as shown
+from ._plan import Plan as Plan
+from ._plan import PlanTask as PlanTask
+from ._plan import parse_plan as parse_plan
+from ._plan import plan_prompt as plan_prompt
 from ._rules import Prompt as Prompt
 from ._rules import Verdict as Verdict
 from ._rules import build_prompt as build_prompt
@@ -57,6 +61,7 @@ from ._rules import round_intent as round_intent
 from ._rules import stale_rounds_after as stale_rounds_after
 from ._syntax import ParsedLoop as ParsedLoop
 from ._syntax import parse_loop as parse_loop
+from .steps import PlanProgress as PlanProgress
 from .steps import Run as Run
 from .steps import Step as Step
 from .steps import after_round as after_round
@@ -92,6 +97,9 @@ __all__ = [
     "NotifyEvent",
     "ParsedLoop",
     "Phase",
+    "Plan",
+    "PlanProgress",
+    "PlanTask",
     "Prompt",
     "RoundDeferred",
     "RoundFinished",
@@ -123,6 +131,8 @@ __all__ = [
     "on_recovery",
     "output_heads",
     "parse_loop",
+    "parse_plan",
+    "plan_prompt",
     "redact_notify_url",
     "resolve_loop_id",
     "resume_step",

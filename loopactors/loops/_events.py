@@ -105,11 +105,15 @@ class RoundFinished(LoopEvent, frozen=True, kw_only=True, tag="round_finished"):
     #: Workspace progress (coding-agent CLI kinds): files changed and new commits.
     files_changed: int | None = None
     commits: int | None = None
+    #: A plan-driven loop's tasks done and in all after the round.
+    tasks_done: int | None = None
+    tasks_total: int | None = None
 
     def note(self) -> str:
+        tasks = "" if self.tasks_total is None else f", tasks {self.tasks_done}/{self.tasks_total}"
         text = (
             f"[loop-progress round {self.round}/{self.rounds} {self.status}, "
-            f"duration={_secs(self.duration)}s]"
+            f"duration={_secs(self.duration)}s{tasks}]"
         )
         return text if self.error is None else f"{text} {self.error}"
 

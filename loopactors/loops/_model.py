@@ -135,6 +135,14 @@ class LoopSpec(msgspec.Struct, gc=False, frozen=True, kw_only=True, forbid_unkno
     notify: tuple[str, ...] = ()
     notify_on: tuple[str, ...] = ()
     notify_check_failures: int = 3
+    #: A plan file (absolute path): a Markdown checklist or a prd.json; each round's prompt
+    #: names its next open task, and the loop completes when every task is done
+    #: (docs/plans.md).
+    plan: str | None = None
+    #: A file (absolute path) the task is read from at the start of every round.
+    prompt_file: str | None = None
+    #: ``LOOP_ID:ROUND`` of the round this loop replays (``loopactors replay``).
+    replay_of: str | None = None
 
 
 class RoundRecord(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -158,6 +166,11 @@ class RoundRecord(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     #: Workspace progress (coding-agent CLI kinds): files changed, new commits.
     files_changed: int | None = None
     commits: int | None = None
+    #: The prompt the worker was given (what ``loopactors replay`` runs again).
+    prompt: str = ""
+    #: A plan-driven loop's tasks done and in all, read from the plan after the round.
+    tasks_done: int | None = None
+    tasks_total: int | None = None
 
 
 class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -183,6 +196,12 @@ class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     deferred_until: float | None = None
     defer_reason: str | None = None
     deferrals: int = 0
+    #: The task of the round in flight when it is not ``spec.task`` (a plan-driven loop, or
+    #: one whose task is read from a file each round); ``None`` otherwise.
+    round_task: str | None = None
+    #: A plan-driven loop's tasks done and in all, as of its last round (or its start).
+    tasks_done: int | None = None
+    tasks_total: int | None = None
     #: What the no-progress fuse compared last: the outputs, or the workspace (coding-agent
     #: CLI kinds measure files changed and new commits).
     progress_measure: Literal["output", "workspace"] = "output"
@@ -210,9 +229,9 @@ class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):
 def output_heads(
     state: LoopState, rounds: list[RoundRecord], head: int | None
 ) -> tuple[LoopState, list[RoundRecord]]:
-    """The loop and its rounds with each output (and the loop's ``last_output``) cut to its
-    first ``head`` characters; unchanged when ``head`` is None. A node answers ``history``
-    and ``status`` so: a frame must stay small whatever a worker printed."""
+    """The loop and its rounds with each output and prompt (and the loop's ``last_output``)
+    cut to its first ``head`` characters; unchanged when ``head`` is None. A node answers
+    ``history`` and ``status`` so: a frame must stay small whatever a worker printed."""
     if head is None:
         return state, rounds
     if head < 0:
@@ -221,7 +240,9 @@ def output_heads(
     if last is not None and len(last) > head:
         state = msgspec.structs.replace(state, last_output=last[:head])
     cut = [
-        msgspec.structs.replace(r, output=r.output[:head]) if len(r.output) > head else r
+        msgspec.structs.replace(r, output=r.output[:head], prompt=r.prompt[:head])
+        if len(r.output) > head or len(r.prompt) > head
+        else r
         for r in rounds
     ]
     return state, cut

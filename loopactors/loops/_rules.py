@@ -36,6 +36,12 @@ SEPARATOR = "\n\n---\n\n"
 class Prompt(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     text: str
     seed_source: Literal["task", "previous_output"]
+    #: The round's task when it is not the spec's (a plan-driven loop, a prompt file): kept
+    #: in the state with the round's intent, so a recovered round runs the same prompt.
+    task: str | None = None
+    #: A plan-driven loop's plan as read for this round: tasks done and in all.
+    tasks_done: int | None = None
+    tasks_total: int | None = None
 
 
 def build_prompt(state: LoopState) -> Prompt:
@@ -46,10 +52,13 @@ def build_prompt(state: LoopState) -> Prompt:
     """
     spec = state.spec
     seed = state.last_output
+    task = spec.task if state.round_task is None else state.round_task
     if spec.mode == "fresh" or not seed or spec.seed_cap <= 0:
-        return Prompt(text=spec.task, seed_source="task")
+        return Prompt(text=task, seed_source="task", task=state.round_task)
     return Prompt(
-        text=seed[-spec.seed_cap :] + SEPARATOR + spec.task, seed_source="previous_output"
+        text=seed[-spec.seed_cap :] + SEPARATOR + task,
+        seed_source="previous_output",
+        task=state.round_task,
     )
 
 
@@ -65,6 +74,7 @@ def round_intent(
         status="running",
         seed_source=prompt.seed_source,
         started_at=now,
+        prompt=prompt.text,
     )
     events: list[AnyEvent] = []
     if first:

@@ -50,6 +50,7 @@ __all__ = [
     "Ended",
     "Halt",
     "Invalidate",
+    "PlanProgress",
     "RecordAttempt",
     "RoundReport",
     "Run",
@@ -91,6 +92,8 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     last_normalized: str | None = None
     #: Events to go with the next commit (a recovery's note).
     unsaved: tuple[AnyEvent, ...] = ()
+    #: The prompt of the round in flight (recorded with the round).
+    prompt: str = ""
 
 
 class RoundReport(Protocol):
@@ -377,9 +380,19 @@ def dispatch_round(run: Run, prompt: Prompt, now: float) -> Step:
     """The prompt is ready: commit the round's intent; the round is dispatched once durable."""
     state = run.state
     record, events = round_intent(state, prompt, now, first=run.announce)
-    running = state.moved("awaiting_worker", deferred_until=None, defer_reason=None)
+    running = state.moved(
+        "awaiting_worker", deferred_until=None, defer_reason=None, round_task=prompt.task
+    )
+    if prompt.tasks_total is not None:  # the plan as read for this round
+        running = msgspec.structs.replace(
+            running, tasks_done=prompt.tasks_done, tasks_total=prompt.tasks_total
+        )
     run = msgspec.structs.replace(
-        run, announce=False, round_started=now, seed_source=prompt.seed_source
+        run,
+        announce=False,
+        round_started=now,
+        seed_source=prompt.seed_source,
+        prompt=prompt.text,
     )
     run, save = _save(run, running, record, events, then=(Dispatch(prompt),))
     return run, [save, ArmWatchdog()]
@@ -393,8 +406,26 @@ def next_round(run: Run, now: float) -> Step:
     return run, [Wake(delay)]
 
 
-def after_round(run: Run, result: RoundReport, now: float) -> Step:
-    """Round ``state.round``'s result arrived: record it, then the loop's next step."""
+class PlanProgress(msgspec.Struct, gc=False, frozen=True):
+    """A plan-driven loop's plan as read after a round: tasks done and in all."""
+
+    done: int
+    total: int
+
+    @property
+    def complete(self) -> bool:
+        return self.total > 0 and self.done >= self.total
+
+
+def after_round(
+    run: Run, result: RoundReport, now: float, *, plan: PlanProgress | None = None
+) -> Step:
+    """Round ``state.round``'s result arrived: record it, then the loop's next step.
+
+    ``plan``: a plan-driven loop's plan as read after the round (``None``: no plan, or it
+    could not be read). A round that ticked a task made progress; one that leaves every
+    task done completes the loop, as a worker's ``done`` does.
+    """
     if result.status == "deferred":
         return _round_deferred(run, result, now)
     state = run.state
@@ -415,8 +446,16 @@ def after_round(run: Run, result: RoundReport, now: float) -> Step:
         session_id=result.session_id,
         files_changed=result.files_changed,
         commits=result.commits,
+        prompt=run.prompt,
+        tasks_done=None if plan is None else plan.done,
+        tasks_total=None if plan is None else plan.total,
     )
     changes: dict[str, object]
+    if plan is not None:
+        changes = {"tasks_done": plan.done, "tasks_total": plan.total}
+        ticked = state.tasks_done is not None and plan.done > state.tasks_done
+    else:
+        changes, ticked = {}, False
     last_normalized = run.last_normalized
     if status == "completed":
         normalized = normalize_output(result.output)
@@ -424,17 +463,19 @@ def after_round(run: Run, result: RoundReport, now: float) -> Step:
         if previous is None and state.last_output is not None:
             previous = normalize_output(state.last_output)
         last_normalized = normalized
-        changes = {
+        # A ticked task is progress, whatever the output or the workspace say.
+        progress = True if ticked else result.progress
+        changes |= {
             "completed_rounds": state.completed_rounds + 1,
             "last_output": result.output,
             "stale_rounds": stale_rounds_after(
-                state, progress=result.progress, same_output=previous == normalized
+                state, progress=progress, same_output=previous == normalized
             ),
             "progress_measure": "output" if result.progress is None else "workspace",
             "consecutive_failures": 0,
         }
     else:
-        changes = {"consecutive_failures": state.consecutive_failures + 1}
+        changes["consecutive_failures"] = state.consecutive_failures + 1
     if result.session_id is not None:
         changes["agent_session"] = result.session_id
     summarizing = state.moved(
@@ -456,6 +497,8 @@ def after_round(run: Run, result: RoundReport, now: float) -> Step:
         cost_usd=result.cost_usd,
         files_changed=result.files_changed,
         commits=result.commits,
+        tasks_done=record.tasks_done,
+        tasks_total=record.tasks_total,
     )
     run = msgspec.structs.replace(
         run,
@@ -465,9 +508,18 @@ def after_round(run: Run, result: RoundReport, now: float) -> Step:
     )
     # The Breaker's ledger first: there before the next round's check.
     attempt: list[Effect] = [RecordAttempt(record)]
-    if status == "completed" and result.done:
+    # Every task of the plan done counts as the worker's claim that the objective is met.
+    # (Where the loop has an `until` check, that check decides whether the claim holds.)
+    plan_done = plan is not None and plan.complete
+    if status == "completed" and (result.done or plan_done):
         # The worker found the objective met: the loop is complete now (rolebox's W3).
         reason = f"objective met in round {record.round}"
+        if plan_done and not result.done:
+            assert plan is not None
+            reason = (
+                f"every task of the plan {state.spec.plan} is done "
+                f"({plan.done}/{plan.total}) in round {record.round}"
+            )
         run, effects = finish(
             run, "complete", now, record=record, events=(finished,), reason=reason
         )
@@ -591,7 +643,9 @@ def resume_step(run: Run, now: float) -> Step:
         return prepare_round(run, now)
     if phase == "awaiting_worker":
         prompt = build_prompt(state)
-        run = msgspec.structs.replace(run, round_started=now, seed_source=prompt.seed_source)
+        run = msgspec.structs.replace(
+            run, round_started=now, seed_source=prompt.seed_source, prompt=prompt.text
+        )
         effects: list[Effect] = [Dispatch(prompt), ArmWatchdog()]
         if run.unsaved:
             run, save = _save(run, state)

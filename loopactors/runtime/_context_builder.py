@@ -15,6 +15,7 @@ from ..ledger import build_context_injection
 from ..loops import build_prompt
 from ._ledger import breaker_config
 from ._messages import ApplyCompaction, BuildPrompt, GetContextBuilderStatistics, PromptReady
+from ._plans import round_prompt
 from ._wiring import deliver, runner_name
 
 __all__ = ["ContextBuilder"]
@@ -51,7 +52,11 @@ class ContextBuilder(Actor[Any]):
             return ErrorReply(TypeError(f"the context builder does not accept {kind.__name__}"))
         self.prompts_built += 1
         state = message.state
-        prompt = build_prompt(state)
+        spec = state.spec
+        if spec.plan is None and spec.prompt_file is None:
+            prompt = build_prompt(state)
+        else:
+            prompt = await round_prompt(state)  # reads the files in a worker thread
         if message.ledger is not None and message.ledger.attempts:
             # loop-context's block goes first: the model reads what was tried before the task.
             block = build_context_injection(message.ledger, breaker_config(state.spec))

@@ -63,6 +63,7 @@ from ._messages import (
     Schedule,
     WhereIsRound,
 )
+from ._plans import plan_progress
 from ._wiring import BREAKER, COORDINATOR, DISPATCHER, RunnerDeps, runner_name, services_of
 
 __all__ = ["LoopRunner", "Resumed", "RunnerFactory", "Watchdog"]
@@ -261,7 +262,11 @@ class LoopRunner(Actor[Any]):
                 await self._perform(dispatch_round(self.run, message.prompt, time.time()))
         elif kind is RoundDone:
             if state.phase == "awaiting_worker" and message.round == state.round:
-                await self._perform(after_round(self.run, message.result, time.time()))
+                plan = await plan_progress(state) if state.spec.plan is not None else None
+                if self.run.state is state:  # nothing moved while the plan was read
+                    await self._perform(
+                        after_round(self.run, message.result, time.time(), plan=plan)
+                    )
         elif kind is Advance:
             if message.epoch == self.epoch and not state.terminal:
                 await self._step()
@@ -389,7 +394,7 @@ class LoopRunner(Actor[Any]):
             rounds=spec.rounds,
             mode=spec.mode,
             prompt=prompt.text,
-            task=spec.task,
+            task=spec.task if state.round_task is None else state.round_task,
             worker=spec.worker,
             objective=spec.objective,
             session=state.agent_session if spec.mode == "inherit" else None,

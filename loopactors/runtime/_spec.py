@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from ..errors import LoopSyntaxError
-from ..loops import MAX_ROUNDS, LoopSpec, check_notify, parse_loop
+from ..loops import MAX_ROUNDS, LoopSpec, ParsedLoop, check_notify, parse_loop
 from ._config import RuntimeConfig
+from ._plan_files import read_plan_now, read_task_now
 
 __all__ = ["build_spec", "validate_spec"]
 
@@ -55,7 +57,7 @@ def build_spec(
             }
         )
     elif isinstance(loop, str):
-        parsed = parse_loop(loop)
+        parsed = _parse(loop, options.get("prompt_file"))
         fields.update(
             task=parsed.task,
             rounds=parsed.rounds,
@@ -70,11 +72,25 @@ def build_spec(
     if worker is not None:
         fields["worker"] = worker
     fields.update({k: v for k, v in options.items() if v is not None})
+    for name in ("plan", "prompt_file"):  # where the loop was started from, for good
+        if isinstance(fields.get(name), str | Path):
+            fields[name] = str(Path(fields[name]).expanduser().absolute())
     try:
         spec = msgspec.convert(fields, LoopSpec)
     except msgspec.ValidationError as exc:
         raise LoopSyntaxError(f"invalid loop option: {exc}") from None
     return validate_spec(spec)
+
+
+def _parse(text: str, prompt_file: Any) -> ParsedLoop:
+    """``|loop...|`` text; with a prompt file the text may be the activation alone (the
+    task is then the file's content, as every round reads it)."""
+    try:
+        return parse_loop(text)
+    except LoopSyntaxError as exc:
+        if not isinstance(prompt_file, str | Path) or "the task is empty" not in str(exc):
+            raise
+    return parse_loop(f"{text}\n{read_task_now(str(prompt_file))}")
 
 
 def validate_spec(spec: LoopSpec) -> LoopSpec:
@@ -112,6 +128,14 @@ def validate_spec(spec: LoopSpec) -> LoopSpec:
     if spec.seed_cap < 0:
         problems.append(f"seed_cap must be >= 0, got {spec.seed_cap}")
     problems += check_notify(spec.notify, spec.notify_on, spec.notify_check_failures)
+    # A plan or prompt file that cannot be read is refused now, not met by the first round.
+    for name, read in (("plan", read_plan_now), ("prompt_file", read_task_now)):
+        path = getattr(spec, name)
+        if path is not None:
+            try:
+                read(path)
+            except LoopSyntaxError as exc:
+                problems.append(str(exc))
     if spec.notify and not problems:
         from ._notifier import check_notify_urls  # noqa: PLC0415 - apprise only when needed
 

@@ -314,7 +314,8 @@ function fillRow(tr, row) {
   phase.textContent = row.phase;
   cells[3].replaceChildren(phase);
   tr.dataset.phase = row.phase;
-  cells[4].textContent = `${Math.min(row.round, row.rounds)}/${row.rounds}` + (row.running ? " ▶" : "");
+  cells[4].textContent = `${Math.min(row.round, row.rounds)}/${row.rounds}` + (row.running ? " ▶" : "") +
+    (row.state.tasks_total != null ? ` · tasks ${row.state.tasks_done}/${row.state.tasks_total}` : "");
   cells[4].title = row.running ? `round ${row.round} running` : `${row.completed} rounds done`;
   cells[5].textContent = row.tokens.toLocaleString();
   cells[6].textContent = money(row.cost);
@@ -470,6 +471,7 @@ function renderLoopSummary() {
   $("#loop-summary").replaceChildren(
     figure("phase", row.phase),
     figure("rounds done", `${row.completed}/${row.rounds}`),
+    ...(s.tasks_total != null ? [figure("tasks", `${s.tasks_done}/${s.tasks_total}`)] : []),
     figure("worker", row.worker),
     figure("mode", s.spec.mode),
     figure("tokens", row.tokens.toLocaleString()),
