@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -72,3 +73,20 @@ def gc_paused() -> Iterator[None]:
                 gc.freeze()  # every tracked object to the permanent generation...
                 gc.unfreeze()  # ...and from there to the oldest one, none of them walked
             gc.enable()
+
+
+# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides and
+# isolates (which reorder what a terminal shows).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character a terminal would act on (ESC, BEL, C1 controls,
+    bidirectional overrides) shown as a visible ``\\xNN``/``\\uNNNN`` escape: data from a task,
+    an output or a model can colour, link, move or clear nothing (docs/security.md)."""
+    return _CONTROLS.sub(_visible, text)
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from .._util import terminal_safe
 from .._version import __version__
 from ..errors import ConfigError, LoopactorsError
 from ..stress import _cli as stress_cli
@@ -234,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(parser, args)
     except LoopactorsError as exc:
-        print(f"loopactors: error: {exc}", file=sys.stderr)
+        print(f"loopactors: error: {terminal_safe(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_ABORTED
@@ -245,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not all(isinstance(e, LoopactorsError) for e in errors):
             raise
         for error in errors:
-            print(f"loopactors: error: {error}", file=sys.stderr)
+            print(f"loopactors: error: {terminal_safe(str(error))}", file=sys.stderr)
         return EXIT_ERROR
 
 

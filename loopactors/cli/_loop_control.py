@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
+from .._util import terminal_safe
 from ..errors import ConfigError, LoopNotFound, StoreError
 from ..loops import LoopState, RoundRecord, cancel_loop, output_heads, shown
 from ..storage import DB_FILENAME, Write
@@ -353,5 +354,5 @@ def print_history(args: argparse.Namespace, state: LoopState, rounds: list[Round
                 print(f"\n=== round {record.round} transcript")
                 from ..agent import format_transcript  # noqa: PLC0415 - see the note on imports
 
-                print(format_transcript(record.transcript))
+                print(terminal_safe(format_transcript(record.transcript)))
     return 0

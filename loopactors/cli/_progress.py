@@ -15,6 +15,7 @@ import msgspec
 from rich.console import Console
 from rich.live import Live
 
+from .._util import terminal_safe
 from ..loops import (
     AgentStep,
     AnyEvent,
@@ -45,7 +46,7 @@ class JsonLines:
 
     def note(self, text: str) -> None:
         """Narration is not an event: on stderr, so stdout stays pure JSON lines."""
-        print(text, file=sys.stderr)
+        print(terminal_safe(text), file=sys.stderr)
 
 
 @attrs.define
@@ -87,7 +88,7 @@ class Progress:
         )
 
     def note(self, text: str) -> None:
-        self.console.print(text, markup=False, highlight=False)
+        self.console.print(terminal_safe(text), markup=False, highlight=False)
 
     def show(self, event: AnyEvent | Gap) -> None:
         if isinstance(event, Gap):

@@ -21,7 +21,7 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.patch_stdout import patch_stdout
 
-from .._util import count_of
+from .._util import count_of, terminal_safe
 from ..client import connect
 from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
 from ..loops import LoopFinished, LoopStarted, LoopState
@@ -75,7 +75,7 @@ class Repl:
         self.code_loop: tuple[str, str] | None = None
 
     def say(self, text: str) -> None:
-        print(text, flush=True)
+        print(terminal_safe(text), flush=True)  # data: no terminal control gets through
 
     async def show_events(self) -> None:
         try:

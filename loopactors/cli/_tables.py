@@ -2,10 +2,12 @@
 
 On a terminal the table fits the console's width: the short columns keep their whole values,
 the ``flex`` ones (a task, a reason) share what is left and are cut with ``…``, and when even
-that does not fit the columns with the highest ``drop`` are left out. Loop ids are shown by
-the shortest tail that tells them apart (``loops.resolve_loop_id`` takes a tail as well as a
-prefix). Without a terminal (a pipe, a CI log) every value is printed whole, ids too, in
-plain aligned columns: nothing is cut, and a script can read the lines.
+that does not fit the columns with the highest ``drop`` are left out. Every value is data:
+shown as ``Text`` (never Rich markup), control characters made visible (``terminal_safe``).
+Loop ids are shown by the shortest tail that tells them apart (``loops.resolve_loop_id``
+takes a tail as well as a prefix). Without a terminal (a pipe, a CI log) every value is
+printed whole, ids too, in plain aligned columns: nothing is cut, and a script can read the
+lines.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["Column", "Rows", "print_rows", "short_ids"]
+from .._util import terminal_safe
+
+__all__ = ["Column", "Rows", "print_rows", "short_ids", "terminal_safe"]
 
 #: The fewest characters of an id's random tail shown (32 bits: a tail shared by two loops of
 #: one store is rare, and then the id is refused as ambiguous, listing both).
@@ -53,8 +57,9 @@ class Rows:
         self, columns: Sequence[Column], rows: Sequence[Sequence[str]], *, title: str = ""
     ) -> None:
         self.columns = list(columns)
-        self.rows = [[" ".join(cell.split()) for cell in row] for row in rows]
-        self.title = title
+        # Data, never markup nor terminal control: cells become Text, controls \xNN.
+        self.rows = [[terminal_safe(" ".join(cell.split())) for cell in row] for row in rows]
+        self.title = terminal_safe(title)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         if not console.is_terminal:
@@ -89,7 +94,9 @@ class Rows:
             if widths is not None or not droppable:
                 break
             shown.remove(max(droppable, key=lambda i: (self.columns[i].drop, i)))
-        table = Table(title=self.title or None, box=None, pad_edge=False, padding=(0, 1))
+        table = Table(
+            title=Text(self.title) if self.title else None, box=None, pad_edge=False, padding=(0, 1)
+        )
         for i in shown:
             column = self.columns[i]
             fixed = None if widths is None else widths[i]
@@ -101,7 +108,7 @@ class Rows:
                 justify=column.justify,  # type: ignore[arg-type]
             )
         for row in rows:
-            table.add_row(*(row[i] for i in shown))
+            table.add_row(*(Text(row[i]) for i in shown))
         return table
 
     def _natural(self, i: int, rows: list[list[str]]) -> int:

@@ -10,7 +10,9 @@ from typing import Any
 
 import msgspec
 from rich.table import Table
+from rich.text import Text
 
+from .._util import terminal_safe
 from ._wire import (
     KNOWN_KINDS,
     NODE_GROUP,
@@ -80,9 +82,9 @@ def render(status: TransportStatus, *, now: float | None = None) -> list[Table]:
     for w in status.workers:
         state = "alive" if w.dead_since is None else "dead"
         workers.add_row(
-            w.name,
+            _text(w.name),
             state,
-            ",".join(w.kinds),
+            _text(",".join(w.kinds)),
             str(w.slots),
             str(w.in_flight),
             f"{now - w.at:.1f} s ago",
@@ -91,5 +93,10 @@ def render(status: TransportStatus, *, now: float | None = None) -> list[Table]:
     for column in ("stream", "waiting", "pending"):
         backlog.add_column(column)
     for s in status.streams:
-        backlog.add_row(s.stream, str(s.waiting), str(s.pending))
+        backlog.add_row(_text(s.stream), str(s.waiting), str(s.pending))
     return [workers, backlog]
+
+
+def _text(value: str) -> Text:
+    """A name from Redis is data: never markup, no terminal control (docs/security.md)."""
+    return Text(terminal_safe(value))
