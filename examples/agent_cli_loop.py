@@ -22,9 +22,9 @@ from pathlib import Path
 
 import trio
 
+from loopactors import open_runtime
 from loopactors.errors import WorkerSpecError
 from loopactors.loops import AgentStep, RoundDeferred, RoundFinished
-from loopactors.runtime import open_runtime
 from loopactors.workers import parse_worker
 
 CALC = "def add(a, b):\n    return a - b\n"

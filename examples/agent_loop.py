@@ -19,7 +19,7 @@ from pathlib import Path
 
 import trio
 
-from loopactors.runtime import open_runtime
+from loopactors import open_runtime
 
 HOW_TO = """\
 Set LOOPACTORS_LLM_BASE_URL and LOOPACTORS_LLM_MODEL to an OpenAI-compatible endpoint, e.g.

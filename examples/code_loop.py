@@ -24,8 +24,8 @@ from pathlib import Path
 
 import trio
 
+from loopactors import open_runtime
 from loopactors.codeloop import CodeRoundFinished, open_code_loop
-from loopactors.runtime import open_runtime
 
 EXECUTOR = """import os, subprocess
 round = os.environ["LOOPACTORS_ROUND"]

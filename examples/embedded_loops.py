@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import trio
 
+from loopactors import open_runtime
 from loopactors.loops import RoundFinished
-from loopactors.runtime import open_runtime
 from loopactors.workers import RoundContext, RoundRequest
 
 

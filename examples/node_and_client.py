@@ -12,10 +12,10 @@ import tempfile
 
 import trio
 
+from loopactors import open_runtime
 from loopactors.client import connect
 from loopactors.gateway import GatewaySettings, open_gateway
 from loopactors.loops import LoopFinished
-from loopactors.runtime import open_runtime
 
 
 async def client(url: str, token: str) -> None:

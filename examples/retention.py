@@ -13,8 +13,8 @@ import tempfile
 
 import trio
 
+from loopactors import open_runtime
 from loopactors.errors import LoopNotFound
-from loopactors.runtime import open_runtime
 
 
 async def main(state_dir: str) -> list[str]:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import trio
 
-from loopactors.runtime import BreakerSettings, RuntimeConfig, open_runtime
+from loopactors import open_runtime
+from loopactors.runtime import BreakerSettings, RuntimeConfig
 from loopactors.transport import local_redis
 
 ROUND = "command:" + shlex.join(["sh", "-c", 'sleep 0.2; echo "on $LOOPACTORS_WORKER_NAME"'])

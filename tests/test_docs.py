@@ -315,3 +315,16 @@ def test_numbered_tables_run_in_order_without_a_break(page: Path) -> None:
 def test_the_claude_kind_says_how_its_rounds_are_billed() -> None:
     text = " ".join((ROOT / "docs" / "agent-clis.md").read_text().split())
     assert "Since mid-2026 Anthropic bills such runs on a subscription from a usage pool" in text
+
+
+def test_open_runtime_is_imported_from_one_place() -> None:
+    """The README, the docs and the examples import ``open_runtime`` as users should."""
+    sources = [*PAGES, *sorted((ROOT / "examples").glob("*.py"))]
+    imports = {
+        (path.name, line.strip())
+        for path in sources
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if re.match(r"\s*from loopactors\S* import .*\bopen_runtime\b", line)
+    }
+    assert imports
+    assert {line for _, line in imports} == {"from loopactors import open_runtime"}, imports

@@ -184,7 +184,7 @@ class Runtime:
         self,
         loop: str | LoopSpec,
         *,
-        worker: str | None = None,
+        worker: str | Callable[..., Any] | None = None,
         parent_id: str | None = None,
         loop_id: str | None = None,
         **options: Any,
@@ -192,7 +192,8 @@ class Runtime:
         """Start a loop from ``|loop...|`` text or a :class:`LoopSpec`.
 
         ``options`` are :class:`LoopSpec` fields (``round_timeout``, ``max_tokens``, ...);
-        unset ones come from the runtime's configuration.
+        unset ones come from the runtime's configuration. ``worker`` is a spec, or an async
+        function defined at a module's top level, stored as its ``python:module:function``.
         """
         spec = self.build_spec(loop, worker=worker, parent_id=parent_id, **options)
         # The id is chosen here so that a start whose answer was lost (the Coordinator
@@ -215,7 +216,11 @@ class Runtime:
             return LoopHandle(self, state.loop_id)
 
     def build_spec(
-        self, loop: str | LoopSpec, *, worker: str | None = None, **options: Any
+        self,
+        loop: str | LoopSpec,
+        *,
+        worker: str | Callable[..., Any] | None = None,
+        **options: Any,
     ) -> LoopSpec:
         """The :class:`LoopSpec` that :meth:`start` would run, checked."""
         return build_spec(self.config, loop, worker=worker, **options)

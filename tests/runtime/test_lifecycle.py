@@ -235,3 +235,22 @@ async def test_the_repl_s_embedded_target_takes_id_prefixes(rt: Runtime) -> None
     with pytest.raises(AmbiguousLoopId, match="alpha-1, alpha-2"):
         await target.stop("alpha")
     assert (await rt.resolve_loop_id("alpha-2")) == "alpha-2"
+
+
+async def test_a_function_given_as_worker_runs_under_its_import_string(rt: Runtime) -> None:
+    handle = await rt.start("|loop:2,fresh| by function", worker=round_fns.record)
+    final = await handle.wait()
+    assert final.phase == "complete"
+    assert final.spec.worker == "python:tests.runtime.round_fns:record"  # what is stored
+    assert len(round_fns.PROMPTS[handle.loop_id]) == 2
+
+    async def nested(request: object, context: object) -> str:
+        return "never"
+
+    for unnamed, shown in ((nested, "nested"), (lambda r, c: r, "<lambda>")):
+        with pytest.raises(WorkerSpecError) as refused:
+            await rt.start("|loop:1| t", worker=unnamed)
+        message = str(refused.value)
+        assert shown in message
+        assert "worker='python:myapp.rounds:improve'" in message
+        assert "python:module:function" in message
