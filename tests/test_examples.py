@@ -196,7 +196,7 @@ def test_agent_cli_loop_with_the_real_claude_code_against_a_fake_endpoint(
         Turn(tools=[("Read", {"file_path": calc})]),
         Turn(tools=[("Edit", {"file_path": calc, "old_string": "a - b", "new_string": "a + b"})]),
         Turn(tools=[("Bash", {"command": commit})]),
-        Turn(text="Fixed add and committed. <promise>DONE</promise>"),
+        Turn(text="Fixed add and committed.\n<promise>DONE</promise>"),
     ]
     fake = AnthropicFake(turns)
     with fake.server.running():

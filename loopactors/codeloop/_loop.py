@@ -329,7 +329,8 @@ class CodeLoop:
             return first.state
         left = rounds
         while left is None or left > 0:
-            batch = MAX_ROUNDS if left is None else min(left, MAX_ROUNDS)
+            cap = min(MAX_ROUNDS, runtime.config.max_rounds)  # the node's cap, if lower
+            batch = cap if left is None else min(left, cap)
             spec = LoopSpec(
                 task=str(self.ledger.dir),
                 rounds=batch,

@@ -27,6 +27,7 @@ from ._ids import MIN_TAIL as MIN_TAIL
 from ._ids import resolve_loop_id as resolve_loop_id
 from ._model import LIVE_PHASES as LIVE_PHASES
 from ._model import MAX_ROUNDS as MAX_ROUNDS
+from ._model import ROUNDS_CEILING as ROUNDS_CEILING
 from ._model import TERMINAL_PHASES as TERMINAL_PHASES
 from ._model import LoopSpec as LoopSpec
 from ._model import LoopState as LoopState
@@ -79,6 +80,7 @@ __all__ = [
     "MAX_ROUNDS",
     "MIN_TAIL",
     "NOTIFY_EVENTS",
+    "ROUNDS_CEILING",
     "TERMINAL_PHASES",
     "AgentStep",
     "AnyEvent",

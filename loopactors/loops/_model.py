@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_ROUNDS",
     "LIVE_PHASES",
     "MAX_ROUNDS",
+    "ROUNDS_CEILING",
     "TERMINAL_PHASES",
     "LoopSpec",
     "LoopState",
@@ -33,7 +34,10 @@ __all__ = [
 ]
 
 DEFAULT_ROUNDS = 5
+#: The default cap on a loop's rounds (the node's ``max_rounds``), and the highest cap a
+#: node may set.
 MAX_ROUNDS = 50
+ROUNDS_CEILING = 1_000_000
 SCHEMA_VERSION = 1
 
 Mode = Literal["inherit", "fresh"]
@@ -127,7 +131,8 @@ class LoopSpec(msgspec.Struct, gc=False, frozen=True, kw_only=True, forbid_unkno
     inject_ledger: bool = False
     owner: str | None = None
     parent_id: str | None = None
-    #: True when the requested rounds were above MAX_ROUNDS and were clamped.
+    #: Always False now: rounds above the node's ``max_rounds`` are refused at admission. Kept
+    #: so that loops stored when such rounds were clamped to 50 still read.
     clamped: bool = False
     #: Notification URLs (apprise's forms: json://, mailto://, ntfy://, slack://, ...), the
     #: events that go to them (empty: every one, ``loops.NOTIFY_EVENTS``), and after how many
@@ -163,6 +168,9 @@ class RoundRecord(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     #: US dollars the round cost (coding-agent CLI kinds), and the CLI's session id.
     cost_usd: float = 0.0
     session_id: str | None = None
+    #: The CLI session's running cost total after the round (Claude Code's
+    #: ``total_cost_usd``), when the CLI reports one; ``cost_usd`` is then the difference.
+    session_cost_usd: float | None = None
     #: Workspace progress (coding-agent CLI kinds): files changed, new commits.
     files_changed: int | None = None
     commits: int | None = None
@@ -191,6 +199,9 @@ class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     cost_usd: float = 0.0
     #: The coding-agent CLI session of the last round: an ``inherit`` round resumes it.
     agent_session: str | None = None
+    #: That session's running cost total after its last round (``None``: not reported):
+    #: the next round's cost is its new total less this.
+    agent_session_cost: float | None = None
     #: Set while a usage or rate limit holds the loop's next round back: the UNIX time it
     #: runs again, why, and how many deferrals in a row (for the backoff).
     deferred_until: float | None = None

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from ..errors import LoopSyntaxError
-from ._model import DEFAULT_ROUNDS, MAX_ROUNDS, LoopSpec, Mode
+from ._model import DEFAULT_ROUNDS, LoopSpec, Mode
 
 __all__ = ["ParsedLoop", "parse_loop"]
 
@@ -37,7 +37,7 @@ _WS = " \t"
 
 _FORMS = "|loop|, |loop:N|, |loop:N key=value ...| or |loop key=value ...|"
 _USE_ITERATIONS = (
-    f"use a whole number from 1 to {MAX_ROUNDS} (larger values are clamped to {MAX_ROUNDS})"
+    "use a whole number of at least 1 (at most the node's max_rounds, 50 unless configured)"
 )
 _USE_MODE = "use inherit (or on, true) or fresh (or no-inherit, off, false)"
 _USE_KEYS = "accepted keys are " + ", ".join(_KEYS)
@@ -50,9 +50,6 @@ class ParsedLoop(msgspec.Struct, frozen=True, kw_only=True):
     rounds: int
     mode: Mode
     objective: str | None
-    #: True when ``requested_rounds`` was above MAX_ROUNDS and ``rounds`` is MAX_ROUNDS.
-    clamped: bool
-    requested_rounds: int
     #: ``stale_rounds=N``: the spec's ``stale_rounds_limit`` (None: not given).
     stale_rounds_limit: int | None = None
 
@@ -60,12 +57,7 @@ class ParsedLoop(msgspec.Struct, frozen=True, kw_only=True):
         if self.stale_rounds_limit is not None:
             options.setdefault("stale_rounds_limit", self.stale_rounds_limit)
         return LoopSpec(
-            task=self.task,
-            rounds=self.rounds,
-            mode=self.mode,
-            objective=self.objective,
-            clamped=self.clamped,
-            **options,
+            task=self.task, rounds=self.rounds, mode=self.mode, objective=self.objective, **options
         )
 
 
@@ -293,12 +285,11 @@ def parse_loop(text: str) -> ParsedLoop:
         raise LoopSyntaxError(
             "the task is empty: write it after the closing | or on the following lines"
         )
+    # The node's cap (max_rounds) is checked at admission, where it is known.
     return ParsedLoop(
         task=task,
-        rounds=min(requested, MAX_ROUNDS),
+        rounds=requested,
         mode=mode,
         objective=objective,
-        clamped=requested > MAX_ROUNDS,
-        requested_rounds=requested,
         stale_rounds_limit=stale_rounds,
     )

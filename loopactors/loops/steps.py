@@ -118,6 +118,8 @@ class RoundReport(Protocol):
     @property
     def session_id(self) -> str | None: ...
     @property
+    def session_cost_usd(self) -> float | None: ...
+    @property
     def files_changed(self) -> int | None: ...
     @property
     def commits(self) -> int | None: ...
@@ -444,6 +446,7 @@ def after_round(
         transcript=result.transcript,
         cost_usd=result.cost_usd,
         session_id=result.session_id,
+        session_cost_usd=result.session_cost_usd,
         files_changed=result.files_changed,
         commits=result.commits,
         prompt=run.prompt,
@@ -478,6 +481,7 @@ def after_round(
         changes["consecutive_failures"] = state.consecutive_failures + 1
     if result.session_id is not None:
         changes["agent_session"] = result.session_id
+        changes["agent_session_cost"] = result.session_cost_usd
     summarizing = state.moved(
         "summarizing",
         tokens_used=state.tokens_used + result.tokens,
@@ -539,8 +543,16 @@ def _round_deferred(run: Run, result: RoundReport, now: float) -> Step:
         cost_usd=result.cost_usd,
     )
     if result.session_id is not None:
-        waiting = msgspec.structs.replace(waiting, agent_session=result.session_id)
-    record = msgspec.structs.replace(record, started_at=run.round_started, duration=result.duration)
+        waiting = msgspec.structs.replace(
+            waiting, agent_session=result.session_id, agent_session_cost=result.session_cost_usd
+        )
+    record = msgspec.structs.replace(
+        record,
+        started_at=run.round_started,
+        duration=result.duration,
+        session_id=result.session_id,
+        session_cost_usd=result.session_cost_usd,
+    )
     run = msgspec.structs.replace(run, state=waiting, summary=_with_summary(run.summary, record))
     if waiting.stop_requested is not None:  # a stop after the round: the wait is moot
         return finish(

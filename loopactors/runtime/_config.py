@@ -17,7 +17,7 @@ import cattrs
 from cattrs.v import format_exception
 
 from ..errors import ConfigError
-from ..loops import NOTIFY_EVENTS, redact_notify_url
+from ..loops import MAX_ROUNDS, NOTIFY_EVENTS, ROUNDS_CEILING, redact_notify_url
 from ..transport import check_transport, redact_url
 
 __all__ = [
@@ -59,6 +59,11 @@ def _fraction(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
 def _not_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
     if not (value >= 0 and math.isfinite(value)):
         raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
+
+
+def _rounds_cap(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if not 1 <= value <= ROUNDS_CEILING:
+        raise ValueError(f"{attribute.name} must be from 1 to {ROUNDS_CEILING}, got {value!r}")
 
 
 def _transport(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -193,6 +198,8 @@ class RuntimeConfig:
     #: still may not widen its parent (docs/security.md, agent tools).
     child_workers: tuple[str, ...] = ()
     max_live_loops: int = attrs.field(default=10_000, validator=_positive)
+    #: The most rounds a loop of this node may ask for; more is refused at admission.
+    max_rounds: int = attrs.field(default=MAX_ROUNDS, validator=_rounds_cap)
     max_tree_loops: int = attrs.field(default=30, validator=_positive)
     max_concurrent_rounds: int = attrs.field(default=1_000, validator=_positive)
     #: Concurrency slots per worker kind, e.g. ``{command = 4}``.

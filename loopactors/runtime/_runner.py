@@ -398,6 +398,7 @@ class LoopRunner(Actor[Any]):
             worker=spec.worker,
             objective=spec.objective,
             session=state.agent_session if spec.mode == "inherit" else None,
+            session_cost_usd=state.agent_session_cost if spec.mode == "inherit" else None,
         )
         return Dispatch(request, spec.round_timeout)
 

@@ -11,11 +11,19 @@ from typing import Any
 import msgspec
 
 from ..errors import LoopSyntaxError, WorkerSpecError
-from ..loops import MAX_ROUNDS, LoopSpec, ParsedLoop, check_notify, parse_loop
+from ..loops import MAX_ROUNDS, ROUNDS_CEILING, LoopSpec, ParsedLoop, check_notify, parse_loop
 from ._config import RuntimeConfig
 from ._plan_files import read_plan_now, read_task_now
 
-__all__ = ["build_spec", "validate_spec"]
+__all__ = ["build_spec", "rounds_over_cap", "validate_spec"]
+
+
+def rounds_over_cap(rounds: int, max_rounds: int) -> str:
+    return (
+        f"{rounds} rounds is above this node's cap of {max_rounds} rounds (max_rounds): ask "
+        f"for at most {max_rounds}, or raise max_rounds in loopactors.toml (up to "
+        f"{ROUNDS_CEILING})"
+    )
 
 
 def worker_of(fn: Callable[..., Any]) -> str:
@@ -99,7 +107,6 @@ def build_spec(
             rounds=parsed.rounds,
             mode=parsed.mode,
             objective=parsed.objective,
-            clamped=parsed.clamped,
         )
         if parsed.stale_rounds_limit is not None:
             fields["stale_rounds_limit"] = parsed.stale_rounds_limit
@@ -117,7 +124,7 @@ def build_spec(
         spec = msgspec.convert(fields, LoopSpec)
     except msgspec.ValidationError as exc:
         raise LoopSyntaxError(f"invalid loop option: {exc}") from None
-    return validate_spec(spec)
+    return validate_spec(spec, max_rounds=config.max_rounds)
 
 
 def _parse(text: str, prompt_file: Any) -> ParsedLoop:
@@ -131,16 +138,17 @@ def _parse(text: str, prompt_file: Any) -> ParsedLoop:
     return parse_loop(f"{text}\n{read_task_now(str(prompt_file))}")
 
 
-def validate_spec(spec: LoopSpec) -> LoopSpec:
-    """Check a spec's values as strictly as the parser checks text; clamp rounds as it does."""
+def validate_spec(spec: LoopSpec, *, max_rounds: int = MAX_ROUNDS) -> LoopSpec:
+    """Check a spec's values as strictly as the parser checks text. Rounds above
+    ``max_rounds`` (the node's cap) are refused, never clamped: a loop runs the rounds it
+    was asked for or does not start."""
     problems = []
     if not spec.task.strip():
         problems.append("the task is empty: say what each round should do")
     if spec.rounds < 1:
-        problems.append(f"rounds must be >= 1 (at most {MAX_ROUNDS}), got {spec.rounds}")
-    elif spec.rounds > MAX_ROUNDS:
-        # The same policy as `|loop:N|` text: one input, one behaviour (rolebox's W5).
-        spec = msgspec.structs.replace(spec, rounds=MAX_ROUNDS, clamped=True)
+        problems.append(f"rounds must be >= 1 (at most {max_rounds}), got {spec.rounds}")
+    elif spec.rounds > max_rounds:
+        problems.append(rounds_over_cap(spec.rounds, max_rounds))
     for name in ("round_timeout", "max_seconds"):
         value = getattr(spec, name)
         if value is not None and not (value > 0 and math.isfinite(value)):

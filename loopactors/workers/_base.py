@@ -59,6 +59,9 @@ class RoundRequest(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     #: The agent session to resume (a coding-agent CLI's own session id, from the previous
     #: round of an ``inherit`` loop), or ``None``.
     session: str | None = None
+    #: What that session had cost so far, as the CLI last reported it (kinds whose CLI
+    #: reports a session's running total: the round's cost is the difference).
+    session_cost_usd: float | None = None
     #: Bytes of the output that are kept (``max_output_bytes``), and where to write the whole
     #: of a longer one (``keep_full_outputs``): set by the Dispatcher for workers that keep
     #: only that much while the output streams in (``Worker.bounds_output``).
@@ -82,8 +85,11 @@ class RoundResult(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     #: What the round said and did, as plain data (the agent worker's conversation: one
     #: entry per message with its flags); kept with the round record. Empty for other workers.
     transcript: tuple[dict[str, Any], ...] = ()
-    #: What the round cost in US dollars, as the agent CLI reported it.
+    #: What this round cost in US dollars (never a session's running total).
     cost_usd: float = 0.0
+    #: The running cost total of the agent session after this round, for kinds whose CLI
+    #: reports one (Claude Code's ``total_cost_usd``); ``None`` otherwise.
+    session_cost_usd: float | None = None
     #: The agent CLI's own session id (resumed by the next round of an ``inherit`` loop).
     session_id: str | None = None
     #: Workspace progress measured around the round (coding-agent CLI kinds): files changed

@@ -207,6 +207,9 @@ class CliAdapter(abc.ABC):
     choices: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     #: What comes last on the command line, after ``args=`` (how the prompt is read).
     final_args: ClassVar[tuple[str, ...]] = ()
+    #: The CLI's cost is the session's running total (a resumed session's includes the
+    #: earlier rounds), not the run's: the worker records the difference.
+    session_total_cost: ClassVar[bool] = False
 
     def check(self, options: CliOptions) -> None:
         """Refuse option values the kind cannot use (raise WorkerSpecError): a

@@ -34,6 +34,18 @@ __all__ = ["ClaudeAdapter"]
 
 PERMISSION_MODES = ("acceptEdits", "auto", "bypassPermissions", "default", "dontAsk", "plan")
 _DETAIL = 120
+#: Claude Code's own switches for what a round does not need: non-essential traffic
+#: (update checks, release notes, model lists), telemetry, error reports, auto-update and
+#: the feedback command. Without them a round with a local endpoint still resolves and
+#: calls the vendor's hosts. A user's own setting of any of them is kept.
+QUIET_ENV = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_BUG_COMMAND": "1",
+    "CLAUDE_CODE_ENABLE_TELEMETRY": "0",
+}
 #: The input field that says most about a call of each of Claude Code's tools.
 _DETAIL_FIELDS = ("file_path", "command", "pattern", "path", "url", "query", "description")
 
@@ -159,6 +171,8 @@ class ClaudeAdapter(CliAdapter):
     )
 
     permission_modes: ClassVar[tuple[str, ...]] = PERMISSION_MODES
+    #: ``total_cost_usd`` of a resumed session counts its earlier runs too.
+    session_total_cost: ClassVar[bool] = True
 
     def leading_args(self, round: CliRound) -> list[str]:
         return ["-p", "--output-format", "stream-json", "--verbose"]
@@ -176,10 +190,11 @@ class ClaudeAdapter(CliAdapter):
         return argv
 
     def environment(self, round: CliRound) -> dict[str, str]:
+        env = {name: value for name, value in QUIET_ENV.items() if name not in os.environ}
         if _mode(round.options) == "bypassPermissions" and os.geteuid() == 0:
             # Claude Code refuses bypassPermissions as root outside a sandbox it knows of.
-            return {"IS_SANDBOX": "1"}
-        return {}
+            env["IS_SANDBOX"] = "1"
+        return env
 
     def parser(self) -> CliStreamParser:
         return _ClaudeStream()

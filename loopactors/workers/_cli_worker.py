@@ -41,7 +41,14 @@ from ._cli_adapter import (
 from ._command import GroupStopper
 from ._output import LineSplitter
 
-__all__ = ["CliAgentWorker", "clear_limit_holds", "limit_hold", "promise_instruction"]
+__all__ = [
+    "CliAgentWorker",
+    "clear_limit_holds",
+    "cost_of_round",
+    "limit_hold",
+    "promise_claimed",
+    "promise_instruction",
+]
 
 log = logging.getLogger("loopactors.workers")
 
@@ -73,9 +80,37 @@ def promise_instruction(objective: str, word: str) -> str:
     """The text added to a round's prompt when the loop has an objective (documented)."""
     return (
         f"\n\nObjective of this loop: {objective}\n"
-        f"When, and only when, the objective is fully met, end your final reply with "
-        f"<promise>{word}</promise>. Do not write that tag otherwise."
+        f"When, and only when, the objective is fully met, end your final reply with a "
+        f"line that holds only <promise>{word}</promise>. Do not write that tag otherwise."
     )
+
+
+def cost_of_round(session_total: float, earlier: float | None) -> float:
+    """What a round cost when the CLI reports its session's running total: the total less
+    what the session had cost before the round (``earlier``: ``None`` for a new session, or
+    one whose earlier total is not known). A total below ``earlier`` means the CLI started
+    counting again: all of it is this round's. Never negative."""
+    if earlier is None or session_total < earlier:
+        return max(session_total, 0.0)
+    return session_total - earlier
+
+
+_FENCE = re.compile(r"^[ \t]{0,3}(```|~~~)")
+
+
+def promise_claimed(reply: str, word: str) -> bool:
+    """Whether ``reply`` claims the objective met (docs/agent-clis.md, Completion): its last
+    non-empty line is ``<promise>WORD</promise>`` alone (surrounding whitespace aside), and
+    that line is not inside a fenced code block. A tag in a sentence, in quotes or
+    backticks, in a quoted line (``>``) or in a code block is only a mention of it."""
+    lines = reply.splitlines()
+    last = len(lines) - 1
+    while last >= 0 and not lines[last].strip():
+        last -= 1
+    if last < 0 or lines[last].strip() != f"<promise>{word}</promise>":
+        return False
+    fences = sum(1 for line in lines[:last] if _FENCE.match(line))
+    return fences % 2 == 0  # an odd count: the tag is inside a block left open
 
 
 # -- usage limits shared by the loops of one kind and account -------------------------------
@@ -293,9 +328,15 @@ class CliAgentWorker(Worker):
             # The session is gone: a new one, with the full prompt (seed and task) instead.
             outcome = await self._run_round(request.prompt + promise, None, env, workspace, context)
         files, commits, moved = await progress_since(workspace, before)
+        cost, session_cost = outcome.cost_usd, None
+        if self.adapter.session_total_cost:
+            session_cost = outcome.cost_usd
+            earlier = request.session_cost_usd if outcome.session_id == resume else None
+            cost = cost_of_round(session_cost, earlier)
         common: dict[str, Any] = {
             "tokens": outcome.tokens,
-            "cost_usd": outcome.cost_usd,
+            "cost_usd": cost,
+            "session_cost_usd": session_cost,
             "session_id": outcome.session_id,
             "files_changed": files,
             "commits": commits,
@@ -316,8 +357,7 @@ class CliAgentWorker(Worker):
                 error=outcome.error or "the CLI reported an error",
                 **common,
             )
-        tag = f"<promise>{self.options.promise}</promise>"
-        done = bool(request.objective) and tag in outcome.reply
+        done = bool(request.objective) and promise_claimed(outcome.reply, self.options.promise)
         return RoundResult(status="completed", output=outcome.reply, done=done, **common)
 
     async def _run_round(

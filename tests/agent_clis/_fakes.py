@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -244,6 +245,9 @@ class AnthropicFake:
         self.turns = list(turns or [])
         self.done_text = done_text
         self.conversations: list[list[dict[str, Any]]] = []
+        #: Every answered message request: (UNIX time, model, usage billed), for tests that
+        #: check what a round cost.
+        self.billed: list[tuple[float, str, dict[str, int]]] = []
         self.server = FakeServer(self.handle)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -288,11 +292,14 @@ class AnthropicFake:
             "cache_creation_input_tokens": 0,
             **turn.usage,
         }
+        model = str(body.get("model", "claude-fake"))
+        with self._lock:
+            self.billed.append((time.time(), model, usage))
         message = {
             "id": f"msg_{n:04d}",
             "type": "message",
             "role": "assistant",
-            "model": body.get("model", "claude-fake"),
+            "model": model,
             "content": blocks,
             "stop_reason": stop,
             "stop_sequence": None,
@@ -353,6 +360,27 @@ class AnthropicFake:
         )
         events.append(("message_stop", {"type": "message_stop"}))
         return Response(200, events=events)
+
+
+#: US dollars per token of the model a cost test pins (``claude-sonnet-4-5``), as Claude Code
+#: prices it: input, output, cache reads, cache writes.
+SONNET_PRICES = {
+    "input_tokens": 3e-6,
+    "output_tokens": 15e-6,
+    "cache_read_input_tokens": 0.3e-6,
+    "cache_creation_input_tokens": 3.75e-6,
+}
+
+
+def billed_between(fake: AnthropicFake, start: float, end: float) -> float:
+    """What the requests the fake answered from ``start`` to ``end`` (UNIX times) cost,
+    priced at :data:`SONNET_PRICES` (the fake checks the model)."""
+    total = 0.0
+    for at, model, usage in fake.billed:
+        if start <= at < end:
+            assert model == "claude-sonnet-4-5", model
+            total += sum(SONNET_PRICES[k] * usage.get(k, 0) for k in SONNET_PRICES)
+    return total
 
 
 def anthropic_error(status: int, kind: str, message: str, **headers: str) -> Response:

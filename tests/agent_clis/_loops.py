@@ -117,9 +117,9 @@ def git(workspace: Path, *args: str) -> str:
     return done.stdout
 
 
-def traced(real: Path, log: Path) -> Path:
-    """A wrapper that runs ``real`` under ``strace``, logging every connect(2) of the CLI and
-    its children to ``log`` (``binary=`` of the spec)."""
+def traced(real: Path, log: Path, calls: str = "connect") -> Path:
+    """A wrapper that runs ``real`` under ``strace``, logging every call of ``calls`` (by
+    default connect(2)) of the CLI and its children to ``log`` (``binary=`` of the spec)."""
     import pytest
 
     strace = shutil.which("strace")
@@ -131,7 +131,7 @@ def traced(real: Path, log: Path) -> Path:
     if probe.returncode != 0:
         pytest.skip(f"strace cannot trace here: {probe.stderr.decode().strip()[:200]}")
     wrapper = log.with_suffix(".sh")
-    wrapper.write_text(f'#!/bin/sh\nexec {strace} -f -qq -e trace=connect -o {log} {real} "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\nexec {strace} -f -qq -e trace={calls} -o {log} {real} "$@"\n')
     wrapper.chmod(0o755)
     return wrapper
 
@@ -141,6 +141,23 @@ _LOCAL = re.compile(
     r'inet_addr\("127\.|inet_pton\(AF_INET6, "(?:::1|::ffff:127\.[0-9.]+)"|'
     r"AF_UNIX|AF_NETLINK|AF_UNSPEC"
 )
+
+
+#: A datagram or connection to a DNS server's port, whatever its address.
+_DNS = re.compile(r"htons\(53\)")
+_SENDS = ("sendto(", "sendmsg(", "sendmmsg(")
+
+
+def lookups_and_sends_off_loopback(log: Path) -> list[str]:
+    """In a log traced with ``connect,sendto,sendmsg,sendmmsg``: every name lookup (a
+    connection or datagram to port 53, even to a local resolver) and every datagram sent to
+    an address beyond loopback."""
+    return [
+        line.strip()
+        for line in log.read_text().splitlines()
+        if _DNS.search(line)
+        or (any(s in line for s in _SENDS) and "sin" in line and not _LOCAL.search(line))
+    ]
 
 
 def off_loopback(log: Path) -> list[str]:

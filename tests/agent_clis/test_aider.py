@@ -86,7 +86,7 @@ def test_an_edit_lands_as_a_commit_with_tokens_and_cost_and_the_next_round_resum
 ) -> None:
     fake.turns = [
         ModelTurn(text=EDIT, input_tokens=1000, output_tokens=50),
-        ModelTurn(text="Nothing left. <promise>DONE</promise>", input_tokens=1200),
+        ModelTurn(text="Nothing left.\n<promise>DONE</promise>", input_tokens=1200),
     ]
     prompt = '|loop iterations=3 mode=inherit objective="hello.txt says new"| make it new'
     result = run(

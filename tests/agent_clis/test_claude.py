@@ -21,8 +21,8 @@ from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.workers import CliAgentWorker, RoundRequest, parse_worker
 from tests.hang import HANG, PROMPT
 
-from ._fakes import AnthropicFake, Turn, anthropic_error, git_workspace
-from ._loops import off_loopback, traced
+from ._fakes import QUIET, AnthropicFake, Turn, anthropic_error, billed_between, git_workspace
+from ._loops import lookups_and_sends_off_loopback, off_loopback, traced
 
 
 def config(tmp_path: Path, **changes: object) -> RuntimeConfig:
@@ -70,7 +70,7 @@ async def test_inherit_loop_edits_a_git_workspace_resumes_its_session_and_counts
             ]
         ),
         Turn(
-            text="Both files exist. <promise>DONE</promise>",
+            text="Both files exist.\n<promise>DONE</promise>",
             usage={"input_tokens": 500, "output_tokens": 60, "cache_read_input_tokens": 1000},
         ),
     ]
@@ -114,6 +114,71 @@ async def test_inherit_loop_edits_a_git_workspace_resumes_its_session_and_counts
     # the key never reaches the store
     state_files = (tmp_path / "state").rglob("*")
     assert not any(b"sk-ant-test" in p.read_bytes() for p in state_files if p.is_file())
+
+
+async def test_a_mentioned_promise_does_not_end_the_loop(
+    tmp_path: Path, anthropic: AnthropicFake, claude_env: dict[str, str]
+) -> None:
+    """The false completions users report: the tag echoed in a sentence, quoted, or in a code
+    block is no claim; only the tag alone on the reply's last line is."""
+    ws = git_workspace(tmp_path / "ws")
+    anthropic.turns = [
+        Turn(
+            text="I will end with `<promise>DONE</promise>` only once the tests pass. "
+            "Two still fail: not done yet."
+        ),
+        Turn(text='The rule is:\n```\n<promise>DONE</promise>\n```\nStill "not done".'),
+        Turn(text="All tests pass now.\n\n<promise>DONE</promise>\n"),
+    ]
+    async with open_runtime(config(tmp_path)) as rt:
+        handle = await rt.start(
+            '|loop:5 objective="the tests pass"| fix the tests',
+            worker=f"claude:workspace={ws}",
+            stale_rounds_limit=5,  # the replies change no file
+        )
+        final = await handle.wait()
+    assert final.phase == "complete", final.reason
+    assert final.reason == "objective met in round 3"
+    assert final.completed_rounds == 3
+
+
+async def test_each_inherit_round_costs_what_its_own_requests_cost(
+    tmp_path: Path, anthropic: AnthropicFake, claude_env: dict[str, str]
+) -> None:
+    """Claude Code reports a resumed session's running total as ``total_cost_usd``: the
+    worker records the difference, so a round costs what its requests were billed."""
+    ws = git_workspace(tmp_path / "ws")
+    anthropic.turns = [
+        Turn(text="one", usage={"input_tokens": 1000, "output_tokens": 100}),
+        Turn(
+            text="two",
+            usage={
+                "input_tokens": 2000,
+                "output_tokens": 300,
+                "cache_read_input_tokens": 10_000,
+                "cache_creation_input_tokens": 1000,
+            },
+        ),
+        Turn(text="three", usage={"input_tokens": 500, "output_tokens": 50}),
+    ]
+    async with open_runtime(config(tmp_path)) as rt:
+        handle = await rt.start(
+            "|loop:3| go on",
+            worker=f"claude:workspace={ws},model=claude-sonnet-4-5",
+            stale_rounds_limit=5,
+        )
+        final = await handle.wait()
+        history = await handle.history()
+    assert final.completed_rounds == 3, final.reason
+    assert len({r.session_id for r in history}) == 1  # one session, resumed twice
+    ends = [r.started_at for r in history[1:]] + [time.time()]
+    for record, end in zip(history, ends, strict=True):
+        assert record.cost_usd == pytest.approx(billed_between(anthropic, record.started_at, end))
+    assert [r.cost_usd for r in history] == pytest.approx([0.0045, 0.01725, 0.00225])
+    # the session's running total is kept with each round
+    assert [r.session_cost_usd for r in history] == pytest.approx([0.0045, 0.02175, 0.024])
+    assert final.cost_usd == pytest.approx(0.024)
+    assert final.agent_session_cost == pytest.approx(0.024)
 
 
 async def test_fresh_mode_starts_a_new_session_each_round(
@@ -323,3 +388,31 @@ async def test_claude_code_connects_to_nothing_but_the_fake(
     assert (ws / "hi.txt").exists()
     assert "connect(" in log.read_text()  # the trace saw the calls to the fake
     assert off_loopback(log) == []
+
+
+async def test_the_worker_itself_keeps_claude_code_off_the_network(
+    tmp_path: Path,
+    anthropic: AnthropicFake,
+    claude_env: dict[str, str],
+    claude_bin: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without any quiet switch in the user's environment, a 2-round loop against a
+    loopback endpoint connects to that endpoint only and looks up no name: the worker sets
+    Claude Code's own switches (docs/agent-clis.md, claude)."""
+    for name in QUIET:
+        monkeypatch.delenv(name, raising=False)
+    log = tmp_path / "net.log"
+    ws = git_workspace(tmp_path / "ws")
+    anthropic.turns = [Turn(text="one"), Turn(text="two")]
+    binary = traced(claude_bin, log, "connect,sendto,sendmsg,sendmmsg")
+    async with open_runtime(config(tmp_path)) as rt:
+        handle = await rt.start(
+            "|loop:2| look around", worker=f"claude:workspace={ws},binary={binary}"
+        )
+        final = await handle.wait()
+    assert final.completed_rounds == 2, final.reason
+    traced_calls = log.read_text()
+    assert "connect(" in traced_calls  # the trace saw the calls to the fake
+    assert off_loopback(log) == []
+    assert lookups_and_sends_off_loopback(log) == []

@@ -15,9 +15,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.hang import HANG
 
-from ._fakes import AnthropicFake, Request, Response, Turn, git_workspace
+from ._fakes import AnthropicFake, Request, Response, Turn, billed_between, git_workspace
 
 CLI = [sys.executable, "-m", "loopactors"]
 
@@ -42,7 +44,7 @@ def test_run_completes_a_multi_round_loop_in_a_git_workspace(
         write(ws, "two.txt", "2\n"),
         Turn(text="two written"),
         write(ws, "three.txt", "3\n"),
-        Turn(text="all there <promise>DONE</promise>"),
+        Turn(text="all there\n<promise>DONE</promise>"),
     ]
     state = tmp_path / "state"
     done = run_cli(
@@ -138,3 +140,67 @@ def test_a_crash_mid_loop_then_resume_continues_the_agent_session(
     assert (ws / "two.txt").exists()  # the workspace pinned at start, not resume's cwd
     # round 2 after the crash resumed round 1's session: the provider saw round 1 again
     assert "one written" in str(anthropic.conversations[-2])
+
+
+def test_after_a_crash_and_resume_each_round_still_costs_what_it_was_billed(
+    tmp_path: Path, anthropic: AnthropicFake, claude_env: dict[str, str]
+) -> None:
+    """The session's running total is committed with each round, so a resumed session's
+    next round is charged its own requests only: no double count, nothing negative."""
+    ws = git_workspace(tmp_path / "ws")
+    usage = {"input_tokens": 1000, "output_tokens": 100}
+    anthropic.turns = [Turn(text=f"reply {n}", usage=usage) for n in (1, 2, 3)]
+    reached_round_2 = threading.Event()
+    release = threading.Event()
+    answer = anthropic.handle
+    calls = {"n": 0}
+
+    def hold_round_2(request: Request) -> Response:
+        if isinstance(request.body, dict) and request.body.get("tools"):
+            calls["n"] += 1
+            if calls["n"] == 2:  # round 2's call, in the run that is about to crash
+                reached_round_2.set()
+                release.wait(HANG)
+                return Response(500, {"type": "error", "error": {"type": "api_error"}})
+        return answer(request)
+
+    anthropic.server.handler = hold_round_2
+    state = tmp_path / "state"
+    toml = tmp_path / "loopactors.toml"
+    toml.write_text("[breaker]\nstale_rounds_limit = 5\n")  # the replies change no file
+    runner = subprocess.Popen(
+        [
+            *CLI, "run", "|loop:3| go on", "--worker", "claude:model=claude-sonnet-4-5",
+            "--state", str(state), "--config", str(toml),
+        ],
+        cwd=ws,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert reached_round_2.wait(HANG), "round 2 never reached the provider"
+        os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait(HANG)
+    finally:
+        release.set()
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+    time.sleep(0.2)
+    anthropic.server.handler = answer
+    resumed = run_cli("resume", "--state", str(state), cwd=ws)
+    assert resumed.returncode == 0, resumed.stderr
+    (loop,) = json.loads(run_cli("status", "--state", str(state), "--json", cwd=ws).stdout)
+    history = json.loads(
+        run_cli("history", loop["loop_id"], "--state", str(state), "--json", cwd=ws).stdout
+    )
+    rounds = history["rounds"]
+    assert [r["status"] for r in rounds] == ["completed"] * 3
+    assert len({r["session_id"] for r in rounds}) == 1  # round 2 resumed round 1's session
+    ends = [r["started_at"] for r in rounds[1:]] + [time.time()]
+    for record, end in zip(rounds, ends, strict=True):
+        billed = billed_between(anthropic, record["started_at"], end)
+        assert record["cost_usd"] == pytest.approx(billed), record
+        assert record["cost_usd"] == pytest.approx(0.0045)  # 1000 in, 100 out each
+    assert [r["session_cost_usd"] for r in rounds] == pytest.approx([0.0045, 0.009, 0.0135])
+    assert history["loop"]["cost_usd"] == pytest.approx(0.0135)

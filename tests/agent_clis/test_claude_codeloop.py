@@ -23,7 +23,7 @@ def test_claude_as_a_code_loop_executor(
     fix = "printf 'VALUE = 42\\n' > calc.py && git commit -qam 'set VALUE' && pwd"
     anthropic.turns = [
         Turn(tools=[("Bash", {"command": fix})]),
-        Turn(text="VALUE is 42 now, committed. <promise>DONE</promise>"),
+        Turn(text="VALUE is 42 now, committed.\n<promise>DONE</promise>"),
     ]
 
     def code(*args: str) -> int:

@@ -84,7 +84,7 @@ def test_a_tool_using_round_commits_in_the_workspace_and_the_next_resumes_the_se
     fake.turns = [
         ModelTurn(tools=[("exec_command", {"cmd": COMMIT})], input_tokens=100, output_tokens=20),
         ModelTurn(text="Added hello.txt.", input_tokens=120, output_tokens=10, cached_tokens=80),
-        ModelTurn(text="All done. <promise>DONE</promise>", input_tokens=300, output_tokens=5),
+        ModelTurn(text="All done.\n<promise>DONE</promise>", input_tokens=300, output_tokens=5),
     ]
     result = run(
         [

@@ -76,7 +76,7 @@ def test_a_tool_using_round_commits_in_the_workspace_and_the_next_resumes_the_se
         ModelTurn(tools=[("write_file", {"file_path": hello, "content": "hello\n"})]),
         ModelTurn(tools=[("run_shell_command", {"command": COMMIT})]),
         ModelTurn(text="Added hello.txt.", input_tokens=200, output_tokens=10, cached_tokens=150),
-        ModelTurn(text="All done. <promise>DONE</promise>", input_tokens=300, output_tokens=5),
+        ModelTurn(text="All done.\n<promise>DONE</promise>", input_tokens=300, output_tokens=5),
     ]
     prompt = '|loop iterations=3 mode=inherit objective="hello.txt exists"| add hello.txt'
     result = run(

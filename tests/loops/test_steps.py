@@ -56,6 +56,7 @@ class RoundResult(msgspec.Struct, frozen=True, kw_only=True):
     transcript: tuple[dict[str, Any], ...] = ()
     cost_usd: float = 0.0
     session_id: str | None = None
+    session_cost_usd: float | None = None
     files_changed: int | None = None
     commits: int | None = None
     progress: bool | None = None
@@ -401,3 +402,21 @@ def test_cancel_loop_may_mark_the_stop() -> None:
     assert msgspec.structs.replace(final, stop_requested=None, updated_at=0.0) == (
         msgspec.structs.replace(state, phase="cancelled", reason="stopped", updated_at=0.0)
     )
+
+
+def test_a_round_keeps_its_sessions_running_cost_for_the_next_one() -> None:
+    state = LoopState(loop_id="L", spec=LoopSpec(task="T", rounds=3), phase="awaiting_worker")
+    result = RoundResult(
+        status="completed", output="o", cost_usd=0.25, session_id="s1", session_cost_usd=0.75
+    )
+    run, effects = fx.after_round(fx.Run(state=state), result, NOW)
+    assert run.state.agent_session == "s1"
+    assert run.state.agent_session_cost == 0.75
+    assert run.state.cost_usd == 0.25  # the round's cost, not the session's total
+    (save,) = [e for e in effects if isinstance(e, fx.Save)][:1]
+    assert save.record is not None
+    assert (save.record.cost_usd, save.record.session_cost_usd) == (0.25, 0.75)
+    # a deferred round (a limit) keeps the session's total too
+    deferred = RoundResult(status="deferred", cost_usd=0.1, session_id="s1", session_cost_usd=0.85)
+    run, _ = fx.after_round(fx.Run(state=state), deferred, NOW)
+    assert (run.state.agent_session_cost, run.state.cost_usd) == (0.85, 0.1)

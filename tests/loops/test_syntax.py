@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from loopactors.errors import LoopSyntaxError
 from loopactors.loops import _syntax
-from loopactors.loops._model import DEFAULT_ROUNDS, MAX_ROUNDS, LoopSpec, Mode
+from loopactors.loops._model import DEFAULT_ROUNDS, LoopSpec, Mode
 from loopactors.loops._syntax import ParsedLoop, parse_loop
 
 # (activation line, rounds, mode, objective)
@@ -64,8 +64,6 @@ def test_accepted_forms(line: str, rounds: int, mode: Mode, objective: str | Non
         rounds=rounds,
         mode=mode,
         objective=objective,
-        clamped=False,
-        requested_rounds=rounds,
     )
 
 
@@ -73,11 +71,9 @@ def test_accepted_forms(line: str, rounds: int, mode: Mode, objective: str | Non
     ("line", "requested"),
     [("|loop:51|", 51), ("|loop:99|", 99), ("|loop iterations=200|", 200), ("|loop:0200|", 200)],
 )
-def test_above_max_is_clamped(line: str, requested: int) -> None:
-    parsed = parse_loop(f"{line} go")
-    assert parsed.rounds == MAX_ROUNDS
-    assert parsed.clamped
-    assert parsed.requested_rounds == requested
+def test_the_parser_keeps_any_count_the_node_checks_the_cap(line: str, requested: int) -> None:
+    # Never clamped: the node's max_rounds refuses or admits the count as asked.
+    assert parse_loop(f"{line} go").rounds == requested
 
 
 def test_w5_regressions() -> None:
@@ -131,7 +127,7 @@ def test_not_an_activation(text: str) -> None:
 
 # (text, fragments the message must contain: the bad part and what is accepted)
 REJECTED: list[tuple[str, tuple[str, ...]]] = [
-    ("|loop:abc| t", ('iterations "abc" is not a whole number', "from 1 to 50", "clamped")),
+    ("|loop:abc| t", ('iterations "abc" is not a whole number', "at least 1", "max_rounds")),
     ("|loop:1e3| t", ('"1e3"', "whole number")),
     ("|loop:2.5| t", ('"2.5"', "whole number")),
     ("|loop:fresh| t", ('iterations "fresh" is not a whole number', "|loop:,fresh|")),
@@ -139,12 +135,12 @@ REJECTED: list[tuple[str, tuple[str, ...]]] = [
     ("|loop:+3| t", ('"+3"', "whole number")),
     ("|loop:3 fresh| t", ('"3 fresh"', "whole number")),
     ("|loop:٣| t", ('"٣"', "whole number")),
-    ("|loop:0| t", ('iterations "0" is below 1', "from 1 to 50")),
+    ("|loop:0| t", ('iterations "0" is below 1', "at least 1")),
     ("|loop iterations=000| t", ('"000" is below 1',)),
     ("|loop iterations=-5| t", ('"-5"', "whole number")),
     ("|loop iterations= mode=fresh| t", ('iterations ""', "whole number")),
     ("|loop:iterations=| t", ('iterations ""', "whole number")),
-    ("|loop:9999999999999999999999| t", ('"9999999999999999999999"', "too large", "1 to 50")),
+    ("|loop:9999999999999999999999| t", ('"9999999999999999999999"', "too large", "max_rounds")),
     ("|loop:3,xyz| t", ('unknown mode "xyz"', "inherit (or on, true)", "no-inherit")),
     ("|loop mode=sideways| t", ('unknown mode "sideways"', "fresh")),
     ("|loop:3,mode=| t", ('unknown mode ""', "inherit")),
@@ -197,10 +193,9 @@ def test_spec_carries_the_parse_and_the_options() -> None:
     spec = parsed.spec(worker="command:./agent.sh", round_timeout=5.0)
     assert spec == LoopSpec(
         task="task",
-        rounds=50,
+        rounds=99,
         mode="fresh",
         objective="done",
-        clamped=True,
         worker="command:./agent.sh",
         round_timeout=5.0,
     )
@@ -213,11 +208,9 @@ def _check(text: str) -> None:
     except LoopSyntaxError:
         return
     assert isinstance(parsed, ParsedLoop)
-    assert 1 <= parsed.rounds <= MAX_ROUNDS
+    assert parsed.rounds >= 1
     assert parsed.mode in ("inherit", "fresh")
     assert parsed.task
-    assert parsed.clamped == (parsed.requested_rounds > MAX_ROUNDS)
-    assert parsed.rounds == min(parsed.requested_rounds, MAX_ROUNDS)
 
 
 @settings(max_examples=500)

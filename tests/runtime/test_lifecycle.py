@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import trio
 import trio.testing
 
-from loopactors.errors import AdmissionRefused, LoopNotFound, LoopSyntaxError, WorkerSpecError
+from loopactors.errors import (
+    AdmissionRefused,
+    ConfigError,
+    LoopNotFound,
+    LoopSyntaxError,
+    WorkerSpecError,
+)
 from loopactors.loops._events import LoopFinished, LoopStarted, RoundFinished, RoundStarted
 from loopactors.loops._model import LoopSpec
 from loopactors.loops._rules import SEPARATOR
-from loopactors.runtime import Runtime
+from loopactors.runtime import Runtime, RuntimeConfig, open_runtime
 
 from . import round_fns
+from .conftest import sqlite_config
 
 
 async def test_a_loop_runs_its_rounds_and_completes(rt: Runtime) -> None:
@@ -136,11 +145,17 @@ async def test_bad_input_gets_clear_errors(rt: Runtime) -> None:
     assert await rt.loops() == []  # nothing was admitted
 
 
-async def test_every_entry_path_clamps_rounds_the_same_way(rt: Runtime) -> None:
-    from_text = rt.build_spec("|loop:99| many")
-    from_spec = rt.build_spec(LoopSpec(task="many", rounds=99))
-    assert (from_text.rounds, from_text.clamped) == (50, True)
-    assert (from_spec.rounds, from_spec.clamped) == (50, True)
+async def test_every_entry_path_refuses_rounds_above_the_nodes_cap(rt: Runtime) -> None:
+    cap = r"80 rounds is above this node's cap of 50 rounds \(max_rounds\).*raise max_rounds"
+    for loop in ("|loop:80| many", LoopSpec(task="many", rounds=80)):
+        with pytest.raises(LoopSyntaxError, match=cap):
+            rt.build_spec(loop)
+    with pytest.raises(LoopSyntaxError, match=cap):
+        rt.build_spec("|loop:3| many", rounds=80)
+    with pytest.raises(LoopSyntaxError, match=cap):
+        await rt.start("|loop:80| many")
+    assert rt.build_spec("|loop:50| many").rounds == 50
+    assert not rt.build_spec("|loop:50| many").clamped
     # Options given to start() win over the text.
     assert rt.build_spec("|loop:3| x", rounds=7).rounds == 7
 
@@ -254,3 +269,24 @@ async def test_a_function_given_as_worker_runs_under_its_import_string(rt: Runti
         assert shown in message
         assert "worker='python:myapp.rounds:improve'" in message
         assert "python:module:function" in message
+
+
+async def test_a_node_with_a_higher_cap_runs_a_500_round_loop_to_the_end(tmp_path: Path) -> None:
+    config = sqlite_config(tmp_path / "state", max_rounds=10_000)
+    async with open_runtime(config) as runtime:
+        assert runtime.build_spec("|loop:10000| x").rounds == 10_000
+        with pytest.raises(LoopSyntaxError, match="cap of 10000 rounds"):
+            runtime.build_spec("|loop:10001| x")
+        handle = await runtime.start("|loop:500| a long run", worker="scripted")
+        final = await handle.wait()
+        history = await handle.history()
+    assert final.phase == "complete", final.reason
+    assert final.completed_rounds == 500
+    assert [r.round for r in history] == list(range(1, 501))
+    assert all(r.status == "completed" for r in history)
+
+
+@pytest.mark.parametrize("cap", [0, -1, 1_000_001])
+def test_a_cap_out_of_range_is_refused_naming_the_setting(cap: int) -> None:
+    with pytest.raises(ConfigError, match=f"max_rounds must be from 1 to 1000000, got {cap}"):
+        RuntimeConfig().replace(max_rounds=cap)
