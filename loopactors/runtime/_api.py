@@ -544,14 +544,17 @@ async def open_runtime(
         config = load_config(config_file)
     config = config.replace(state_dir=state_dir, store=store, **overrides)
     async with contextlib.AsyncExitStack() as stack:
+        lock = None
         if config.store == "sqlite":
-            stack.enter_context(lock_state_dir(Path(config.state_dir)))
+            lock = stack.enter_context(lock_state_dir(Path(config.state_dir)))
             # Workers a crashed runtime left running end before their rounds run again.
             await end_orphan_groups(Path(config.state_dir), config.kill_grace)
         runtime = await stack.enter_async_context(_open_runtime(config, observer))
         if config.store == "sqlite":
             state_dir = Path(config.state_dir)
-            await stack.enter_async_context(watch_state_dir(state_dir, state_dir / DB_FILENAME))
+            await stack.enter_async_context(
+                watch_state_dir(state_dir, state_dir / DB_FILENAME, lock)
+            )
         yield runtime
 
 

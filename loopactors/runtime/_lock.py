@@ -46,42 +46,69 @@ def disk_full_hint(exc: OSError) -> str:
 
 
 @contextlib.contextmanager
-def lock_state_dir(state_dir: Path) -> Iterator[None]:
-    """One runtime per state directory: two would both resume the same loops."""
+def lock_state_dir(state_dir: Path) -> Iterator[tuple[int, int]]:
+    """One runtime per state directory: two would both resume the same loops.
+
+    Both the directory itself and its ``runtime.lock`` are locked (``flock``): a lock file
+    deleted or replaced under a running runtime lets no second one in (the directory's lock
+    still holds), and the first stops when its watch sees it (``watch_state_dir``). Yields
+    the lock file's identity (device, inode) for that watch.
+    """
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        # Unbuffered: a write the disk has no room for fails here, not again at close.
-        handle = (state_dir / LOCK_FILE).open("a+b", buffering=0)
+        directory = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise StoreError(
             f"cannot use the state directory {state_dir}: {exc}{disk_full_hint(exc)}"
         ) from None
-    with handle:
+    try:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(directory, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().decode("utf-8", "replace").strip() or "another process"
-            raise StoreError(
-                f"the state directory {state_dir} is in use by another loopactors runtime "
-                f"({holder}); {_node_hint(state_dir)}stop it first, or use another --state "
-                "directory"
-            ) from None
+            raise _in_use(state_dir) from None
         try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"pid {os.getpid()}".encode())
+            # Unbuffered: a write the disk has no room for fails here, not again at close.
+            handle = (state_dir / LOCK_FILE).open("a+b", buffering=0)
         except OSError as exc:
-            fcntl.flock(handle, fcntl.LOCK_UN)
             raise StoreError(
-                f"cannot write the lock file {state_dir / LOCK_FILE}: {exc}{disk_full_hint(exc)}"
+                f"cannot use the state directory {state_dir}: {exc}{disk_full_hint(exc)}"
             ) from None
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                handle.truncate(0)
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # an older version holds the file's lock alone
+                raise _in_use(state_dir) from None
+            try:
+                handle.seek(0)
+                handle.truncate()
+                handle.write(f"pid {os.getpid()}".encode())
+            except OSError as exc:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                raise StoreError(
+                    f"cannot write the lock file {state_dir / LOCK_FILE}: "
+                    f"{exc}{disk_full_hint(exc)}"
+                ) from None
+            info = os.fstat(handle.fileno())
+            try:
+                yield info.st_dev, info.st_ino
+            finally:
+                with contextlib.suppress(OSError):
+                    handle.truncate(0)
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        os.close(directory)  # its lock goes with it
+
+
+def _in_use(state_dir: Path) -> StoreError:
+    try:
+        holder = (state_dir / LOCK_FILE).read_text("utf-8", "replace").strip()
+    except OSError:
+        holder = ""
+    return StoreError(
+        f"the state directory {state_dir} is in use by another loopactors runtime "
+        f"({holder or 'another process'}); {_node_hint(state_dir)}stop it first, or use "
+        "another --state directory"
+    )
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -103,12 +130,18 @@ def _lost(state_dir: Path, files: dict[Path, tuple[int, int] | None]) -> str | N
 
 
 @contextlib.asynccontextmanager
-async def watch_state_dir(state_dir: Path, database: Path) -> AsyncIterator[None]:
+async def watch_state_dir(
+    state_dir: Path, database: Path, lock: tuple[int, int] | None = None
+) -> AsyncIterator[None]:
     """Every :data:`STATE_CHECK_SECONDS`, check that ``state_dir`` and ``database`` are the
-    directory and file (same device and inode) they were on entry. If either was deleted or
-    replaced, what the runtime commits would be lost with the old file: the block is
-    cancelled (no more work is taken) and :class:`StateDirectoryLost` is raised from it."""
+    directory and file (same device and inode) they were on entry, and ``runtime.lock`` the
+    file ``lock`` says (the one ``lock_state_dir`` locked). If one was deleted or replaced,
+    what the runtime commits would be lost with the old file (or the lock no longer says who
+    holds the directory): the block is cancelled (no more work is taken) and
+    :class:`StateDirectoryLost` is raised from it."""
     files = {state_dir: _identity(state_dir), database: _identity(database)}
+    if lock is not None:
+        files[state_dir / LOCK_FILE] = lock
     lost: list[str] = []
     async with trio.open_nursery() as nursery:
 
@@ -127,6 +160,12 @@ async def watch_state_dir(state_dir: Path, database: Path) -> AsyncIterator[None
             yield
         finally:
             nursery.cancel_scope.cancel()
+    if lost and lost[0].startswith(str(state_dir / LOCK_FILE)):
+        raise StateDirectoryLost(
+            f"{lost[0]} while the runtime ran: it stopped taking work, as the lock file says "
+            "which runtime holds the directory (no second runtime could open it meanwhile: "
+            "the directory itself stays locked); start it again"
+        )
     if lost:
         raise StateDirectoryLost(
             f"{lost[0]} while the runtime ran: it stopped taking work; what it committed "
