@@ -37,6 +37,21 @@ def backoff_delay(attempt: int, *, first: float, cap: float, factor: float = 2.0
     return float(min(cap, delay)) if math.isfinite(delay) else float(cap)
 
 
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The one of ``choices`` a misspelt ``word`` most likely meant (``stauts``: ``status``),
+    or None when none is close: what every "did you mean" of the package says."""
+    import difflib  # noqa: PLC0415 - only when something was misspelt
+
+    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.7)
+    return found[0] if found else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean X?)`` for :func:`closest`, or ``""``: put after the misspelt word."""
+    found = closest(word, choices)
+    return "" if found is None else f" (did you mean {found}?)"
+
+
 def count_of(number: int, noun: str) -> str:
     """``1 round``, ``2 rounds``, ``0 rounds``: a count with its noun (regular plurals)."""
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from .._util import did_you_mean
 from ..errors import LoopSyntaxError
 from ._model import DEFAULT_ROUNDS, LoopSpec, Mode
 
@@ -194,7 +195,8 @@ def _collect(items: list[_Item]) -> dict[str, str]:
         else:
             seen_named, key = True, named
             if key not in _KEYS:
-                raise LoopSyntaxError(f"unknown key {_show(key)}: {_USE_KEYS}")
+                hint = did_you_mean(key, _KEYS)
+                raise LoopSyntaxError(f"unknown key {_show(key)}{hint}: {_USE_KEYS}")
         if key in given:
             raise LoopSyntaxError(
                 f"{key} is given twice ({_show(given[key])} and {_show(value)}): give it once"

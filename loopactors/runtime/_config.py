@@ -16,6 +16,7 @@ import attrs
 import cattrs
 from cattrs.v import format_exception
 
+from .._util import closest, did_you_mean
 from ..errors import ConfigError
 from ..loops import MAX_ROUNDS, NOTIFY_EVENTS, ROUNDS_CEILING, redact_notify_url
 from ..transport import check_transport, redact_url
@@ -238,7 +239,9 @@ class RuntimeConfig:
         given = {k: v for k, v in changes.items() if v is not None}
         unknown = sorted(set(given) - {a.name for a in attrs.fields(RuntimeConfig)})
         if unknown:
-            raise ConfigError(f"unknown runtime option(s): {', '.join(unknown)}")
+            names = [a.name for a in attrs.fields(RuntimeConfig)]
+            described = ", ".join(f"{key}{did_you_mean(key, names)}" for key in unknown)
+            raise ConfigError(f"unknown runtime option(s): {described}")
         if isinstance(given.get("state_dir"), Path):
             given["state_dir"] = str(given["state_dir"])
         # Through the same strict converter as a file, so an option of the wrong type is
@@ -278,11 +281,32 @@ _converter.register_structure_hook(Path, lambda value, _: Path(_strict(str, (str
 
 
 def _describe(exc: BaseException, type_: type | None) -> str:
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return _unknown_keys(sorted(exc.extra_fields), exc.cl)
     # A validator's ValueError (raised by the attrs class itself, so with no target type)
     # carries the only text that names the offending key: keep it.
     if isinstance(exc, ValueError) and type_ is None and str(exc):
         return str(exc)
     return format_exception(exc, type_)
+
+
+def _unknown_keys(keys: list[str], cl: type) -> str:
+    """Each unknown key with the one it likely meant: a close name in the same table, or the
+    table a key of that name belongs in."""
+    fields = attrs.fields(attrs.resolve_types(cl)) if attrs.has(cl) else ()
+    names = [f.name for f in fields]
+    sections = {f.name: f.type for f in fields if isinstance(f.type, type) and attrs.has(f.type)}
+    described = []
+    for key in keys:
+        hint = did_you_mean(key, names)
+        if not hint:
+            for section, kind in sections.items():
+                found = closest(key, [f.name for f in attrs.fields(kind)])
+                if found is not None:
+                    hint = f" (did you mean [{section}] {found}?)"
+                    break
+        described.append(f"{key}{hint}")
+    return f"unknown key(s) {', '.join(described)}; accepted: {', '.join(names)}"
 
 
 def _key_first(problem: str) -> str:

@@ -153,6 +153,32 @@ def test_an_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
     assert str(path) in message
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("max_liev_loops = 4\n", "max_liev_loops (did you mean max_live_loops?)"),
+        (
+            "[breaker]\nstale_round_limit = 3\n",
+            "breaker: unknown key(s) stale_round_limit (did you mean stale_rounds_limit?)",
+        ),
+        (
+            "stale_round_limit = 3\n",
+            "stale_round_limit (did you mean [breaker] stale_rounds_limit?)",
+        ),
+        ("bogus_option = 1\n", "unknown key(s) bogus_option; accepted: state_dir, store,"),
+    ],
+)
+def test_a_misspelt_key_is_told_the_key_it_likely_meant(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    assert said in _config_error(_write(tmp_path / "loopactors.toml", text))
+
+
+def test_a_misspelt_runtime_option_is_told_the_one_it_likely_meant() -> None:
+    with pytest.raises(ConfigError, match=r"retention_day \(did you mean retention_days\?\)"):
+        RuntimeConfig().replace(retention_day=3)
+
+
 def test_an_unknown_key_in_pyproject_names_the_key_and_the_file(tmp_path: Path) -> None:
     path = _write(tmp_path / "pyproject.toml", "[tool.loopactors]\nbogus_option = true\n")
     message = _config_error(path)
