@@ -31,6 +31,8 @@ def test_lines_parse_into_commands() -> None:
     for bad, message in [
         ("|loop:0| x", "below 1"),
         ("/nope", "unknown command /nope"),
+        ("/stauts", "unknown command /stauts (did you mean /status?)"),
+        ("contnue", "'contnue' is not a command (did you mean continue?)"),
         ("hello there", "is not a command"),
         ("/history", "usage: /history ID"),
         ("/output a b", "ROUND must be a round number"),
@@ -80,6 +82,14 @@ def test_start_progress_history_completion_stop_quit(repl: pexpect.spawn, tmp_pa
     repl.expect("round 3: completed")
     repl.sendline(f"/output {loop_id} 2")
     repl.expect("round 2 of 3")
+    # The scripted worker ended that loop at once: nothing to stop, and the REPL says why.
+    repl.sendline("/stop-loop")
+    repl.expect(r"no loop is running \(the scripted worker ends each round at once; ")
+    repl.expect(r"/worker scripted:latency=1 makes each round take a second")
+    repl.sendline("/stauts")
+    repl.expect(r"unknown command /stauts \(did you mean /status\?\)")
+    repl.sendline("contnue")
+    repl.expect(r"'contnue' is not a command \(did you mean continue\?\)")
     repl.sendline("/worker scripted:latency=30")
     repl.expect("new loops use: scripted:latency=30")
     repl.sendline("|loop:4| long one")
@@ -149,6 +159,11 @@ def test_repl_drives_a_remote_node(tmp_path: Path) -> None:
         child.expect(r"started (\S+):")
         loop_id = child.match.group(1)
         child.expect(r"round 1/3 started")
+        # A worker the node could not build is refused here, at once, not at the next loop.
+        child.sendline("/worker bogus:thing")
+        child.expect(r"error: unknown worker kind 'bogus' in 'bogus:thing'; accepted kinds: ")
+        child.sendline("/worker")
+        child.expect(r"new loops use: scripted:latency=30")
         settle()
         child.sendeof()
         child.expect(r"they keep running in the node")

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from .._util import terminal_safe
+from .._util import did_you_mean, terminal_safe
 from .._version import __version__
 from ..errors import ConfigError, LoopactorsError
 from ..stress import _cli as stress_cli
@@ -221,7 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((arg for arg in args_given if not arg.startswith("-")), "")
     parser = build_parser(command)
     try:
-        args = parser.parse_args(args_given)
+        _check_command(parser, command)
+        # Known args first: an unknown option is then refused by its command's parser, with
+        # that command's usage, not the top-level one.
+        args, unknown = parser.parse_known_args(args_given)
+        if unknown:
+            _refuse_unknown(parser, args.command, unknown)
         _check_usage(parser, args)
     except SystemExit as exc:  # argparse exits 2 on bad usage; 2 means "escalated" here
         code = exc.code if isinstance(exc.code, int) else EXIT_ERROR
@@ -248,6 +253,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         for error in errors:
             print(f"loopactors: error: {terminal_safe(str(error))}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _check_command(parser: argparse.ArgumentParser, command: str) -> None:
+    """A misspelt command (``stauts``) is refused naming the one it likely meant."""
+    commands = _subcommands(parser)
+    if not command or command in commands:
+        return
+    hint = did_you_mean(command, commands)
+    parser.error(f"unknown command {command!r}{hint}; the commands: {', '.join(commands)}")
+
+
+def _refuse_unknown(
+    parser: argparse.ArgumentParser, command: str | None, unknown: list[str]
+) -> None:
+    where = _subcommand(parser, command) if command else parser
+    options = [o for action in where._actions for o in action.option_strings]
+    described = []
+    for word in unknown:
+        flag = word.partition("=")[0]
+        hint = did_you_mean(flag, options) if flag.startswith("--") else ""
+        described.append(f"{word}{hint}")
+    where.error(f"unrecognized arguments: {' '.join(described)}")
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
 
 
 def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -26,7 +26,7 @@ from ..client import connect
 from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
 from ..loops import LoopFinished, LoopStarted, LoopState
 from ..runtime import Gap, RuntimeConfig, open_runtime
-from ..workers import cli_kinds, in_workspace, parse_worker
+from ..workers import check_worker_spec, cli_kinds, in_workspace, parse_worker
 from ._remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
 from ._repl_targets import EmbeddedTarget, RemoteTarget, Target
@@ -220,11 +220,13 @@ class Repl:
             self.say(f"new loops use: {self.worker or self.default_worker}")
             return
         spec = args[0]
-        if not self.target.keeps_running:  # embedded: check now (remote: the node checks)
+        if not self.target.keeps_running:  # embedded: check now
             parse_worker(spec)
             if spec.partition(":")[0] in cli_kinds():
                 # A coding-agent CLI works here, wherever later rounds run from.
                 spec = in_workspace(spec, Path.cwd())
+        else:  # a node: its kind and options now; what must exist there, the node checks
+            check_worker_spec(spec, here=False)
         self.worker = spec
         self.say(f"new loops use: {self.worker}")
 
@@ -248,11 +250,23 @@ class Repl:
         if not live:
             if self.current is not None and name == "/status":
                 return self.current
-            self.say("no loop is running")
+            self.say("no loop is running" + self._instant_hint())
             return None
         ids = ", ".join(s.loop_id for s in live)
         self.say(f"several loops are running ({ids}); say which: {name} ID")
         return None
+
+    def _instant_hint(self) -> str:
+        """Why a loop just started may be over already: the scripted worker without a
+        latency answers at once, so there is nothing left to stop or pause."""
+        spec = self.worker or self.default_worker
+        kind, _, options = spec.partition(":")
+        if self.current is None or kind != "scripted" or "latency=" in options:
+            return ""
+        return (
+            " (the scripted worker ends each round at once; /worker scripted:latency=1 makes "
+            "each round take a second, to try /stop-loop and /pause)"
+        )
 
     async def live_count(self) -> int:
         return len(await self.target.loops(live_only=True))

@@ -6,6 +6,7 @@ import shlex
 
 import attrs
 
+from .._util import did_you_mean
 from ..errors import LoopSyntaxError
 from ..loops import parse_loop
 
@@ -64,8 +65,9 @@ def parse_line(line: str) -> Command:
     if word in WORDS:
         return Command(WORDS[word])
     if not text.startswith("/"):
+        hint = did_you_mean(word, [*WORDS, *COMMANDS])
         raise LoopSyntaxError(
-            f"{_head(text)!r} is not a command: start a loop with |loop:N| task, "
+            f"{_head(text)!r} is not a command{hint}: start a loop with |loop:N| task, "
             "or type /help for the commands"
         )
     try:
@@ -76,7 +78,8 @@ def parse_line(line: str) -> Command:
         return Command(name, (text[len("/worker") :].strip(),) if args else ())
     if name not in COMMANDS:
         raise LoopSyntaxError(
-            f"unknown command {name}; the commands are {', '.join(COMMANDS)} (see /help)"
+            f"unknown command {name}{did_you_mean(name, COMMANDS)}; the commands are "
+            f"{', '.join(COMMANDS)} (see /help)"
         )
     if name == "/code":
         return _code_command(args)
