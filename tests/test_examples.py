@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -222,3 +224,49 @@ def test_agent_cli_loop_with_the_real_claude_code_against_a_fake_endpoint(
     )
     assert lines[-3].startswith("loop complete: objective met in round 1 (total $")
     assert lines[-2:] == ["test passes", "commits: 2"]
+
+
+def quick_start_line(starting: str) -> list[str]:
+    """A quick-start command of the README (continuation lines joined), as argv."""
+    text = (ROOT / "README.md").read_text().split("## Quick start", 1)[1]
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    line = next(line for line in block.splitlines() if line.startswith(starting))
+    return shlex.split(line.partition("  #")[0])
+
+
+def test_my_agent_runs_the_readme_s_command_worker_lines(tmp_path: Path) -> None:
+    argv = quick_start_line('loopactors run "|loop:3| tighten')
+    assert "command:examples/my-agent.sh" in argv
+    state = ["--state", str(tmp_path / "state"), "--json"]
+    run = subprocess.run(
+        [sys.executable, "-m", *argv, *state],
+        cwd=ROOT, capture_output=True, text=True, timeout=HANG, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    events = [json.loads(line) for line in run.stdout.splitlines()]
+    assert events[-1]["phase"] == "complete"
+    assert events[-1]["completed_rounds"] == 3
+    loop_id = events[-1]["loop_id"]
+    history = subprocess.run(
+        [sys.executable, "-m", "loopactors", "history", loop_id, *state],
+        cwd=ROOT, capture_output=True, text=True, timeout=HANG, check=False,
+    )  # fmt: skip
+    outputs = [r["output"] for r in json.loads(history.stdout)["rounds"]]
+    assert outputs[0] == ("round 1 of 3 (inherit mode) on: tighten the wording of README.md\n")
+    assert outputs[1].startswith("round 2 of 3 (inherit mode) on: tighten the wording")
+    assert "building on the " in outputs[1]
+
+    # The objective line: the check passes, so the agent reports the objective met.
+    setting, *objective = quick_start_line("MY_AGENT_CHECK=")
+    assert setting == "MY_AGENT_CHECK=pytest -q"
+    # A check that fails: the rounds go on until the stand-in's output stops changing.
+    for given, phase, rounds in (("true", "complete", 1), ("false", "escalated", 5)):
+        env = {**os.environ, "MY_AGENT_CHECK": given}
+        done = subprocess.run(
+            [sys.executable, "-m", *objective, *state],
+            cwd=ROOT, capture_output=True, text=True, timeout=HANG, check=False, env=env,
+        )  # fmt: skip
+        end = json.loads(done.stdout.splitlines()[-1])
+        assert (end["phase"], end["completed_rounds"]) == (phase, rounds), done.stderr
+        if given == "true":
+            assert end["reason"] == "objective met in round 1"

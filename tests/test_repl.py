@@ -202,3 +202,53 @@ def test_loop_runs_one_round_of_the_chosen_code_loop(tmp_path: Path) -> None:
     finally:
         repl.close(force=True)
     assert "VALUE = 42" in git(repo, "show", "loop/fix-calc/candidate:calc.py")
+
+
+def test_repl_on_a_directory_a_node_serves_connects_to_that_node(tmp_path: Path) -> None:
+    """The README's quick start in order: `loopactors node &`, then `loopactors repl`."""
+    node = NodeProcess(tmp_path / "state", "--worker", "scripted:latency=30")
+    try:
+        child = _spawn(tmp_path / "state")
+        assert f"a node serves {tmp_path / 'state'}: connected to it at {node.url}" in (
+            child.before
+        )
+        child.sendline("|loop:3| on the node")
+        child.expect(r"started (\S+):")
+        loop_id = child.match.group(1)
+        child.expect(r"round 1/3 started")
+        child.sendline("/stop-loop")
+        child.expect("cancelled")
+        settle()
+        child.sendeof()
+        child.expect(pexpect.EOF)
+        child.close()
+        status = node.cli("status", loop_id, "--json")
+        assert '"cancelled"' in status.stdout, status.stderr
+        # --connect reads a bare HOST:PORT as every command does.
+        bare = node.url.removeprefix("ws://").rstrip("/")
+        other = _spawn(tmp_path / "client", "--connect", bare, "--token-file",
+                       str(tmp_path / "state" / "node.token"))  # fmt: skip
+        assert "loopactors repl on node " in other.before
+        settle()
+        other.sendeof()
+        other.expect(pexpect.EOF)
+        other.close()
+    finally:
+        assert node.terminate() == 0
+
+
+def test_repl_runs_here_when_the_node_that_wrote_node_url_is_gone(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "node.url").write_text("ws://127.0.0.1:9\n")  # left by a node that was killed
+    (state / "node.token").write_text("secret\n")
+    child = _spawn(state)
+    assert "a node serves" not in child.before
+    assert "loopactors repl on" in child.before
+    child.sendline("|loop:1| here")
+    child.expect(r"started (\S+):")
+    child.expect("complete")
+    settle()
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()

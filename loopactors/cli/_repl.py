@@ -11,7 +11,7 @@ import argparse
 import functools
 import signal
 from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -25,7 +25,7 @@ from .._util import count_of, terminal_safe
 from ..client import connect
 from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
 from ..loops import LoopFinished, LoopStarted, LoopState
-from ..runtime import Gap, RuntimeConfig, open_runtime
+from ..runtime import NODE_URL_FILE, Gap, RuntimeConfig, open_runtime
 from ..workers import check_worker_spec, cli_kinds, in_workspace, parse_worker
 from ._remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
@@ -301,13 +301,34 @@ def run_repl(args: argparse.Namespace, config: RuntimeConfig) -> int:
 
 @asynccontextmanager
 async def _target(args: argparse.Namespace, config: RuntimeConfig) -> AsyncIterator[Target]:
-    if args.connect:
-        token = read_token(args, Path(config.state_dir))
-        async with connect(args.connect, token=token, client_name="loopactors repl") as node:
-            yield RemoteTarget(node)
-    else:
-        async with open_runtime(config) as runtime:
-            yield EmbeddedTarget(runtime)
+    url = args.connect or _serving_node(config)
+    async with AsyncExitStack() as stack:
+        if url:
+            token = read_token(args, Path(config.state_dir))
+            try:
+                node = await stack.enter_async_context(
+                    connect(url, token=token, client_name="loopactors repl")
+                )
+            except ConnectionLost:
+                if args.connect:
+                    raise
+                # The node that wrote node.url is gone (killed): run a runtime here.
+            else:
+                yield RemoteTarget(node)
+                return
+        yield EmbeddedTarget(await stack.enter_async_context(open_runtime(config)))
+
+
+def _serving_node(config: RuntimeConfig) -> str | None:
+    """The URL a node serving the state directory wrote (``node.url``): the REPL goes there
+    rather than refuse a directory that node holds (only one runtime may use it)."""
+    if config.store == "memory":
+        return None
+    try:
+        url = (Path(config.state_dir) / NODE_URL_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return url or None
 
 
 async def _main(args: argparse.Namespace, config: RuntimeConfig) -> int:
@@ -320,6 +341,11 @@ async def _main(args: argparse.Namespace, config: RuntimeConfig) -> int:
         )
         repl = Repl(target, args.worker if args.connect else None, default)
         repl.on_lost = functools.partial(_end_prompt, session)
+        if isinstance(target, RemoteTarget) and not args.connect:
+            repl.say(
+                f"a node serves {config.state_dir}: connected to it at {target.node.url} "
+                "(from its node.url); loops started here run there"
+            )
         repl.say(f"loopactors repl on {target.where}; /help for the commands")
         # While the editor waits for a line, Ctrl-C is a key it handles; between lines it is
         # a signal, and it cancels the command being run instead of ending the session.
