@@ -138,13 +138,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _state_options(status, allow_memory=False)
     _connect_options(status)
 
-    history = commands.add_parser("history", help="show the rounds of one loop")
-    history.add_argument("loop_id")
-    history.add_argument(
-        "--transcript", action="store_true", help="also print each agent round's transcript"
-    )
-    _state_options(history, allow_memory=False)
-    _connect_options(history)
+    _history_options(commands.add_parser("history", help="show the rounds of one loop"))
 
     _remote.add_parsers(commands, _state_options, _connect_options)
     _prune.add_parser(commands, _state_options)
@@ -186,6 +180,24 @@ def _notify_options(run: argparse.ArgumentParser) -> None:
         help="which events notify, comma-separated (loop_finished,round_deferred,"
         "budget_reached,check_failing; default: all)",
     )
+
+
+def _history_options(history: argparse.ArgumentParser) -> None:
+    history.add_argument("loop_id")
+    history.add_argument(
+        "--transcript", action="store_true", help="also print each agent round's transcript"
+    )
+    history.add_argument(
+        "--round", type=_round_number, metavar="N", help="print round N's whole output only"
+    )
+    _state_options(history, allow_memory=False)
+    _connect_options(history)
+
+
+def _round_number(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a round number (1, 2, ...), not {text!r}")
+    return int(text)
 
 
 def _state_options(

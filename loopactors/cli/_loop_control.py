@@ -14,6 +14,7 @@ The agent's loop tools do not use this protocol: a worker reaches the runtime on
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
@@ -23,7 +24,7 @@ import msgspec
 
 from .._util import terminal_safe
 from ..errors import ConfigError, LoopNotFound, StoreError
-from ..loops import LoopState, RoundRecord, cancel_loop, output_heads, shown
+from ..loops import LoopState, RoundRecord, cancel_loop, output_heads, round_of, shown
 from ..storage import DB_FILENAME, Write
 
 # The runtime, client, rich and the agent load where they are used (see cli/_commands.py).
@@ -68,6 +69,7 @@ class LoopControl(Protocol):
     async def recorded(
         self, loop_id: str, *, output_head: int | None = None
     ) -> tuple[LoopState, list[RoundRecord]]: ...
+    async def output(self, loop_id: str, round: int) -> RoundRecord: ...
     async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState: ...
     async def pause(self, loop_id: str) -> LoopState: ...
     async def resume(self, loop_id: str) -> LoopState: ...
@@ -114,6 +116,11 @@ class StoredLoops:
             state = self._find(backend, loop_id)
             rounds: list[RoundRecord] = backend.rounds(state.loop_id)
         return output_heads(state, rounds, output_head)
+
+    async def output(self, loop_id: str, round: int) -> RoundRecord:
+        with self._reading() as backend:
+            state = self._find(backend, loop_id)
+            return round_of(state.loop_id, backend.rounds(state.loop_id), round)
 
     async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
         """End the loop cancelled now (no round is in flight without a runtime); the round it
@@ -277,9 +284,33 @@ def _status_title(control: LoopControl, states: list[LoopState]) -> str:
 async def show_history(
     control: LoopControl, args: argparse.Namespace, *, output_head: int | None = None
 ) -> int:
-    """``history LOOP_ID``: its rounds, as a table (with ``--transcript``) or JSON."""
+    """``history LOOP_ID``: its rounds, as a table (with ``--transcript``) or JSON; with
+    ``--round N``, that round's whole output (its record, with ``--json``)."""
+    if getattr(args, "round", None) is not None:
+        state = await control.get(args.loop_id)
+        record = await control.output(state.loop_id, args.round)
+        return print_round(args, record)
     state, rounds = await control.recorded(args.loop_id, output_head=output_head)
     return print_history(args, state, rounds)
+
+
+def print_round(args: argparse.Namespace, record: RoundRecord) -> int:
+    """One round: its whole output on stdout (a round that did not complete: its status and
+    error on stderr)."""
+    if args.json:
+        print(_json.encode(record).decode())
+        return 0
+    if record.output:
+        print(record.output, end="" if record.output.endswith("\n") else "\n")
+    if getattr(args, "transcript", False) and record.transcript:
+        from ..agent import format_transcript  # noqa: PLC0415 - see the note on the imports
+
+        print(f"\n=== round {record.round} transcript")
+        print(format_transcript(record.transcript))
+    if record.status != "completed":
+        error = f": {record.error}" if record.error else ""
+        print(f"round {record.round} {record.status}{error}", file=sys.stderr)
+    return 0
 
 
 async def stop_loop(control: LoopControl, args: argparse.Namespace) -> int:

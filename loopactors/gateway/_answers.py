@@ -197,12 +197,7 @@ async def _history(request: History, gateway: Gateway) -> Rounds:
 
 
 async def _output(request: Output, gateway: Gateway) -> RoundRecord:
-    rounds = await gateway.runtime.history(request.loop_id)
-    for record in rounds:
-        if record.round == request.round:
-            return record
-    have = f"rounds 1..{len(rounds)}" if rounds else "no recorded rounds yet"
-    raise LoopNotFound(f"loop {request.loop_id!r} has no round {request.round} ({have})")
+    return await gateway.runtime.output(request.loop_id, request.round)
 
 
 def _text(exc: BaseException) -> str:

@@ -38,6 +38,7 @@ from ._model import RoundStatus as RoundStatus
 from ._model import StopMode as StopMode
 from ._model import check_transition as check_transition
 from ._model import output_heads as output_heads
+from ._model import round_of as round_of
 from ._notify import NOTIFY_EVENTS as NOTIFY_EVENTS
 from ._notify import Notification as Notification
 from ._notify import NotifyEvent as NotifyEvent
@@ -139,6 +140,7 @@ __all__ = [
     "resolve_loop_id",
     "resume_step",
     "round_intent",
+    "round_of",
     "shown",
     "stale_rounds_after",
 ]

@@ -9,11 +9,12 @@ no tracking by the garbage collector (a busy runtime makes several every round).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
 
-from ..errors import IllegalTransition
+from ..errors import IllegalTransition, LoopNotFound
 
 __all__ = [
     "DEFAULT_ROUNDS",
@@ -235,6 +236,19 @@ class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):
         """A copy in ``phase`` (checked) with ``changes`` applied and ``updated_at`` now."""
         check_transition(self.phase, phase)
         return msgspec.structs.replace(self, phase=phase, updated_at=time.time(), **changes)
+
+
+def round_of(loop_id: str, rounds: Sequence[RoundRecord], number: int) -> RoundRecord:
+    """Round ``number`` among a loop's ``rounds``.
+
+    Raises:
+        LoopNotFound: it has no such round; the message says which rounds it has.
+    """
+    for record in rounds:
+        if record.round == number:
+            return record
+    have = f"rounds 1..{len(rounds)}" if rounds else "no recorded rounds yet"
+    raise LoopNotFound(f"loop {loop_id!r} has no round {number} ({have})")
 
 
 def output_heads(

@@ -36,6 +36,7 @@ from ..loops import (
     StopMode,
     output_heads,
     resolve_loop_id,
+    round_of,
 )
 from ..storage import DB_FILENAME, PruneReport, StoreBackend, StoreStatistics, open_backend
 from ..transport import transport_for
@@ -299,6 +300,14 @@ class Runtime:
         state = await self.get(loop_id)
         rounds: list[RoundRecord] = await self._ask(self._store, GetRounds(loop_id))
         return output_heads(state, rounds, output_head)
+
+    async def output(self, loop_id: str, round: int) -> RoundRecord:
+        """One round's record, its output whole (``history`` over the wire cuts outputs).
+
+        Raises:
+            LoopNotFound: no such loop, or it has no such round (the message says which it has).
+        """
+        return round_of(loop_id, await self.history(loop_id), round)
 
     async def stored_events(self, loop_id: str) -> list[AnyEvent]:
         """The loop's event log as the store keeps it."""
