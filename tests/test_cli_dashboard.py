@@ -136,8 +136,14 @@ def test_worker_logs_json_lines() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=HANG)
+        rest = [json.loads(line) for line in proc.stderr.read().splitlines()]
         proc.stderr.close()
     assert {"ts", "level", "event", "message"} <= set(first)
+    # SIGTERM ends it with a word, not in silence.
+    said = [line["message"] for line in rest]
+    assert any(m.startswith("worker ") and " stopping on SIGTERM: " in m for m in said), said
+    assert said[-1].endswith(" stopped")
+    assert proc.returncode == 0
     assert first["ts"].endswith("+00:00")
 
 

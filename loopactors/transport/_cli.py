@@ -6,6 +6,7 @@ Kept here so the main command line only wires them in.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 from pathlib import Path
@@ -14,6 +15,8 @@ from typing import Any
 from .._logs import add_log_format, configure_logging
 from ..errors import ConfigError
 from ._url import IN_PROCESS, check_transport, redact_url
+
+_log = logging.getLogger("loopactors.worker")
 
 # trio and the wire format (which loads the workers) are imported where they are used:
 # `loopactors status` and `--help` build the parser from here and must start fast.
@@ -147,9 +150,16 @@ def run_worker(args: argparse.Namespace) -> int:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(serve_worker, settings)
-                async for _ in signals:  # rounds held are taken over by the other workers
+                async for signum in signals:  # rounds held are taken over by the other workers
+                    _log.info(
+                        "worker %s stopping on %s: the rounds it runs are stopped, and taken "
+                        "over by the other workers",
+                        settings.name,
+                        signal.Signals(signum).name,
+                    )
                     nursery.cancel_scope.cancel()
                     break
+        _log.info("worker %s stopped", settings.name)
 
     try:
         trio.run(main)
