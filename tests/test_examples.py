@@ -44,9 +44,16 @@ ROOT = EXAMPLES.parent
 
 
 def readme_commands() -> list[str]:
+    """The README's first code block: its two commands, after its title and what they need."""
     lines = (ROOT / "README.md").read_text().splitlines()
-    assert lines[0] == "```sh", "the README must open with its two commands"
-    return lines[1:3]
+    assert lines[0] == "# loopactors", "the README opens with its title"
+    start = lines.index("```sh")
+    assert lines[start + 3] == "```", "the first code block holds the two commands alone"
+    before = " ".join(lines[1:start])
+    for needed in ("Python 3.11 or later", "a clone of this repository", "virtual", "venv"):
+        assert needed in before, f"the prerequisites come before the commands: {needed}"
+    assert "```" not in before
+    return lines[start + 1 : start + 3]
 
 
 def test_readme_opens_with_the_two_commands_that_ci_and_just_run() -> None:
@@ -57,6 +64,10 @@ def test_readme_opens_with_the_two_commands_that_ci_and_just_run() -> None:
     justfile = (ROOT / "justfile").read_text()
     assert f"    {demo}\n" in justfile
     assert f"    {tests}\n" in justfile
+    # `just` is one of the dev extras: the README says so where it names `just`.
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert "`just` itself comes with the `[dev]` extra" in text
+    assert "rust-just" in (ROOT / "pyproject.toml").read_text()
 
 
 def test_readme_quick_start_runs() -> None:
