@@ -36,6 +36,7 @@ __all__ = [
     "NameTaken",
     "OrchestrationError",
     "RemoteError",
+    "ReplayError",
     "RestartIntensityExceeded",
     "SelfReviewRefused",
     "SlugError",
@@ -137,6 +138,11 @@ class LoopNotFound(LoopError, KeyError):
 class AmbiguousLoopId(LoopNotFound):
     """A loop id prefix (or tail) that more than one loop's id starts (or ends) with; the
     message lists them."""
+
+
+class ReplayError(LoopError, ValueError):
+    """A round that cannot be replayed, or two loops that cannot be compared (no such round,
+    a round that never ran, not a replay); says why."""
 
 
 class AdmissionRefused(LoopError):

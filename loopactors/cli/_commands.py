@@ -20,7 +20,7 @@ from .._version import __version__
 from ..errors import ConfigError, LoopactorsError
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport
-from . import _dashboard, _prune, _remote
+from . import _dashboard, _prune, _remote, _replay
 from ._address import ACCEPTED, node_ws_url
 from ._loop_control import StoredLoops, run_offline
 
@@ -138,7 +138,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _state_options(status, allow_memory=False)
     _connect_options(status)
 
-    _history_options(commands.add_parser("history", help="show the rounds of one loop"))
+    _history_and_replay(commands)
 
     _remote.add_parsers(commands, _state_options, _connect_options)
     _prune.add_parser(commands, _state_options)
@@ -150,6 +150,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     commands.add_parser("version", help="print the installed version")
     return parser
+
+
+def _history_and_replay(commands: Any) -> None:
+    """`history` and `replay` (whose `--compare` is history's)."""
+    history = commands.add_parser("history", help="show the rounds of one loop")
+    _history_options(history)
+    _replay.add_parser(commands, history, _state_options, _connect_options)
 
 
 def _notify_options(run: argparse.ArgumentParser) -> None:
@@ -337,6 +344,9 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return stress_cli.main(args)
     if args.command == "dashboard":
         return _dashboard.dashboard(args, _config(args))
+    if args.command == "replay":
+        token = _remote.read_token(args, _config(args).state_dir) if args.connect else None
+        return _replay.replay(args, _config(args), token)
     if getattr(args, "connect", None) and args.command != "repl":
         return _on_node(args)
     if args.command == "run":

@@ -24,7 +24,7 @@ import msgspec
 
 from .._util import terminal_safe
 from ..errors import ConfigError, LoopNotFound, StoreError
-from ..loops import LoopState, RoundRecord, cancel_loop, output_heads, round_of, shown
+from ..loops import LoopState, RoundRecord, cancel_loop, output_heads, replay_pair, round_of, shown
 from ..storage import DB_FILENAME, Write
 
 # The runtime, client, rich and the agent load where they are used (see cli/_commands.py).
@@ -285,12 +285,18 @@ async def show_history(
     control: LoopControl, args: argparse.Namespace, *, output_head: int | None = None
 ) -> int:
     """``history LOOP_ID``: its rounds, as a table (with ``--transcript``) or JSON; with
-    ``--round N``, that round's whole output (its record, with ``--json``)."""
+    ``--round N``, that round's whole output (its record, with ``--json``); with
+    ``--compare REPLAY_ID``, the replayed round beside the replay's (docs/replay.md)."""
     if getattr(args, "round", None) is not None:
         state = await control.get(args.loop_id)
         record = await control.output(state.loop_id, args.round)
         return print_round(args, record)
     state, rounds = await control.recorded(args.loop_id, output_head=output_head)
+    compare = getattr(args, "compare", None)
+    if compare is not None:
+        replay_state, replay_rounds = await control.recorded(compare, output_head=output_head)
+        original, replayed = replay_pair(state, rounds, replay_state, replay_rounds)
+        return print_comparison(args, (state, original), (replay_state, replayed))
     return print_history(args, state, rounds)
 
 
@@ -310,6 +316,63 @@ def print_round(args: argparse.Namespace, record: RoundRecord) -> int:
     if record.status != "completed":
         error = f": {record.error}" if record.error else ""
         print(f"round {record.round} {record.status}{error}", file=sys.stderr)
+    return 0
+
+
+def _check_text(record: RoundRecord) -> str:
+    """The round's ``until`` check, where the loop had one (``-`` otherwise)."""
+    check = getattr(record, "check", None)
+    if check is None:
+        return "-"
+    code = getattr(check, "exit_code", None)
+    return "passed" if code == 0 else f"failed (exit {code})"
+
+
+def _cost(record: RoundRecord) -> str:
+    return f"${record.cost_usd:.4f}" if record.cost_usd else "-"
+
+
+def print_comparison(
+    args: argparse.Namespace,
+    original: tuple[LoopState, RoundRecord],
+    replay: tuple[LoopState, RoundRecord | None],
+) -> int:
+    """A replayed round and its replay side by side: output head, tokens, cost, check."""
+    (first, was), (second, now) = original, replay
+    if args.json:
+        payload = {
+            "original": {"loop_id": first.loop_id, "worker": first.spec.worker, "round": was},
+            "replay": {"loop_id": second.loop_id, "worker": second.spec.worker, "round": now},
+        }
+        print(_json.encode(payload).decode())
+        return 0
+    from rich.console import Console  # noqa: PLC0415 - see the note on the imports
+
+    from ._tables import Column, Rows, print_rows  # noqa: PLC0415
+
+    def cells(record: RoundRecord | None) -> list[str]:
+        if record is None:
+            return ["not run yet", "-", "-", "-", "-", "-"]
+        return [
+            record.status,
+            "?" if record.duration is None else f"{record.duration:.2f}s",
+            str(record.tokens),
+            _cost(record),
+            _check_text(record),
+            (record.output or record.error or "")[:_OUTPUT_SHOWN],
+        ]
+
+    names = ["status", "duration", "tokens", "cost", "check", "output"]
+    left, right = cells(was), cells(now)
+    rows = [["loop", f"{first.loop_id} round {was.round}", f"{second.loop_id} round 1"]]
+    rows.append(["worker", first.spec.worker, second.spec.worker])
+    rows += [[name, a, b] for name, a, b in zip(names, left, right, strict=True)]
+    columns = [
+        Column(""),
+        Column("original", flex=True),
+        Column("replay", flex=True),
+    ]
+    print_rows(Console(), Rows(columns, rows, title="replayed round"))
     return 0
 
 
@@ -376,6 +439,13 @@ def print_history(args: argparse.Namespace, state: LoopState, rounds: list[Round
         ]
         for record in rounds
     ]
+    if any(record.tasks_total is not None for record in rounds):  # a plan-driven loop
+        columns.insert(3, Column("tasks", justify="right"))
+        for row, record in zip(rows, rounds, strict=True):
+            tasks = (
+                "" if record.tasks_total is None else f"{record.tasks_done}/{record.tasks_total}"
+            )
+            row.insert(3, tasks)
     done = f"{state.completed_rounds}/{state.spec.rounds} completed"
     title = f"{state.loop_id}: {state.phase}, {done}"
     print_rows(Console(), Rows(columns, rows, title=title))

@@ -24,6 +24,7 @@ from ..errors import (
     InvalidRequest,
     LoopNotFound,
     LoopSyntaxError,
+    ReplayError,
     WorkerSpecError,
 )
 from ..loops import LoopState, RoundRecord, output_heads, shown
@@ -39,6 +40,7 @@ from ._protocol import (
     Pause,
     Ping,
     Pong,
+    Replay,
     RequestId,
     Resume,
     Rounds,
@@ -57,13 +59,23 @@ __all__ = ["answer", "error_frame", "headed", "is_refusal", "kind_of"]
 _RESERVED_OPTIONS = frozenset({"loop", "worker", "loop_id", "parent_id"})
 
 #: The requests whose ``loop_id`` names an existing loop (``start`` chooses a new one).
-_TAKES_A_LOOP_ID = (Status, Stop, Pause, Resume, History, Output)
+_TAKES_A_LOOP_ID = (Status, Stop, Pause, Resume, History, Output, Replay)
 
 #: What each error means on the wire (the first match wins); anything else is ``internal``.
 _CODES: tuple[tuple[tuple[type[Exception], ...], ErrorCode], ...] = (
     ((InvalidRequest,), "invalid_request"),
     ((LoopNotFound, CodeLoopNotFound), "not_found"),
-    ((CodeLoopError, LoopSyntaxError, WorkerSpecError, AdmissionRefused, ConfigError), "rejected"),
+    (
+        (
+            CodeLoopError,
+            LoopSyntaxError,
+            WorkerSpecError,
+            AdmissionRefused,
+            ConfigError,
+            ReplayError,
+        ),
+        "rejected",
+    ),
     ((ActorNotRunning, CallFailed, CallTimeout), "unavailable"),
 )
 
@@ -101,6 +113,8 @@ async def answer(request: Any, gateway: Gateway) -> Any:
         return Pong(time=time.time())
     if isinstance(request, Start):
         return shown(await _start(request, gateway))
+    if isinstance(request, Replay):
+        return shown(await _replay(request, gateway))
     if isinstance(request, Stop):
         return shown(await rt.handle(request.loop_id).stop(after_round=request.after_round))
     if isinstance(request, Pause):
@@ -156,6 +170,20 @@ async def _start(request: Start, gateway: Gateway) -> Any:
     assert loop is not None
     handle = await gateway.runtime.start(
         loop, worker=request.worker, loop_id=request.loop_id, **request.options
+    )
+    return await handle.status()
+
+
+async def _replay(request: Replay, gateway: Gateway) -> LoopState:
+    reserved = sorted(set(request.options) & _RESERVED_OPTIONS)
+    if reserved:
+        raise Refusal("invalid_request", f"options may not set {', '.join(reserved)}")
+    handle = await gateway.runtime.replay(
+        request.loop_id,
+        request.round,
+        worker=request.worker,
+        new_loop_id=request.loop_id_new,
+        **request.options,
     )
     return await handle.status()
 

@@ -46,6 +46,7 @@ from ._protocol import (
     Pause,
     Ping,
     Pong,
+    Replay,
     Resume,
     Rounds,
     Start,
@@ -145,6 +146,27 @@ class NodeClient:
             request = Start(id=0, spec=loop, worker=worker, loop_id=loop_id, options=options)
         else:
             request = Start(id=0, text=loop, worker=worker, loop_id=loop_id, options=options)
+        return await self._request(request, LoopState)
+
+    async def replay(
+        self,
+        loop_id: str,
+        round_number: int,
+        *,
+        worker: str | None = None,
+        new_loop_id: str | None = None,
+        **options: Any,
+    ) -> LoopState:
+        """Run a recorded round again on the node as a new loop (docs/replay.md); its first
+        state."""
+        request = Replay(
+            id=0,
+            loop_id=loop_id,
+            round=round_number,
+            worker=worker,
+            loop_id_new=new_loop_id,
+            options=options,
+        )
         return await self._request(request, LoopState)
 
     async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:

@@ -44,6 +44,7 @@ __all__ = [
     "Pause",
     "Ping",
     "Pong",
+    "Replay",
     "Resume",
     "Rounds",
     "ServerFrame",
@@ -75,6 +76,7 @@ CAPABILITIES: Final = (
     "ping",
     "statistics",
     "coalesce",
+    "replay",
 )
 
 RequestId = int | str
@@ -141,6 +143,19 @@ class Start(_Request, frozen=True, kw_only=True, tag="start"):
     spec: LoopSpec | None = None
     worker: str | None = None
     loop_id: str | None = None
+    options: dict[str, Any] = {}
+
+
+class Replay(_Request, frozen=True, kw_only=True, tag="replay"):
+    """Run round ``round`` of loop ``loop_id`` again, its recorded prompt (seed included), on
+    ``worker`` (default: the original's), as a new one-round loop whose ``spec.replay_of``
+    is ``LOOP_ID:ROUND``; ``loop_id_new`` makes a retried replay safe, as ``start``'s
+    ``loop_id`` does. Answered with the new loop's first state."""
+
+    loop_id: str
+    round: int
+    worker: str | None = None
+    loop_id_new: str | None = None
     options: dict[str, Any] = {}
 
 
@@ -218,6 +233,7 @@ ClientFrame = (
     Hello
     | Ping
     | Start
+    | Replay
     | Stop
     | Pause
     | Resume
@@ -339,6 +355,7 @@ REPLY_DATA: Final[dict[str, type[msgspec.Struct]]] = {
     "hello": NodeInfo,
     "ping": Pong,
     "start": LoopState,
+    "replay": LoopState,
     "stop": LoopState,
     "pause": LoopState,
     "resume": LoopState,

@@ -3,8 +3,9 @@ phases, events and the per-round rules.
 
 General layout: ``_syntax`` (parser), ``_model`` (structs and the transition function),
 ``_events`` (typed progress events), ``_notify`` (which events notify whom), ``_plan`` (plan
-files), ``_rules`` (prompt, breaker checks, next phase), ``steps`` (public: the LoopRunner's
-decisions as pure functions, and the effects they return).
+files), ``_replay`` (a round run again), ``_rules`` (prompt, breaker checks, next phase),
+``steps`` (public: the LoopRunner's decisions as pure functions, and the effects they
+return).
 """
 
 from ._events import AgentStep as AgentStep
@@ -50,6 +51,10 @@ from ._plan import Plan as Plan
 from ._plan import PlanTask as PlanTask
 from ._plan import parse_plan as parse_plan
 from ._plan import plan_prompt as plan_prompt
+from ._replay import recorded_prompt as recorded_prompt
+from ._replay import replay_pair as replay_pair
+from ._replay import replay_spec as replay_spec
+from ._replay import replayed_round as replayed_round
 from ._rules import Prompt as Prompt
 from ._rules import Verdict as Verdict
 from ._rules import build_prompt as build_prompt
@@ -136,7 +141,11 @@ __all__ = [
     "parse_loop",
     "parse_plan",
     "plan_prompt",
+    "recorded_prompt",
     "redact_notify_url",
+    "replay_pair",
+    "replay_spec",
+    "replayed_round",
     "resolve_loop_id",
     "resume_step",
     "round_intent",

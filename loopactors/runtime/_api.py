@@ -35,6 +35,7 @@ from ..loops import (
     RoundRecord,
     StopMode,
     output_heads,
+    replay_spec,
     resolve_loop_id,
     round_of,
 )
@@ -215,6 +216,29 @@ class Runtime:
                 await trio.sleep(0.05)
                 continue
             return LoopHandle(self, state.loop_id)
+
+    async def replay(
+        self,
+        loop_id: str,
+        round_number: int,
+        *,
+        worker: str | None = None,
+        new_loop_id: str | None = None,
+        **options: Any,
+    ) -> LoopHandle:
+        """Run round ``round_number`` of loop ``loop_id`` again, its recorded prompt (seed
+        included) on ``worker`` (default: the original's), as a new one-round loop whose
+        ``replay_of`` names the original round (docs/replay.md). ``options`` as :meth:`start`.
+
+        Raises:
+            LoopNotFound: no such loop.
+            ReplayError: no such round, or one that never ran.
+        """
+        state, rounds = await self.recorded(await self.resolve_loop_id(loop_id))
+        spec = replay_spec(state, rounds, round_number, worker=worker)
+        # The worker given whole: build_spec takes a spec's fields that differ from its
+        # defaults, and `scripted` is the default.
+        return await self.start(spec, worker=spec.worker, loop_id=new_loop_id, **options)
 
     def build_spec(
         self,

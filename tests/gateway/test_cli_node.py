@@ -259,3 +259,27 @@ def test_healthz_says_shutting_down_until_the_node_is_gone(tmp_path: Path) -> No
     assert set(seen) == {"503 shutting down"}, answers
     # Refused only at the very end, once the port closed with the runtime stopped.
     assert "refused" not in answers[: answers.index(seen[-1])]
+
+
+def test_replay_and_compare_on_a_node(node: NodeProcess) -> None:
+    run = node.cli("run", "|loop:2| remote job", "--json")
+    assert run.returncode == 0, run.stderr
+    loop_id = json.loads(run.stdout.splitlines()[-1])["loop_id"]
+    replay = node.cli("replay", loop_id[:10], "--round", "2", "--worker", "scripted", "--json")
+    assert replay.returncode == 0, replay.stderr
+    said = re.search(rf"replaying round 2 of {loop_id[:10]} as loop (\S+);", replay.stderr)
+    assert said is not None, replay.stderr
+    replay_id = said.group(1)
+    status = json.loads(node.cli("status", replay_id, "--json").stdout)
+    assert status["phase"] == "complete"
+    assert status["spec"]["replay_of"] == f"{loop_id}:2"
+    assert status["spec"]["worker"] == "scripted"
+    compared = node.cli("history", loop_id, "--compare", replay_id, "--json")
+    assert compared.returncode == 0, compared.stderr
+    both = json.loads(compared.stdout)
+    assert both["original"]["round"]["round"] == 2
+    assert both["replay"]["round"]["prompt"] == both["original"]["round"]["prompt"]
+    missing = node.cli("replay", loop_id, "--round", "3")
+    assert missing.returncode == 1
+    assert "has no round 3" in missing.stderr
+    assert node.terminate() == 0
