@@ -13,13 +13,14 @@ gets SIGTERM, a short grace, then SIGKILL, so nothing it started outlives the ca
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import stat
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +28,7 @@ import re2
 import trio
 
 from ..errors import AgentError
+from ._protected import Protected
 from ._sandbox import BASH_MODES, BashMode, bash_argv, bash_env, find_bwrap
 from ._tools import Tool, ToolContext, ToolError, inside_workspace
 from ._workspace import compile_glob, path_mode, read_regular, walk_files, write_regular
@@ -94,9 +96,10 @@ async def _read_text(root: Path, path: Path, name: str) -> tuple[str, str]:
     return data.decode("utf-8", errors="replace"), note
 
 
-async def _read(arguments: Mapping[str, Any], context: ToolContext) -> str:
+async def _read(guard: Protected, arguments: Mapping[str, Any], context: ToolContext) -> str:
     name = _text_arg(arguments, "path")
     path = inside_workspace(context.workspace, name)
+    guard.check(context.workspace.resolve(), path, name, write=False)
     offset = max(int(arguments.get("offset") or 1), 1)
     limit = int(arguments.get("limit") or _READ_LINES)
     text, note = await _read_text(context.workspace.resolve(), path, name)
@@ -107,19 +110,21 @@ async def _read(arguments: Mapping[str, Any], context: ToolContext) -> str:
     return numbered + (f"\n[{more} more lines; read on with offset]" if more > 0 else "") + note
 
 
-async def _write(arguments: Mapping[str, Any], context: ToolContext) -> str:
+async def _write(guard: Protected, arguments: Mapping[str, Any], context: ToolContext) -> str:
     name = _text_arg(arguments, "path")
     path = inside_workspace(context.workspace, name)
     content = _text_arg(arguments, "content")
     data = content.encode("utf-8")
     root = context.workspace.resolve()
+    await _check_write(guard, context, path, name, data)
     await _in_thread(lambda: write_regular(root, path, data), name, "write")
     return f"wrote {len(content)} chars to {_relative(context, path)}"
 
 
-async def _edit(arguments: Mapping[str, Any], context: ToolContext) -> str:
+async def _edit(guard: Protected, arguments: Mapping[str, Any], context: ToolContext) -> str:
     name = _text_arg(arguments, "path")
     path = inside_workspace(context.workspace, name)
+    guard.check(context.workspace.resolve(), path, name, write=True)
     old, new = _text_arg(arguments, "old_string"), _text_arg(arguments, "new_string")
     replace_all = bool(arguments.get("replace_all", False))
     root = context.workspace.resolve()
@@ -139,11 +144,24 @@ async def _edit(arguments: Mapping[str, Any], context: ToolContext) -> str:
             "to make it unique, or set replace_all"
         )
     changed = text.replace(old, new).encode("utf-8")
+    await _check_write(guard, context, path, name, changed)
     await _in_thread(lambda: write_regular(root, path, changed), name, "write")
     return f"replaced {count if replace_all else 1} occurrence(s) in {_relative(context, path)}"
 
 
-async def _glob(arguments: Mapping[str, Any], context: ToolContext) -> str:
+async def _check_write(
+    guard: Protected, context: ToolContext, path: Path, name: str, data: bytes
+) -> None:
+    root = context.workspace.resolve()
+    guard.check(root, path, name, write=True)
+    if path.name == "pyproject.toml":  # its [tool.loopactors] must stay as it is
+        old: bytes | None = None
+        if await trio.Path(path).exists():
+            old, _ = await _in_thread(lambda: read_regular(root, path), name, "read")
+        guard.check_write(root, path, name, old, data)
+
+
+async def _glob(guard: Protected, arguments: Mapping[str, Any], context: ToolContext) -> str:
     pattern = _text_arg(arguments, "pattern")
     matcher = compile_glob(pattern)
     root = context.workspace.resolve()
@@ -152,10 +170,10 @@ async def _glob(arguments: Mapping[str, Any], context: ToolContext) -> str:
     def find() -> list[str]:
         deadline = time.monotonic() + _SEARCH_SECONDS
         found = []
-        for _, name in walk_files(
+        for path, name in walk_files(
             root, root, should_stop=lambda: stop.is_set() or time.monotonic() > deadline
         ):
-            if matcher.fullmatch(name):
+            if matcher.fullmatch(name) and guard.listable(root, path):
                 found.append(name)
         return sorted(found)
 
@@ -167,11 +185,13 @@ async def _glob(arguments: Mapping[str, Any], context: ToolContext) -> str:
     return "\n".join(found[:_GLOB_HITS]) + extra if found else f"no file matches {pattern!r}"
 
 
-async def _grep(arguments: Mapping[str, Any], context: ToolContext) -> str:
+async def _grep(guard: Protected, arguments: Mapping[str, Any], context: ToolContext) -> str:
     regex = compile_regex(_text_arg(arguments, "pattern"))
-    base = inside_workspace(context.workspace, str(arguments.get("path") or "."))
+    given = str(arguments.get("path") or ".")
+    base = inside_workspace(context.workspace, given)
     matcher = compile_glob(str(arguments.get("glob") or "**/*"))
     root = context.workspace.resolve()
+    guard.check(root, base, given, write=False)
     stop = threading.Event()
 
     def search() -> tuple[list[str], bool]:
@@ -189,6 +209,8 @@ async def _grep(arguments: Mapping[str, Any], context: ToolContext) -> str:
         for file, name in files:
             if file in searched or (file is not base and not matcher.fullmatch(name)):
                 continue  # a file reached again through a symlink is searched once
+            if not guard.listable(root, file):
+                continue
             searched.add(file)
             try:
                 data, _ = read_regular(root, file)
@@ -234,7 +256,7 @@ async def _stop_group(process: trio.Process) -> None:
     _kill_group(process.pid, signal.SIGKILL)
 
 
-def _bash_tool(mode: BashMode) -> Callable[[Mapping[str, Any], ToolContext], Any]:
+def _bash_tool(mode: BashMode, guard: Protected) -> Callable[[Mapping[str, Any], ToolContext], Any]:
     bwrap = find_bwrap() if mode == "sandbox" else None
 
     async def _bash(arguments: Mapping[str, Any], context: ToolContext) -> str:
@@ -249,8 +271,14 @@ def _bash_tool(mode: BashMode) -> Callable[[Mapping[str, Any], ToolContext], Any
 
         try:
             with trio.move_on_after(timeout) as scope:
+                # In a thread: the sandbox's argv comes from a scan of the workspace.
+                argv = await trio.to_thread.run_sync(
+                    functools.partial(
+                        bash_argv, mode, command, context.workspace, bwrap, hidden=guard.hidden
+                    )
+                )
                 done = await trio.run_process(
-                    bash_argv(mode, command, context.workspace, bwrap),
+                    argv,
                     cwd=context.workspace,
                     env=bash_env(mode, context.workspace, context.env),
                     stdin=subprocess.DEVNULL,
@@ -286,15 +314,18 @@ def _schema(required: list[str], **properties: str) -> dict[str, Any]:
     }
 
 
-def core_tools(*, bash: BashMode = "on") -> list[Tool]:
+def core_tools(*, bash: BashMode = "on", state_dirs: Sequence[Path] = ()) -> list[Tool]:
     """Fresh instances of the core tools; ``bash`` says how the bash tool runs commands
     (``on``: as the node's user; ``sandbox``: under bubblewrap; ``off``: no bash tool).
+    ``state_dirs`` are the node's state directories: no file tool touches them and the
+    sandbox hides them (with the rest of ``_protected``'s rules).
 
     Raises:
         AgentError: an unknown ``bash`` mode, or ``sandbox`` without bubblewrap.
     """
     if bash not in BASH_MODES:
         raise AgentError(f"bash must be one of {', '.join(BASH_MODES)}, got {bash!r}")
+    guard = Protected(tuple(Path(d).resolve() for d in state_dirs))
     tools = [
         Tool(
             name="read",
@@ -302,13 +333,13 @@ def core_tools(*, bash: BashMode = "on") -> list[Tool]:
             parameters=_schema(
                 ["path"], path="file path", offset="first line (1-based)", limit="max lines"
             ),
-            run=_read,
+            run=functools.partial(_read, guard),
         ),
         Tool(
             name="write",
             description="Create or overwrite a file of the workspace with the given content.",
             parameters=_schema(["path", "content"], path="file path", content="full content"),
-            run=_write,
+            run=functools.partial(_write, guard),
         ),
         Tool(
             name="edit",
@@ -322,13 +353,13 @@ def core_tools(*, bash: BashMode = "on") -> list[Tool]:
                 new_string="replacement",
                 replace_all="replace every occurrence",
             ),
-            run=_edit,
+            run=functools.partial(_edit, guard),
         ),
         Tool(
             name="glob",
             description="List workspace files matching a glob pattern such as '**/*.py'.",
             parameters=_schema(["pattern"], pattern="glob pattern relative to the workspace"),
-            run=_glob,
+            run=functools.partial(_glob, guard),
         ),
         Tool(
             name="grep",
@@ -339,7 +370,7 @@ def core_tools(*, bash: BashMode = "on") -> list[Tool]:
                 path="file or directory (default: workspace)",
                 glob="which files, e.g. '**/*.py'",
             ),
-            run=_grep,
+            run=functools.partial(_grep, guard),
         ),
     ]
     if bash != "off":
@@ -351,7 +382,7 @@ def core_tools(*, bash: BashMode = "on") -> list[Tool]:
                     "A non-zero exit is an error." + (_SANDBOX_NOTE if bash == "sandbox" else "")
                 ),
                 parameters=_schema(["command"], command="shell command", timeout="seconds (120)"),
-                run=_bash_tool(bash),
+                run=_bash_tool(bash, guard),
                 timeout=None,  # it has its own timeout argument
             )
         )

@@ -17,6 +17,7 @@ parent's cancel scope, with the core tools. Either way cancelling the parent can
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
@@ -229,12 +230,14 @@ def subagent_tool(
     *,
     starter: SubAgentStarter | None = None,
     bash: BashMode = "on",
+    state_dirs: Sequence[Path] = (),
 ) -> Tool:
     """The ``agent`` tool: a child agent for a self-contained sub-task (see module docstring).
 
     ``starter`` runs the child elsewhere (a child loop); without it the child runs inline with
     ``model`` and ``config``, which defaults to the parent's defaults with
-    ``SUBAGENT_MAX_ITERATIONS``, and core tools whose ``bash`` is the given mode.
+    ``SUBAGENT_MAX_ITERATIONS``, and core tools whose ``bash`` is the given mode and which
+    keep out of ``state_dirs``.
     """
     child_config = config or AgentConfig(max_iterations=SUBAGENT_MAX_ITERATIONS)
 
@@ -253,7 +256,7 @@ def subagent_tool(
             result = await run_agent(
                 task,
                 model=model,
-                tools=ToolSet(core_tools(bash=bash)),
+                tools=ToolSet(core_tools(bash=bash, state_dirs=state_dirs)),
                 workspace=context.workspace,
                 config=child_config,
             )

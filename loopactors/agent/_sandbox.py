@@ -5,8 +5,10 @@ node's environment minus the model's API key: it can reach whatever that user ca
 network, processes). ``bash=sandbox`` runs it under bubblewrap (``bwrap``): a new mount,
 process, network, IPC and UTS namespace in which only the system directories (``/usr``,
 ``/bin``, ``/lib*``, ``/sbin``, ``/etc``, ``/opt``) are visible, read-only, plus a private
-``/tmp``, a minimal ``/dev``, its own ``/proc`` and the workspace, read-write; no network; a
-short fixed environment. ``bash=off`` offers no ``bash`` tool. docs/agent.md and
+``/tmp``, a minimal ``/dev``, its own ``/proc`` and the workspace, read-write, except what
+``_protected`` guards: state directories in it are empty private directories, the
+configuration and git's config, hooks and info read-only; no network; a short fixed
+environment. ``bash=off`` offers no ``bash`` tool. docs/agent.md and
 docs/security.md state the same.
 """
 
@@ -14,11 +16,12 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
 from ..errors import AgentError
+from ._protected import sandbox_guards
 
 __all__ = ["BASH_MODES", "BashMode", "bash_argv", "bash_env", "find_bwrap"]
 
@@ -43,8 +46,18 @@ def find_bwrap() -> str:
     return found
 
 
-def bash_argv(mode: BashMode, command: str, workspace: Path, bwrap: str | None = None) -> list[str]:
-    """The argv that runs ``command`` in ``workspace`` under ``mode``."""
+def bash_argv(
+    mode: BashMode,
+    command: str,
+    workspace: Path,
+    bwrap: str | None = None,
+    *,
+    hidden: Sequence[Path] = (),
+) -> list[str]:
+    """The argv that runs ``command`` in ``workspace`` under ``mode``; in the sandbox the
+    state directories inside the workspace (``hidden`` and those ``_protected`` finds) are
+    empty private directories and the configuration and git's config, hooks and info are
+    read-only."""
     if mode != "sandbox":
         return ["/bin/sh", "-c", command]
     argv = [bwrap or find_bwrap(), "--unshare-all", "--die-with-parent", "--new-session"]
@@ -55,7 +68,13 @@ def bash_argv(mode: BashMode, command: str, workspace: Path, bwrap: str | None =
             argv += ["--ro-bind", directory, directory]
     root = str(workspace.resolve())
     argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    argv += ["--bind", root, root, "--chdir", root, "/bin/sh", "-c", command]
+    argv += ["--bind", root, root]
+    hide, read_only = sandbox_guards(Path(root), hidden)
+    for path in hide:  # after the workspace's bind: mounted over it
+        argv += ["--tmpfs", str(path)]
+    for path in read_only:
+        argv += ["--ro-bind", str(path), str(path)]
+    argv += ["--chdir", root, "/bin/sh", "-c", command]
     return argv
 
 

@@ -508,6 +508,10 @@ class RuntimeRoundContext:
     def child_workers(self) -> tuple[str, ...]:
         return self._config.child_workers
 
+    @property
+    def state_dirs(self) -> tuple[str, ...]:
+        return (str(Path(self._config.state_dir).resolve()),)
+
     async def get_loop(self, loop_id: str) -> LoopState:
         return await self.runtime.get(loop_id)
 

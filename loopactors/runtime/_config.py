@@ -17,6 +17,7 @@ import cattrs
 from cattrs.v import format_exception
 
 from .._util import closest, did_you_mean
+from .._workspaces import trust_config, untrusted_config
 from ..errors import ConfigError
 from ..loops import MAX_ROUNDS, NOTIFY_EVENTS, ROUNDS_CEILING, redact_notify_url
 from ..transport import check_transport, redact_url
@@ -350,9 +351,22 @@ def find_config(start: Path | None = None) -> Path | None:
 
 
 def load_config(path: Path | None = None, *, search: bool = True) -> RuntimeConfig:
-    """Defaults, overlaid with the file at ``path`` (or the one :func:`find_config` finds)."""
+    """Defaults, overlaid with the file at ``path`` (or the one :func:`find_config` finds).
+
+    A file found by search where an agent may have written it is refused unless the operator
+    named that version of it before (docs/configuration.md, "Files").
+
+    Raises:
+        ConfigError: the file cannot be read, is invalid, or is not trusted.
+    """
     if path is None and search:
         path = find_config()
+        if path is not None:
+            untrusted = untrusted_config(path)
+            if untrusted is not None:
+                raise ConfigError(untrusted)
+    elif path is not None:
+        trust_config(path)  # named by the operator: this version is theirs
     if path is None:
         return RuntimeConfig()
     data = _read_toml(path)

@@ -48,7 +48,7 @@ from ..agent import (
 )
 from ..errors import AgentError, LoopactorsError, WorkerSpecError
 from ._agent_loops import RoundLoops
-from ._base import RoundContext, RoundRequest, RoundResult, Worker
+from ._base import RoundContext, RoundRequest, RoundResult, Worker, list_workspace
 
 __all__ = ["AgentWorker", "in_workspace"]
 
@@ -261,6 +261,7 @@ class AgentWorker(Worker):
         return spec
 
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
+        await list_workspace(self.workspace)
         queue = MessageQueue()
         async with (
             ChatClient(self.settings) as model,
@@ -269,10 +270,11 @@ class AgentWorker(Worker):
         ):
             spec = self.subagent_spec() if context is not None else None
             starter = _ChildLoopSubAgent(context, spec) if context and spec else None
+            state_dirs = [Path(d) for d in context.state_dirs] if context is not None else []
             tools = ToolSet(
                 [
-                    *core_tools(bash=self.bash),
-                    subagent_tool(model, starter=starter, bash=self.bash),
+                    *core_tools(bash=self.bash, state_dirs=state_dirs),
+                    subagent_tool(model, starter=starter, bash=self.bash, state_dirs=state_dirs),
                     *mcp_tools,
                 ]
             )

@@ -8,12 +8,16 @@ a cancel scope with the round's timeout, measures the duration and turns a timeo
 from __future__ import annotations
 
 import abc
+import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import msgspec
+import trio
 
 # At run time, not only for type checkers: msgspec resolves RoundRequest's annotations (so
 # the transport can decode one) in this module.
+from .._workspaces import record_agent_workspace
 from ..loops import Mode
 
 if TYPE_CHECKING:
@@ -22,6 +26,8 @@ if TYPE_CHECKING:
 
     from ..agent import Entry, FullPlan, MicroPlan
     from ..loops import AnyEvent, Gap, LoopState, RoundRecord
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "ChildLoop",
@@ -156,6 +162,12 @@ class RoundContext(Protocol):
         ``child_workers``); otherwise a model's child runs its parent's own spec."""
         ...
 
+    @property
+    def state_dirs(self) -> tuple[str, ...]:
+        """The node's state directory (its token, its store): an agent's tools never reach
+        it and its sandbox hides it (docs/security.md, agent tools)."""
+        ...
+
     async def get_loop(self, loop_id: str) -> LoopState: ...
 
     async def list_loops(self) -> list[LoopState]: ...
@@ -210,3 +222,18 @@ class Worker(abc.ABC):
         timeout of its own (there is nothing to wait for, to cancel midway or to time out).
         """
         return None
+
+
+async def list_workspace(workspace: Path) -> None:
+    """List ``workspace`` as one an agent writes in, so that configuration found there later
+    is not trusted unchecked (docs/configuration.md, "Files"); a list that cannot be written
+    is logged, not fatal."""
+    try:
+        await trio.to_thread.run_sync(record_agent_workspace, workspace)
+    except OSError as exc:
+        _log.warning(
+            "cannot list %s as an agent's workspace (%s): configuration files found there "
+            "will not be checked",
+            workspace,
+            exc,
+        )

@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from ..errors import WorkerSpecError
-from ._base import RoundContext, RoundRequest, RoundResult, Worker
+from ._base import RoundContext, RoundRequest, RoundResult, Worker, list_workspace
 from ._cli_adapter import (
     AgentStep,
     CliAdapter,
@@ -314,6 +314,7 @@ class CliAgentWorker(Worker):
                 status="deferred", deferred_until=held[0], error=f"held back: {held[1]}"
             )
         workspace = self.workspace(request)
+        await list_workspace(Path(workspace))
         resume = request.session if request.mode == "inherit" and self.adapter.resumes else None
         promise = (
             promise_instruction(request.objective, self.options.promise)

@@ -1,0 +1,161 @@
+"""What the core tools never touch inside the workspace, and what the sandbox hides. No trio.
+
+Inside a workspace sit files that govern the run rather than belong to the task
+(docs/security.md, agent tools 6): the node's state directory (its token, its store: a loop
+written there runs at the next start), the configuration (``loopactors.toml``; a
+``pyproject.toml``'s ``[tool.loopactors]``), and git's own ``config``, ``hooks`` and ``info``
+(a ``core.fsmonitor`` or a hook runs a command at the operator's next ``git status``). So:
+
+- a state directory (the node's own, any directory named ``.loopactors``, any holding
+  ``runtime.lock``, ``loopactors.db`` or ``node.token``) is neither read, written nor listed;
+- ``loopactors.toml`` is neither read, written nor listed, wherever it sits;
+- a ``pyproject.toml`` may be written only as long as its ``[tool.loopactors]`` stays as it was;
+- nothing inside a ``.git`` directory is written, and its ``config``, ``hooks`` and ``info``
+  are not read either (``git`` through ``bash`` is the way to use a repository).
+
+For ``bash=sandbox``, :func:`sandbox_guards` finds the same things near the top of the
+workspace so that the sandbox mounts a state directory away and the rest read-only.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ._tools import ToolError
+
+__all__ = ["Protected", "sandbox_guards"]
+
+CONFIG_FILE = "loopactors.toml"
+PYPROJECT = "pyproject.toml"
+STATE_DIR_NAME = ".loopactors"
+#: Files only a state directory holds.
+STATE_MARKERS = ("runtime.lock", "loopactors.db", "node.token")
+_GIT_GUARDED = frozenset({"config", "config.worktree", "hooks", "info"})
+#: How deep :func:`sandbox_guards` looks, and how many directories at most.
+SANDBOX_SCAN_DEPTH = 3
+SANDBOX_SCAN_DIRS = 5_000
+
+
+def is_state_dir(directory: Path) -> bool:
+    if directory.name == STATE_DIR_NAME:
+        return True
+    return any(os.path.lexists(directory / marker) for marker in STATE_MARKERS)
+
+
+def _tool_table(data: bytes | None) -> Any:
+    if data is None:
+        return None
+    return tomllib.loads(data.decode("utf-8")).get("tool", {}).get("loopactors")
+
+
+@attrs.frozen
+class Protected:
+    """The rules above for one workspace; ``hidden`` are state directories the runtime names
+    (its own), refused wherever they are."""
+
+    hidden: tuple[Path, ...] = ()
+
+    def reason(self, root: Path, target: Path, *, write: bool) -> str | None:
+        """Why ``target`` (resolved, inside ``root``) is refused, or ``None``."""
+        for hidden in self.hidden:
+            if target == hidden or target.is_relative_to(hidden):
+                return "it is in the node's state directory"
+        parts = target.relative_to(root).parts
+        if ".git" in parts:
+            rest = parts[parts.index(".git") + 1 :]
+            if write:
+                return "the tools do not write inside .git (use git through bash)"
+            if _GIT_GUARDED.intersection(rest):
+                return "git's config, hooks and info are not the tools' to read"
+        if parts and parts[-1] == CONFIG_FILE:
+            return f"{CONFIG_FILE} configures the node that runs this agent"
+        directory = root
+        if is_state_dir(directory):
+            return "the workspace is a state directory"
+        for part in parts[:-1] if not target.is_dir() else parts:
+            directory = directory / part
+            if is_state_dir(directory):
+                return "it is in a loopactors state directory"
+        return None
+
+    def check(self, root: Path, target: Path, name: str, *, write: bool) -> None:
+        """Raises :class:`ToolError` when ``target`` is refused."""
+        why = self.reason(root, target, write=write)
+        if why is not None:
+            raise ToolError(f"path {name!r} is off limits to the tools: {why}")
+
+    def check_write(
+        self, root: Path, target: Path, name: str, old: bytes | None, new: bytes
+    ) -> None:
+        """:meth:`check` for a write, plus the ``pyproject.toml`` rule (``old``: its content
+        now, ``None`` when it does not exist)."""
+        self.check(root, target, name, write=True)
+        if target.name != PYPROJECT:
+            return
+        try:
+            before = _tool_table(old)
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            before = None  # broken already: only its [tool.loopactors] after counts
+        try:
+            after = _tool_table(new)
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ToolError(
+                f"{name!r} would not be valid TOML ({exc}); a pyproject.toml may configure the "
+                "node, so the tools write it only as valid TOML"
+            ) from None
+        if after != before:
+            raise ToolError(
+                f"{name!r}: the tools may change a pyproject.toml but not its "
+                "[tool.loopactors] table, which configures the node that runs this agent"
+            )
+
+    def listable(self, root: Path, target: Path) -> bool:
+        return self.reason(root, target, write=False) is None
+
+
+def sandbox_guards(root: Path, hidden: Sequence[Path] = ()) -> tuple[list[Path], list[Path]]:
+    """What the ``bash=sandbox`` sandbox must mount over inside ``root``: state directories to
+    hide (an empty private directory in their place) and files or directories to make
+    read-only (configuration, git's ``config``, ``hooks``, ``info``). Found down to
+    :data:`SANDBOX_SCAN_DEPTH` levels, at most :data:`SANDBOX_SCAN_DIRS` directories."""
+    hide = [path for path in hidden if path.is_relative_to(root) and path.is_dir()]
+    read_only: list[Path] = []
+    for directory, names in _scan(root):
+        if directory != root and is_state_dir(directory):
+            hide.append(directory)
+            continue
+        for name in (CONFIG_FILE, PYPROJECT):
+            if name in names and (directory / name).is_file():
+                read_only.append(directory / name)
+        git = directory / ".git"
+        if ".git" in names and git.is_dir() and not git.is_symlink():
+            read_only += [git / n for n in sorted(_GIT_GUARDED) if os.path.lexists(git / n)]
+    hidden_set = set(hide)
+    read_only = [p for p in read_only if not any(p.is_relative_to(h) for h in hidden_set)]
+    return sorted(hidden_set), read_only
+
+
+def _scan(root: Path) -> Iterator[tuple[Path, set[str]]]:
+    queue = [(root, 0)]
+    seen = 0
+    while queue and seen < SANDBOX_SCAN_DIRS:
+        directory, depth = queue.pop(0)
+        seen += 1
+        try:
+            with os.scandir(directory) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        names = {entry.name for entry in entries}
+        yield directory, names
+        if depth >= SANDBOX_SCAN_DEPTH or (directory != root and is_state_dir(directory)):
+            continue
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
+                queue.append((Path(entry.path), depth + 1))

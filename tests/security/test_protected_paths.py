@@ -1,0 +1,278 @@
+"""What governs the run stays out of the agent's reach (docs/security.md, agent tools 6 and 7).
+
+The default layout puts the state directory (``.loopactors``: the node's token, its store) and
+the configuration (``loopactors.toml``, ``pyproject.toml``'s ``[tool.loopactors]``) in the
+directory that is also the default workspace, with git's ``.git/config`` and hooks beside them.
+A model with the file tools, or with ``bash=sandbox``, used that to read the token, plant a
+``command:`` worker in the configuration or the store, and a ``core.fsmonitor`` in
+``.git/config``. Here every such path is refused by every file tool, hidden or read-only in the
+sandbox, and configuration an agent could have written is not used by the next run.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from loopactors.agent import ToolContext, ToolError, ToolSet, core_tools
+from loopactors.errors import ConfigError
+from loopactors.runtime import load_config
+
+from ..agent.chat_server import ChatServer, completion
+from ..agent.test_workspace_escapes import needs_bwrap
+
+TOKEN = "node-token-0123456789abcdef"
+PYPROJECT = '[project]\nname = "demo"\n\n[tool.loopactors]\nworker = "scripted"\n'
+
+
+def make_project(root: Path) -> Path:
+    """A project as the default layout leaves it: state, configuration and git in the
+    workspace, and a second state directory under another name."""
+    (root / ".loopactors").mkdir(parents=True)
+    (root / ".loopactors" / "node.token").write_text(TOKEN)
+    (root / ".loopactors" / "loopactors.db").write_bytes(b"SQLite format 3\0")
+    (root / "custom-state").mkdir()
+    (root / "custom-state" / "runtime.lock").write_text("")
+    (root / "custom-state" / "node.token").write_text(TOKEN)
+    (root / "loopactors.toml").write_text('worker = "scripted"\n')
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    (root / "sub").mkdir()
+    (root / "src.py").write_text("print('task')\n")
+    (root / "token_link").symlink_to(".loopactors/node.token")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "sub" / ".git").mkdir()  # a nested repository's internals
+    (root / "sub" / ".git" / "config").write_text("[core]\n")
+    return root
+
+
+def context(root: Path, bash: Any = "off", state_dirs: tuple[Path, ...] = ()) -> ToolContext:
+    return ToolContext(workspace=root, tools=ToolSet(core_tools(bash=bash, state_dirs=state_dirs)))
+
+
+async def call(ctx: ToolContext, name: str, **arguments: Any) -> str:
+    tool = ctx.tools.get(name)
+    assert tool is not None
+    with trio.fail_after(30):
+        return await tool.run(arguments, ctx)
+
+
+READ_REFUSED = [
+    ".loopactors/node.token",
+    ".loopactors/loopactors.db",
+    "custom-state/node.token",
+    "token_link",
+    "loopactors.toml",
+    ".git/config",
+    ".git/hooks/pre-commit.sample",
+    "sub/.git/config",
+]
+WRITE_REFUSED = [
+    ".loopactors/node.token",
+    ".loopactors/new.txt",
+    "custom-state/loops.txt",
+    "loopactors.toml",
+    "sub/loopactors.toml",
+    ".git/config",
+    ".git/hooks/post-checkout",
+    ".git/info/attributes",
+    ".git/HEAD",
+    "sub/.git/config",
+    "sub/.git",
+]
+
+
+@pytest.mark.parametrize("path", READ_REFUSED)
+async def test_read_and_grep_refuse_what_governs_the_run(tmp_path: Path, path: str) -> None:
+    root = make_project(tmp_path / "ws")
+    ctx = context(root)
+    with pytest.raises(ToolError, match="off limits to the tools"):
+        await call(ctx, "read", path=path)
+    with pytest.raises(ToolError, match="off limits to the tools"):
+        await call(ctx, "grep", pattern=".", path=path)
+
+
+@pytest.mark.parametrize("path", WRITE_REFUSED)
+async def test_write_and_edit_refuse_what_governs_the_run(tmp_path: Path, path: str) -> None:
+    root = make_project(tmp_path / "ws")
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
+    ctx = context(root)
+    with pytest.raises(ToolError, match="off limits to the tools"):
+        await call(ctx, "write", path=path, content='worker = "command:touch /tmp/x"\n')
+    if (root / path).is_file():
+        with pytest.raises(ToolError, match="off limits to the tools"):
+            await call(ctx, "edit", path=path, old_string="", new_string="x", replace_all=True)
+    after = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
+    assert after == before
+
+
+async def test_listings_leave_out_the_state_and_the_configuration(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "ws")
+    ctx = context(root)
+    listed = (await call(ctx, "glob", pattern="**/*")).splitlines()
+    assert "src.py" in listed
+    assert "pyproject.toml" in listed
+    assert not [name for name in listed if "state" in name or "loopactors" in name], listed
+    assert "no match" in await call(ctx, "grep", pattern=TOKEN)
+    hits = (await call(ctx, "grep", pattern="scripted", glob="*.toml")).splitlines()
+    assert hits == ['pyproject.toml:5:worker = "scripted"']
+
+
+async def test_the_nodes_own_state_directory_is_refused_whatever_its_name(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "plain").mkdir(parents=True)
+    (root / "plain" / "notes.txt").write_text("state\n")
+    ctx = context(root, state_dirs=(root / "plain",))
+    with pytest.raises(ToolError, match="the node's state directory"):
+        await call(ctx, "read", path="plain/notes.txt")
+    with pytest.raises(ToolError, match="the node's state directory"):
+        await call(ctx, "write", path="plain/loop.txt", content="x")
+
+
+async def test_pyproject_is_writable_but_not_its_loopactors_table(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "ws")
+    ctx = context(root)
+    await call(ctx, "edit", path="pyproject.toml", old_string='"demo"', new_string='"demo2"')
+    assert 'name = "demo2"' in (root / "pyproject.toml").read_text()
+    with pytest.raises(ToolError, match=r"not its \[tool.loopactors\] table"):
+        await call(ctx, "edit", path="pyproject.toml", old_string='"scripted"', new_string='"x"')
+    with pytest.raises(ToolError, match=r"not its \[tool.loopactors\] table"):
+        await call(
+            ctx, "write", path="sub/pyproject.toml", content='[tool.loopactors]\nworker = "x"\n'
+        )
+    with pytest.raises(ToolError, match="would not be valid TOML"):
+        await call(ctx, "write", path="pyproject.toml", content="[tool.loopactors\n")
+    await call(ctx, "write", path="sub/pyproject.toml", content='[project]\nname = "s"\n')
+    assert "[tool.loopactors]" in (root / "pyproject.toml").read_text()
+
+
+@needs_bwrap
+async def test_the_sandbox_hides_the_state_and_keeps_the_configuration_read_only(
+    tmp_path: Path,
+) -> None:
+    root = make_project(tmp_path / "ws")
+    (root / "plain").mkdir()
+    (root / "plain" / "notes.txt").write_text("state\n")
+    ctx = context(root, bash="sandbox", state_dirs=(root / "plain",))
+    # The state directories are empty in the sandbox; what is written there goes nowhere.
+    listing = await call(ctx, "bash", command="ls -A .loopactors custom-state plain; echo done")
+    assert TOKEN not in listing
+    assert "node.token" not in listing
+    assert "notes" not in listing
+    await call(
+        ctx,
+        "bash",
+        command="echo planted > .loopactors/loopactors.db; echo x > plain/loop.txt",
+    )
+    assert (root / ".loopactors" / "loopactors.db").read_bytes() == b"SQLite format 3\0"
+    assert not (root / "plain" / "loop.txt").exists()
+    for command in (
+        "echo 'worker = \"command:id\"' > loopactors.toml",
+        "echo '[tool.loopactors]' >> pyproject.toml",
+        "git config core.fsmonitor 'touch pwned'",
+        "echo '#!/bin/sh' > .git/hooks/post-checkout",
+        "echo '* filter=x' > .git/info/attributes",
+        "echo '[core]' >> sub/.git/config",
+    ):
+        with pytest.raises(ToolError, match="exit code"):
+            await call(ctx, "bash", command=command)
+    assert (root / "loopactors.toml").read_text() == 'worker = "scripted"\n'
+    assert (root / "pyproject.toml").read_text() == PYPROJECT
+    assert "fsmonitor" not in (root / ".git" / "config").read_text()
+    assert not (root / ".git" / "hooks" / "post-checkout").exists()
+    assert not (root / ".git" / "info" / "attributes").exists()
+    # The task's own files stay writable, and git can still be read.
+    assert await call(ctx, "bash", command="echo ok >> src.py && git status --short") != ""
+
+
+def test_configuration_an_agent_could_have_written_is_not_used_unasked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopactors._workspaces import record_agent_workspace
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
+    before = tmp_path / "before"
+    before.mkdir()
+    (before / "loopactors.toml").write_text('worker = "scripted:latency=1"\n')
+    record_agent_workspace(before)  # an agent ran there after the file was written
+    monkeypatch.chdir(before)
+    assert load_config().worker == "scripted:latency=1"
+    # Written after an agent first ran there: refused when found, until named.
+    workspace = tmp_path / "ws"
+    (workspace / "deep").mkdir(parents=True)
+    record_agent_workspace(workspace)
+    config = workspace / "loopactors.toml"
+    config.write_text('worker = "command:touch pwned"\n')
+    monkeypatch.chdir(workspace / "deep")
+    with pytest.raises(ConfigError, match=r"found by search in .* the workspace of an agent"):
+        load_config()
+    assert load_config(config).worker == "command:touch pwned"  # the operator named it
+    assert load_config().worker == "command:touch pwned"  # that version is now trusted
+    config.write_text('worker = "command:touch pwned again"\n')  # changed again: refused
+    with pytest.raises(ConfigError, match="--config"):
+        load_config()
+    (workspace / "pyproject.toml").write_text('[tool.loopactors]\nworker = "x"\n')
+    config.unlink()
+    with pytest.raises(ConfigError, match=r"pyproject\.toml was found by search"):
+        load_config()
+
+
+@needs_bwrap
+def test_a_sandboxed_agent_cannot_configure_the_operators_next_run(tmp_path: Path) -> None:
+    """End to end: the model of a ``bash=sandbox`` agent run by ``loopactors run`` in a
+    project reads the token, plants a configuration and a loop in the store; the next
+    ``loopactors run`` there runs none of it and says why."""
+    project = tmp_path / "project"
+    project.mkdir()
+    pwned = tmp_path / "pwned"
+    replies = [
+        completion(
+            calls=[
+                ("t", "bash", {"command": "ls -A .loopactors"}),
+                (
+                    "c",
+                    "bash",
+                    {"command": f"echo 'worker = \"command:touch {pwned}\"' > loopactors.toml"},
+                ),
+                ("r", "read", {"path": ".loopactors/loopactors.db"}),
+            ]
+        ),
+        completion("done"),
+    ]
+    env = {**os.environ, "LOOPACTORS_LLM_API_KEY": "k"}
+    with ChatServer(replies) as server:
+        spec = f"agent:model=m,base_url={server.base_url},bash=sandbox"
+        first = subprocess.run(
+            [sys.executable, "-m", "loopactors", "run", "|loop:1| work", "--worker", spec],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    assert first.returncode == 0, first.stderr
+    tool_results = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert tool_results[0]["content"] == "(no output)"  # nothing of the state directory
+    assert "off limits" in tool_results[2]["content"]
+    assert (project / "loopactors.toml").exists()  # a new file in the workspace: made
+    second = subprocess.run(
+        [sys.executable, "-m", "loopactors", "run", "|loop:1| next"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert second.returncode == 1
+    assert "the workspace of an agent loop" in second.stderr
+    assert not pwned.exists()
+    with sqlite3.connect(project / ".loopactors" / "loopactors.db") as db:
+        assert db.execute("select count(*) from loops").fetchone() == (1,)
