@@ -3,9 +3,11 @@
 A role (executor, reviewer) is a process with the user's permissions running in the round's
 worktree: it can run any git command. The loop cannot stop it from writing refs, hooks or the
 repository's config, so it takes a :class:`RepoSnapshot` before each turn and one after it,
-and :func:`breaches` names every change outside ``refs/heads/loop/<slug>/``; :func:`undo`
-puts back what it can (refs, hook files, ``.git/config``). The round then trips the
-``safety`` gate (docs/codeloop.md, "What a worker may change").
+and :func:`breaches` names every change outside ``refs/heads/loop/<slug>/``, to git's
+internals a later command would use (``info/``, alternates, worktrees), to the main checkout
+and to the ledger files that steer a round; :func:`undo` puts back what it can (refs, hook
+and ``info/`` files, ``.git/config``, alternates). The round then trips the ``safety`` gate
+(docs/codeloop.md, "What a worker may change").
 
 The snapshot taken before a turn is also written to the ledger (:func:`save_turn`, removed
 once the turn has been checked): a loop that crashes during the turn finds it when it resumes
@@ -18,6 +20,7 @@ afterwards only through the remote-tracking ref it moves.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import time
@@ -48,16 +51,31 @@ REFUSED_PUSH_URL = "loopactors-refuses-push://"
 _HOOKS_CAP = 1 << 20  # a hooks directory bigger than this is compared by size and mtime only
 
 
+#: A file as the guard compares it: (mode, size, mtime, contents), contents None for what is
+#: not a regular file of at most 1 MiB.
+FileMark = tuple[int, int, int, bytes | None]
+
+
 @attrs.frozen
 class RepoSnapshot:
-    """The repository's refs, its main worktree's HEAD, hook files and ``.git/config``."""
+    """The repository's refs, its main worktree's HEAD, hook files, ``.git/config``,
+    ``.git/info/``, linked worktrees, ``objects/info/alternates``, the main checkout's status,
+    and the loop's ledger files that steer a round."""
 
     #: ref name -> object id, or ``"ref: <target>"`` for a symbolic ref (HEAD included).
     refs: Mapping[str, str]
-    #: hook file path -> (mode, size, mtime, contents) of every entry of the hooks
-    #: directories; contents None for what is not a regular file of at most 1 MiB.
-    hooks: Mapping[str, tuple[int, int, int, bytes | None]]
+    #: hook file path -> its mark, for every entry of the hooks directories.
+    hooks: Mapping[str, FileMark]
     config: bytes | None
+    #: path -> mark of every file under ``.git/info`` (``attributes``, ``exclude``, ...).
+    info: Mapping[str, FileMark] = attrs.field(factory=dict)
+    alternates: bytes | None = None
+    #: linked worktree name -> what git keeps of it (its ``gitdir`` and ``config.worktree``).
+    worktrees: Mapping[str, str] = attrs.field(factory=dict)
+    #: The main checkout's ``git status`` with a digest of each file it lists.
+    status: str = ""
+    #: ledger file (relative to ``.loop/<slug>``) -> digest of its contents.
+    ledger: Mapping[str, str] = attrs.field(factory=dict)
 
 
 class _SavedTurn(msgspec.Struct, forbid_unknown_fields=True):
@@ -65,13 +83,28 @@ class _SavedTurn(msgspec.Struct, forbid_unknown_fields=True):
 
     role: str
     refs: dict[str, str]
-    hooks: dict[str, tuple[int, int, int, bytes | None]]
+    hooks: dict[str, FileMark]
     config: bytes | None
+    info: dict[str, FileMark] = {}
+    alternates: bytes | None = None
+    worktrees: dict[str, str] = {}
+    status: str = ""
+    ledger: dict[str, str] = {}
 
 
 def save_turn(path: Path, role: str, before: RepoSnapshot) -> None:
     """Write the snapshot taken before ``role``'s turn durably (fsync, rename)."""
-    saved = _SavedTurn(role, dict(before.refs), dict(before.hooks), before.config)
+    saved = _SavedTurn(
+        role,
+        dict(before.refs),
+        dict(before.hooks),
+        before.config,
+        dict(before.info),
+        before.alternates,
+        dict(before.worktrees),
+        before.status,
+        dict(before.ledger),
+    )
     write_atomic(path, msgspec.json.encode(saved))
 
 
@@ -90,11 +123,24 @@ def load_turn(path: Path) -> tuple[str, RepoSnapshot] | None:
         saved = msgspec.json.decode(data, type=_SavedTurn)
     except msgspec.DecodeError as exc:
         raise ValueError(f"{path} is damaged: {exc}") from None
-    return saved.role, RepoSnapshot(refs=saved.refs, hooks=saved.hooks, config=saved.config)
+    return saved.role, RepoSnapshot(
+        refs=saved.refs,
+        hooks=saved.hooks,
+        config=saved.config,
+        info=saved.info,
+        alternates=saved.alternates,
+        worktrees=saved.worktrees,
+        status=saved.status,
+        ledger=saved.ledger,
+    )
 
 
-async def take_snapshot(root: Path, *, hooks_as_in: RepoSnapshot | None = None) -> RepoSnapshot:
-    """Refs, hooks and ``.git/config`` of the repository at ``root``.
+async def take_snapshot(
+    root: Path, *, hooks_as_in: RepoSnapshot | None = None, ledger: Path | None = None
+) -> RepoSnapshot:
+    """Refs, hooks, ``.git/config``, ``.git/info``, worktrees, alternates and the main
+    checkout's status of the repository at ``root``, and the files of the ``ledger``
+    directory that steer a round (see :func:`ledger_marks`).
 
     With ``hooks_as_in`` (the snapshot before a turn), hooks are read from the directories
     that held hooks *then*: a ``core.hooksPath`` a turn pointed elsewhere is a config change
@@ -120,7 +166,127 @@ async def take_snapshot(root: Path, *, hooks_as_in: RepoSnapshot | None = None) 
     config_path = root / ".git" / "config"
     config = config_path.read_bytes() if config_path.is_file() else None
     hooks_config = config if hooks_as_in is None else hooks_as_in.config
-    return RepoSnapshot(refs=refs, hooks=_hook_files(root, hooks_config), config=config)
+    alternates_path = root / ".git" / "objects" / "info" / "alternates"
+    return RepoSnapshot(
+        refs=refs,
+        hooks=_hook_files(root, hooks_config),
+        config=config,
+        info=_files_under(root / ".git" / "info"),
+        alternates=alternates_path.read_bytes() if alternates_path.is_file() else None,
+        worktrees=_worktrees(root / ".git" / "worktrees"),
+        status=await _status(root),
+        ledger=ledger_marks(ledger) if ledger is not None else {},
+    )
+
+
+#: Files of ``.loop/<slug>/`` that are not compared: the round's worktrees (the role's to
+#: change), and what the loop or other commands write during a turn (the lease, a pause or
+#: stop request, the turn's own snapshot and breach note, temporary files).
+_LEDGER_SKIPPED = frozenset(
+    {"worktrees", "LEASE.json", "LEASE.lock", "CONTROL.json", "TURN.json", "BREACH.txt"}
+)
+
+
+def ledger_marks(directory: Path) -> dict[str, str]:
+    """A digest of every file of the ledger directory that steers a round (``STATE.json``,
+    ``RUNS.jsonl``, ``ORCHESTRATION.md``, ``PLAN.md``, ``LESSONS.md``, ``HANDOFF.md``, the
+    receipts under ``rounds/`` and anything else there), by path relative to it."""
+    marks: dict[str, str] = {}
+    stack = [directory]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = sorted(current.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            name = str(entry.relative_to(directory))
+            if (current == directory and entry.name in _LEDGER_SKIPPED) or entry.name.endswith(
+                ".tmp"
+            ):
+                continue
+            try:
+                if entry.is_dir() and not entry.is_symlink():
+                    stack.append(entry)
+                    continue
+                marks[name] = _digest(entry)
+            except OSError:
+                marks[name] = "unreadable"
+    return marks
+
+
+def _digest(path: Path) -> str:
+    if path.is_symlink():
+        return "symlink " + os.readlink(path)
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _files_under(directory: Path) -> dict[str, FileMark]:
+    files: dict[str, FileMark] = {}
+    stack = [directory]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = sorted(current.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.lstat()
+                if stat.S_ISDIR(info.st_mode):
+                    stack.append(entry)
+                    continue
+                kept = stat.S_ISREG(info.st_mode) and info.st_size <= _HOOKS_CAP
+                data = entry.read_bytes() if kept else None
+                files[str(entry)] = (info.st_mode, info.st_size, info.st_mtime_ns, data)
+            except OSError:
+                continue
+    return files
+
+
+def _worktrees(directory: Path) -> dict[str, str]:
+    found: dict[str, str] = {}
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        kept = []
+        for name in ("gitdir", "config.worktree", "commondir"):
+            try:
+                kept.append(f"{name}={(entry / name).read_text(errors='replace').strip()}")
+            except OSError:
+                continue
+        found[entry.name] = "; ".join(kept)
+    return found
+
+
+async def _status(root: Path) -> str:
+    """The main checkout's ``git status`` (ledger excluded) and a digest of each file it
+    lists, so that a change to a file already changed shows too."""
+    code, out = await git(
+        ["status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=no"],
+        cwd=root,
+        check=False,
+        content=True,
+    )
+    if code != 0:
+        return f"git status failed ({code})"
+    lines: list[str] = []
+    for item in out.split("\0"):
+        if len(item) < 4:
+            continue
+        path = root / item[3:]
+        try:
+            mark = _digest(path) if path.is_file() else "not a file"
+        except OSError:
+            mark = "unreadable"
+        lines.append(f"{item} {mark}")
+    return "\n".join(lines)
 
 
 def _hook_dirs(root: Path, config: bytes | None) -> list[Path]:
@@ -133,8 +299,8 @@ def _hook_dirs(root: Path, config: bytes | None) -> list[Path]:
     return dirs
 
 
-def _hook_files(root: Path, config: bytes | None) -> dict[str, tuple[int, int, int, bytes | None]]:
-    files: dict[str, tuple[int, int, int, bytes | None]] = {}
+def _hook_files(root: Path, config: bytes | None) -> dict[str, FileMark]:
+    files: dict[str, FileMark] = {}
     for directory in _hook_dirs(root, config):
         try:
             entries = sorted(directory.iterdir())
@@ -196,7 +362,32 @@ def breaches(before: RepoSnapshot, after: RepoSnapshot, slug: str, *, live: set[
             found.append(f"hook {Path(path).name} {what}")
     if before.config != after.config:
         found.append(".git/config changed")
+    for path in sorted(before.info.keys() | after.info.keys()):
+        old_file, new_file = before.info.get(path), after.info.get(path)
+        if old_file != new_file:
+            what = "created" if old_file is None else "deleted" if new_file is None else "changed"
+            found.append(f".git/info/{Path(path).name} {what}")
+    if before.alternates != after.alternates:
+        found.append(".git/objects/info/alternates changed")
+    for name in sorted(before.worktrees.keys() | after.worktrees.keys()):
+        old_tree, new_tree = before.worktrees.get(name), after.worktrees.get(name)
+        if old_tree != new_tree:
+            what = "added" if old_tree is None else "removed" if new_tree is None else "changed"
+            found.append(f"linked worktree {name} {what}")
+    if before.status != after.status:
+        found.append(f"the main checkout changed ({_status_change(before.status, after.status)})")
+    for name in sorted(before.ledger.keys() | after.ledger.keys()):
+        old_mark, new_mark = before.ledger.get(name), after.ledger.get(name)
+        if old_mark != new_mark:
+            what = "created" if old_mark is None else "deleted" if new_mark is None else "changed"
+            found.append(f"ledger file {name} {what} (only the loop writes the ledger)")
     return found
+
+
+def _status_change(before: str, after: str) -> str:
+    old, new = set(before.splitlines()), set(after.splitlines())
+    paths = sorted({line[3:].rsplit(" ", 1)[0] for line in old ^ new})
+    return ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
 
 
 def _short(value: str | None) -> str:
@@ -208,9 +399,12 @@ def _short(value: str | None) -> str:
 async def undo(
     root: Path, before: RepoSnapshot, after: RepoSnapshot, slug: str, *, live: set[str]
 ) -> list[str]:
-    """Put back refs (not HEAD), hook files and ``.git/config`` as ``before`` had them.
+    """Put back refs (not HEAD), hook files, ``.git/config``, ``.git/info`` and
+    ``objects/info/alternates`` as ``before`` had them.
 
-    Returns what could not be put back, one line each.
+    Returns what could not be put back, one line each: the main working tree's HEAD,
+    remote-tracking refs, the main checkout's files, linked worktrees and the ledger's
+    files (which the operator checks before resuming).
     """
     own = f"refs/heads/loop/{slug}/"
     left: list[str] = []
@@ -218,6 +412,9 @@ async def undo(
     if before.config != after.config:
         # First: a changed config could change what the ref commands below do.
         _restore_file(root / ".git" / "config", before.config, left)
+    if before.alternates != after.alternates:
+        _restore_file(root / ".git" / "objects" / "info" / "alternates", before.alternates, left)
+    _undo_files(before.info, after.info, left, ".git/info/")
     for name in sorted(before.refs.keys() | after.refs.keys()):
         old, new = before.refs.get(name), after.refs.get(name)
         if old == new or name.startswith(own) or name.startswith(others):
@@ -238,25 +435,44 @@ async def undo(
         code, _ = await git(args, cwd=root, check=False)
         if code != 0:
             left.append(name)
-    _undo_hooks(before, after, left)
+    _undo_files(before.hooks, after.hooks, left, "hook ")
+    if before.status != after.status:
+        # A moved branch shows in the status too, and is put back above: look again.
+        now = await _status(root)
+        if now != before.status:
+            left.append(f"the main checkout ({_status_change(before.status, now)})")
+    left += [
+        f"linked worktree {name}"
+        for name in sorted(before.worktrees.keys() | after.worktrees.keys())
+        if before.worktrees.get(name) != after.worktrees.get(name)
+    ]
+    changed = [
+        name
+        for name in sorted(before.ledger.keys() | after.ledger.keys())
+        if before.ledger.get(name) != after.ledger.get(name)
+    ]
+    if changed:
+        left.append(f"ledger files {', '.join(changed)} (check them before resuming)")
     return left
 
 
-def _undo_hooks(before: RepoSnapshot, after: RepoSnapshot, left: list[str]) -> None:
-    for path in sorted(before.hooks.keys() | after.hooks.keys()):
-        old_hook, new_hook = before.hooks.get(path), after.hooks.get(path)
-        if old_hook == new_hook:
+def _undo_files(
+    before: Mapping[str, FileMark], after: Mapping[str, FileMark], left: list[str], label: str
+) -> None:
+    for path in sorted(before.keys() | after.keys()):
+        old_file, new_file = before.get(path), after.get(path)
+        if old_file == new_file:
             continue
         target = Path(path)
-        if old_hook is None:
+        if old_file is None:
             try:
                 target.unlink()
             except OSError as exc:
-                left.append(f"hook {target.name} ({exc.strerror})")
-        elif old_hook[3] is not None:
-            _restore_file(target, old_hook[3], left, mode=stat.S_IMODE(old_hook[0]))
+                left.append(f"{label}{target.name} ({exc.strerror})")
+        elif old_file[3] is not None:
+            _restore_file(target, old_file[3], left, mode=stat.S_IMODE(old_file[0]))
         else:
-            left.append(f"hook {target.name}")
+            left.append(f"{label}{target.name}")
 
 
 def _restore_file(path: Path, data: bytes | None, left: list[str], *, mode: int = 0o644) -> None:

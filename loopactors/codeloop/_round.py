@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import attrs
 import msgspec
@@ -50,6 +51,7 @@ from ._validation import run_validation
 __all__ = ["CodeRound", "RoundOutcome"]
 
 _TAIL = 4000
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -290,14 +292,20 @@ class CodeRound:
         )
         if spec.partition(":")[0] == "agent":  # the agent worker works in its workspace
             spec = in_workspace(spec, self.ledger.worktree(number))
-        root = self.git.root
-        refuse = refuse_push_env(await push_urls(root))
+        refuse = refuse_push_env(await push_urls(self.git.root))
         request = msgspec.structs.replace(request, env={**request.env, **refuse})
-        before = await take_snapshot(root)
+        worker = parse_worker(spec)
+        return await self._guarded(role, lambda: worker.run(request, None))
+
+    async def _guarded(self, role: str, turn: Callable[[], Awaitable[T]]) -> T:
+        """Run ``turn`` (a role's, or validation's, which runs the executor's code) between
+        two snapshots of the repository and the ledger; what it changed is put back where
+        it can be and noted as a breach."""
+        before = await take_snapshot(self.git.root, ledger=self.ledger.dir)
         # Durably, before the turn: if the loop crashes during it, reconcile checks it.
         save_turn(self.ledger.turn_path, role, before)
         try:
-            return await parse_worker(spec).run(request, None)
+            return await turn()
         finally:
             with trio.CancelScope(shield=True):
                 text = await self._check_turn(role, before)
@@ -307,7 +315,7 @@ class CodeRound:
     async def _check_turn(self, role: str, before: RepoSnapshot, *, when: str = "") -> str | None:
         """Compare the repository with ``before``; put back and say what the turn changed."""
         root, slug = self.git.root, self.git.slug
-        after = await take_snapshot(root, hooks_as_in=before)
+        after = await take_snapshot(root, hooks_as_in=before, ledger=self.ledger.dir)
         live = live_loops(root, slug)
         found = breaches(before, after, slug, live=live)
         if not found:
@@ -389,11 +397,25 @@ class CodeRound:
         self, number: int, base: str, tip: str, *, executor_output: str, done: bool
     ) -> None:
         branch = self.git.round_branch(number)
-        passed, report = await run_validation(
-            self.orchestration,
-            self.ledger.worktree(number),
-            worker_env(self.ledger, self.git, number, "validation"),
+        passed, report = await self._guarded(
+            "validation",
+            lambda: run_validation(
+                self.orchestration,
+                self.ledger.worktree(number),
+                worker_env(self.ledger, self.git, number, "validation"),
+            ),
         )
+        problem = await self._tampered(base)
+        if problem is not None:
+            await self._end_round(
+                number,
+                base,
+                tip,
+                reason=problem,
+                output=executor_output,
+                gate=Gate("safety", problem, "blocked"),
+            )
+            return
         self.ledger.write_receipt(
             number, "validation", validation_receipt(number, self.orchestration, passed, report)
         )
