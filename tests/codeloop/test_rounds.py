@@ -202,7 +202,7 @@ async def test_an_executor_that_writes_the_ledger_blocks_the_loop(repo: Path, rt
     loop = await new_loop(repo, "meddle")
     state = await loop.run(rt, rounds=3)
     assert (state.status, state.active_gate, state.round) == ("blocked", "safety", 1)
-    assert "STATE.json or RUNS.jsonl changed" in (state.reason or "")
+    assert "ledger file STATE.json changed" in (state.reason or "")
     assert git(repo, "rev-parse", "loop/fix-calc/candidate") == main
     assert rebuild_state(loop.ledger.read_events()) == loop.state()
 
