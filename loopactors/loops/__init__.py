@@ -23,8 +23,10 @@ from ._events import RoundFinished as RoundFinished
 from ._events import RoundStarted as RoundStarted
 from ._events import RoundSummary as RoundSummary
 from ._events import event_decoder as event_decoder
+from ._ids import LOOP_ID_GRAMMAR as LOOP_ID_GRAMMAR
 from ._ids import MATCHES_SHOWN as MATCHES_SHOWN
 from ._ids import MIN_TAIL as MIN_TAIL
+from ._ids import loop_id_problem as loop_id_problem
 from ._ids import resolve_loop_id as resolve_loop_id
 from ._model import LIVE_PHASES as LIVE_PHASES
 from ._model import MAX_ROUNDS as MAX_ROUNDS
@@ -82,6 +84,7 @@ from .steps import resume_step as resume_step
 
 __all__ = [
     "LIVE_PHASES",
+    "LOOP_ID_GRAMMAR",
     "MATCHES_SHOWN",
     "MAX_ROUNDS",
     "MIN_TAIL",
@@ -130,6 +133,7 @@ __all__ = [
     "dispatch_round",
     "event_decoder",
     "finish",
+    "loop_id_problem",
     "next_phase",
     "no_completed_round",
     "normalize_output",

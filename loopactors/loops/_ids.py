@@ -9,11 +9,28 @@ line, the REPL, the node's requests) goes through these two.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ..errors import AmbiguousLoopId, LoopNotFound
 
-__all__ = ["MATCHES_SHOWN", "MIN_TAIL", "resolve_loop_id"]
+__all__ = ["LOOP_ID_GRAMMAR", "MATCHES_SHOWN", "MIN_TAIL", "loop_id_problem", "resolve_loop_id"]
+
+#: What a loop id may be (docs/loops.md): what the runtime makes (``<hex time>-<16 hex>``),
+#: code loops' ``code:<slug>``, and ids a client chooses in the same alphabet. Never a path:
+#: an id names files (``outputs/<loop_id>/``), so no ``/``, no leading ``.`` or ``-``, no NUL.
+LOOP_ID_GRAMMAR = (
+    "1 to 128 characters of letters, digits, '.', '_', ':' and '-', starting with a letter "
+    "or a digit"
+)
+_LOOP_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def loop_id_problem(loop_id: object) -> str | None:
+    """Why ``loop_id`` is not a valid loop id, or None when it is."""
+    if isinstance(loop_id, str) and _LOOP_ID.fullmatch(loop_id):
+        return None
+    return f"loop id {loop_id!r} is not a valid loop id: give {LOOP_ID_GRAMMAR}"
 
 #: How many matching ids an ambiguous prefix's error lists (ask the store for one more).
 MATCHES_SHOWN = 10

@@ -94,6 +94,9 @@ class Run(msgspec.Struct, frozen=True, kw_only=True):
     unsaved: tuple[AnyEvent, ...] = ()
     #: The prompt of the round in flight (recorded with the round).
     prompt: str = ""
+    #: This runner is waiting out the inter-round delay on its own clock: the next round's
+    #: preparation does not wait again for the due time stored with it (``delayed``).
+    waited_delay: bool = False
 
 
 class RoundReport(Protocol):
@@ -365,8 +368,12 @@ def prepare_round(run: Run, now: float) -> Step:
     """Before round ``state.round``: wait out a usage limit, or ask the Breaker (in memory
     only: the state is committed with the round's intent)."""
     state = run.state
-    wait = deferred_wait(state, now)
-    if wait is not None:  # a usage limit holds this round back (also after a crash)
+    if run.waited_delay:  # the inter-round delay was waited out here, on the runner's clock
+        run = msgspec.structs.replace(run, waited_delay=False)
+        wait = None
+    else:
+        wait = deferred_wait(state, now)
+    if wait is not None:  # a usage limit or the delay holds this round back (after a crash too)
         return run, [Wake(wait)]
     if state.phase == "activating":
         state = state.moved("dispatching")
@@ -401,11 +408,23 @@ def dispatch_round(run: Run, prompt: Prompt, now: float) -> Step:
 
 
 def next_round(run: Run, now: float) -> Step:
-    """The next round: at once, or after the loop's inter-round delay."""
+    """The next round: at once, or after the loop's inter-round delay. The delay's due time
+    is in the committed state (``delayed``), so a runner that recovers the loop after a
+    restart waits out what is left; this runner waits on its own clock."""
     delay = run.state.spec.inter_round_delay
     if delay <= 0:
         return prepare_round(run, now)
-    return run, [Wake(delay)]
+    wait = max(delay, deferred_wait(run.state, now) or 0.0)  # a usage limit may hold longer
+    return msgspec.structs.replace(run, waited_delay=True), [Wake(wait)]
+
+
+def delayed(state: LoopState, now: float) -> dict[str, object]:
+    """The changes that hold the next round back by the loop's inter-round delay, stored as
+    a due time (``deferred_until``) like a usage limit's; none without a delay."""
+    delay = state.spec.inter_round_delay
+    if delay <= 0 or (state.deferred_until is not None and state.deferred_until > now + delay):
+        return {}  # no delay, or a usage limit holds the round back longer
+    return {"deferred_until": now + delay, "defer_reason": f"inter-round delay of {delay:g}s"}
 
 
 class PlanProgress(msgspec.Struct, gc=False, frozen=True):
@@ -596,7 +615,8 @@ def decide(
         return run, [save]
     # The next round's intent is committed after this write, so its dispatch (which waits
     # for that commit) also waits for this one: no need to wait here.
-    run, save = _save(run, state.moved("dispatching", round=state.round + 1), record, events)
+    following = state.moved("dispatching", round=state.round + 1, **delayed(state, now))
+    run, save = _save(run, following, record, events)
     run, effects = next_round(run, now)
     return run, [save, *effects]
 
@@ -722,7 +742,7 @@ def on_control(run: Run, command: Control, stop_mode: StopMode, now: float) -> S
         return run, []
     # resume
     if state.phase == "paused":
-        resumed = state.moved("dispatching")
+        resumed = state.moved("dispatching", **delayed(state, now))
         back = LoopResumed(loop_id=state.loop_id, at=now, round=resumed.round)
         run, save = _save(run, resumed, None, (back,), wait=True)
         run, effects = next_round(run, now)

@@ -26,7 +26,7 @@ from ..errors import (
     LoopNotFound,
     WorkerSpecError,
 )
-from ..loops import LoopState, RoundRecord, RoundSummary, cancel_loop
+from ..loops import LoopState, RoundRecord, RoundSummary, cancel_loop, loop_id_problem
 from ..storage import Write
 from ..workers import check_worker_spec
 from ._messages import (
@@ -225,8 +225,9 @@ class Coordinator(Actor[Any]):
         """
         loop_id = message.loop_id
         assert loop_id is not None
-        if not isinstance(loop_id, str) or not loop_id.strip():
-            return ErrorReply(AdmissionRefused(f"loop id {loop_id!r} is empty"))
+        problem = loop_id_problem(loop_id)
+        if problem is not None:  # an id names files: never a path (docs/loops.md)
+            return ErrorReply(AdmissionRefused(problem))
         admitting = self._admitting.get(loop_id)
         existing: LoopState | None = admitting[0] if admitting is not None else None
         if existing is None and (loop_id in self._live or message.check_existing):
