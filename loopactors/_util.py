@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import os
 import re
 from collections.abc import Iterable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import msgspec
 
@@ -105,3 +107,35 @@ def terminal_safe(text: str) -> str:
 def _visible(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def private_dirs(directory: Path) -> None:
+    """``directory`` and its missing parents, each made ``0700`` (what a state directory
+    holds is the operator's alone: docs/security.md); existing ones are left as they are.
+
+    Raises:
+        OSError: one cannot be made, or ``directory`` is not a directory.
+    """
+    missing: list[Path] = []
+    for path in (directory, *directory.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+    if not directory.is_dir():
+        raise NotADirectoryError(f"{directory} is not a directory")
+
+
+def open_private(path: Path, mode: str = "wb") -> IO[Any]:
+    """``path`` opened for writing (``wb``, or ``w`` for text), created ``0600`` (an existing
+    file keeps its mode), in directories made by :func:`private_dirs`."""
+    private_dirs(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    return os.fdopen(
+        fd,
+        mode,
+        encoding=None if "b" in mode else "utf-8",
+        errors=None if "b" in mode else "surrogatepass",
+    )

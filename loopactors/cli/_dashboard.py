@@ -2,11 +2,15 @@
 
 The token goes in the URL's fragment (``#token=...``), which a browser never sends to a
 server; the page moves it into the tab's sessionStorage and drops it from the address bar.
+``--open`` never puts that URL on the browser's command line (every local user can read a
+command line in ``ps``): the browser is given a page file, ``0600`` in a ``0700`` directory,
+that sends it on to the URL; the file is removed once the browser has read it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import urllib.parse
 import webbrowser
@@ -84,9 +88,44 @@ def dashboard(args: argparse.Namespace, config: RuntimeConfig) -> int:
             f"loopactors: no node answers at {node_url} yet (start one with `loopactors node`)",
             file=sys.stderr,
         )
-    if args.open and not webbrowser.open(url):
-        print("loopactors: no browser to open; open the address above", file=sys.stderr)
+    if args.open:
+        _open_privately(url)
     return 0
+
+
+#: How long ``--open`` waits for the browser to read the page file before removing it.
+OPEN_READ_SECONDS = 60.0
+
+
+def _open_privately(url: str) -> None:
+    """Open ``url`` in the browser without the token on any command line: through a page
+    file only this user can read, removed once read (or after ``OPEN_READ_SECONDS``)."""
+    import json  # noqa: PLC0415 - see the note on the imports
+    import shutil  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    folder = Path(tempfile.mkdtemp(prefix="loopactors-dashboard-"))  # 0700
+    page = folder / "open.html"
+    target = json.dumps(url).replace("<", "\\u003c")
+    fd = os.open(page, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(
+            "<!doctype html><meta charset=utf-8><title>loopactors</title>"
+            f"<script>location.replace({target})</script>"
+        )
+    written = page.stat().st_atime_ns
+    try:
+        if not webbrowser.open(page.as_uri()):
+            print("loopactors: no browser to open; open the address above", file=sys.stderr)
+            return
+        deadline = time.monotonic() + OPEN_READ_SECONDS
+        while time.monotonic() < deadline:
+            if page.stat().st_atime_ns != written:  # the browser has read it
+                break
+            time.sleep(0.1)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _running_node(state_dir: Path) -> str | None:

@@ -10,6 +10,7 @@ import secrets
 import stat
 from pathlib import Path
 
+from .._util import private_dirs
 from ..errors import ConfigError
 
 __all__ = ["MIN_TOKEN_LENGTH", "TOKEN_FILENAME", "check_listen", "load_token", "token_matches"]
@@ -34,7 +35,7 @@ def load_token(state_dir: Path, token_file: Path | None = None) -> tuple[str, Pa
         return _read(token_file), token_file
     path = state_dir / TOKEN_FILENAME
     if not path.exists():
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_dirs(state_dir)
         token = secrets.token_urlsafe(32)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -32,6 +32,7 @@ def loop_id_problem(loop_id: object) -> str | None:
         return None
     return f"loop id {loop_id!r} is not a valid loop id: give {LOOP_ID_GRAMMAR}"
 
+
 #: How many matching ids an ambiguous prefix's error lists (ask the store for one more).
 MATCHES_SHOWN = 10
 

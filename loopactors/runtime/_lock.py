@@ -13,6 +13,7 @@ from pathlib import Path
 
 import trio
 
+from .._util import private_dirs
 from ..errors import StateDirectoryLost, StoreError
 
 __all__ = ["LOCK_FILE", "STATE_CHECK_SECONDS", "lock_state_dir", "watch_state_dir"]
@@ -55,7 +56,7 @@ def lock_state_dir(state_dir: Path) -> Iterator[tuple[int, int]]:
     the lock file's identity (device, inode) for that watch.
     """
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_dirs(state_dir)
         directory = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise StoreError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._util import open_private
 from ..workers import cap_output, is_cut
 
 __all__ = ["cap_output", "is_cut", "keep_whole"]
@@ -16,5 +17,5 @@ __all__ = ["cap_output", "is_cut", "keep_whole"]
 
 def keep_whole(output: str, path: Path) -> None:
     """Write a cut output whole (blocking: run it in a thread)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(output, encoding="utf-8", errors="surrogatepass")
+    with open_private(path, "w") as out:  # 0600 in 0700 directories: docs/security.md
+        out.write(output)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._util import fix_public_module
+from .._util import fix_public_module, private_dirs
 from ..errors import StoreError
 from ._base import COMMIT_BUCKETS as COMMIT_BUCKETS
 from ._base import PRUNE_BATCH as PRUNE_BATCH
@@ -53,7 +53,7 @@ def open_backend(kind: str, state_dir: Path | None) -> StoreBackend:
         if state_dir is None:
             raise StoreError("the sqlite store needs a state directory")
         try:
-            state_dir.mkdir(parents=True, exist_ok=True)
+            private_dirs(state_dir)
         except OSError as exc:
             raise StoreError(f"cannot create the state directory {state_dir}: {exc}") from exc
         return SqliteBackend(state_dir / DB_FILENAME)

@@ -7,7 +7,10 @@ queried (phase, order, counts). The schema is versioned with ``PRAGMA user_versi
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -38,6 +41,37 @@ from ._base import (
 )
 
 __all__ = ["SqliteBackend"]
+
+log = logging.getLogger("loopactors.store")
+
+
+def _refuse_empty(path: Path) -> None:
+    """A zero-length database file is not a store (SQLite would take it for a new one)."""
+    wal = path.with_name(path.name + "-wal")
+    with contextlib.suppress(OSError):
+        if path.stat().st_size == 0 and not (wal.exists() and wal.stat().st_size > 0):
+            raise StoreError(
+                f"{path} is an empty file (0 bytes), not a loopactors store: move it away "
+                "(or delete it) to start an empty store there, or restore it from a backup"
+            )
+
+
+def _warn_if_readable(path: Path) -> None:
+    """An existing store others can read is left as it is, and said once (docs/security.md)."""
+    try:
+        modes = {p: stat.S_IMODE(p.stat().st_mode) for p in (path.parent, path)}
+    except OSError:
+        return
+    if any(mode & 0o077 for mode in modes.values()):
+        shown = ", ".join(f"{p} is {mode:04o}" for p, mode in modes.items())
+        log.warning(
+            "other users can read the state directory or its store (%s); it holds round "
+            "outputs and transcripts: make it private with `chmod 700 %s && chmod 600 %s*`",
+            shown,
+            path.parent,
+            path,
+        )
+
 
 # Migration N (1-based) brings a file from user_version N-1 to N. Append only: a released
 # migration is never edited. Statements, not scripts: executescript() would commit midway.
@@ -155,6 +189,19 @@ class SqliteBackend(StoreBackend):
         self._notification_decoder = msgspec.json.Decoder(Notification)
         self._commits = 0
         self._writes = 0
+        #: Loops whose row did not decode, each said once.
+        self._undecodable: set[str] = set()
+        if path.exists():
+            _refuse_empty(path)
+            if not read_only:
+                _warn_if_readable(path)
+        elif not read_only:
+            try:  # created 0600 here: SQLite gives its WAL and shared memory the same mode
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise StoreError(f"cannot create the store {path}: {exc}") from exc
         try:
             # The Store actor calls in from worker threads, one call at a time, hence no
             # same-thread check. No implicit transactions: commit() issues its own.
@@ -321,7 +368,32 @@ class SqliteBackend(StoreBackend):
             row = self._conn.execute(
                 "SELECT state FROM loops WHERE loop_id = ?", (loop_id,)
             ).fetchone()
-            return None if row is None else self._state_decoder.decode(row[0])
+            if row is None:
+                return None
+            state = self._decode_state(loop_id, row[0])
+            if state is None:
+                raise StoreError(
+                    f"the store's row of loop {loop_id!r} does not decode (see the log); "
+                    "the loop is left out until it is repaired or pruned"
+                )
+            return state
+
+    def _decode_state(self, loop_id: str, data: bytes | str) -> LoopState | None:
+        """A loop's row, or None (logged once, naming the loop) when it does not decode: one
+        bad row never stops the node or hides the other loops."""
+        try:
+            return self._state_decoder.decode(data)
+        except msgspec.MsgspecError as exc:
+            if loop_id not in self._undecodable:
+                self._undecodable.add(loop_id)
+                log.error(  # noqa: TRY400 - the reason is in the line; no traceback
+                    "the store's row of loop %r does not decode (%s): the loop is skipped "
+                    "(left as it is in %s; stop it or prune it once repaired)",
+                    loop_id,
+                    exc,
+                    self.path,
+                )
+            return None
 
     def list_loops(
         self,
@@ -339,18 +411,23 @@ class SqliteBackend(StoreBackend):
             params += after
         where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
         params.append(-1 if limit is None else limit)
-        query = f"SELECT state FROM loops {where} ORDER BY created_at DESC, loop_id DESC LIMIT ?"
-        decode = self._state_decoder.decode
+        query = (
+            f"SELECT loop_id, state FROM loops {where} "
+            "ORDER BY created_at DESC, loop_id DESC LIMIT ?"
+        )
         with self._reading():
-            return [decode(state) for (state,) in self._conn.execute(query, params)]
+            rows = self._conn.execute(query, params)
+            found = [self._decode_state(loop_id, state) for loop_id, state in rows]
+        return [state for state in found if state is not None]
 
     def live_loops(self) -> list[LoopState]:
         # No ORDER BY: SQLite's sorter would copy every row, state included (40% of the
         # read for 50,000 loops).
-        decode = self._state_decoder.decode
-        query = f"SELECT state FROM loops WHERE {_NOT_TERMINAL}"
+        query = f"SELECT loop_id, state FROM loops WHERE {_NOT_TERMINAL}"
         with self._reading():
-            return [decode(state) for (state,) in self._conn.execute(query, _TERMINAL)]
+            rows = self._conn.execute(query, _TERMINAL)
+            found = [self._decode_state(loop_id, state) for loop_id, state in rows]
+        return [state for state in found if state is not None]
 
     def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:
         # A range on the primary key (text compares by its UTF-8 bytes, and no character

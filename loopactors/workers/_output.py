@@ -9,7 +9,9 @@ characters) after one line saying what was dropped.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, Any
+
+from .._util import open_private
 
 __all__ = ["CUT_PREFIX", "LineSplitter", "OutputTail", "cap_output", "is_cut"]
 
@@ -60,7 +62,7 @@ class OutputTail:
         self.total = 0
         self.whole_at = whole_at
         self._tail = bytearray()
-        self._file: BinaryIO | None = None
+        self._file: IO[Any] | None = None
         #: Why the whole output could not be kept (the file could not be written), if so.
         self.whole_error: str | None = None
 
@@ -72,8 +74,7 @@ class OutputTail:
         if self.whole_at is not None and self.whole_error is None:
             try:
                 if self._file is None and self.total > self.limit:
-                    self.whole_at.parent.mkdir(parents=True, exist_ok=True)
-                    self._file = self.whole_at.open("wb")
+                    self._file = open_private(self.whole_at)  # 0600, docs/security.md
                     self._file.write(self._tail)  # the whole output so far
                 elif self._file is not None:
                     self._file.write(chunk)

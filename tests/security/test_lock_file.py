@@ -42,7 +42,7 @@ async def test_a_lost_lock_file_admits_no_second_runtime_and_stops_the_first(
     config = RuntimeConfig(state_dir=state, worker="scripted:latency=0.5")
     with pytest.raises(StateDirectoryLost, match=said) as info:
         async with open_runtime(config) as first:
-            handle = await first.start("|loop:1000| long work")
+            handle = await first.start("|loop:50| long work")
             await trio.sleep(1)
             change(state)
             # The second runtime is refused while the first still runs ...

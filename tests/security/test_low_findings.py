@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.lowlevel
 
-from loopactors.errors import AdmissionRefused, StoreError
+from loopactors.errors import AdmissionRefused, LoopactorsError
 from loopactors.loops import LoopSpec, LoopState, after_round, on_recovery
 from loopactors.loops.steps import Run, Wake
 from loopactors.runtime import open_runtime
@@ -39,7 +40,7 @@ async def test_a_loop_id_outside_the_grammar_is_refused_at_admission(
         with pytest.raises(AdmissionRefused, match="is not a valid loop id"):
             await runtime.start("|loop:1| x", loop_id=loop_id, worker="scripted:output=" + "y" * 50)
         assert await runtime.loops() == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["state"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state"]  # noqa: ASYNC240
 
 
 @pytest.mark.parametrize(
@@ -91,32 +92,40 @@ async def test_a_restart_between_rounds_keeps_the_delay(tmp_path: Path) -> None:
 
 
 def test_dashboard_open_never_puts_the_token_on_a_command_line(tmp_path: Path) -> None:
+    """The browser gets a page file (0600, in a 0700 directory) that sends it on; the file
+    is gone once the browser has read it."""
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     token = "a-token-of-thirty-two-characters!"
     (state / "node.token").write_text(token)
     (state / "node.token").chmod(0o600)
-    argv_file = tmp_path / "argv.txt"
+    seen = tmp_path / "seen"
     browser = tmp_path / "browser.sh"
-    browser.write_text(f'#!/bin/sh\nprintf "%s" "$*" > {argv_file}\n')
+    browser.write_text(
+        "#!/bin/sh\n"
+        f'printf "%s" "$*" > {seen}.argv\n'
+        f'page="${{1#file://}}"; stat -c %a "$page" > {seen}.mode\n'
+        f'stat -c %a "$(dirname "$page")" > {seen}.dirmode\n'
+        f'sleep 0.1; cat "$page" > {seen}.page\n'
+    )
     browser.chmod(0o700)
     env = {**os.environ, "BROWSER": str(browser)}
     run = subprocess.run(
         [sys.executable, "-m", "loopactors", "dashboard", "--open", "--state", str(state),
          "--connect", "ws://127.0.0.1:9"],
-        capture_output=True, text=True, timeout=60, check=False, env=env,
+        capture_output=True, text=True, timeout=120, check=False, env=env,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    argv = argv_file.read_text()
+    argv = Path(f"{seen}.argv").read_text()
     assert token not in argv
     assert "token" not in argv
     assert argv.startswith("file://")
-    page = Path(argv.removeprefix("file://"))
-    assert stat.S_IMODE(page.stat().st_mode) == 0o600
-    assert stat.S_IMODE(page.parent.stat().st_mode) & 0o077 == 0
-    text = page.read_text()
-    assert "http://127.0.0.1:9/#token=" in text
-    assert "location.replace" in text
+    assert Path(f"{seen}.mode").read_text().strip() == "600"
+    assert Path(f"{seen}.dirmode").read_text().strip() == "700"
+    page = Path(f"{seen}.page").read_text()
+    assert "location.replace" in page
+    assert "http://127.0.0.1:9/#token=" in page
+    assert not Path(argv.removeprefix("file://")).exists()  # removed once read
 
 
 # -- modes of what the state directory holds -----------------------------------------------------
@@ -172,8 +181,9 @@ async def test_an_undecodable_row_is_skipped_naming_its_loop(
     async with open_runtime(config) as runtime:
         good = await runtime.start("|loop:3| good", loop_id="good-1")
         bad = await runtime.start("|loop:3| bad", loop_id="bad-1")
-        await trio.sleep(0)
-    assert good.loop_id and bad.loop_id
+        await trio.lowlevel.checkpoint()
+    assert good.loop_id
+    assert bad.loop_id
     with sqlite3.connect(state / "loopactors.db") as conn:
         conn.execute("UPDATE loops SET state = ? WHERE loop_id = 'bad-1'", (b'{"not": "a state"',))
     with caplog.at_level(logging.ERROR):
@@ -190,11 +200,11 @@ async def test_an_empty_database_file_is_refused(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()
     (state / "loopactors.db").write_bytes(b"")
-    with pytest.raises(StoreError, match="is an empty file"):
+    with pytest.raises(LoopactorsError, match="is an empty file"):
         async with open_runtime(sqlite_config(state)):
             pass
     assert (state / "loopactors.db").stat().st_size == 0  # left as it was
-    status = subprocess.run(
+    status = subprocess.run(  # noqa: ASYNC221 - the runtime is closed
         [sys.executable, "-m", "loopactors", "status", "--state", str(state)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
