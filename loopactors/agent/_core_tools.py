@@ -314,18 +314,18 @@ def _schema(required: list[str], **properties: str) -> dict[str, Any]:
     }
 
 
-def core_tools(*, bash: BashMode = "on", state_dirs: Sequence[Path] = ()) -> list[Tool]:
+def core_tools(*, bash: BashMode = "on", node_paths: Sequence[Path] = ()) -> list[Tool]:
     """Fresh instances of the core tools; ``bash`` says how the bash tool runs commands
     (``on``: as the node's user; ``sandbox``: under bubblewrap; ``off``: no bash tool).
-    ``state_dirs`` are the node's state directories: no file tool touches them and the
-    sandbox hides them (with the rest of ``_protected``'s rules).
+    ``node_paths`` are the node's own state (its state directory, its token file): no file
+    tool touches them and the sandbox hides them (with the rest of ``_protected``'s rules).
 
     Raises:
         AgentError: an unknown ``bash`` mode, or ``sandbox`` without bubblewrap.
     """
     if bash not in BASH_MODES:
         raise AgentError(f"bash must be one of {', '.join(BASH_MODES)}, got {bash!r}")
-    guard = Protected(tuple(Path(d).resolve() for d in state_dirs))
+    guard = Protected(tuple(Path(d).resolve() for d in node_paths))
     tools = [
         Tool(
             name="read",

@@ -230,14 +230,14 @@ def subagent_tool(
     *,
     starter: SubAgentStarter | None = None,
     bash: BashMode = "on",
-    state_dirs: Sequence[Path] = (),
+    node_paths: Sequence[Path] = (),
 ) -> Tool:
     """The ``agent`` tool: a child agent for a self-contained sub-task (see module docstring).
 
     ``starter`` runs the child elsewhere (a child loop); without it the child runs inline with
     ``model`` and ``config``, which defaults to the parent's defaults with
     ``SUBAGENT_MAX_ITERATIONS``, and core tools whose ``bash`` is the given mode and which
-    keep out of ``state_dirs``.
+    keep out of ``node_paths`` (the node's state directory and token file).
     """
     child_config = config or AgentConfig(max_iterations=SUBAGENT_MAX_ITERATIONS)
 
@@ -256,7 +256,7 @@ def subagent_tool(
             result = await run_agent(
                 task,
                 model=model,
-                tools=ToolSet(core_tools(bash=bash, state_dirs=state_dirs)),
+                tools=ToolSet(core_tools(bash=bash, node_paths=node_paths)),
                 workspace=context.workspace,
                 config=child_config,
             )

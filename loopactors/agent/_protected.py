@@ -56,8 +56,8 @@ def _tool_table(data: bytes | None) -> Any:
 
 @attrs.frozen
 class Protected:
-    """The rules above for one workspace; ``hidden`` are state directories the runtime names
-    (its own), refused wherever they are."""
+    """The rules above for one workspace; ``hidden`` are what the runtime names as its own
+    (its state directory, its token file), refused wherever they are."""
 
     hidden: tuple[Path, ...] = ()
 
@@ -65,7 +65,7 @@ class Protected:
         """Why ``target`` (resolved, inside ``root``) is refused, or ``None``."""
         for hidden in self.hidden:
             if target == hidden or target.is_relative_to(hidden):
-                return "it is in the node's state directory"
+                return "it is the node's own state (its state directory or token file)"
         parts = target.relative_to(root).parts
         if ".git" in parts:
             rest = parts[parts.index(".git") + 1 :]
@@ -119,12 +119,16 @@ class Protected:
         return self.reason(root, target, write=False) is None
 
 
-def sandbox_guards(root: Path, hidden: Sequence[Path] = ()) -> tuple[list[Path], list[Path]]:
+def sandbox_guards(
+    root: Path, hidden: Sequence[Path] = ()
+) -> tuple[list[Path], list[Path], list[Path]]:
     """What the ``bash=sandbox`` sandbox must mount over inside ``root``: state directories to
-    hide (an empty private directory in their place) and files or directories to make
-    read-only (configuration, git's ``config``, ``hooks``, ``info``). Found down to
+    hide (an empty private directory in their place), files to blank (the node's token file:
+    an empty read-only file in its place) and files or directories to make read-only
+    (configuration, git's ``config``, ``hooks``, ``info``). Found down to
     :data:`SANDBOX_SCAN_DEPTH` levels, at most :data:`SANDBOX_SCAN_DIRS` directories."""
     hide = [path for path in hidden if path.is_relative_to(root) and path.is_dir()]
+    blank = [path for path in hidden if path.is_relative_to(root) and path.is_file()]
     read_only: list[Path] = []
     for directory, names in _scan(root):
         if directory != root and is_state_dir(directory):
@@ -137,8 +141,10 @@ def sandbox_guards(root: Path, hidden: Sequence[Path] = ()) -> tuple[list[Path],
         if ".git" in names and git.is_dir() and not git.is_symlink():
             read_only += [git / n for n in sorted(_GIT_GUARDED) if os.path.lexists(git / n)]
     hidden_set = set(hide)
-    read_only = [p for p in read_only if not any(p.is_relative_to(h) for h in hidden_set)]
-    return sorted(hidden_set), read_only
+    read_only = [
+        p for p in read_only if not any(p.is_relative_to(h) for h in hidden_set) and p not in blank
+    ]
+    return sorted(hidden_set), blank, read_only
 
 
 def _scan(root: Path) -> Iterator[tuple[Path, set[str]]]:

@@ -69,9 +69,11 @@ def bash_argv(
     root = str(workspace.resolve())
     argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     argv += ["--bind", root, root]
-    hide, read_only = sandbox_guards(Path(root), hidden)
+    hide, blank, read_only = sandbox_guards(Path(root), hidden)
     for path in hide:  # after the workspace's bind: mounted over it
         argv += ["--tmpfs", str(path)]
+    for path in blank:
+        argv += ["--ro-bind", "/dev/null", str(path)]
     for path in read_only:
         argv += ["--ro-bind", str(path), str(path)]
     argv += ["--chdir", root, "/bin/sh", "-c", command]

@@ -509,8 +509,10 @@ class RuntimeRoundContext:
         return self._config.child_workers
 
     @property
-    def state_dirs(self) -> tuple[str, ...]:
-        return (str(Path(self._config.state_dir).resolve()),)
+    def node_paths(self) -> tuple[str, ...]:
+        token = self._config.node.token_file
+        paths = [self._config.state_dir, *([token] if token is not None else [])]
+        return tuple(str(Path(path).resolve()) for path in paths)
 
     async def get_loop(self, loop_id: str) -> LoopState:
         return await self.runtime.get(loop_id)

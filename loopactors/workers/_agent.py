@@ -270,11 +270,11 @@ class AgentWorker(Worker):
         ):
             spec = self.subagent_spec() if context is not None else None
             starter = _ChildLoopSubAgent(context, spec) if context and spec else None
-            state_dirs = [Path(d) for d in context.state_dirs] if context is not None else []
+            node_paths = [Path(d) for d in context.node_paths] if context is not None else []
             tools = ToolSet(
                 [
-                    *core_tools(bash=self.bash, state_dirs=state_dirs),
-                    subagent_tool(model, starter=starter, bash=self.bash, state_dirs=state_dirs),
+                    *core_tools(bash=self.bash, node_paths=node_paths),
+                    subagent_tool(model, starter=starter, bash=self.bash, node_paths=node_paths),
                     *mcp_tools,
                 ]
             )

@@ -163,9 +163,10 @@ class RoundContext(Protocol):
         ...
 
     @property
-    def state_dirs(self) -> tuple[str, ...]:
-        """The node's state directory (its token, its store): an agent's tools never reach
-        it and its sandbox hides it (docs/security.md, agent tools)."""
+    def node_paths(self) -> tuple[str, ...]:
+        """The node's own state: its state directory (its token, its store) and a token file
+        kept elsewhere. An agent's tools never reach them and its sandbox hides them
+        (docs/security.md, agent tools)."""
         ...
 
     async def get_loop(self, loop_id: str) -> LoopState: ...

@@ -52,8 +52,8 @@ def make_project(root: Path) -> Path:
     return root
 
 
-def context(root: Path, bash: Any = "off", state_dirs: tuple[Path, ...] = ()) -> ToolContext:
-    return ToolContext(workspace=root, tools=ToolSet(core_tools(bash=bash, state_dirs=state_dirs)))
+def context(root: Path, bash: Any = "off", node_paths: tuple[Path, ...] = ()) -> ToolContext:
+    return ToolContext(workspace=root, tools=ToolSet(core_tools(bash=bash, node_paths=node_paths)))
 
 
 async def call(ctx: ToolContext, name: str, **arguments: Any) -> str:
@@ -124,15 +124,18 @@ async def test_listings_leave_out_the_state_and_the_configuration(tmp_path: Path
     assert hits == ['pyproject.toml:5:worker = "scripted"']
 
 
-async def test_the_nodes_own_state_directory_is_refused_whatever_its_name(tmp_path: Path) -> None:
+async def test_the_nodes_own_state_is_refused_whatever_its_name(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     (root / "plain").mkdir(parents=True)
     (root / "plain" / "notes.txt").write_text("state\n")
-    ctx = context(root, state_dirs=(root / "plain",))
-    with pytest.raises(ToolError, match="the node's state directory"):
-        await call(ctx, "read", path="plain/notes.txt")
-    with pytest.raises(ToolError, match="the node's state directory"):
+    (root / "secret.txt").write_text(TOKEN)  # a [node] token_file kept in the workspace
+    ctx = context(root, node_paths=(root / "plain", root / "secret.txt"))
+    for path in ("plain/notes.txt", "secret.txt"):
+        with pytest.raises(ToolError, match="the node's own state"):
+            await call(ctx, "read", path=path)
+    with pytest.raises(ToolError, match="the node's own state"):
         await call(ctx, "write", path="plain/loop.txt", content="x")
+    assert "no match" in await call(ctx, "grep", pattern=TOKEN)
 
 
 async def test_pyproject_is_writable_but_not_its_loopactors_table(tmp_path: Path) -> None:
@@ -159,7 +162,12 @@ async def test_the_sandbox_hides_the_state_and_keeps_the_configuration_read_only
     root = make_project(tmp_path / "ws")
     (root / "plain").mkdir()
     (root / "plain" / "notes.txt").write_text("state\n")
-    ctx = context(root, bash="sandbox", state_dirs=(root / "plain",))
+    (root / "secret.txt").write_text(TOKEN)
+    ctx = context(root, bash="sandbox", node_paths=(root / "plain", root / "secret.txt"))
+    assert TOKEN not in await call(ctx, "bash", command="cat secret.txt; echo end")
+    with pytest.raises(ToolError, match="exit code"):
+        await call(ctx, "bash", command="echo planted > secret.txt")
+    assert (root / "secret.txt").read_text() == TOKEN
     # The state directories are empty in the sandbox; what is written there goes nowhere.
     listing = await call(ctx, "bash", command="ls -A .loopactors custom-state plain; echo done")
     assert TOKEN not in listing
@@ -276,3 +284,38 @@ def test_a_sandboxed_agent_cannot_configure_the_operators_next_run(tmp_path: Pat
     assert not pwned.exists()
     with sqlite3.connect(project / ".loopactors" / "loopactors.db") as db:
         assert db.execute("select count(*) from loops").fetchone() == (1,)
+
+
+async def test_the_runtime_names_its_state_and_token_file_to_the_agents_tools(
+    tmp_path: Path,
+) -> None:
+    """In a runtime, the agent's tools are told the node's own paths: a token file kept in
+    the workspace under any name is refused, like the state directory."""
+    from loopactors.agent import Transcript
+    from loopactors.runtime import NodeSettings, RuntimeConfig, open_runtime
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    token = workspace / "token.txt"
+    token.write_text(TOKEN)
+    replies = [
+        completion(calls=[("t", "read", {"path": "token.txt"}), ("s", "glob", {"pattern": "*"})]),
+        completion("done"),
+    ]
+    config = RuntimeConfig(
+        state_dir=workspace / "st", node=NodeSettings(token_file=token), shutdown_grace=5.0
+    )
+    with ChatServer(replies) as server:
+        spec = f"agent:model=m,base_url={server.base_url},workspace={workspace},bash=off"
+        async with open_runtime(config) as runtime:
+            loop = await runtime.start("|loop:1| look", worker=spec)
+            await loop.wait()
+            history = await loop.history()
+    results = {
+        e.message.tool_call_id: e.message
+        for e in Transcript.from_builtins(history[0].transcript).entries
+        if e.message.role == "tool"
+    }
+    assert results["t"].is_error
+    assert "the node's own state" in results["t"].content
+    assert results["s"].content == "no file matches '*'"
