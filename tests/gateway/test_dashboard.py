@@ -352,3 +352,17 @@ def test_an_agent_rounds_transcript_opens_in_the_loop_view(dashboard: Dashboard)
     expect(transcript).to_contain_text("All checked: nothing to change.")
     expect(transcript).to_contain_text("echo checked")  # the tool call the agent made
     expect(first.locator("h4")).to_have_text("transcript")
+
+
+def test_a_plan_driven_loop_shows_its_tasks(dashboard: Dashboard, tmp_path: Path) -> None:
+    page = dashboard.page
+    plan = tmp_path / "fix_plan.md"
+    plan.write_text("- [x] one\n- [ ] two\n- [ ] three\n")
+    run = dashboard.node.cli("run", "|loop:2,fresh| plan job", "--plan", str(plan), "--json")
+    assert run.returncode == 0, run.stderr
+    loop_id = json.loads(run.stdout.splitlines()[-1])["loop_id"]
+    row = dashboard.row(loop_id)
+    expect(row.locator("td.round")).to_contain_text("tasks 1/3", timeout=HANG_MS)
+    row.locator("a.open").click()
+    expect(page.locator("#loop-summary")).to_contain_text("tasks")
+    expect(page.locator("#loop-summary")).to_contain_text("1/3")
