@@ -190,9 +190,20 @@ class AgentError(LoopactorsError):
 class ModelError(AgentError):
     """The model endpoint failed after its retries; carries the provider's status and message."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        *,
+        rate_limited: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
+        #: A rate or usage limit (429, a quota, a server's retry-after) outlasted the
+        #: retries; ``retry_after``: seconds the server last asked to wait, if it said.
+        self.rate_limited = rate_limited
+        self.retry_after = retry_after
 
 
 class CodeLoopError(LoopError):

@@ -522,3 +522,28 @@ def test_the_breaker_flags_say_what_they_control() -> None:
     text = " ".join(shown.stdout.split())
     assert "--no-progress N end the loop after N failed or timed-out rounds in a row" in text
     assert "--stale-rounds N end the loop (no_progress) after N rounds in a row with" in text
+
+
+def test_until_and_max_cost_from_the_command_line(tmp_path: Path) -> None:
+    flag = tmp_path / "ready"
+    worker = f"command:sh -c {shlex.quote(f'echo r$LOOPACTORS_ROUND; touch {flag}')}"
+    done = cli(
+        "run", "|loop:5| make it ready", "--store", "memory", "--json", "--worker", worker,
+        "--until", f"test -f {shlex.quote(str(flag))}", "--max-cost", "2.5",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    events = json_lines(done.stdout)
+    (finished,) = [e for e in events if e["type"] == "round_finished"]
+    assert finished["check"]["exit_code"] == 0
+    assert events[-1]["reason"].startswith("objective met: the check `test -f ")
+    never = cli(
+        "run", "|loop:2| x", "--store", "memory", "--json", "--until", "exit 4",
+        "--until-timeout", "30",
+    )  # fmt: skip
+    assert never.returncode == 2, never.stderr
+    events = json_lines(never.stdout)
+    assert [e["check"]["exit_code"] for e in events if e["type"] == "round_finished"] == [4, 4]
+    assert events[-1]["trigger"] == "until_not_met"
+    refused = cli("run", "|loop:2| x", "--store", "memory", "--until", "no-such-tool-qq -x")
+    assert refused.returncode == 1
+    assert "'no-such-tool-qq' was not found on PATH" in refused.stderr

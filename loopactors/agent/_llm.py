@@ -115,17 +115,31 @@ def _provider_message(response: httpx.Response) -> str:
 
 def _retry_after(response: httpx.Response) -> float | None:
     """Seconds the server asks us to wait: ``retry-after-ms`` first (as the official OpenAI
-    SDK reads it), then ``retry-after`` in seconds or as an HTTP date; None when absent or
-    unreadable (our own backoff then applies)."""
-    milliseconds = response.headers.get("retry-after-ms")
-    if milliseconds is not None:
-        try:
-            return max(float(milliseconds) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
+    SDK reads it), then ``retry-after`` in seconds or as an HTTP date, then the provider's
+    own as a LiteLLM proxy passes them on (``llm_provider-retry-after-ms``,
+    ``llm_provider-retry-after``); None when absent or unreadable (our own backoff then
+    applies)."""
+    for prefix in ("", "llm_provider-"):
+        milliseconds = response.headers.get(f"{prefix}retry-after-ms")
+        if milliseconds is not None:
+            try:
+                return max(float(milliseconds) / 1000, 0.0)
+            except ValueError:
+                pass
+        value = response.headers.get(f"{prefix}retry-after")
+        if value is not None:
+            seconds = _seconds_or_date(value)
+            if seconds is not None:
+                return seconds
+    return None
+
+
+def _is_limit(status: int | None, message: str, after: float | None) -> bool:
+    """A rate or usage limit, not a failure: 429, a quota, or a server saying when to retry."""
+    return status == 429 or after is not None or "quota" in message.lower()
+
+
+def _seconds_or_date(value: str) -> float | None:
     try:
         return max(float(value), 0.0)
     except ValueError:
@@ -205,7 +219,10 @@ class ChatClient:
                 attempt += 1
                 if attempt > settings.max_retries:
                     raise ModelError(
-                        f"model call failed after {attempt} attempts: {retry}", retry.status
+                        f"model call failed after {attempt} attempts: {retry}",
+                        retry.status,
+                        rate_limited=_is_limit(retry.status, str(retry), retry.after),
+                        retry_after=retry.after,
                     ) from None
                 delay = backoff_delay(attempt, first=settings.backoff, cap=settings.backoff_cap)
                 if retry.after:  # the server's wait replaces ours (0 or absent: ours)
@@ -220,7 +237,8 @@ class ChatClient:
         )
         if response.status_code in _RETRY_STATUSES or response.status_code >= 500:
             raise _Retry(message, response.status_code, _retry_after(response))
-        raise ModelError(message, response.status_code)
+        # A quota answered with another status (403, 402) is a limit all the same.
+        raise ModelError(message, response.status_code, rate_limited="quota" in message.lower())
 
     async def _plain(self, body: dict[str, Any]) -> ChatReply:
         try:

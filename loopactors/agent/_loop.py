@@ -24,7 +24,7 @@ import attrs
 import msgspec
 import trio
 
-from ..errors import AgentError
+from ..errors import AgentError, ModelError
 from ._compact_stage import CompactStage, MicroApplier, apply_locally
 from ._compaction import CompactionConfig
 from ._dispatch import run_tool_round
@@ -102,6 +102,9 @@ class AgentResult:
     #: Set when an idle wait reached its deadline with background work still pending.
     handoff: str | None = None
     events: list[AgentEvent] = attrs.field(factory=list)
+    #: The model's rate or usage limit that outlasted the retries (the round is then
+    #: deferred, not failed, by the agent worker), if that is why it failed.
+    limit: ModelError | None = None
 
 
 def _reminder(text: str) -> str:
@@ -386,10 +389,13 @@ async def run_agent(
         applier=applier or apply_locally,
     )
     error: str | None = None
+    limit: ModelError | None = None
     try:
         await run.run()
     except AgentError as exc:
         error = str(exc)
+        if isinstance(exc, ModelError) and exc.rate_limited:
+            limit = exc
         run.emit("failed", error)
         await run.soft_hook("on_error", exc)
     return AgentResult(
@@ -401,4 +407,5 @@ async def run_agent(
         iterations=run.iterations,
         handoff=run.handoff,
         events=run.events,
+        limit=limit,
     )

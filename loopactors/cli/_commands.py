@@ -161,7 +161,8 @@ def _history_and_replay(commands: Any) -> None:
 
 def _notify_options(run: argparse.ArgumentParser) -> None:
     """``--notify`` and ``--notify-on`` (docs/notifications.md); ``--plan`` and
-    ``--prompt-file`` (docs/plans.md)."""
+    ``--prompt-file`` (docs/plans.md); ``--until`` and ``--max-cost`` (docs/loops.md)."""
+    _until_options(run)
     run.add_argument(
         "--plan",
         metavar="PATH",
@@ -205,6 +206,25 @@ def _round_number(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"a round number (1, 2, ...), not {text!r}")
     return int(text)
+
+
+def _until_options(run: argparse.ArgumentParser) -> None:
+    """``--until``, ``--until-timeout`` and ``--max-cost`` (docs/loops.md)."""
+    run.add_argument(
+        "--until",
+        metavar="CMD",
+        help="a shell command run in the workspace after every round: exit 0 completes the "
+        "loop, a failure goes into the next prompt (e.g. --until 'pytest -q')",
+    )
+    run.add_argument(
+        "--until-timeout", type=float, metavar="S", help="seconds the --until check may take (600)"
+    )
+    run.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="USD",
+        help="US dollars the loop may spend: no round starts at or over it (cost_budget)",
+    )
 
 
 def _state_options(
@@ -405,6 +425,9 @@ def _loop_options(args: argparse.Namespace) -> dict[str, Any]:
         "similarity_threshold": args.similarity,
         "inject_ledger": args.inject_ledger or None,
         "notify": tuple(args.notify) if args.notify else None,
+        "until": args.until,
+        "until_timeout": args.until_timeout,
+        "max_cost_usd": args.max_cost,
         # Absolute here: a node started elsewhere (--connect) reads the same files.
         "plan": str(Path(args.plan).absolute()) if args.plan else None,
         "prompt_file": str(Path(args.prompt_file).absolute()) if args.prompt_file else None,

@@ -32,6 +32,7 @@ from ._model import LIVE_PHASES as LIVE_PHASES
 from ._model import MAX_ROUNDS as MAX_ROUNDS
 from ._model import ROUNDS_CEILING as ROUNDS_CEILING
 from ._model import TERMINAL_PHASES as TERMINAL_PHASES
+from ._model import CheckRecord as CheckRecord
 from ._model import LoopSpec as LoopSpec
 from ._model import LoopState as LoopState
 from ._model import Mode as Mode
@@ -61,6 +62,7 @@ from ._rules import Prompt as Prompt
 from ._rules import Verdict as Verdict
 from ._rules import build_prompt as build_prompt
 from ._rules import check_before_round as check_before_round
+from ._rules import check_feedback as check_feedback
 from ._rules import defer_round as defer_round
 from ._rules import deferred_wait as deferred_wait
 from ._rules import next_phase as next_phase
@@ -93,6 +95,7 @@ __all__ = [
     "TERMINAL_PHASES",
     "AgentStep",
     "AnyEvent",
+    "CheckRecord",
     "Gap",
     "LoopEvent",
     "LoopFinished",
@@ -126,6 +129,7 @@ __all__ = [
     "build_prompt",
     "cancel_loop",
     "check_before_round",
+    "check_feedback",
     "check_notify",
     "check_transition",
     "defer_round",

@@ -12,7 +12,7 @@ import time
 import msgspec
 
 from .._util import count_of
-from ._model import Mode, Phase, RoundStatus
+from ._model import CheckRecord, Mode, Phase, RoundStatus
 
 __all__ = [
     "AgentStep",
@@ -108,6 +108,10 @@ class RoundFinished(LoopEvent, frozen=True, kw_only=True, tag="round_finished"):
     #: A plan-driven loop's tasks done and in all after the round.
     tasks_done: int | None = None
     tasks_total: int | None = None
+    #: The loop's ``until`` check after the round, and whether the round claimed the
+    #: objective met while it failed.
+    check: CheckRecord | None = None
+    unverified_claim: bool = False
 
     def note(self) -> str:
         tasks = "" if self.tasks_total is None else f", tasks {self.tasks_done}/{self.tasks_total}"
@@ -115,6 +119,10 @@ class RoundFinished(LoopEvent, frozen=True, kw_only=True, tag="round_finished"):
             f"[loop-progress round {self.round}/{self.rounds} {self.status}, "
             f"duration={_secs(self.duration)}s{tasks}]"
         )
+        if self.check is not None:
+            verdict = "passed" if self.check.passed else "failed"
+            claim = ", the claim of done is unverified" if self.unverified_claim else ""
+            text += f" check {verdict} ({self.check.exit_code}){claim}"
         return text if self.error is None else f"{text} {self.error}"
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_ROUNDS",
     "ROUNDS_CEILING",
     "TERMINAL_PHASES",
+    "CheckRecord",
     "LoopSpec",
     "LoopState",
     "Mode",
@@ -149,6 +150,34 @@ class LoopSpec(msgspec.Struct, gc=False, frozen=True, kw_only=True, forbid_unkno
     prompt_file: str | None = None
     #: ``LOOP_ID:ROUND`` of the round this loop replays (``loopactors replay``).
     replay_of: str | None = None
+    #: The loop's check (a shell command, run in the workspace after every completed round):
+    #: exit 0 completes the loop; anything else goes into the next round's prompt. Its own
+    #: timeout in seconds, and how many claims of "done" in a row it may refute before the
+    #: breaker escalates (trigger ``unverified_claims``). See docs/loops.md, Verified completion.
+    until: str | None = None
+    until_timeout: float = 600.0
+    max_unverified_claims: int = 3
+    #: US dollars the loop may spend: at or over it, no round starts (trigger ``cost_budget``).
+    max_cost_usd: float | None = None
+
+
+class CheckRecord(msgspec.Struct, gc=False, frozen=True, kw_only=True):
+    """What the loop's ``until`` check said after a round."""
+
+    command: str
+    #: The exit code; ``None`` when it did not exit by itself (timed out, or stopped).
+    exit_code: int | None
+    duration: float
+    #: Its stdout and stderr together, capped like a round's output (the end is kept).
+    output: str = ""
+    #: Why it has no exit code, or could not run (``timed out after 600 s``).
+    error: str | None = None
+    #: The round it ran after (set when the round is recorded).
+    round: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0
 
 
 class RoundRecord(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -180,6 +209,10 @@ class RoundRecord(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     #: A plan-driven loop's tasks done and in all, read from the plan after the round.
     tasks_done: int | None = None
     tasks_total: int | None = None
+    #: The loop's ``until`` check after the round (``None``: no check, or the round did not
+    #: complete), and whether the round claimed the objective met while the check failed.
+    check: CheckRecord | None = None
+    unverified_claim: bool = False
 
 
 class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -226,6 +259,11 @@ class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     updated_at: float = 0.0
     #: Wall-clock time the loop first started running (budget ``max_seconds``).
     started_at: float = 0.0
+    #: The ``until`` check after the last completed round (the next prompt shows a failure),
+    #: how many rounds in a row it failed, and how many claims of "done" in a row it refuted.
+    last_check: CheckRecord | None = None
+    failing_checks: int = 0
+    unverified_claims: int = 0
     schema: int = SCHEMA_VERSION
 
     @property
@@ -264,10 +302,23 @@ def output_heads(
     last = state.last_output
     if last is not None and len(last) > head:
         state = msgspec.structs.replace(state, last_output=last[:head])
-    cut = [
-        msgspec.structs.replace(r, output=r.output[:head], prompt=r.prompt[:head])
-        if len(r.output) > head or len(r.prompt) > head
-        else r
-        for r in rounds
-    ]
+    cut = [_round_head(r, head) for r in rounds]
+    last_check = state.last_check
+    if last_check is not None and len(last_check.output) > head:
+        state = msgspec.structs.replace(state, last_check=_check_tail(last_check, head))
     return state, cut
+
+
+def _round_head(record: RoundRecord, head: int) -> RoundRecord:
+    if len(record.output) > head or len(record.prompt) > head:
+        record = msgspec.structs.replace(
+            record, output=record.output[:head], prompt=record.prompt[:head]
+        )
+    if record.check is not None and len(record.check.output) > head:
+        # A check's end says what failed: its tail is kept.
+        record = msgspec.structs.replace(record, check=_check_tail(record.check, head))
+    return record
+
+
+def _check_tail(check: CheckRecord, keep: int) -> CheckRecord:
+    return msgspec.structs.replace(check, output=check.output[-keep:] if keep else "")

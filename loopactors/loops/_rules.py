@@ -20,6 +20,7 @@ __all__ = [
     "Verdict",
     "build_prompt",
     "check_before_round",
+    "check_feedback",
     "defer_round",
     "deferred_wait",
     "next_phase",
@@ -53,12 +54,34 @@ def build_prompt(state: LoopState) -> Prompt:
     spec = state.spec
     seed = state.last_output
     task = spec.task if state.round_task is None else state.round_task
+    task += check_feedback(state)
     if spec.mode == "fresh" or not seed or spec.seed_cap <= 0:
         return Prompt(text=task, seed_source="task", task=state.round_task)
     return Prompt(
         text=seed[-spec.seed_cap :] + SEPARATOR + task,
         seed_source="previous_output",
         task=state.round_task,
+    )
+
+
+#: Characters of a failing check's output shown in the next prompt (its end).
+CHECK_TAIL = 3000
+
+
+def check_feedback(state: LoopState) -> str:
+    """What follows the task in a round's prompt after the loop's ``until`` check failed
+    (docs/loops.md, Verified completion); empty otherwise. A function of the committed state
+    alone, so a round dispatched again after a crash gets the same prompt."""
+    check = state.last_check
+    if state.spec.until is None or check is None or check.passed:
+        return ""
+    how = f"exited with {check.exit_code}" if check.exit_code is not None else check.error
+    tail = check.output[-CHECK_TAIL:].strip("\n")
+    shown = f"The end of its output:\n\n```text\n{tail}\n```\n" if tail else "It printed nothing.\n"
+    return (
+        f"{SEPARATOR}The loop's check `{check.command}` failed after round "
+        f"{check.round} ({how}, {check.duration:.1f} s). {shown}"
+        "The loop is complete when this check passes."
     )
 
 
@@ -178,6 +201,20 @@ def check_before_round(state: LoopState, now: float) -> Verdict | None:
         return Verdict(
             trigger="consecutive_failures",
             reason=f"{state.consecutive_failures} rounds in a row failed or timed out",
+        )
+    if state.unverified_claims >= spec.max_unverified_claims:
+        return Verdict(
+            trigger="unverified_claims",
+            reason=(
+                f"{state.unverified_claims} rounds in a row claimed the objective met while "
+                f"the check `{spec.until}` failed (max_unverified_claims is "
+                f"{spec.max_unverified_claims})"
+            ),
+        )
+    if spec.max_cost_usd is not None and state.cost_usd >= spec.max_cost_usd:
+        return Verdict(
+            trigger="cost_budget",
+            reason=f"${state.cost_usd:.4f} spent of a budget of ${spec.max_cost_usd:.4f}",
         )
     if spec.max_tokens is not None and state.tokens_used >= spec.max_tokens:
         return Verdict(

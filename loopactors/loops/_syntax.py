@@ -19,7 +19,7 @@ from ._model import DEFAULT_ROUNDS, LoopSpec, Mode
 
 __all__ = ["ParsedLoop", "parse_loop"]
 
-_KEYS = ("iterations", "mode", "objective", "stale_rounds")
+_KEYS = ("iterations", "mode", "objective", "stale_rounds", "until")
 _MODES: dict[str, Mode] = {
     **dict.fromkeys(("inherit", "on", "true"), "inherit"),
     **dict.fromkeys(("fresh", "no-inherit", "off", "false"), "fresh"),
@@ -53,10 +53,14 @@ class ParsedLoop(msgspec.Struct, frozen=True, kw_only=True):
     objective: str | None
     #: ``stale_rounds=N``: the spec's ``stale_rounds_limit`` (None: not given).
     stale_rounds_limit: int | None = None
+    #: ``until="CMD"``: the loop's check (docs/loops.md, Verified completion).
+    until: str | None = None
 
     def spec(self, **options: Any) -> LoopSpec:
         if self.stale_rounds_limit is not None:
             options.setdefault("stale_rounds_limit", self.stale_rounds_limit)
+        if self.until is not None:
+            options.setdefault("until", self.until)
         return LoopSpec(
             task=self.task, rounds=self.rounds, mode=self.mode, objective=self.objective, **options
         )
@@ -229,6 +233,13 @@ def _stale_rounds(raw: str) -> int:
     return int(raw)
 
 
+def _until(raw: str) -> str:
+    until = raw.strip()
+    if not until:
+        raise LoopSyntaxError('the until check is empty: write until="pytest -q"')
+    return until
+
+
 def parse_loop(text: str) -> ParsedLoop:
     """Parse the first ``|loop...|`` activation in ``text``; the rest of the text is the task.
 
@@ -279,6 +290,7 @@ def parse_loop(text: str) -> ParsedLoop:
             raise LoopSyntaxError('the objective is empty: write objective="what done means"')
 
     stale_rounds = _stale_rounds(given["stale_rounds"]) if "stale_rounds" in given else None
+    until = _until(given["until"]) if "until" in given else None
 
     # The activation (with its indentation) is cut out; text before it is part of the task.
     after = text[match.end() + line.i :].lstrip(_WS)
@@ -294,4 +306,5 @@ def parse_loop(text: str) -> ParsedLoop:
         mode=mode,
         objective=objective,
         stale_rounds_limit=stale_rounds,
+        until=until,
     )

@@ -27,7 +27,7 @@ from ._events import (
     RoundFinished,
     RoundSummary,
 )
-from ._model import LoopState, Phase, RoundRecord, RoundStatus, StopMode
+from ._model import CheckRecord, LoopState, Phase, RoundRecord, RoundStatus, StopMode
 from ._rules import (
     Prompt,
     build_prompt,
@@ -130,6 +130,8 @@ class RoundReport(Protocol):
     def progress(self) -> bool | None: ...
     @property
     def deferred_until(self) -> float | None: ...
+    @property
+    def check(self) -> CheckRecord | None: ...
 
 
 # -- effects --------------------------------------------------------------------------------
@@ -478,6 +480,15 @@ def after_round(
         ticked = state.tasks_done is not None and plan.done > state.tasks_done
     else:
         changes, ticked = {}, False
+    # The loop's `until` check decides completion where there is one: a claim of done (the
+    # worker's, or every task of the plan ticked) that the check refutes is unverified.
+    plan_done = plan is not None and plan.complete
+    claimed = status == "completed" and (result.done or plan_done)
+    check = _check_of(state, result, status)
+    changes |= _check_changes(state, check, claimed=claimed)
+    verified = None if check is None else check.passed  # None: no check ran
+    unverified = claimed and verified is False
+    record = msgspec.structs.replace(record, check=check, unverified_claim=unverified)
     last_normalized = run.last_normalized
     if status == "completed":
         normalized = normalize_output(result.output)
@@ -522,6 +533,8 @@ def after_round(
         commits=result.commits,
         tasks_done=record.tasks_done,
         tasks_total=record.tasks_total,
+        check=check,
+        unverified_claim=unverified,
     )
     run = msgspec.structs.replace(
         run,
@@ -531,10 +544,19 @@ def after_round(
     )
     # The Breaker's ledger first: there before the next round's check.
     attempt: list[Effect] = [RecordAttempt(record)]
+    if state.spec.until is not None:
+        # Complete when the check passes (and, for a plan-driven loop, every task is done).
+        if verified and (state.spec.plan is None or plan_done):
+            reason = (
+                f"objective met: the check `{state.spec.until}` passed after round {record.round}"
+            )
+            run, effects = finish(
+                run, "complete", now, record=record, events=(finished,), reason=reason
+            )
+        else:
+            run, effects = decide(run, now, record=record, events=(finished,))
     # Every task of the plan done counts as the worker's claim that the objective is met.
-    # (Where the loop has an `until` check, that check decides whether the claim holds.)
-    plan_done = plan is not None and plan.complete
-    if status == "completed" and (result.done or plan_done):
+    elif claimed:
         # The worker found the objective met: the loop is complete now (rolebox's W3).
         reason = f"objective met in round {record.round}"
         if plan_done and not result.done:
@@ -549,6 +571,27 @@ def after_round(
     else:
         run, effects = decide(run, now, record=record, events=(finished,))
     return run, attempt + effects
+
+
+def _check_of(state: LoopState, result: RoundReport, status: RoundStatus) -> CheckRecord | None:
+    """The ``until`` check of a completed round of a loop with one, with its round."""
+    if status != "completed" or state.spec.until is None or result.check is None:
+        return None
+    return msgspec.structs.replace(result.check, round=state.round)
+
+
+def _check_changes(
+    state: LoopState, check: CheckRecord | None, *, claimed: bool
+) -> dict[str, object]:
+    """What the loop's ``until`` check after a round changes in its state: the check the next
+    prompt shows, failures in a row, and claims of done in a row that it refuted."""
+    if check is None:
+        return {}
+    return {
+        "last_check": check,
+        "failing_checks": 0 if check.passed else state.failing_checks + 1,
+        "unverified_claims": state.unverified_claims + 1 if claimed and not check.passed else 0,
+    }
 
 
 def _round_deferred(run: Run, result: RoundReport, now: float) -> Step:
@@ -595,6 +638,21 @@ def decide(
     round."""
     state = run.state
     nxt = next_phase(state)
+    if nxt == "complete" and state.spec.until is not None:
+        # The rounds ran out before the check passed: not a success (it passing completes
+        # the loop at once, in after_round).
+        last = state.last_check
+        how = "never ran" if last is None else f"still failed after round {state.round}"
+        return finish(
+            run,
+            "escalated",
+            now,
+            record=record,
+            events=events,
+            reason=f"the {state.spec.rounds} rounds ran out and the check `{state.spec.until}` "
+            f"{how}",
+            trigger="until_not_met",
+        )
     if nxt in ("complete", "cancelled"):
         return finish(run, nxt, now, record=record, events=events)
     if nxt == "escalated":  # the cap, with no completed round

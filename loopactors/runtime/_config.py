@@ -88,6 +88,10 @@ class BreakerSettings:
     stagnation_threshold: int = attrs.field(default=3, validator=_positive)
     frustration_threshold: int = attrs.field(default=3, validator=_positive)
     similarity_threshold: float = attrs.field(default=0.85, validator=_fraction)
+    #: US dollars a loop may spend (``max_cost_usd``), and claims of done in a row that its
+    #: ``until`` check may refute, before the loop escalates.
+    max_cost_usd: float | None = attrs.field(default=None, validator=_positive)
+    max_unverified_claims: int = attrs.field(default=3, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)
@@ -195,6 +199,9 @@ class RuntimeConfig:
     store: Literal["sqlite", "memory"] = "sqlite"
     #: Worker spec for loops that do not name one.
     worker: str = "scripted"
+    #: The ``until`` check of loops that do not give one, and the checks' timeout (seconds).
+    until: str | None = None
+    until_timeout: float = attrs.field(default=600.0, validator=_positive)
     #: Worker specs a model may choose for a child loop it starts (``loop_start``); a child
     #: without one, or a model's choice not listed, runs its parent's own spec. A listed spec
     #: still may not widen its parent (docs/security.md, agent tools).

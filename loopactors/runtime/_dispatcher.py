@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import contextvars
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,7 +26,7 @@ import trio
 
 from ..actors import Actor, ErrorReply, Node
 from ..transport import InProcessTransport, RemoteTransport, RoundTransport
-from ..workers import RoundContext, RoundRequest, RoundResult, Worker
+from ..workers import RoundContext, RoundRequest, RoundResult, Worker, run_check
 from ._messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
 from ._outputs import cap_output, is_cut, keep_whole
 from ._wiring import deliver, runner_name
@@ -91,7 +92,7 @@ class Dispatcher(Actor[Any]):
             cancelled_at = self._cancelled.pop(key, None)
             if cancelled_at is not None and trio.current_time() - cancelled_at < CANCELLED_TTL:
                 return None
-            if self._remote is None:
+            if self._remote is None and message.request.until is None:
                 answered = self._answer_at_once(message.request)
                 if answered is not None:
                     self.rounds_started += 1
@@ -253,7 +254,7 @@ class Dispatcher(Actor[Any]):
                             )
                         if worker.bounds_output:
                             request = self._bounded(request)
-                        result = await worker.run(request, context)
+                        result = await self._checked(worker, request, context, scope)
                     finally:
                         if kind_limit is not None:
                             kind_limit.release()
@@ -277,6 +278,32 @@ class Dispatcher(Actor[Any]):
                 else RoundResult(status="cancelled", error="round cancelled")
             )
         await self._finish(request, result, time.monotonic() - started)
+
+    async def _checked(
+        self,
+        worker: Worker,
+        request: RoundRequest,
+        context: RoundContext | None,
+        scope: trio.CancelScope,
+    ) -> RoundResult:
+        """Run the round, then (a completed round of a loop with one) its ``until`` check."""
+        result = await worker.run(request, context)
+        if request.until is None or result.status != "completed":
+            return result
+        scope.deadline = math.inf  # the check has a timeout of its own; a stop still ends it
+        check = await run_check(
+            request.until,
+            cwd=worker.workspace_of(request),
+            timeout=request.until_timeout,
+            kill_grace=self._kill_grace,
+            env={
+                "LOOPACTORS_LOOP_ID": request.loop_id,
+                "LOOPACTORS_ROUND": str(request.round),
+                **request.env,
+            },
+            max_output_bytes=self._max_output,
+        )
+        return msgspec.structs.replace(result, check=check)
 
     async def _run_remote(self, dispatch: Dispatch, scope: trio.CancelScope) -> None:
         request = dispatch.request

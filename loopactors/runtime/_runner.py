@@ -30,6 +30,7 @@ from ..loops import (
     RoundSummary,
     Step,
     after_round,
+    check_feedback,
     dispatch_round,
     finish,
     on_control,
@@ -394,11 +395,14 @@ class LoopRunner(Actor[Any]):
             rounds=spec.rounds,
             mode=spec.mode,
             prompt=prompt.text,
-            task=spec.task if state.round_task is None else state.round_task,
+            task=(spec.task if state.round_task is None else state.round_task)
+            + check_feedback(state),
             worker=spec.worker,
             objective=spec.objective,
             session=state.agent_session if spec.mode == "inherit" else None,
             session_cost_usd=state.agent_session_cost if spec.mode == "inherit" else None,
+            until=spec.until,
+            until_timeout=spec.until_timeout,
         )
         return Dispatch(request, spec.round_timeout)
 

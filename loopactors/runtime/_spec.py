@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ import msgspec
 
 from ..errors import LoopSyntaxError, WorkerSpecError
 from ..loops import MAX_ROUNDS, ROUNDS_CEILING, LoopSpec, ParsedLoop, check_notify, parse_loop
+from ..workers import check_until
 from ._config import RuntimeConfig
 from ._plan_files import read_plan_now, read_task_now
 
@@ -87,6 +89,10 @@ def build_spec(
         "stagnation_threshold": config.breaker.stagnation_threshold,
         "frustration_threshold": config.breaker.frustration_threshold,
         "similarity_threshold": config.breaker.similarity_threshold,
+        "max_cost_usd": config.breaker.max_cost_usd,
+        "max_unverified_claims": config.breaker.max_unverified_claims,
+        "until": config.until,
+        "until_timeout": config.until_timeout,
         "notify": config.notify.urls,
         "notify_on": config.notify.events,
         "notify_check_failures": config.notify.check_failures,
@@ -110,6 +116,8 @@ def build_spec(
         )
         if parsed.stale_rounds_limit is not None:
             fields["stale_rounds_limit"] = parsed.stale_rounds_limit
+        if parsed.until is not None:
+            fields["until"] = parsed.until
     else:
         raise LoopSyntaxError(f"a loop is |loop...| text or a LoopSpec, not {type(loop).__name__}")
     if callable(worker):
@@ -138,6 +146,15 @@ def _parse(text: str, prompt_file: Any) -> ParsedLoop:
     return parse_loop(f"{text}\n{read_task_now(str(prompt_file))}")
 
 
+_WORKSPACE = re.compile(r"[:,]workspace=([^,]+)")
+
+
+def _workspace_of(worker: str) -> str | None:
+    """The ``workspace=`` of a worker spec (where its rounds, and the check, run)."""
+    found = _WORKSPACE.search(worker)
+    return found.group(1) if found else None
+
+
 def validate_spec(spec: LoopSpec, *, max_rounds: int = MAX_ROUNDS) -> LoopSpec:
     """Check a spec's values as strictly as the parser checks text. Rounds above
     ``max_rounds`` (the node's cap) are refused, never clamped: a loop runs the rounds it
@@ -149,7 +166,7 @@ def validate_spec(spec: LoopSpec, *, max_rounds: int = MAX_ROUNDS) -> LoopSpec:
         problems.append(f"rounds must be >= 1 (at most {max_rounds}), got {spec.rounds}")
     elif spec.rounds > max_rounds:
         problems.append(rounds_over_cap(spec.rounds, max_rounds))
-    for name in ("round_timeout", "max_seconds"):
+    for name in ("round_timeout", "max_seconds", "until_timeout"):
         value = getattr(spec, name)
         if value is not None and not (value > 0 and math.isfinite(value)):
             problems.append(f"{name} must be a finite number > 0 seconds, got {value}")
@@ -163,10 +180,23 @@ def validate_spec(spec: LoopSpec, *, max_rounds: int = MAX_ROUNDS) -> LoopSpec:
         "max_tokens",
         "stagnation_threshold",
         "frustration_threshold",
+        "max_unverified_claims",
     ):
         value = getattr(spec, name)
         if value is not None and value < 1:
             problems.append(f"{name} must be >= 1, got {value}")
+    if spec.max_cost_usd is not None and not (
+        spec.max_cost_usd > 0 and math.isfinite(spec.max_cost_usd)
+    ):
+        problems.append(
+            f"max_cost_usd must be a finite number > 0 dollars, got {spec.max_cost_usd}"
+        )
+    if spec.until is not None:
+        # A check that cannot start is refused now: never a check failing every round.
+        try:
+            check_until(spec.until, _workspace_of(spec.worker))
+        except ValueError as exc:
+            problems.append(str(exc))
     if not 0 < spec.similarity_threshold <= 1:
         problems.append(
             f"similarity_threshold must be > 0 and <= 1, got {spec.similarity_threshold}"

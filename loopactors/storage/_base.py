@@ -63,7 +63,9 @@ def queued_by(writes: Sequence[Write]) -> list[Notification]:
     found: list[Notification] = []
     for write in writes:
         if write.events and write.state.spec.notify:
-            found += notifications_for(write.state, write.events)
+            found += notifications_for(
+                write.state, write.events, failing_checks=write.state.failing_checks
+            )
     return found
 
 

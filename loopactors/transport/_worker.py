@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import math
 import os
 import socket
 import time
@@ -24,7 +25,7 @@ import attrs
 import msgspec
 import trio
 
-from ..workers import CommandWorker, RoundResult, Worker, WorkerGroups, parse_worker
+from ..workers import CommandWorker, RoundResult, Worker, WorkerGroups, parse_worker, run_check
 from ._redis import (
     NO_GROUP,
     RETRIED,
@@ -391,6 +392,18 @@ class _WorkerProcess:
         with scope:
             try:
                 result = await backend.run(request, None)
+                if request.until is not None and result.status == "completed":
+                    # The loop's check, where the round ran: its own timeout, a stop ends it.
+                    scope.deadline = math.inf
+                    check = await run_check(
+                        request.until,
+                        cwd=backend.workspace_of(request),
+                        timeout=request.until_timeout,
+                        kill_grace=self.s.kill_grace,
+                        env={"LOOPACTORS_LOOP_ID": request.loop_id, **request.env},
+                        max_output_bytes=request.max_output_bytes,
+                    )
+                    result = msgspec.structs.replace(result, check=check)
             except Exception as exc:  # a worker bug fails the round, not the process
                 result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
         if result is not None:

@@ -25,6 +25,8 @@ from ._base import WorkerStatus as WorkerStatus
 from ._cgroup import cgroup_empty as cgroup_empty
 from ._cgroup import remove_cgroup as remove_cgroup
 from ._cgroup import signal_cgroup as signal_cgroup
+from ._check import check_until as check_until
+from ._check import run_check as run_check
 from ._cli_adapter import cli_adapter, parse_cli_options, register_cli_kind
 from ._cli_adapter import cli_kinds as cli_kinds
 from ._cli_aider import AiderAdapter
@@ -65,6 +67,7 @@ __all__ = [
     "WorkerStatus",
     "cap_output",
     "cgroup_empty",
+    "check_until",
     "check_worker_spec",
     "cli_kinds",
     "confined_child_worker",
@@ -77,6 +80,7 @@ __all__ = [
     "parse_worker",
     "record_group",
     "remove_cgroup",
+    "run_check",
     "signal_cgroup",
     "worker_kinds",
 ]

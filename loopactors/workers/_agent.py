@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -30,6 +31,7 @@ from ..agent import (
     BASH_MODES,
     SUBAGENT_MAX_ITERATIONS,
     AgentConfig,
+    AgentResult,
     BashMode,
     ChatClient,
     CompactionConfig,
@@ -49,8 +51,13 @@ from ..agent import (
 from ..errors import AgentError, LoopactorsError, WorkerSpecError
 from ._agent_loops import RoundLoops
 from ._base import RoundContext, RoundRequest, RoundResult, Worker, list_workspace
+from ._cli_worker import account_fingerprint, hold_limit, limit_hold
 
-__all__ = ["AgentWorker", "in_workspace"]
+__all__ = ["LIMIT_BACKOFF", "AgentWorker", "in_workspace"]
+
+#: Seconds a round waits after a limit whose server did not say how long (the CLI kinds'
+#: default ``backoff=``; the runner's own backoff grows from there on repeats).
+LIMIT_BACKOFF = 60.0
 
 _FORM = (
     "agent[:model=NAME,base_url=URL,max_iterations=N,workspace=DIR,context_window=N,"
@@ -260,7 +267,45 @@ class AgentWorker(Worker):
             return None
         return spec
 
+    def workspace_of(self, request: RoundRequest) -> str | None:
+        return request.cwd or str(self.workspace)
+
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
+        # One wait per endpoint and key: a limit met by one loop holds back the others.
+        account = account_fingerprint(self.settings.base_url, self.settings.api_key or "")
+        held = limit_hold(self.kind, account)
+        if held is not None:
+            return RoundResult(
+                status="deferred", deferred_until=held[0], error=f"held back: {held[1]}"
+            )
+        result = await self._run(request, context)
+        if result.limit is None:
+            output = result.output
+            if result.handoff:
+                output += f"\n\n[hand-off] {result.handoff}"
+            return RoundResult(
+                status=result.status,
+                output=output,
+                error=result.error,
+                tokens=result.tokens.total,
+                transcript=tuple(result.transcript.to_builtins()),
+            )
+        # A rate or usage limit that outlasted the retries: the round waits, as the CLI
+        # kinds' do (docs/agent-clis.md, Usage and rate limits).
+        now = time.time()
+        after = result.limit.retry_after
+        until = now + (after if after else LIMIT_BACKOFF)
+        reason = str(result.limit)[:300]
+        hold_limit(self.kind, account, until, reason)
+        return RoundResult(
+            status="deferred",
+            deferred_until=until,
+            error=reason,
+            tokens=result.tokens.total,
+            transcript=tuple(result.transcript.to_builtins()),
+        )
+
+    async def _run(self, request: RoundRequest, context: RoundContext | None) -> AgentResult:
         await list_workspace(self.workspace)
         queue = MessageQueue()
         async with (
@@ -300,13 +345,4 @@ class AgentWorker(Worker):
                 applier=applier,
             )
             nursery.cancel_scope.cancel()
-        output = result.output
-        if result.handoff:
-            output += f"\n\n[hand-off] {result.handoff}"
-        return RoundResult(
-            status=result.status,
-            output=output,
-            error=result.error,
-            tokens=result.tokens.total,
-            transcript=tuple(result.transcript.to_builtins()),
-        )
+        return result

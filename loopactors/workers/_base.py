@@ -18,7 +18,7 @@ import trio
 # At run time, not only for type checkers: msgspec resolves RoundRequest's annotations (so
 # the transport can decode one) in this module.
 from .._workspaces import record_agent_workspace
-from ..loops import Mode
+from ..loops import CheckRecord, Mode
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -68,6 +68,10 @@ class RoundRequest(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     #: What that session had cost so far, as the CLI last reported it (kinds whose CLI
     #: reports a session's running total: the round's cost is the difference).
     session_cost_usd: float | None = None
+    #: The loop's ``until`` check and its timeout: run by the runtime after a completed round,
+    #: in the worker's workspace (:meth:`Worker.workspace_of`).
+    until: str | None = None
+    until_timeout: float = 600.0
     #: Bytes of the output that are kept (``max_output_bytes``), and where to write the whole
     #: of a longer one (``keep_full_outputs``): set by the Dispatcher for workers that keep
     #: only that much while the output streams in (``Worker.bounds_output``).
@@ -106,6 +110,9 @@ class RoundResult(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     progress: bool | None = None
     #: With status ``deferred``: UNIX time the round may run again.
     deferred_until: float | None = None
+    #: The loop's ``until`` check after the round (set by whoever ran the round: the
+    #: Dispatcher, or a transport's worker process).
+    check: CheckRecord | None = None
 
 
 class ChildLoop(Protocol):
@@ -214,6 +221,11 @@ class Worker(abc.ABC):
     @abc.abstractmethod
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
         """Run the round. Must let ``trio.Cancelled`` through (that is how a stop arrives)."""
+
+    def workspace_of(self, request: RoundRequest) -> str | None:
+        """The directory the round works in (where the loop's ``until`` check runs);
+        ``None``: the process's own working directory."""
+        return request.cwd
 
     def run_at_once(self, request: RoundRequest) -> RoundResult | None:
         """The round's result on the spot, for a worker whose round waits for nothing and

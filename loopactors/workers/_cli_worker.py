@@ -43,8 +43,10 @@ from ._output import LineSplitter
 
 __all__ = [
     "CliAgentWorker",
+    "account_fingerprint",
     "clear_limit_holds",
     "cost_of_round",
+    "hold_limit",
     "limit_hold",
     "promise_claimed",
     "promise_instruction",
@@ -125,6 +127,19 @@ def limit_hold(kind: str, account: str) -> tuple[float, str] | None:
         del _HOLDS[(kind, account)]
         return None
     return held
+
+
+def hold_limit(kind: str, account: str, until: float, reason: str) -> None:
+    """Hold back the rounds of ``kind`` and ``account`` until ``until`` (UNIX time)."""
+    _HOLDS[(kind, account)] = (until, reason)
+
+
+def account_fingerprint(*values: str) -> str:
+    """An account's name in a hold: a hash of its endpoint and key, never the key itself."""
+    digest = hashlib.sha256()
+    for value in values:
+        digest.update(f"{value}\0".encode())
+    return digest.hexdigest()[:16]
 
 
 def clear_limit_holds() -> None:
@@ -304,6 +319,9 @@ class CliAgentWorker(Worker):
 
     def workspace(self, request: RoundRequest) -> str:
         return os.path.abspath(request.cwd or self.options.workspace or os.getcwd())
+
+    def workspace_of(self, request: RoundRequest) -> str | None:
+        return self.workspace(request)
 
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
         env = self.environment(request)

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loopactors.loops import (
+    CheckRecord,
     LoopFinished,
     LoopPaused,
     LoopRecovered,
@@ -30,6 +31,7 @@ from loopactors.loops import (
     RoundStarted,
     RoundSummary,
     after_round,
+    build_prompt,
     cancel_loop,
     dispatch_round,
     finish,
@@ -61,6 +63,7 @@ class RoundResult(msgspec.Struct, frozen=True, kw_only=True):
     commits: int | None = None
     progress: bool | None = None
     deferred_until: float | None = None
+    check: CheckRecord | None = None
 
 
 specs = st.builds(
@@ -420,3 +423,27 @@ def test_a_round_keeps_its_sessions_running_cost_for_the_next_one() -> None:
     deferred = RoundResult(status="deferred", cost_usd=0.1, session_id="s1", session_cost_usd=0.85)
     run, _ = fx.after_round(fx.Run(state=state), deferred, NOW)
     assert (run.state.agent_session_cost, run.state.cost_usd) == (0.85, 0.1)
+
+
+def test_a_failed_check_goes_into_the_next_prompt_the_same_after_a_restart() -> None:
+    spec = LoopSpec(task="T", rounds=5, until="pytest -q")
+    state = LoopState(loop_id="L", spec=spec, phase="awaiting_worker")
+    failed = CheckRecord(command="pytest -q", exit_code=1, duration=2.0, output="1 failed\n")
+    result = RoundResult(status="completed", output="o", done=True, check=failed)
+    run, _ = fx.after_round(fx.Run(state=state), result, NOW)
+    after = run.state
+    assert (after.failing_checks, after.unverified_claims) == (1, 1)
+    assert after.phase == "dispatching"  # a claim the check refutes does not complete
+    prompt = build_prompt(after)
+    assert prompt.text.startswith("o\n\n---\n\nT\n\n---\n\nThe loop's check `pytest -q` failed")
+    assert "failed after round 1 " in prompt.text
+    assert "(exited with 1, 2.0 s)" in prompt.text
+    assert "```text\n1 failed\n```" in prompt.text
+    # a round dispatched again after a crash builds the same prompt from the committed state
+    in_flight = after.moved("awaiting_worker")
+    assert build_prompt(in_flight).text == prompt.text
+    passed = CheckRecord(command="pytest -q", exit_code=0, duration=1.0)
+    ok = RoundResult(status="completed", output="p", check=passed)
+    run, _ = fx.after_round(fx.Run(state=in_flight), ok, NOW)
+    assert run.state.phase == "complete"
+    assert run.state.reason == "objective met: the check `pytest -q` passed after round 2"

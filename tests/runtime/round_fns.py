@@ -129,3 +129,8 @@ async def slow_to_stop(request: RoundRequest, context: RoundContext | None) -> s
         with trio.CancelScope(shield=True):
             await trio.sleep(3)
     return "done"
+
+
+async def spend_dollars(request: RoundRequest, context: RoundContext | None) -> RoundResult:
+    """Each round costs $0.40."""
+    return RoundResult(status="completed", output="z" * request.round, cost_usd=0.4)

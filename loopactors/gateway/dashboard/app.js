@@ -539,11 +539,27 @@ function renderRounds() {
     out.appendChild(details);
     const cost = money(r.cost_usd);
     tr.append(td(r.round), td(r.status), td(r.duration == null ? "–" : `${r.duration.toFixed(2)}s`),
-      td(r.tokens.toLocaleString()), td(cost), out);
+      td(r.tokens.toLocaleString()), td(cost), checkCell(r), out);
     return tr;
   });
   $("#round-rows").replaceChildren(...rows);
   drawTimeline(openLoop.rounds);
+}
+
+// The loop's until check after the round: passed, or its exit code (the output's end on hover).
+function checkCell(r) {
+  const c = cell();
+  const check = r.check;
+  if (!check) {
+    c.textContent = "–";
+    return c;
+  }
+  const how = check.exit_code == null ? (check.error || "no exit code") : `exit ${check.exit_code}`;
+  c.textContent = check.exit_code === 0 ? "passed" : `failed (${how})`;
+  if (r.unverified_claim) c.textContent += ", claim unverified";
+  c.className = check.exit_code === 0 ? "ok" : "error";
+  c.title = `${check.command} · ${check.duration.toFixed(1)}s\n${(check.output || "").slice(-600)}`;
+  return c;
 }
 
 function td(text) {
