@@ -119,6 +119,7 @@ async def test_listings_leave_out_the_state_and_the_configuration(tmp_path: Path
     assert "src.py" in listed
     assert "pyproject.toml" in listed
     assert not [name for name in listed if "state" in name or "loopactors" in name], listed
+    assert "token_link" not in listed  # a link to the token is the token
     assert "no match" in await call(ctx, "grep", pattern=TOKEN)
     hits = (await call(ctx, "grep", pattern="scripted", glob="*.toml")).splitlines()
     assert hits == ['pyproject.toml:5:worker = "scripted"']
