@@ -74,7 +74,7 @@ def percentile(values: list[float], q: float) -> float:
 async def runtime_case(loops: int, store: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         config = RuntimeConfig(
-            store=store,  # type: ignore[arg-type]
+            store=store,
             state_dir=Path(tmp),
             max_live_loops=loops,
             max_concurrent_rounds=loops,
@@ -129,7 +129,7 @@ async def embedded_case(loops: int, store: str) -> dict[str, Any]:
     ``open_runtime``, ``Runtime.start`` and ``LoopHandle.wait`` only (the headline)."""
     with tempfile.TemporaryDirectory() as tmp:
         config = RuntimeConfig(
-            store=store,  # type: ignore[arg-type]
+            store=store,
             state_dir=Path(tmp),
             max_live_loops=loops,
             max_concurrent_rounds=loops,

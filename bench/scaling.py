@@ -43,7 +43,7 @@ async def runtime_case(loops: int, store: str) -> dict[str, Any]:
         options = StressOptions(
             loops=loops,
             rounds=ROUNDS,
-            store=store,  # type: ignore[arg-type]
+            store=store,
             state_dir=Path(tmp) if store == "sqlite" else None,
             stall_timeout=120.0,
         )

@@ -139,3 +139,26 @@ def open_private(path: Path, mode: str = "wb") -> IO[Any]:
         encoding=None if "b" in mode else "utf-8",
         errors=None if "b" in mode else "surrogatepass",
     )
+def redact_url(url: str) -> str:
+    """The URL with any user name and password (also a ``password=`` query parameter)
+    replaced by ``***``: safe for logs."""
+    import urllib.parse  # noqa: PLC0415 - only where a URL is shown
+
+    parts = urllib.parse.urlsplit(url)
+    secret = parts.password is not None or parts.username is not None
+    if not secret and "password" not in parts.query.lower():
+        return url  # nothing to hide: as given (urlunsplit would drop an empty "//")
+    if secret:
+        host = parts.hostname or ""
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if port is not None:
+            host = f"{host}:{port}"
+        parts = parts._replace(netloc=f"***@{host}")
+    if "password" in parts.query.lower():
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        hidden = [(k, "***" if "password" in k.lower() else v) for k, v in query]
+        parts = parts._replace(query=urllib.parse.urlencode(hidden, safe="*/"))
+    return urllib.parse.urlunsplit(parts)

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
+from .postgres import PostgresServer, start_server
+
 # Property tests check behaviour, not speed: a per-example deadline (hypothesis's default is
 # 200 ms) only makes them fail now and then on a loaded machine (timing goals live in bench/).
 settings.register_profile("loopactors", deadline=None)
@@ -21,3 +23,20 @@ def _state_home_of_the_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterat
     patch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state-home")))
     yield
     patch.undo()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server for the session (tests/postgres.py); skips, saying
+    so, where its binaries are not installed."""
+    server = start_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A ``postgresql://`` store URL with a schema of its own, empty."""
+    return postgres_server.fresh_url()

@@ -41,6 +41,7 @@ NEVER = [
     "prompt_toolkit",
     "httpx",
     "coredis",
+    "psycopg",
     "importlib.metadata",
 ]
 

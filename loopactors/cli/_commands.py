@@ -41,6 +41,8 @@ EXIT_ABORTED = 130
 
 _SEVERITY = ["complete", "escalated", "cancelled", "interrupted", "error"]
 
+#: The store when no --store is given (then the configuration file's, then sqlite).
+STORE_ENV = "LOOPACTORS_STORE"
 #: The commands written once for a state directory and a node (cli/_loop_control.py).
 _LOOP_COMMANDS = ("status", "history", "stop", "pause", "resume")
 
@@ -230,14 +232,18 @@ def _until_options(run: argparse.ArgumentParser) -> None:
 def _state_options(
     parser: argparse.ArgumentParser, *, allow_memory: bool, with_state: bool = False
 ) -> None:
-    """``--state``/``--store`` (exclusive, unless ``with_state``: a node or REPL on the memory
-    store still keeps its token and line history in the state directory) and ``--json``."""
-    group: Any = parser if with_state else parser.add_mutually_exclusive_group()
-    group.add_argument("--state", type=Path, metavar="DIR", help="state directory (.loopactors)")
-    if allow_memory:
-        group.add_argument(
-            "--store", choices=["memory", "sqlite"], help="memory: nothing is kept after exit"
-        )
+    """``--state``, ``--store`` and ``--json`` (``--json`` unless ``with_state``). The state
+    directory holds the node's own files (token, process groups, outputs) whatever the
+    store; ``allow_memory`` says whether ``--store memory`` makes sense (not for a command
+    that reads what a finished process left)."""
+    parser.add_argument("--state", type=Path, metavar="DIR", help="state directory (.loopactors)")
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="where loops are kept: sqlite (in --state, the default), sqlite:DIR, "
+        + ("memory (nothing kept after exit), " if allow_memory else "")
+        + "postgresql://USER:PASSWORD@HOST/DB (or $LOOPACTORS_STORE)",
+    )
     parser.add_argument("--config", type=Path, metavar="FILE", help="a loopactors.toml file")
     if not with_state:
         parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -441,7 +447,7 @@ def _config(args: argparse.Namespace, **flags: Any) -> RuntimeConfig:
     from ..runtime import load_config  # noqa: PLC0415 - the configuration only
 
     config = load_config(args.config)
-    store = getattr(args, "store", None)
+    store = getattr(args, "store", None) or os.environ.get(STORE_ENV) or None
     transport = getattr(args, "transport", None)
     return config.replace(state_dir=args.state, store=store, transport=transport, **flags)
 

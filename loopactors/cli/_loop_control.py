@@ -14,6 +14,7 @@ The agent's loop tools do not use this protocol: a worker reaches the runtime on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -25,7 +26,7 @@ import msgspec
 from .._util import terminal_safe
 from ..errors import ConfigError, LoopNotFound, StoreError
 from ..loops import LoopState, RoundRecord, cancel_loop, output_heads, replay_pair, round_of, shown
-from ..storage import DB_FILENAME, Write
+from ..storage import StoreUrl, Write, parse_store, store_kind
 
 # The runtime, client, rich and the agent load where they are used (see cli/_commands.py).
 TYPE_CHECKING = False
@@ -81,9 +82,10 @@ if TYPE_CHECKING:  # all three implement it (checked by mypy)
 
 
 class StoredLoops:
-    """The loops of a state directory no runtime is running, straight from its store: read
-    read-only (a read-only disk will do); ``stop`` takes the directory's lock and ends the
-    loop cancelled. Nothing here resumes a loop, so ``pause`` and ``resume`` are refused."""
+    """The loops of a store no runtime is running, read straight from it: read-only (a
+    read-only disk will do); ``stop`` takes the store's directory lock (the state
+    directory's for a store on a server) and ends the loop cancelled. Nothing here resumes a
+    loop, so ``pause`` and ``resume`` are refused."""
 
     def __init__(self, config: Callable[[], RuntimeConfig]) -> None:
         # Read when first needed: `pause` without --connect is refused before anything.
@@ -125,23 +127,21 @@ class StoredLoops:
     async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
         """End the loop cancelled now (no round is in flight without a runtime); the round it
         had in flight, if any, is closed as the runtime's stop would."""
-        state_dir = self.state_dir
-        if not (state_dir / DB_FILENAME).exists():
-            raise LoopNotFound(f"no loop {loop_id!r} in {state_dir} (no store there)")
-        from ..runtime import lock_state_dir  # noqa: PLC0415 - the lock only
-        from ..storage import open_backend  # noqa: PLC0415
-
+        existing = self.open_store(missing_ok=True)
+        if existing is None:
+            raise LoopNotFound(f"no loop {loop_id!r} in {self.where} (no store there)")
+        existing.close()
         try:
-            lock = lock_state_dir(state_dir)
+            lock = self.lock()
             lock.__enter__()
         except StoreError as exc:
             raise StoreError(f"{exc}; to stop a loop of a running node use --connect URL") from None
         try:
-            backend = open_backend("sqlite", state_dir)
+            backend = self.open_to_write()
             try:
-                state = backend.get_loop(backend.resolve_loop_id(loop_id, where=str(state_dir)))
+                state = backend.get_loop(backend.resolve_loop_id(loop_id, where=self.where))
                 if state is None:
-                    raise LoopNotFound(f"no loop {loop_id!r} in {state_dir}")
+                    raise LoopNotFound(f"no loop {loop_id!r} in {self.where}")
                 if not state.terminal:
                     state = _cancel(backend, state)
             finally:
@@ -162,31 +162,55 @@ class StoredLoops:
             "`loopactors resume` runs every unfinished loop of the state directory here"
         )
 
-    def open_store(self, *, missing_ok: bool = False) -> StoreBackend | None:
-        """The state directory's store, opened read-only; None if the directory has none yet.
-        A path that is not a directory is an error, and so is a missing directory unless
-        ``missing_ok``."""
-        from ..storage import SqliteBackend  # noqa: PLC0415 - see the note on the imports
-
-        state_dir = self.state_dir
-        if state_dir.exists() and not state_dir.is_dir():
-            raise StoreError(f"the state directory {state_dir} is not a directory")
-        if not state_dir.exists():
-            if missing_ok:
-                return None
-            raise StoreError(
-                f"no state directory {state_dir} (give the one a runtime used: --state DIR)"
+    def _url(self) -> StoreUrl:
+        url = parse_store(self._config().store)
+        if store_kind(url).in_process:
+            raise ConfigError(
+                f"the {url.text} store keeps nothing after its process exits: give a durable "
+                "store (--state DIR, --store sqlite:DIR or postgresql://...), or --connect URL "
+                "for a running node"
             )
-        if not (state_dir / DB_FILENAME).exists():
+        return url
+
+    @property
+    def where(self) -> str:
+        """The store, for messages: its directory, or its URL with any password hidden."""
+        url = parse_store(self._config().store)
+        local = store_kind(url).local_dir(url, self.state_dir)
+        return url.redacted if local is None else str(local)
+
+    def lock(self) -> contextlib.AbstractContextManager[None]:
+        """The lock that keeps a runtime off while the store is changed here: its
+        directory's for a store in local files, else the state directory's."""
+        from ..runtime import lock_state_dir  # noqa: PLC0415 - the lock only
+
+        url = self._url()
+        return lock_state_dir(store_kind(url).local_dir(url, self.state_dir) or self.state_dir)
+
+    def open_to_write(self) -> StoreBackend:
+        """The store, opened to change it (under :meth:`lock`)."""
+        from ..storage import open_backend  # noqa: PLC0415 - see the note on the imports
+
+        return open_backend(self._url().text, self.state_dir)
+
+    def open_store(self, *, missing_ok: bool = False) -> StoreBackend | None:
+        """The store, opened read-only; None if there is none yet. For a store in local
+        files, a path that is not a directory is an error, and so is a missing directory
+        unless ``missing_ok``."""
+        from ..storage import open_store  # noqa: PLC0415 - see the note on the imports
+
+        url = self._url()
+        local = store_kind(url).local_dir(url, self.state_dir)
+        if missing_ok and local is not None and not local.exists():
             return None
-        return SqliteBackend(state_dir / DB_FILENAME, read_only=True)
+        return open_store(url, self.state_dir, read_only=True)
 
     def _reading(self) -> _Reading:
         return _Reading(self.open_store())
 
     def _find(self, backend: StoreBackend | None, given: str) -> LoopState:
         """The loop ``given`` names (its whole id or a unique prefix) in the store."""
-        where = str(self.state_dir)
+        where = self.where
         if backend is None:
             raise LoopNotFound(f"no loop {given!r} in {where}")
         state = backend.get_loop(backend.resolve_loop_id(given, where=where))

@@ -5,19 +5,19 @@ from __future__ import annotations
 import argparse
 import re
 import time
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from ..errors import ConfigError, StoreError
-from ..storage import DB_FILENAME, PruneReport, open_backend
+from ..storage import PruneReport
 
 # The runtime loads only when a prune runs: the command line imports this module to build
 # its parser, for every command.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..runtime import RuntimeConfig
+    from ..storage import StoreBackend
 
 __all__ = ["add_parser", "parse_duration", "prune"]
 
@@ -66,24 +66,25 @@ def add_parser(commands: Any, state_options: Any) -> None:
 
 
 def prune(args: argparse.Namespace, config: RuntimeConfig) -> int:
-    """Prune the SQLite store of ``config.state_dir`` directly (no runtime is started).
+    """Prune the store of ``config`` directly (no runtime is started).
 
     A dry run only reads, like `status`, so it works beside a running node. A real prune
-    writes, so, like an offline `stop`, it takes the state directory's lock: a running node
+    writes, so, like an offline `stop`, it takes the store's directory lock: a running node
     prunes its own store with ``retention_days``.
     """
-    state_dir = Path(config.state_dir)
+    from ._loop_control import StoredLoops  # noqa: PLC0415 - see the note on the imports
+
+    stored = StoredLoops(lambda: config)
     before = time.time() - args.older_than
-    stored = (state_dir / DB_FILENAME).exists()
-    if not stored:
+    existing = stored.open_store(missing_ok=True)
+    if existing is None:
         report = PruneReport(before=before, dry_run=args.dry_run)  # nothing stored, nothing made
     elif args.dry_run:
-        report = _prune(state_dir, before, dry_run=True)
+        report = _prune(existing, before, dry_run=True)
     else:
+        existing.close()
         try:
-            from ..runtime import lock_state_dir  # noqa: PLC0415 - see the note on the imports
-
-            lock = lock_state_dir(state_dir)
+            lock = stored.lock()
             lock.__enter__()
         except StoreError as exc:
             if "in use" not in str(exc):
@@ -93,21 +94,20 @@ def prune(args: argparse.Namespace, config: RuntimeConfig) -> int:
                 "(docs/configuration.md)"
             ) from None
         try:
-            report = _prune(state_dir, before, dry_run=False)
+            report = _prune(stored.open_to_write(), before, dry_run=False)
         finally:
             lock.__exit__(None, None, None)
     if args.json:
         print(msgspec.json.encode(report).decode())
-    elif not stored:
-        print(f"nothing to prune: no store in {state_dir}")
+    elif existing is None:
+        print(f"nothing to prune: no store in {stored.where}")
     else:
         cutoff = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(before))
-        print(f"{report.note()} (loops that finished before {cutoff}) in {state_dir}")
+        print(f"{report.note()} (loops that finished before {cutoff}) in {stored.where}")
     return 0
 
 
-def _prune(state_dir: Path, before: float, *, dry_run: bool) -> PruneReport:
-    backend = open_backend("sqlite", state_dir)
+def _prune(backend: StoreBackend, before: float, *, dry_run: bool) -> PruneReport:
     try:
         return backend.prune(before, dry_run=dry_run)
     finally:

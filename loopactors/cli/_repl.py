@@ -26,6 +26,7 @@ from ..client import connect
 from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
 from ..loops import LoopFinished, LoopStarted, LoopState
 from ..runtime import NODE_URL_FILE, Gap, RuntimeConfig, open_runtime
+from ..storage import store_kind
 from ..workers import check_worker_spec, cli_kinds, in_workspace, parse_worker
 from ._remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
@@ -322,7 +323,7 @@ async def _target(args: argparse.Namespace, config: RuntimeConfig) -> AsyncItera
 def _serving_node(config: RuntimeConfig) -> str | None:
     """The URL a node serving the state directory wrote (``node.url``): the REPL goes there
     rather than refuse a directory that node holds (only one runtime may use it)."""
-    if config.store == "memory":
+    if store_kind(config.store).in_process:
         return None
     try:
         url = (Path(config.state_dir) / NODE_URL_FILE).read_text(encoding="utf-8").strip()
@@ -403,7 +404,7 @@ async def _confirm_quit(session: PromptSession[str], repl: Repl) -> bool:
         return True
     if repl.target.keeps_running:
         question = f"{live} loop(s) are live; they keep running in the node. Quit? [y/N] "
-    elif isinstance(repl.target, EmbeddedTarget) and repl.target.rt.config.store == "memory":
+    elif isinstance(repl.target, EmbeddedTarget) and repl.target.keeps_nothing:
         question = (
             f"{live} loop(s) are live; they stop with this embedded node and are lost (the "
             "memory store keeps nothing). Quit? [y/N] "

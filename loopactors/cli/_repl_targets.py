@@ -8,6 +8,7 @@ starting a loop, its history, code loops and events differ by target.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, Protocol
 
 import trio
@@ -16,6 +17,7 @@ from ..client import NodeClient
 from ..codeloop import CodeLoops, answer_code, code_request
 from ..loops import AnyEvent, LoopState, RoundRecord
 from ..runtime import Gap, Runtime
+from ..storage import parse_store, store_kind
 from ._loop_control import LoopControl
 
 __all__ = ["EmbeddedTarget", "RemoteTarget", "Target"]
@@ -81,10 +83,15 @@ class EmbeddedTarget(_Target):
         super().__init__(runtime)
         self.rt = runtime
         self.background: trio.Nursery | None = None  # where code loops run
+        url = parse_store(runtime.config.store)
+        kind = store_kind(url)
+        #: The store is in this process: its loops are gone once you leave.
+        self.keeps_nothing = kind.in_process
+        local = kind.local_dir(url, Path(runtime.config.state_dir))
         self.where = (
-            "embedded node (memory store: nothing is kept after you leave)"
-            if runtime.config.store == "memory"
-            else f"embedded node (sqlite store in {runtime.config.state_dir})"
+            f"embedded node ({url.scheme} store: nothing is kept after you leave)"
+            if kind.in_process
+            else f"embedded node ({url.scheme} store in {local or url.redacted})"
         )
 
     async def resolve(self, loop_id: str) -> str:

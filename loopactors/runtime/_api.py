@@ -39,7 +39,14 @@ from ..loops import (
     resolve_loop_id,
     round_of,
 )
-from ..storage import DB_FILENAME, PruneReport, StoreBackend, StoreStatistics, open_backend
+from ..storage import (
+    PruneReport,
+    StoreBackend,
+    StoreStatistics,
+    open_backend,
+    parse_store,
+    store_kind,
+)
 from ..transport import transport_for
 from ..workers import RoundContext, end_orphan_groups, forget_group, record_group
 from ._breaker import Breaker
@@ -412,11 +419,12 @@ class Runtime:
 def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]:
     """The node's tree, in start order (stopped in reverse, restarted rest_for_one)."""
 
-    if config.store == "memory":
-        memory = open_backend("memory", None)  # outlives restarts of the Store actor
+    kind = store_kind(config.store)
+    if kind.in_process:
+        kept = open_backend(config.store, None)  # outlives restarts of the Store actor
 
         def backend() -> StoreBackend:
-            return memory
+            return kept
     else:
 
         def backend() -> StoreBackend:
@@ -432,7 +440,8 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                 Store,
                 backend,
                 deps.bus,
-                shared=config.store == "memory",
+                shared=kind.in_process,
+                blocking=kind.blocking,
                 retention_days=config.retention_days,
             ),
             name=STORE,
@@ -451,7 +460,7 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                 transport=functools.partial(transport_for, config.transport),
                 max_output_bytes=config.max_output_bytes,
                 outputs_dir=Path(config.state_dir) / "outputs"
-                if config.keep_full_outputs and config.store == "sqlite"
+                if config.keep_full_outputs and not kind.in_process
                 else None,
             ),
             name=DISPATCHER,
@@ -482,7 +491,7 @@ class RuntimeRoundContext:
     """The runtime's side of :class:`~loopactors.workers.RoundContext`: what a round may do
     besides returning output (child loops in its loop's scope, loops, events, compaction)."""
 
-    __slots__ = ("_bus", "_config", "_node", "loop_id", "round")
+    __slots__ = ("_bus", "_config", "_groups", "_node", "loop_id", "round")
 
     def __init__(
         self, config: RuntimeConfig, bus: EventBus, node: Node, loop_id: str, round_number: int
@@ -491,6 +500,9 @@ class RuntimeRoundContext:
         self._config = config
         self._bus = bus
         self._node = node
+        # A runtime with a state directory records its rounds' process groups there, so
+        # that its next start ends those a crash left running.
+        self._groups = None if store_kind(config.store).in_process else Path(config.state_dir)
         self.loop_id = loop_id
         self.round = round_number
 
@@ -539,13 +551,12 @@ class RuntimeRoundContext:
         return applied
 
     def process_group_started(self, pgid: int, cgroup: str | None = None) -> None:
-        if self._config.store == "sqlite":
-            state_dir = Path(self._config.state_dir)
-            record_group(state_dir, self.loop_id, self.round, pgid, cgroup=cgroup)
+        if self._groups is not None:
+            record_group(self._groups, self.loop_id, self.round, pgid, cgroup=cgroup)
 
     def process_group_ended(self, pgid: int) -> None:
-        if self._config.store == "sqlite":
-            forget_group(Path(self._config.state_dir), pgid)
+        if self._groups is not None:
+            forget_group(self._groups, pgid)
 
     def agent_step(self, tool: str, detail: str) -> None:
         self._bus.publish(
@@ -582,18 +593,24 @@ async def open_runtime(
     if config is None:
         config = load_config(config_file)
     config = config.replace(state_dir=state_dir, store=store, **overrides)
+    url = parse_store(config.store)
+    kind = store_kind(url)
+    state_dir = Path(config.state_dir)
+    store_dir = kind.local_dir(url, state_dir)
     async with contextlib.AsyncExitStack() as stack:
         lock = None
-        if config.store == "sqlite":
-            lock = stack.enter_context(lock_state_dir(Path(config.state_dir)))
+        if not kind.in_process:
+            # The node's own files (process groups, outputs, token) and, for a store in
+            # local files, the store: one runtime each, two would resume the same loops.
+            lock = stack.enter_context(lock_state_dir(state_dir))
+            if store_dir is not None and store_dir.resolve() != state_dir.resolve():
+                lock = stack.enter_context(lock_state_dir(store_dir))
             # Workers a crashed runtime left running end before their rounds run again.
-            await end_orphan_groups(Path(config.state_dir), config.kill_grace)
+            await end_orphan_groups(state_dir, config.kill_grace)
         runtime = await stack.enter_async_context(_open_runtime(config, observer))
-        if config.store == "sqlite":
-            state_dir = Path(config.state_dir)
-            await stack.enter_async_context(
-                watch_state_dir(state_dir, state_dir / DB_FILENAME, lock)
-            )
+        if store_dir is not None:
+            files = [store_dir / name for name in kind.local_files]
+            await stack.enter_async_context(watch_state_dir(store_dir, *files, lock=lock))
         yield runtime
 
 

@@ -20,6 +20,7 @@ from .._util import closest, did_you_mean
 from .._workspaces import trust_config, untrusted_config
 from ..errors import ConfigError
 from ..loops import MAX_ROUNDS, NOTIFY_EVENTS, ROUNDS_CEILING, redact_notify_url
+from ..storage import check_store
 from ..transport import check_transport, redact_url
 
 __all__ = [
@@ -70,6 +71,10 @@ def _rounds_cap(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
 
 def _transport(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     check_transport(value)
+
+
+def _store(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    check_store(value)
 
 
 def _redacted(url: str) -> str:
@@ -196,7 +201,10 @@ class RuntimeConfig:
     """Everything a runtime can be told; every field has a working default."""
 
     state_dir: Path = Path(".loopactors")
-    store: Literal["sqlite", "memory"] = "sqlite"
+    #: Where loops are kept: ``sqlite`` (a file in ``state_dir``), ``sqlite:DIR``,
+    #: ``memory`` (nothing kept after exit), ``postgresql://USER:PASSWORD@HOST/DB`` (a
+    #: database several nodes share, docs/multinode.md) or a registered scheme.
+    store: str = attrs.field(default="sqlite", validator=_store, repr=_redacted)
     #: Worker spec for loops that do not name one.
     worker: str = "scripted"
     #: The ``until`` check of loops that do not give one, and the checks' timeout (seconds).

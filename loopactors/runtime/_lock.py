@@ -132,15 +132,15 @@ def _lost(state_dir: Path, files: dict[Path, tuple[int, int] | None]) -> str | N
 
 @contextlib.asynccontextmanager
 async def watch_state_dir(
-    state_dir: Path, database: Path, lock: tuple[int, int] | None = None
+    state_dir: Path, *database: Path, lock: tuple[int, int] | None = None
 ) -> AsyncIterator[None]:
-    """Every :data:`STATE_CHECK_SECONDS`, check that ``state_dir`` and ``database`` are the
-    directory and file (same device and inode) they were on entry, and ``runtime.lock`` the
-    file ``lock`` says (the one ``lock_state_dir`` locked). If one was deleted or replaced,
-    what the runtime commits would be lost with the old file (or the lock no longer says who
-    holds the directory): the block is cancelled (no more work is taken) and
-    :class:`StateDirectoryLost` is raised from it."""
-    files = {state_dir: _identity(state_dir), database: _identity(database)}
+    """Every :data:`STATE_CHECK_SECONDS`, check that ``state_dir`` and the ``database``
+    files are the directory and files (same device and inode) they were on entry, and
+    ``runtime.lock`` the file ``lock`` says (the one ``lock_state_dir`` locked). If one was
+    deleted or replaced, what the runtime commits would be lost with the old file (or the
+    lock no longer says who holds the directory): the block is cancelled (no more work is
+    taken) and :class:`StateDirectoryLost` is raised from it."""
+    files = {path: _identity(path) for path in (state_dir, *database)}
     if lock is not None:
         files[state_dir / LOCK_FILE] = lock
     lost: list[str] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import sqlite3
 import time
 from collections.abc import Callable
@@ -46,6 +47,8 @@ __all__ = ["Store"]
 #: Commit at once from this many pending writes; below, wait up to COMMIT_DELAY for more.
 FLUSH_AT = 2000
 COMMIT_DELAY = 0.01
+#: The longest a stopping Store waits on a blocking backend for its last commit and close.
+STOP_SECONDS = 10.0
 #: While the disk is full, a failed commit is tried again this often (seconds).
 DISK_FULL_RETRY = 1.0
 
@@ -115,15 +118,19 @@ class Store(Actor[Any]):
         bus: EventBus,
         *,
         shared: bool = False,
+        blocking: bool = False,
         retention_days: float | None = None,
     ) -> None:
         """``open_backend`` is called at each (re)start. A ``shared`` backend (the in-memory
-        one, which must outlive a restart of this actor) is not closed when it stops. With
+        one, which must outlive a restart of this actor) is not closed when it stops. A
+        ``blocking`` backend (one whose calls wait on a server) is called in a worker thread,
+        one call at a time, so the event loop never waits on it. With
         ``retention_days``, finished loops older than that are pruned at the start and
         then periodically (see :mod:`._retention`)."""
         self._open_backend = open_backend
         self._bus = bus
         self._shared = shared
+        self._blocking = blocking
         self._retention_days = retention_days
         self.backend: StoreBackend
         self._batch: list[Write] = []
@@ -138,7 +145,9 @@ class Store(Actor[Any]):
         self._stopping = False
 
     async def on_start(self) -> None:
-        self.backend = self._open_backend()
+        self.backend = await self._run(self._open_backend)
+        if not self._shared:
+            self.nursery.start_soon(self._close_when_killed, self.backend)
         if self._retention_days is not None:
             self.nursery.start_soon(keep_pruning, self.ref, self._retention_days)
 
@@ -234,13 +243,16 @@ class Store(Actor[Any]):
         mailbox: commits and reads are served between batches, so a prune of a large store
         never holds the runtime up. The caller is answered with the total at the end.
         """
+        backend = self.backend
         try:
-            report, cursor = self.backend.prune_batch(
-                total.before,
-                after=after,
-                limit=self.prune_batch_size,
-                dry_run=total.dry_run,
-                deadline=time.perf_counter() + PRUNE_BATCH_SECONDS,
+            report, cursor = await self._run(
+                lambda: backend.prune_batch(
+                    total.before,
+                    after=after,
+                    limit=self.prune_batch_size,
+                    dry_run=total.dry_run,
+                    deadline=time.perf_counter() + PRUNE_BATCH_SECONDS,
+                )
             )
         except StoreError as exc:
             # That batch was rolled back whole (earlier ones stay done): refused, no crash.
@@ -255,6 +267,14 @@ class Store(Actor[Any]):
         if reply is not None and reply.done:
             return  # the caller gave up (timed out, cancelled): so does the prune
         self.nursery.start_soon(self._prune_later, _PruneNext(total, cursor, reply))
+
+    async def _close_when_killed(self, backend: StoreBackend) -> None:
+        # A kill (cancellation from outside) skips on_stop: the backend's connection is
+        # closed here all the same (a second close, after on_stop's, does nothing).
+        try:
+            await trio.sleep_forever()
+        finally:
+            backend.close()
 
     async def _prune_later(self, rest: _PruneNext) -> None:
         # From another task, a cast joins the back of the mailbox (a self-cast would jump
@@ -282,11 +302,16 @@ class Store(Actor[Any]):
 
     async def on_stop(self, reason: BaseException | None) -> None:
         self._stopping = True  # a last flush that finds the disk full fails, it does not wait
-        try:
-            await self._flush()
-        finally:
-            if not self._shared:
-                self.backend.close()
+        # A blocking backend is shielded: a stop by cancellation still commits what it holds
+        # and closes it, as an inline backend does with no checkpoint to be cancelled at;
+        # bounded, so a server that no longer answers cannot hold the stop up.
+        with trio.move_on_after(STOP_SECONDS if self._blocking else math.inf) as scope:
+            scope.shield = self._blocking
+            try:
+                await self._flush()
+            finally:
+                if not self._shared and hasattr(self, "backend"):
+                    await self._run(self.backend.close)
 
     async def _flush(self) -> None:
         if not self._batch:
@@ -349,6 +374,11 @@ class Store(Actor[Any]):
             await self.ref.cast(_FlushNow())
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._blocking:
+            # A call that waits on a server: in a worker thread, finished even if this task
+            # is cancelled (the Store makes one call at a time, and a commit half-sent must
+            # be known to have ended before the next one starts).
+            return await trio.to_thread.run_sync(fn, *args)
         # In the event loop's own thread, on purpose. SQLite releases the GIL for every row
         # it steps, so a worker thread waits for the GIL behind the busy event loop at each
         # row: measured at ~130 us per write in a thread against ~25 us here. A commit blocks

@@ -1,17 +1,19 @@
 """Durable state: loops, their round records and event logs.
 
-General layout: ``_base`` (the :class:`StoreBackend` interface and its records), ``_memory``
-(dicts, for tests and demos), ``_sqlite`` (one WAL-mode SQLite file). All are private; this
-module is the public surface, and :func:`open_backend` picks a backend by name.
+General layout: ``_base`` (the :class:`StoreBackend` interface and its records), ``_kinds``
+(stores by URL: the registry of :class:`StoreKind`), ``_memory`` (dicts, for tests and
+demos), ``_sqlite`` (one WAL-mode SQLite file), ``_postgres`` (a PostgreSQL database shared
+by nodes; psycopg is imported only when one is opened). All are private; this module is the
+public surface, and :func:`open_store` opens a store by URL.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .._util import fix_public_module, private_dirs
-from ..errors import StoreError
+from .._util import fix_public_module
 from ._base import COMMIT_BUCKETS as COMMIT_BUCKETS
+from ._base import DB_FILENAME as DB_FILENAME
 from ._base import PRUNE_BATCH as PRUNE_BATCH
 from ._base import CommitLatency as CommitLatency
 from ._base import PruneReport as PruneReport
@@ -20,11 +22,20 @@ from ._base import StoreBackend as StoreBackend
 from ._base import StoreStatistics as StoreStatistics
 from ._base import Write as Write
 from ._base import summary_of as summary_of
+from ._kinds import StoreKind as StoreKind
+from ._kinds import StoreUrl as StoreUrl
+from ._kinds import check_store as check_store
+from ._kinds import open_store as open_store
+from ._kinds import parse_store as parse_store
+from ._kinds import register_store as register_store
+from ._kinds import store_kind as store_kind
+from ._kinds import unregister_store as unregister_store
 from ._memory import MemoryBackend as MemoryBackend
 from ._sqlite import SqliteBackend as SqliteBackend
 
 __all__ = [
     "COMMIT_BUCKETS",
+    "DB_FILENAME",
     "PRUNE_BATCH",
     "CommitLatency",
     "MemoryBackend",
@@ -32,32 +43,28 @@ __all__ = [
     "QueuedNotification",
     "SqliteBackend",
     "StoreBackend",
+    "StoreKind",
     "StoreStatistics",
+    "StoreUrl",
     "Write",
+    "check_store",
     "open_backend",
+    "open_store",
+    "parse_store",
+    "register_store",
+    "store_kind",
     "summary_of",
+    "unregister_store",
 ]
 
-DB_FILENAME = "loopactors.db"
-_KINDS = ("memory", "sqlite")
 
-
-def open_backend(kind: str, state_dir: Path | None) -> StoreBackend:
-    """Open the backend named ``kind``: ``memory``, or ``sqlite`` in ``state_dir``.
-
-    The SQLite file is ``<state_dir>/loopactors.db``; ``state_dir`` is created if missing.
-    """
-    if kind == "memory":
-        return MemoryBackend()
-    if kind == "sqlite":
-        if state_dir is None:
-            raise StoreError("the sqlite store needs a state directory")
-        try:
-            private_dirs(state_dir)
-        except OSError as exc:
-            raise StoreError(f"cannot create the state directory {state_dir}: {exc}") from exc
-        return SqliteBackend(state_dir / DB_FILENAME)
-    raise StoreError(f"unknown store kind {kind!r}; accepted: {', '.join(_KINDS)}")
+def open_backend(url: str, state_dir: Path | None) -> StoreBackend:
+    """Open the store ``url`` names for reading and writing (see :func:`open_store`):
+    ``memory``, ``sqlite`` (``<state_dir>/loopactors.db``, the directory created if
+    missing), ``sqlite:DIR``, ``postgresql://...`` or a registered scheme."""
+    backend = open_store(url, state_dir)
+    assert backend is not None  # only a read-only open finds nothing
+    return backend
 
 
 fix_public_module(globals(), __all__)

@@ -1,7 +1,8 @@
 """The store backend interface: durable loops, rounds and event logs.
 
-Backends are plain blocking objects; the Store actor calls them in the event loop's thread,
-one call at a time, and batches the writes of many loops into one
+Backends are plain blocking objects; the Store actor calls them one call at a time (in the
+event loop's thread, or in a worker thread for a kind whose calls wait on a network, see
+``StoreKind.blocking``), and batches the writes of many loops into one
 :meth:`StoreBackend.commit` (group commit).
 """
 
@@ -27,6 +28,7 @@ from ..loops import (
 
 __all__ = [
     "COMMIT_BUCKETS",
+    "DB_FILENAME",
     "CommitLatency",
     "PruneReport",
     "QueuedNotification",
@@ -34,6 +36,10 @@ __all__ = [
     "StoreStatistics",
     "Write",
 ]
+
+
+#: The SQLite store's file in its directory.
+DB_FILENAME = "loopactors.db"
 
 
 class Write(msgspec.Struct, gc=False, frozen=True, kw_only=True):

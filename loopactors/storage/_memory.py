@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from ..errors import StoreError
 from ..loops import TERMINAL_PHASES, AnyEvent, LoopState, RoundRecord
@@ -17,8 +18,9 @@ from ._base import (
     check_limit,
     queued_by,
 )
+from ._kinds import StoreKind, StoreUrl
 
-__all__ = ["MemoryBackend"]
+__all__ = ["KIND", "MemoryBackend"]
 
 
 class MemoryBackend(StoreBackend):
@@ -177,3 +179,11 @@ class MemoryBackend(StoreBackend):
     def close(self) -> None:
         self._closed = True
         self._loops, self._rounds, self._events = {}, {}, {}
+
+
+def _open(url: StoreUrl, state_dir: Path | None, read_only: bool) -> MemoryBackend | None:
+    # Read offline there is nothing: the loops lived in a process that has ended.
+    return None if read_only else MemoryBackend()
+
+
+KIND = StoreKind(scheme="memory", open=_open, in_process=True, blocking=False)

@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from .._util import private_dirs
 from ..errors import StoreError
 from ..loops import (
     TERMINAL_PHASES,
@@ -29,6 +30,7 @@ from ..loops import (
     event_decoder,
 )
 from ._base import (
+    DB_FILENAME,
     PRUNE_BATCH,
     PRUNE_SCAN,
     PruneReport,
@@ -39,8 +41,9 @@ from ._base import (
     check_limit,
     queued_by,
 )
+from ._kinds import StoreKind, StoreUrl
 
-__all__ = ["SqliteBackend"]
+__all__ = ["KIND", "SqliteBackend"]
 
 log = logging.getLogger("loopactors.store")
 
@@ -535,3 +538,33 @@ class SqliteBackend(StoreBackend):
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _open(url: StoreUrl, state_dir: Path | None, read_only: bool) -> SqliteBackend | None:
+    directory = KIND.local_dir(url, state_dir or Path())
+    assert directory is not None
+    if read_only:
+        if directory.exists() and not directory.is_dir():
+            raise StoreError(f"the state directory {directory} is not a directory")
+        if not directory.exists():
+            raise StoreError(
+                f"no state directory {directory} (give the one a runtime used: --state DIR)"
+            )
+        if not (directory / DB_FILENAME).exists():
+            return None
+        return SqliteBackend(directory / DB_FILENAME, read_only=True)
+    try:
+        private_dirs(directory)
+    except OSError as exc:
+        raise StoreError(f"cannot create the state directory {directory}: {exc}") from exc
+    return SqliteBackend(directory / DB_FILENAME)
+
+
+#: One file in the state directory (or the directory ``sqlite:DIR`` names), written inline:
+#: SQLite is faster on the event loop's thread than in a worker thread (runtime/_store.py).
+KIND = StoreKind(
+    scheme="sqlite",
+    open=_open,
+    local_files=(DB_FILENAME,),
+    blocking=False,
+)

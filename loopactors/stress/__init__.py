@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ._report import render_report as render_report
     from ._run import StressOptions as StressOptions
     from ._run import read_sqlite as read_sqlite
+    from ._run import read_store as read_store
     from ._run import run_stress as run_stress
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "StressReport",
     "check_loops",
     "read_sqlite",
+    "read_store",
     "render_report",
     "run_kill_trials",
     "run_stress",
@@ -45,6 +47,7 @@ _HOMES = {
     "StressReport": "_report",
     "check_loops": "_report",
     "read_sqlite": "_run",
+    "read_store": "_run",
     "render_report": "_report",
     "run_kill_trials": "_kill",
     "run_stress": "_run",

@@ -9,7 +9,7 @@ import random
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ..errors import ConfigError
 
@@ -43,8 +43,10 @@ def add_parser(commands: Any) -> None:
         "--worker", metavar="SPEC",
         help="(scripted; with --gateway-flood a command that sleeps 0.2 s)",
     )  # fmt: skip
-    stress.add_argument("--store", choices=["memory", "sqlite"], help="memory unless --state")
-    stress.add_argument("--state", type=Path, metavar="DIR", help="the sqlite state directory")
+    stress.add_argument(
+        "--store", metavar="URL", help="memory unless --state; sqlite, postgresql://..."
+    )
+    stress.add_argument("--state", type=Path, metavar="DIR", help="the state directory")
     stress.add_argument(
         "--crash-rate", type=float, default=0.0, metavar="P",
         help="fraction of actor messages that crash the actor handling them (0)",
@@ -96,15 +98,16 @@ def add_parser(commands: Any) -> None:
 
 
 def options_of(args: argparse.Namespace) -> StressOptions:
-    from ._run import StressOptions  # noqa: PLC0415 - see the note on the imports
+    from ..storage import store_kind  # noqa: PLC0415 - see the note on the imports
+    from ._run import StressOptions  # noqa: PLC0415
 
-    store: Literal["memory", "sqlite"] = args.store or (
-        "sqlite" if args.state is not None or args.kill_trials else "memory"
-    )
-    if store == "memory" and args.state is not None:
-        raise ConfigError("--state is for the sqlite store; drop it or use --store sqlite")
-    if args.kill_trials and store != "sqlite":
-        raise ConfigError("kill trials run on the sqlite store (the memory store dies with them)")
+    durable = args.state is not None or args.kill_trials
+    store: str = args.store or ("sqlite" if durable else "memory")
+    in_process = store_kind(store).in_process
+    if in_process and args.state is not None:
+        raise ConfigError(f"--state is for a durable store (sqlite, ...), not {store}")
+    if args.kill_trials and in_process:
+        raise ConfigError(f"kill trials need a durable store (the {store} store dies with them)")
     if args.kill_trials < 0:
         raise ConfigError(f"--kill-trials must be >= 0, got {args.kill_trials}")
     options = StressOptions(

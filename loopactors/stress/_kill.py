@@ -24,9 +24,8 @@ import attrs
 import msgspec
 import trio
 
-from ..storage import DB_FILENAME, open_backend
 from ._report import InvariantCheck, KillTotals, KillTrial, StressReport
-from ._run import StressOptions, Tally, run_stress
+from ._run import StressOptions, Tally, open_existing, run_stress
 
 __all__ = ["child_progress", "run_kill_trials"]
 
@@ -53,7 +52,7 @@ def _child_argv(options: StressOptions, trial: int, seed: int) -> list[str]:
     return [
         sys.executable, "-m", "loopactors", "stress", "--kill-child",
         "--loops", str(options.loops), "--rounds", str(options.rounds),
-        "--worker", options.worker, "--store", "sqlite", "--state", str(options.state_dir),
+        "--worker", options.worker, "--store", options.store, "--state", str(options.state_dir),
         "--crash-rate", str(options.crash_rate), "--stop-rate", str(options.stop_rate),
         "--seed", str(seed), "--task-prefix", f"{options.task_prefix}t{trial}-",
         "--stall-timeout", str(options.stall_timeout),
@@ -110,9 +109,9 @@ def _read_lines(stream: IO[str], lines: queue.Queue[str | None]) -> None:
 def _store_counts(options: StressOptions) -> tuple[int, int, int]:
     """Loops in the state directory's store, their completed rounds, and the live ones."""
     assert options.state_dir is not None
-    if not (options.state_dir / DB_FILENAME).exists():
+    backend = open_existing(options.store, options.state_dir)
+    if backend is None:
         return 0, 0, 0
-    backend = open_backend("sqlite", options.state_dir)
     try:
         states = backend.list_loops()
     finally:

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 import trio
@@ -21,7 +21,7 @@ import trio
 from ..errors import ConfigError, LoopactorsError
 from ..loops import MAX_ROUNDS, AnyEvent, LoopFinished, LoopState, RoundFinished, RoundStarted
 from ..runtime import Runtime, RuntimeConfig, new_loop_id, open_runtime
-from ..storage import DB_FILENAME, open_backend
+from ..storage import StoreBackend, open_store, parse_store, store_kind
 from ..testing import FaultInjection, inject_faults
 from ._report import StoredLoop, StressReport, check_loops, percentile, phase_counts
 
@@ -43,7 +43,8 @@ class StressOptions:
     loops: int
     rounds: int
     worker: str = "scripted"
-    store: Literal["memory", "sqlite"] = "memory"
+    #: A store URL (storage.open_store): memory, sqlite, postgresql://...
+    store: str = "memory"
     state_dir: Path | None = None
     crash_rate: float = 0.0
     stop_rate: float = 0.0
@@ -62,8 +63,9 @@ class StressOptions:
         for flag, rate in (("--crash-rate", self.crash_rate), ("--stop-rate", self.stop_rate)):
             if not 0 <= rate <= 1:
                 problems.append(f"{flag} must be between 0 and 1, got {rate}")
-        if self.store == "sqlite" and self.state_dir is None:
-            problems.append("the sqlite store needs --state DIR")
+        url = parse_store(self.store)
+        if store_kind(url).local_files and not url.rest and self.state_dir is None:
+            problems.append(f"the {url.scheme} store needs --state DIR")
         if problems:
             raise ConfigError("; ".join(problems))
 
@@ -157,7 +159,8 @@ async def run_stress(
     stops_send, stops_receive = trio.open_memory_channel[str](float("inf"))
     tally = Tally(stop_at, stops_send)
     state_dir = options.state_dir or Path(".loopactors")
-    before = len(read_sqlite(state_dir)) if options.store == "sqlite" and count_loops else 0
+    in_process = store_kind(options.store).in_process
+    before = len(read_store(options.store, state_dir)) if not in_process and count_loops else 0
     with inject_faults(options.crash_rate, seed=rng.randrange(2**32)) as faults:
         # Not while the node starts: a child that fails its first start fails the node (as
         # OTP's does), which would test booting, not recovery.
@@ -176,9 +179,9 @@ async def run_stress(
             )
             seconds = time.perf_counter() - began
             faults.enabled = False  # read back undisturbed
-            stored = await _read_from_runtime(rt) if options.store == "memory" and verify else None
+            stored = await _read_from_runtime(rt) if in_process and verify else None
     if stored is None:
-        stored = read_sqlite(state_dir) if verify else []
+        stored = read_store(options.store, state_dir) if verify else []
     return build_report(
         options,
         stored,
@@ -271,11 +274,21 @@ async def _read_from_runtime(rt: Runtime) -> list[StoredLoop]:
     return stored
 
 
-def read_sqlite(state_dir: Path) -> list[StoredLoop]:
-    """Every loop in a state directory's SQLite file, read straight from disk."""
-    if not (state_dir / DB_FILENAME).exists():
+def open_existing(store: str, state_dir: Path) -> StoreBackend | None:
+    """The durable store ``store`` names, opened to read; None if it holds nothing yet."""
+    url = parse_store(store)
+    kind = store_kind(url)
+    local = kind.local_dir(url, state_dir)
+    if kind.in_process or (local is not None and not local.exists()):
+        return None
+    return open_store(url, state_dir, read_only=True)
+
+
+def read_store(store: str, state_dir: Path) -> list[StoredLoop]:
+    """Every loop in a durable store, read straight from it (no runtime)."""
+    backend = open_existing(store, state_dir)
+    if backend is None:
         return []
-    backend = open_backend("sqlite", state_dir)
     try:
         return [
             StoredLoop(
@@ -287,6 +300,12 @@ def read_sqlite(state_dir: Path) -> list[StoredLoop]:
         ]
     finally:
         backend.close()
+
+
+def read_sqlite(state_dir: Path) -> list[StoredLoop]:
+    """``read_store("sqlite", state_dir)``: the name before stores had URLs (kept for one
+    release)."""
+    return read_store("sqlite", state_dir)
 
 
 def peak_rss_mb() -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import urllib.parse
 
+from .._util import redact_url
 from ..errors import ConfigError
 
 __all__ = ["IN_PROCESS", "check_transport", "redact_url"]
@@ -44,23 +45,3 @@ def check_transport(value: str) -> str:
             "redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for TLS)"
         )
     return value
-
-
-def redact_url(url: str) -> str:
-    """The URL with any user name and password (also a ``password=`` query parameter)
-    replaced by ``***``: safe for logs."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is not None or parts.username is not None:
-        host = parts.hostname or ""
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        if port is not None:
-            host = f"{host}:{port}"
-        parts = parts._replace(netloc=f"***@{host}")
-    if "password" in parts.query.lower():
-        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-        hidden = [(k, "***" if "password" in k.lower() else v) for k, v in query]
-        parts = parts._replace(query=urllib.parse.urlencode(hidden, safe="*/"))
-    return urllib.parse.urlunsplit(parts)

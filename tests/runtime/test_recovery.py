@@ -22,14 +22,18 @@ from loopactors.runtime import Runtime, open_runtime
 from loopactors.storage import SqliteBackend, Write, open_backend
 from tests.hang import HANG
 
+from ..postgres import store_url
 from .conftest import sqlite_config
 
 
-async def run_until(state_dir: Path, text: str, kill_when: str, **options: Any) -> str:
+async def run_until(
+    state_dir: Path, text: str, kill_when: str, store: str = "sqlite", **options: Any
+) -> str:
     """Start a loop, then kill the node (no graceful stop) at the moment ``kill_when``."""
     loop_id = ""
     with trio.CancelScope() as scope:
-        async with open_runtime(sqlite_config(state_dir, shutdown_grace=0.0)) as rt:
+        config = sqlite_config(state_dir, shutdown_grace=0.0, store=store)
+        async with open_runtime(config) as rt:
             with rt.subscribe() as events:
                 handle = await rt.start(text, **options)
                 loop_id = handle.loop_id
@@ -42,8 +46,10 @@ async def run_until(state_dir: Path, text: str, kill_when: str, **options: Any) 
     return loop_id
 
 
-async def finish(state_dir: Path, loop_id: str) -> tuple[LoopState, list[RoundRecord], Runtime]:
-    async with open_runtime(sqlite_config(state_dir)) as rt:
+async def finish(
+    state_dir: Path, loop_id: str, store: str = "sqlite"
+) -> tuple[LoopState, list[RoundRecord], Runtime]:
+    async with open_runtime(sqlite_config(state_dir, store=store)) as rt:
         final = await rt.handle(loop_id).wait()
         return final, await rt.history(loop_id), rt
 
@@ -53,20 +59,32 @@ def assert_each_round_once(rounds: list[RoundRecord], total: int) -> None:
     assert all(r.status == "completed" for r in rounds), [r.status for r in rounds]
 
 
-async def test_killed_while_a_round_runs(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def durable(request: pytest.FixtureRequest) -> str:
+    """Each durable built-in store's URL (a fresh PostgreSQL schema)."""
+    return store_url(request, request.param)
+
+
+async def test_killed_while_a_round_runs(tmp_path: Path, durable: str) -> None:
     loop_id = await run_until(
-        tmp_path, "|loop:4,fresh| survive", "round 2 started", worker="scripted:latency=0.05"
+        tmp_path,
+        "|loop:4,fresh| survive",
+        "round 2 started",
+        store=durable,
+        worker="scripted:latency=0.05",
     )
-    async with open_runtime(sqlite_config(tmp_path)) as rt:
+    async with open_runtime(sqlite_config(tmp_path, store=durable)) as rt:
         assert (await rt.get(loop_id)).phase == "awaiting_worker"
-    final, rounds, _ = await finish(tmp_path, loop_id)
+    final, rounds, _ = await finish(tmp_path, loop_id, durable)
     assert final.phase == "complete"
     assert_each_round_once(rounds, 4)
 
 
-async def test_killed_between_rounds(tmp_path: Path) -> None:
-    loop_id = await run_until(tmp_path, "|loop:3| survive", "between rounds", inter_round_delay=0.5)
-    final, rounds, _ = await finish(tmp_path, loop_id)
+async def test_killed_between_rounds(tmp_path: Path, durable: str) -> None:
+    loop_id = await run_until(
+        tmp_path, "|loop:3| survive", "between rounds", store=durable, inter_round_delay=0.5
+    )
+    final, rounds, _ = await finish(tmp_path, loop_id, durable)
     assert final.phase == "complete"
     assert_each_round_once(rounds, 3)
 

@@ -11,7 +11,7 @@ from typing import Any, cast
 import msgspec
 import pytest
 
-from loopactors.errors import AmbiguousLoopId, LoopNotFound, StoreError
+from loopactors.errors import AmbiguousLoopId, ConfigError, LoopNotFound, StoreError
 from loopactors.loops._events import (
     AnyEvent,
     LoopFinished,
@@ -35,6 +35,8 @@ from loopactors.storage import (
     open_backend,
 )
 
+from ..postgres import STORES, store_url
+
 SPEC = LoopSpec(task="tidy the docs", rounds=3)
 
 
@@ -56,9 +58,9 @@ def started(loop_id: str, rnd: int) -> RoundStarted:
     return RoundStarted(loop_id=loop_id, at=float(rnd), round=rnd, rounds=3, seed_source="task")
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=STORES)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreBackend]:
-    store = open_backend(request.param, tmp_path)
+    store = open_backend(store_url(request, request.param), tmp_path)
     yield store
     store.close()
 
@@ -80,8 +82,10 @@ def test_open_backend_kinds(tmp_path: Path) -> None:
 
 
 def test_open_backend_refuses_unknown_kind_and_missing_dir() -> None:
-    with pytest.raises(StoreError, match=r"'redis'.*accepted: memory, sqlite"):
+    with pytest.raises(ConfigError, match=r"unknown store 'redis'; accepted: sqlite, sqlite:DIR"):
         open_backend("redis", None)
+    with pytest.raises(ConfigError, match=r"unknown store 'mysql://\*\*\*@host/db'"):
+        open_backend("mysql://me:secret@host/db", None)  # the password is not shown
     with pytest.raises(StoreError, match="state directory"):
         open_backend("sqlite", None)
 

@@ -68,7 +68,7 @@ def test_bad_options_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["stress", "--rounds", "0"]) == 1
     assert "--rounds must be from 1 to 50" in capsys.readouterr().err
     assert main(["stress", "--kill-trials", "2", "--store", "memory"]) == 1
-    assert "kill trials run on the sqlite store" in capsys.readouterr().err
+    assert "kill trials need a durable store" in capsys.readouterr().err
 
 
 def test_a_kill_trial_resumes_and_checks_every_loop(tmp_path: Path) -> None:

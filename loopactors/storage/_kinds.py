@@ -1,0 +1,191 @@
+"""Stores plug in by URL: a scheme names a :class:`StoreKind`, registered as ``"module:attr"``
+and imported on first use (docs/architecture.md, "Where a change goes").
+
+``sqlite`` (the state directory's file), ``sqlite:DIR`` or a plain directory, ``memory``
+(``memory:``), ``postgresql://...``; a third party registers its own scheme with
+:func:`register_store` or an entry point in the ``loopactors.stores`` group. The runtime
+asks the kind what it needs to know (is the data in this process? in files on this disk?
+do its calls block?) and never tests a store's name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from .._plugins import Registry
+from .._util import redact_url
+from ..errors import ConfigError, StoreError
+
+if TYPE_CHECKING:
+    from ._base import StoreBackend
+
+__all__ = [
+    "StoreKind",
+    "StoreUrl",
+    "check_store",
+    "open_store",
+    "parse_store",
+    "register_store",
+    "store_kind",
+    "unregister_store",
+]
+
+
+class StoreUrl(msgspec.Struct, frozen=True):
+    """A store's URL taken apart: ``scheme`` and what follows ``scheme:`` (``rest``, empty
+    for a bare ``sqlite`` or ``memory``)."""
+
+    text: str
+    scheme: str
+    rest: str = ""
+
+    @property
+    def redacted(self) -> str:
+        """The URL with any password hidden: what logs, errors and ``status`` show."""
+        return redact_url(self.text)
+
+
+#: Opens a store: its URL, the node's state directory (node-local files), and whether to
+#: open it only to read. With ``read_only``, a store that does not exist yet is ``None``.
+Opener = Callable[[StoreUrl, Path | None, bool], "StoreBackend | None"]
+
+
+class StoreKind(msgspec.Struct, frozen=True, kw_only=True):
+    """One kind of store, with what the runtime needs to know of it as data."""
+
+    scheme: str
+    #: ``(url, state_dir, read_only) -> backend`` (``None``: read-only and nothing there).
+    open: Opener
+    #: The data lives in this process: one backend per runtime, kept across restarts of the
+    #: Store actor, gone at exit (nothing to lock, recover or read offline).
+    in_process: bool = False
+    #: The data is in files of one directory on this machine (``rest``, or the state
+    #: directory when empty): the runtime locks that directory and watches these files.
+    local_files: tuple[str, ...] = ()
+    #: What is wrong with a URL of this kind (None: nothing), checked with the
+    #: configuration, before anything is opened.
+    check: Callable[[StoreUrl], str | None] | None = None
+    #: Calls wait on I/O (a network, a server): the Store actor makes them in a worker
+    #: thread so the event loop never waits on them. SQLite is faster inline (measured).
+    blocking: bool = True
+
+    def local_dir(self, url: StoreUrl, state_dir: Path) -> Path | None:
+        """The directory of a store kept in local files (None for any other store)."""
+        if not self.local_files:
+            return None
+        return Path(url.rest).expanduser() if url.rest else state_dir
+
+
+_stores: Registry[StoreKind] = Registry("store", group="loopactors.stores")
+_stores.register("sqlite", "loopactors.storage._sqlite:KIND")
+_stores.register("memory", "loopactors.storage._memory:KIND")
+_stores.register("postgresql", "loopactors.storage._postgres:KIND")
+_stores.register("postgres", "loopactors.storage._postgres:KIND")
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+")
+
+
+def register_store(scheme: str, target: str | StoreKind, *, replace: bool = False) -> None:
+    """Serve store URLs of ``scheme`` by ``target``: a :class:`StoreKind`, or
+    ``"module:attr"`` naming one (imported the first time such a URL is used)."""
+    if not _SCHEME.fullmatch(scheme):
+        raise ValueError(
+            f"a store scheme is a letter then letters, digits, +, - or ., got {scheme!r}"
+        )
+    _stores.register(scheme.lower(), target, replace=replace)
+
+
+def unregister_store(scheme: str) -> None:
+    """Forget ``scheme`` (a test's own store, after the test)."""
+    _stores.unregister(scheme.lower())
+
+
+def _accepted() -> str:
+    others = "".join(f", {name}:..." for name in _stores.names() if name not in _BUILT_IN)
+    return (
+        f"sqlite, sqlite:DIR (or a directory), memory, postgresql://USER:PASSWORD@HOST/DB{others}"
+    )
+
+
+_BUILT_IN = frozenset({"sqlite", "memory", "postgresql", "postgres"})
+
+
+def parse_store(text: str) -> StoreUrl:
+    """Take a store URL apart, checking only its form and that its scheme is registered.
+
+    Raises:
+        ConfigError: naming the value (password hidden) and the accepted forms.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"no store given (got {text!r}); accepted: {_accepted()}")
+    scheme, sep, rest = text.partition(":")
+    if sep and "://" in text and not _SCHEME.fullmatch(scheme):
+        scheme = ""
+    if not sep or not _SCHEME.fullmatch(scheme):
+        # No scheme: a bare name (`sqlite`, `memory`), else a path to a SQLite directory.
+        if _SCHEME.fullmatch(text) and "/" not in text:
+            scheme, rest = text, ""
+        else:
+            scheme, rest = "sqlite", text
+    scheme = scheme.lower()
+    if scheme not in _stores:
+        raise ConfigError(f"unknown store {redact_url(text)!r}; accepted: {_accepted()}")
+    return StoreUrl(text=text, scheme=scheme, rest=rest)
+
+
+def check_store(text: str) -> str:
+    """``text`` if it names a registered kind of store in a form that kind accepts.
+
+    Raises:
+        ConfigError: naming the value (password hidden) and what is accepted.
+    """
+    url = parse_store(text)
+    kind = store_kind(url)
+    problem = None if kind.check is None else kind.check(url)
+    if problem is not None:
+        raise ConfigError(f"bad store {url.redacted!r}: {problem}")
+    return text
+
+
+def store_kind(url: str | StoreUrl) -> StoreKind:
+    """The kind of store ``url`` names, its module imported now if it was not yet.
+
+    Raises:
+        ConfigError: an unknown scheme, or a kind whose module cannot be loaded.
+    """
+    parsed = parse_store(url) if isinstance(url, str) else url
+    try:
+        kind = _stores[parsed.scheme]
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"cannot load the store {parsed.redacted!r}: {exc}") from exc
+    if not isinstance(kind, StoreKind):
+        raise ConfigError(
+            f"the store {parsed.scheme!r} is registered as {type(kind).__name__}, not a StoreKind"
+        )
+    return kind
+
+
+def open_store(
+    url: str | StoreUrl, state_dir: Path | None, *, read_only: bool = False
+) -> StoreBackend | None:
+    """Open the store ``url`` names; ``state_dir`` is the node's state directory (where a
+    bare ``sqlite`` keeps its file). With ``read_only`` nothing is created, migrated or
+    written, and a store that does not exist yet is ``None``.
+
+    Raises:
+        ConfigError: the URL is not a store's.
+        StoreError: the store cannot be opened.
+    """
+    parsed = parse_store(url) if isinstance(url, str) else url
+    kind = store_kind(parsed)
+    problem = None if kind.check is None else kind.check(parsed)
+    if problem is not None:
+        raise ConfigError(f"bad store {parsed.redacted!r}: {problem}")
+    if kind.local_files and not parsed.rest and state_dir is None:
+        raise StoreError(f"the {parsed.scheme} store needs a state directory")
+    return kind.open(parsed, state_dir, read_only)
