@@ -139,6 +139,8 @@ def open_private(path: Path, mode: str = "wb") -> IO[Any]:
         encoding=None if "b" in mode else "utf-8",
         errors=None if "b" in mode else "surrogatepass",
     )
+
+
 def redact_url(url: str) -> str:
     """The URL with any user name and password (also a ``password=`` query parameter)
     replaced by ``***``: safe for logs."""

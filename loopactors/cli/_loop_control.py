@@ -179,7 +179,7 @@ class StoredLoops:
         local = store_kind(url).local_dir(url, self.state_dir)
         return url.redacted if local is None else str(local)
 
-    def lock(self) -> contextlib.AbstractContextManager[None]:
+    def lock(self) -> contextlib.AbstractContextManager[object]:
         """The lock that keeps a runtime off while the store is changed here: its
         directory's for a store in local files, else the state directory's."""
         from ..runtime import lock_state_dir  # noqa: PLC0415 - the lock only

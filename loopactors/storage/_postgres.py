@@ -175,6 +175,7 @@ class PostgresBackend(StoreBackend):
                 self.exists = version is not None
             else:
                 self._migrate()
+                self._take_store()
         except BaseException:
             self._conn.close()
             raise
@@ -224,6 +225,23 @@ class PostgresBackend(StoreBackend):
                 )
         except self._error as exc:
             raise StoreError(f"cannot set up the store {self.shown}: {exc}") from None
+
+    def _take_store(self) -> None:
+        """One writer per store (schema), as the SQLite store's directory lock makes it: two
+        nodes would both resume every live loop. A session lock, so it goes with the
+        connection, also when the process dies. (Loops shared by several nodes need
+        ownership of each loop: docs/multinode.md.)"""
+        try:
+            row = self._conn.execute(
+                "SELECT pg_try_advisory_lock(hashtext(current_schema() || ' loopactors store'))"
+            ).fetchone()
+        except self._error as exc:
+            raise StoreError(f"cannot lock the store {self.shown}: {exc}") from None
+        if not (row and row[0]):
+            raise StoreError(
+                f"the store {self.shown} is in use by another loopactors runtime (a node, or a "
+                "command changing it); stop it first, or act on its loops with --connect URL"
+            )
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[None]:

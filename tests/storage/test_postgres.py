@@ -97,27 +97,38 @@ def test_prefix_search_compares_bytes_whatever_the_collation(store: StoreBackend
     assert store.find_loop_ids("ab_", limit=10) == ["ab_c"]
 
 
-def test_two_nodes_connections_see_each_others_commits_and_migrate_once(
+def test_nodes_starting_together_migrate_once_and_one_of_them_writes(
     postgres_url: str,
 ) -> None:
     opened: list[StoreBackend] = []
+    refused: list[StoreError] = []
 
     def open_one() -> None:
-        opened.append(open_backend(postgres_url, None))
+        try:
+            opened.append(open_backend(postgres_url, None))
+        except StoreError as exc:
+            refused.append(exc)
 
     threads = [threading.Thread(target=open_one) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(opened) == 4  # all migrated or waited for the one that did
+    # All migrated or waited for the one that did; one holds the store, as a node would.
+    assert len(opened) == 1, refused
+    assert len(refused) == 3
+    assert all("in use by another loopactors runtime" in str(e) for e in refused)
+    assert _rows(postgres_url, "SELECT value FROM loopactors_meta") == [("1",)]
+    reader = open_store(postgres_url, None, read_only=True)  # readers are never refused
+    assert reader is not None
     try:
         opened[0].commit([Write(state=state("a"))])
-        assert opened[3].get_loop("a") == state("a")
-        assert _rows(postgres_url, "SELECT value FROM loopactors_meta") == [("1",)]
+        assert reader.get_loop("a") == state("a")
     finally:
-        for backend in opened:
-            backend.close()
+        reader.close()
+        opened[0].close()
+    # Its connection gone, the store is free again.
+    open_backend(postgres_url, None).close()
 
 
 def test_a_newer_schema_is_refused(store: StoreBackend, postgres_url: str) -> None:
