@@ -281,3 +281,86 @@ def test_my_agent_runs_the_readme_s_command_worker_lines(tmp_path: Path) -> None
         assert (end["phase"], end["completed_rounds"]) == (phase, rounds), done.stderr
         if given == "true":
             assert end["reason"] == "objective met in round 1"
+
+
+def test_overnight_loop_says_how_to_install_a_missing_cli() -> None:
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "overnight_loop.py")],
+        capture_output=True, text=True, timeout=HANG, check=False, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "npm install -g @anthropic-ai/claude-code" in result.stdout
+
+
+def test_overnight_loop_with_the_real_claude_code_against_a_fake_endpoint(
+    tmp_path: Path,
+) -> None:
+    """issue 23's end to end: a claude loop with a plan, an until check, a dollar budget and a
+    notification edits a git workspace until its check passes, each round costing what it
+    cost, and a receiver on loopback is told it ended."""
+    from tests.agent_clis._fakes import (
+        SONNET_PRICES,
+        AnthropicFake,
+        Turn,
+        cli_binary,
+        quiet_env,
+    )
+
+    claude = cli_binary("claude")
+    project = tmp_path / "project"
+    calc, plan = str(project / "calc.py"), str(project / "fix_plan.md")
+    commit = "git -c user.name=a -c user.email=a@a commit -qam"
+
+    def fix(old: str, new: str, task: str) -> list[Turn]:
+        return [
+            Turn(tools=[("Read", {"file_path": calc}), ("Read", {"file_path": plan})]),
+            Turn(tools=[("Edit", {"file_path": calc, "old_string": old, "new_string": new})]),
+            Turn(
+                tools=[
+                    (
+                        "Edit",
+                        {"file_path": plan, "old_string": f"- [ ] {task}",
+                         "new_string": f"- [x] {task}"},
+                    )
+                ]
+            ),
+            Turn(tools=[("Bash", {"command": f"{commit} '{task}'"})]),
+            Turn(text=f"Done: {task}."),
+        ]  # fmt: skip
+
+    turns = [
+        *fix("return a - b", "return a + b", "fix add in calc.py"),
+        *fix("mul(a, b):\n    return a + b", "mul(a, b):\n    return a * b", "fix mul in calc.py"),
+    ]
+    fake = AnthropicFake(turns)
+    with fake.server.running():
+        env = quiet_env(
+            tmp_path / "home",
+            PATH=f"{claude.parent}:{os.environ['PATH']}",
+            ANTHROPIC_BASE_URL=fake.url,
+            ANTHROPIC_API_KEY="sk-ant-test-not-a-real-key",
+            ANTHROPIC_MODEL="claude-sonnet-4-5",
+            CLAUDE_CODE_MAX_RETRIES="0",
+        )
+        result = subprocess.run(
+            [sys.executable, str(EXAMPLES / "overnight_loop.py"), "claude", str(project)],
+            capture_output=True, text=True, timeout=HANG, check=False, env=env,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    rounds = [line for line in lines if re.match(r"round \d+: completed", line)]
+    assert [r.split(",")[1].strip() for r in rounds] == ["tasks 1/2", "tasks 2/2"]
+    assert "round 1 check: failed (1)" in lines
+    assert "round 2 check: passed" in lines
+    assert any(line.startswith("loop complete: ") for line in lines)
+    assert any(re.fullmatch(r"notified: loop \S+ complete", line) for line in lines)
+    assert lines[-2:] == ["commits: 3", "plan: 2/2 ticked"]
+    # Each round's cost is its own: together they are what the fake billed, priced.
+    costs = [float(r.rsplit("$", 1)[1]) for r in rounds]
+    billed = sum(
+        sum(SONNET_PRICES[k] * usage.get(k, 0) for k in SONNET_PRICES)
+        for _, _, usage in fake.billed
+    )
+    assert all(cost > 0 for cost in costs)
+    assert abs(sum(costs) - billed) < 1e-5

@@ -117,10 +117,15 @@ def _when(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
 
 
+def _task(state: LoopState) -> str:
+    """The task's first line, short."""
+    return state.spec.task.strip().splitlines()[0][:80] if state.spec.task.strip() else ""
+
+
 def _about(state: LoopState, event: AnyEvent) -> tuple[NotifyEvent, str, str] | None:
     """The kind, title and body of a notification about ``event``, if it is one."""
     loop = state.loop_id
-    task = state.spec.task.strip().splitlines()[0][:80] if state.spec.task.strip() else ""
+    task = _task(state)
     cost = f", ${state.cost_usd:.4f}" if state.cost_usd else ""
     if isinstance(event, LoopFinished):
         kind: NotifyEvent = "loop_finished"
@@ -172,7 +177,13 @@ def notifications_for(
                 and "check_failing" in wanted
             ):
                 title = f"loop {state.loop_id}: its check failed {failing_checks} rounds in a row"
-                body = f"round {event.round}/{event.rounds}: the until check still fails"
+                body = f"{_task(state)}\nround {event.round}/{event.rounds}: `{state.spec.until}` "
+                body += "still fails"
+                check = event.check
+                if check is not None:
+                    code = check.exit_code if check.error is None else check.error
+                    tail = check.output.strip().splitlines()[-3:]
+                    body += f" ({code})" + "".join(f"\n{line}" for line in tail)
                 found.append(("check_failing", title, body, event.at))
             continue
         kind, title, body = about

@@ -276,3 +276,41 @@ async def test_loopactors_run_notify_posts_before_it_exits(tmp_path: Path) -> No
     )
     assert bad.returncode != 0
     assert b"unknown notify event(s) weekly" in bad.stderr
+
+
+async def test_a_check_failing_rounds_in_a_row_and_a_budget_notify(tmp_path: Path) -> None:
+    async with (
+        http_receiver() as (receiver, port),
+        open_runtime(notify_config(memory_config())) as rt,
+    ):
+        url = f"json://127.0.0.1:{port}/checks"
+        failing = await rt.start(
+            "|loop:4,fresh| fix it",
+            worker="scripted",
+            until="echo 'FAILED test_one'; exit 3",
+            notify=(url,),
+            notify_on=("check_failing",),
+            notify_check_failures=2,
+        )
+        assert (await failing.wait()).phase == "escalated"
+        await receiver.wait_for(1)
+        costly = await rt.start(
+            "|loop:5,fresh| spend",
+            worker="python:tests.runtime.notify_fns:costly",
+            max_cost_usd=0.25,
+            notify=(url,),
+        )
+        final = await costly.wait()
+        await receiver.wait_for(2)
+        while (await rt.store_statistics()).notifications:
+            await trio.sleep(0.01)
+    assert (final.phase, final.trigger) == ("escalated", "cost_budget")
+    first, second = (json.loads(body) for body in receiver.bodies())
+    # Once, at the second failure in a row; not again at the third and fourth.
+    assert first["title"] == f"loop {failing.loop_id}: its check failed 2 rounds in a row"
+    assert "round 2/4" in first["message"]
+    assert "(3)" in first["message"]
+    assert "FAILED test_one" in first["message"]
+    assert second["title"] == f"loop {costly.loop_id} escalated"
+    assert "trigger cost_budget" in second["message"]
+    assert len(receiver.requests) == 2

@@ -160,3 +160,28 @@ async def test_loopactors_run_with_a_plan_shows_tasks_in_status(tmp_path: Path) 
         env={"COLUMNS": "200", **__import__("os").environ},
     )
     assert "2/10 tasks 3/3" in status.stdout.decode()
+
+
+async def test_with_a_check_the_plan_done_and_the_check_passing_complete_it(
+    tmp_path: Path,
+) -> None:
+    async with open_runtime(memory_config()) as rt:
+        # The check passes from the start: the loop still works until every task is done.
+        passing = await rt.start(
+            "|loop:10| Fix it.", worker=TICKING, plan=str(checklist(tmp_path)), until="true"
+        )
+        final = await passing.wait()
+        assert final.phase == "complete"
+        assert (final.tasks_done, final.completed_rounds) == (3, 2)
+        assert final.reason == "objective met: the check `true` passed after round 2"
+        # Every task ticked, but the check fails: ticking is a claim it refutes.
+        refuted = tmp_path / "refuted"
+        refuted.mkdir()
+        failing = await rt.start(
+            "|loop:4| Fix it.", worker=TICKING, plan=str(checklist(refuted)), until="false"
+        )
+        final = await failing.wait()
+        rounds = await failing.history()
+    assert final.phase == "escalated"
+    assert final.tasks_done == 3
+    assert [r.unverified_claim for r in rounds][:2] == [False, True]
