@@ -12,7 +12,7 @@ from loopactors.cli._commands import EXIT_USAGE
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
-        (["stauts"], "unknown command 'stauts' (did you mean status?); the commands: demo, run,"),
+        (["stauts"], "unknown command 'stauts' (did you mean status?); choose from 'demo', 'run',"),
         (["hsitory", "x"], "unknown command 'hsitory' (did you mean history?)"),
         (["status", "--conect", "ws://h:1"], "arguments: --conect (did you mean --connect?)"),
         (["run", "--wroker=scripted", "|loop:1| x"], "--wroker=scripted (did you mean --worker?)"),

@@ -306,7 +306,8 @@ def _check_command(parser: argparse.ArgumentParser, command: str) -> None:
     if not command or command in commands:
         return
     hint = did_you_mean(command, commands)
-    parser.error(f"unknown command {command!r}{hint}; the commands: {', '.join(commands)}")
+    choices = ", ".join(repr(name) for name in commands)
+    parser.error(f"unknown command {command!r}{hint}; choose from {choices}")
 
 
 def _refuse_unknown(
