@@ -19,8 +19,10 @@ the result into the round record (``loopactors history --transcript``).
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -31,6 +33,7 @@ from ..agent import (
     BASH_MODES,
     SUBAGENT_MAX_ITERATIONS,
     AgentConfig,
+    AgentHooks,
     AgentResult,
     BashMode,
     ChatClient,
@@ -39,6 +42,8 @@ from ..agent import (
     MessageQueue,
     ModelSettings,
     SubAgentRun,
+    ToolCall,
+    ToolDecision,
     ToolSet,
     core_tools,
     find_bwrap,
@@ -51,6 +56,7 @@ from ..agent import (
 from ..errors import AgentError, LoopactorsError, WorkerSpecError
 from ._agent_loops import RoundLoops
 from ._base import RoundContext, RoundRequest, RoundResult, Worker, list_workspace
+from ._cli_adapter import step_detail
 from ._cli_worker import account_fingerprint, hold_limit, limit_hold
 
 __all__ = ["LIMIT_BACKOFF", "AgentWorker", "in_workspace"]
@@ -163,6 +169,23 @@ class _ChildLoopSubAgent:
             error=error,
             tokens=state.tokens_used,
         )
+
+
+class _LiveSteps(AgentHooks):
+    """Each tool call, as it is about to run, published live as an ``agent_step`` event (as
+    the coding-agent CLI kinds do), so `run`, the REPL and a node's subscribers see it."""
+
+    def __init__(self, context: RoundContext) -> None:
+        self.context = context
+
+    async def before_tools_batch(self, calls: Sequence[ToolCall]) -> Sequence[ToolDecision] | None:
+        for call in calls:
+            try:
+                arguments = json.loads(call.arguments)
+            except ValueError:
+                arguments = None
+            self.context.agent_step(call.name, step_detail(arguments))
+        return None  # approves them all: this hook only watches
 
 
 @attrs.frozen(kw_only=True)
@@ -343,6 +366,7 @@ class AgentWorker(Worker):
                 background=loops.pending if loops is not None else None,
                 env=request.env,
                 applier=applier,
+                hooks=[_LiveSteps(context)] if context is not None else [],
             )
             nursery.cancel_scope.cancel()
         return result

@@ -19,7 +19,7 @@ import shlex
 import time
 from collections.abc import Mapping
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
@@ -40,6 +40,7 @@ __all__ = [
     "detect_limit",
     "parse_cli_options",
     "register_cli_kind",
+    "step_detail",
 ]
 
 #: Keys every kind may accept (each kind lists the ones it does in ``CliAdapter.keys``):
@@ -113,6 +114,24 @@ class AgentStep:
     tool: str
     #: Short (at most ~120 characters): a path, a command line, a pattern.
     detail: str = ""
+
+
+#: The input field that says most about a tool call (Claude Code's tools and the agent's).
+_DETAIL_FIELDS = ("file_path", "command", "pattern", "path", "url", "query", "description")
+_DETAIL = 120
+
+
+def step_detail(tool_input: Any) -> str:
+    """An ``agent_step``'s detail: the one input field that says most (a path, a command
+    line, a pattern), on one line, at most ``_DETAIL`` characters."""
+    if not isinstance(tool_input, dict):
+        return ""
+    for name in _DETAIL_FIELDS:
+        value = tool_input.get(name)
+        if isinstance(value, str) and value:
+            text = " ".join(value.split())
+            return text if len(text) <= _DETAIL else text[: _DETAIL - 1] + "…"
+    return ""
 
 
 @attrs.frozen

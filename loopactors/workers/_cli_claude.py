@@ -28,12 +28,12 @@ from ._cli_adapter import (
     CliStreamParser,
     UsageLimit,
     detect_limit,
+    step_detail,
 )
 
 __all__ = ["ClaudeAdapter"]
 
 PERMISSION_MODES = ("acceptEdits", "auto", "bypassPermissions", "default", "dontAsk", "plan")
-_DETAIL = 120
 #: Claude Code's own switches for what a round does not need: non-essential traffic
 #: (update checks, release notes, model lists), telemetry, error reports, auto-update and
 #: the feedback command. Without them a round with a local endpoint still resolves and
@@ -46,19 +46,6 @@ QUIET_ENV = {
     "DISABLE_BUG_COMMAND": "1",
     "CLAUDE_CODE_ENABLE_TELEMETRY": "0",
 }
-#: The input field that says most about a call of each of Claude Code's tools.
-_DETAIL_FIELDS = ("file_path", "command", "pattern", "path", "url", "query", "description")
-
-
-def _detail(tool_input: Any) -> str:
-    if not isinstance(tool_input, dict):
-        return ""
-    for name in _DETAIL_FIELDS:
-        value = tool_input.get(name)
-        if isinstance(value, str) and value:
-            text = " ".join(value.split())
-            return text if len(text) <= _DETAIL else text[: _DETAIL - 1] + "…"
-    return ""
 
 
 def _int(value: Any) -> int:
@@ -98,7 +85,7 @@ class _ClaudeStream(CliStreamParser):
             if not isinstance(block, dict):
                 continue
             if block.get("type") == "tool_use" and isinstance(block.get("name"), str):
-                steps.append(AgentStep(tool=block["name"], detail=_detail(block.get("input"))))
+                steps.append(AgentStep(tool=block["name"], detail=step_detail(block.get("input"))))
             elif block.get("type") == "text" and event.get("is_api_error_message"):
                 self.last_error_text = str(block.get("text", ""))
         return steps

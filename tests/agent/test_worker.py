@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from loopactors.agent import Transcript
 from loopactors.cli import main
 from loopactors.errors import WorkerSpecError
+from loopactors.loops import AgentStep, LoopFinished
 from loopactors.loops._rules import SEPARATOR
 from loopactors.runtime import RuntimeConfig, open_runtime
+from loopactors.storage import open_backend
 from loopactors.workers import AgentWorker, parse_worker
 from tests.hang import HANG, PROMPT
 
@@ -132,6 +135,14 @@ async def test_a_failed_model_call_fails_the_round_with_the_providers_message(
     assert "model not found" in result.error
 
 
+def stored_events(state_dir: Path, loop_id: str) -> list[Any]:
+    backend = open_backend("sqlite", state_dir)
+    try:
+        return list(backend.events(loop_id))
+    finally:
+        backend.close()
+
+
 async def test_three_agent_rounds_in_inherit_mode(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -151,10 +162,29 @@ async def test_three_agent_rounds_in_inherit_mode(tmp_path: Path) -> None:
     with ChatServer(replies) as server:
         spec = f"agent:model=m,base_url={server.base_url},workspace={workspace}"
         async with open_runtime(config) as runtime:
-            handle = await runtime.start("|loop:3| fix the failing test", worker=spec)
+            loop_id = "agent-steps"
+            with runtime.subscribe(loop_id) as events:  # before the start: nothing is missed
+                handle = await runtime.start(
+                    "|loop:3| fix the failing test", worker=spec, loop_id=loop_id
+                )
+                seen = []
+                async for event in events:
+                    seen.append(event)
+                    if isinstance(event, LoopFinished):
+                        break
             final = await handle.wait()
             history = await handle.history()
     assert final.phase == "complete", history
+    # Each tool call was published live, as the coding-agent CLI kinds publish theirs.
+    steps = [(e.round, e.tool, e.detail) for e in seen if isinstance(e, AgentStep)]
+    assert steps == [
+        (1, "read", "test_calc.py"),
+        (1, "edit", "test_calc.py"),
+        (1, "bash", "python3 test_calc.py && echo passed"),
+        (2, "bash", "python3 test_calc.py && echo passed"),
+    ]
+    # Live only: the store keeps the rounds' transcripts, not the steps.
+    assert not [e for e in stored_events(tmp_path / "state", loop_id) if isinstance(e, AgentStep)]
     assert [r.status for r in history] == ["completed"] * 3
     assert (workspace / "test_calc.py").read_text() == "assert 1 + 1 == 2\n"
     assert [r.output for r in history] == [
