@@ -115,8 +115,12 @@ def test_the_live_table_fits_too(width: int) -> None:
     lines = render(progress._table(), width=width)
     assert all(len(line) <= width for line in lines), lines
     row = next(line for line in lines if "e2b1d9a3" in line)
-    assert "8/20" in row
+    # The words of `status` and the dashboard: the loop's phase, and rounds completed.
+    assert "awaiting_worker" in row
+    assert "7/20" in row
     assert "refactor" in row
+    if width == 80:
+        assert "r8 running" in row
 
 
 def test_the_tail_a_table_shows_names_the_loop(tmp_path: Path) -> None:

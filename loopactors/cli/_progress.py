@@ -21,6 +21,10 @@ from ..loops import (
     AnyEvent,
     Gap,
     LoopFinished,
+    LoopInterrupted,
+    LoopPaused,
+    LoopRecovered,
+    LoopResumed,
     LoopStarted,
     LoopState,
     RoundDeferred,
@@ -84,7 +88,14 @@ class Progress:
     def track(self, state: LoopState) -> None:
         self.rows.setdefault(
             state.loop_id,
-            _Row(state.loop_id, state.spec.task, state.spec.rounds, phase=state.phase),
+            _Row(
+                state.loop_id,
+                state.spec.task,
+                state.spec.rounds,
+                round=state.round,
+                completed=state.completed_rounds,
+                phase=state.phase,
+            ),
         )
 
     def note(self, text: str) -> None:
@@ -103,14 +114,17 @@ class Progress:
             self.note(f"{event.loop_id}: {event.note()}")
 
     def _apply(self, row: _Row, event: AnyEvent) -> None:
-        if isinstance(event, LoopStarted):
-            row.phase = "running"
+        # The phase words are the loop's own (as `status` and the dashboard show them).
+        if isinstance(event, LoopStarted | LoopResumed):
+            row.phase = "dispatching"
         elif isinstance(event, RoundStarted):
             row.round = event.round
-            row.phase = "running"
+            row.phase = "awaiting_worker"
+            row.last = f"r{event.round} running"
         elif isinstance(event, RoundFinished):
             if event.status == "completed":
                 row.completed += 1
+            row.phase = "dispatching"
             row.last = f"r{event.round} {event.status}"
             if event.tasks_total is not None:
                 row.last += f", tasks {event.tasks_done}/{event.tasks_total}"
@@ -120,27 +134,29 @@ class Progress:
         elif isinstance(event, AgentStep):
             row.last = _head(f"r{event.round} {event.tool} {event.detail}", 40)
         elif isinstance(event, RoundDeferred):
-            row.phase = "waiting"
+            row.phase = "dispatching"
             row.last = f"r{event.round} deferred until {_clock(event.until)}"
-        else:
-            row.phase = type(event).__name__.removeprefix("Loop").lower()
+        elif isinstance(event, LoopPaused):
+            row.phase = "paused"
+        elif isinstance(event, LoopRecovered):
+            row.phase = event.phase
+        elif isinstance(event, LoopInterrupted):
+            row.phase = "interrupted"
 
     def _table(self) -> Rows:
         columns = [
             Column("loop", shorten=short_ids),
             Column("task", flex=True, least=16),
-            Column("round"),
-            Column("done"),
             Column("phase"),
+            Column("done", justify="right"),
             Column("last", flex=True, drop=1, least=16),
         ]
         rows = [
             [
                 row.loop_id,
                 row.task,
-                f"{row.round}/{row.rounds}",
-                str(row.completed),
                 row.phase,
+                f"{row.completed}/{row.rounds}",
                 row.last,
             ]
             for row in self.rows.values()

@@ -112,6 +112,7 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
     async def on_start(self) -> None:
         self.port = await self.nursery.start(self._listen)
         self.nursery.start_soon(self.metrics.run)
+        self.nursery.start_soon(self.metrics.sample_rates)
         self.accepting = True
         host = _host_text(self.settings.host)
         log.info("listening on ws://%s:%d", host, self.port, extra=log_fields("listening"))

@@ -7,10 +7,11 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -51,6 +52,28 @@ _QUEUE = 10_000
 #: How a round can finish (``loopactors_rounds_total``'s ``status``; a deferred round is not
 #: finished, it runs again).
 FINISHED_STATUSES = ("completed", "failed", "timed_out", "cancelled")
+
+#: The node samples its rounds finished this often (seconds), and keeps the samples this long:
+#: the dashboard's rounds/s chart, whether or not a page was open meanwhile.
+RATE_EVERY = 5.0
+RATE_WINDOW = 300.0
+
+
+class RateSamples:
+    """``(time, rounds finished so far)`` pairs over the last ``window`` seconds, oldest
+    first. Pure: the node adds one every ``RATE_EVERY`` seconds."""
+
+    def __init__(self, window: float = RATE_WINDOW) -> None:
+        self.window = window
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+
+    def add(self, at: float, finished: int) -> None:
+        self._samples.append((at, finished))
+        while self._samples and self._samples[0][0] < at - self.window:
+            self._samples.popleft()
+
+    def samples(self) -> list[tuple[float, int]]:
+        return list(self._samples)
 
 
 def worker_kind(worker: str) -> str:
@@ -94,6 +117,9 @@ class NodeMetrics:
             registry=self.registry,
         )
         self.rounds: dict[str, int] = {}
+        self.rates = RateSamples()
+        #: What the samples are stamped with (the node's wall clock; a test's virtual one).
+        self.now: Callable[[], float] = time.time
         self.tokens = 0
         self.cost_usd = 0.0
         #: Events this node's own metrics subscription missed (it fell behind).
@@ -130,6 +156,12 @@ class NodeMetrics:
                         self.missed += event.missed
                     else:
                         await self._count(event)  # no checkpoint unless a kind is looked up
+
+    async def sample_rates(self) -> None:
+        """Every ``RATE_EVERY`` seconds, the rounds finished so far (until cancelled)."""
+        while True:
+            self.rates.add(self.now(), sum(self.rounds.values()))
+            await trio.sleep(RATE_EVERY)
 
     async def _count(self, event: AnyEvent) -> None:
         if isinstance(event, LoopStarted):
@@ -187,6 +219,7 @@ class NodeMetrics:
             notifications_failed=notifier.failed,
             notifications_dropped=notifier.dropped,
             notifications_queued=store.notifications,
+            rate_samples=self.rates.samples(),
         )
 
     async def exposition(self, gateway: Gateway) -> bytes:

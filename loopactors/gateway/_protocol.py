@@ -348,6 +348,9 @@ class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     notifications_failed: int = 0
     notifications_dropped: int = 0
     notifications_queued: int = 0
+    #: ``[time, rounds finished since the start]`` every 5 seconds over the last 5 minutes,
+    #: oldest first: sampled by the node whether or not anyone asks (the dashboard's chart).
+    rate_samples: list[tuple[float, int]] = []
 
 
 #: The data type of the :class:`Ok` reply to each request type.

@@ -366,3 +366,81 @@ def test_a_plan_driven_loop_shows_its_tasks(dashboard: Dashboard, tmp_path: Path
     row.locator("a.open").click()
     expect(page.locator("#loop-summary")).to_contain_text("tasks")
     expect(page.locator("#loop-summary")).to_contain_text("1/3")
+
+
+def cli_state(node: NodeProcess, loop_id: str) -> dict[str, Any]:
+    status = node.cli("status", loop_id, "--json")
+    assert status.returncode == 0, status.stderr
+    state: dict[str, Any] = json.loads(status.stdout)
+    return state
+
+
+def test_a_row_says_what_the_command_line_says(dashboard: Dashboard) -> None:
+    loop_id = dashboard.start("|loop:20,fresh| a long job")
+    row = dashboard.row(loop_id)
+    done = row.locator("td.round")
+    # Running: the loop's own phase word (not "running"), rounds completed and the one running.
+    expect(done).to_have_text(re.compile(r"^\d+/20 · r\d+ ▶$"), timeout=HANG_MS)
+    expect(row.locator(".phase")).to_have_text("awaiting_worker", timeout=HANG_MS)
+    expect(done).not_to_have_text(re.compile(r"^0/20"), timeout=HANG_MS)
+    stopped = dashboard.node.cli("stop", loop_id, "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    state = cli_state(dashboard.node, loop_id)
+    expect(row).to_have_attribute("data-phase", state["phase"], timeout=HANG_MS)
+    # `status` says "3/20" in its done column: so does the row, for the same cancelled loop.
+    expect(done).to_have_text(f"{state['completed_rounds']}/20")
+    table = dashboard.node.cli("status", loop_id[-8:])
+    assert f"{state['completed_rounds']}/20" in table.stdout
+
+
+def test_an_escalated_row_shows_its_reason(dashboard: Dashboard) -> None:
+    loop_id = dashboard.start(
+        "|loop:10| fix the parser", worker="python:tests.runtime.round_fns:same_action"
+    )
+    row = dashboard.row(loop_id)
+    expect(row).to_have_attribute("data-phase", "escalated", timeout=HANG_MS)
+    reason = cli_state(dashboard.node, loop_id)["reason"]
+    assert reason
+    expect(row.locator(".reason")).to_have_text(reason)
+    expect(row.locator(".reason")).to_have_attribute("title", reason)
+
+
+def test_the_table_says_it_is_loading_until_the_node_answers(
+    browser: Any, node: NodeProcess
+) -> None:
+    token = (node.state / "node.token").read_text().strip()
+    http = node.url.replace("ws://", "http://")
+    held = browser.new_page()
+    held.route_web_socket(re.compile(".*"), lambda ws: None)  # open, and never answered
+    held.goto(f"{http}/#token={token}")
+    expect(held.locator("#loading-rows")).to_be_visible()
+    expect(held.locator("#loading-rows")).to_have_text("loading the node's loops…")
+    expect(held.locator("#empty")).to_be_hidden()
+    held.close()
+    board = Dashboard(browser, node)  # answered: no loops, and it says so
+    expect(board.page.locator("#loading-rows")).to_be_hidden()
+    expect(board.page.locator("#empty")).to_be_visible()
+    board.page.close()
+    assert board.errors == []
+
+
+def test_the_node_view_draws_the_rounds_the_node_sampled_before_it_opened(
+    dashboard: Dashboard,
+) -> None:
+    token = (dashboard.node.state / "node.token").read_text().strip()
+
+    async def sampled_twice() -> list[Any]:
+        async with connect(dashboard.node.url, token=token) as client:
+            while len(samples := (await client.statistics()).rate_samples) < 2:
+                await trio.sleep(0.5)  # the node samples every 5 s, asked or not
+            return samples
+
+    samples = trio.run(sampled_twice)
+    assert samples[0][1] == 0  # from the node's start
+    page = dashboard.page
+    opened = page.evaluate("Date.now() / 1000")
+    page.click("[data-view=node]")
+    expect(page.locator("#node-figures")).not_to_be_empty(timeout=HANG_MS)
+    # The chart's first point is the node's, from before this tab showed the node view.
+    assert page.evaluate("rateSamples[0][0]") <= samples[0][0] < opened - 4
+    expect(page.locator("#rate-chart text")).to_contain_text("rounds/s now")

@@ -102,6 +102,7 @@ const model = {
   filterPhase: "",
   search: "",
   loading: false,        // the pages of loops are being read
+  answered: false,       // the node's first page of loops has come (until then: "loading")
 };
 // Read by the benchmark (bench/dashboard.py): `events` counts the loop states applied.
 const stats = { batches: 0, events: 0, frames: 0, lastBatchMs: 0, maxBatchMs: 0, totalBatchMs: 0, recent: [], lags: [] };
@@ -168,6 +169,7 @@ async function loadLoops() {
         const fields = { live_only: liveOnly, limit };
         if (after) fields.after = after;
         const page = await node.request("status", fields);
+        model.answered = true;
         for (const state of page.loops) putState(state);
         after = page.next;
         scheduleRender();
@@ -267,7 +269,8 @@ function renderTable() {
   $("#page-info").textContent = `${model.page + 1} / ${pages}`;
   $("#prev-page").disabled = model.page === 0;
   $("#next-page").disabled = model.page >= pages - 1;
-  $("#empty").hidden = model.loops.size > 0;
+  $("#loading-rows").hidden = model.answered;
+  $("#empty").hidden = !model.answered || model.loops.size > 0;
 }
 
 function cell(className) {
@@ -312,11 +315,25 @@ function fillRow(tr, row) {
   phase.className = "phase";
   phase.dataset.phase = row.phase;
   phase.textContent = row.phase;
-  cells[3].replaceChildren(phase);
+  // Why it ended (or waits), as `loopactors status` says it: on the row, not only when opened.
+  const why = row.state.deferred_until != null && LIVE.has(row.phase)
+    ? `waiting: ${row.state.defer_reason || "a usage limit"}`
+    : row.state.reason || row.state.trigger || "";
+  if (why) {
+    const reason = document.createElement("span");
+    reason.className = "reason";
+    reason.textContent = why;
+    reason.title = why;
+    cells[3].replaceChildren(phase, reason);
+  } else {
+    cells[3].replaceChildren(phase);
+  }
   tr.dataset.phase = row.phase;
-  cells[4].textContent = `${Math.min(row.round, row.rounds)}/${row.rounds}` + (row.running ? " ▶" : "") +
+  // Rounds completed, as the command line counts them (`7/20`), and the one running.
+  cells[4].textContent = `${row.completed}/${row.rounds}` + (row.running ? ` · r${row.round} ▶` : "") +
     (row.state.tasks_total != null ? ` · tasks ${row.state.tasks_done}/${row.state.tasks_total}` : "");
-  cells[4].title = row.running ? `round ${row.round} running` : `${row.completed} rounds done`;
+  cells[4].title = `${row.completed} of ${row.rounds} rounds completed` +
+    (row.running ? `, round ${row.round} running` : "");
   cells[5].textContent = row.tokens.toLocaleString();
   cells[6].textContent = money(row.cost);
   cells[7].textContent = ago(row.updated);
@@ -631,7 +648,9 @@ async function refreshNode() {
     return;
   }
   const finished = Object.values(s.rounds).reduce((a, b) => a + b, 0);
-  rateSamples.push([s.time, finished]);
+  // The node samples rounds finished every 5 s whether or not this page was open; now's
+  // figure ends the line.
+  rateSamples = [...(s.rate_samples || []), [s.time, finished]];
   rateSamples = rateSamples.filter(([t]) => t >= s.time - 300);
   const latency = s.commit_seconds;
   const commits = latency.counts.reduce((a, b) => a + b, 0);
