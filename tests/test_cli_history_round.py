@@ -14,9 +14,11 @@ from tests.hang import HANG
 
 CLI = [sys.executable, "-m", "loopactors"]
 
-# A round that prints 300 numbered lines, far more than any table or output head shows.
-PRINTS = "import sys; print(chr(10).join(f'line {n}' for n in range(1, 301)))"
-WHOLE = "\n".join(f"line {n}" for n in range(1, 301)) + "\n"
+# A round that prints 300 numbered lines, far more than any table or output head shows, and
+# a terminal escape that must reach the screen as text.
+PRINTS = "print(chr(10).join(f'line {n}' for n in range(1, 301)) + chr(10) + chr(27) + '[2J')"
+LINES = "\n".join(f"line {n}" for n in range(1, 301)) + "\n"
+WHOLE = LINES + "\\x1b[2J\n"
 WORKER = "command:" + shlex.join([sys.executable, "-c", PRINTS])
 
 
@@ -34,7 +36,10 @@ def test_one_rounds_whole_output_from_a_state_directory(tmp_path: Path) -> None:
     record = json.loads(
         cli("history", loop_id, "--round", "1", "--state", str(tmp_path), "--json").stdout
     )
-    assert (record["round"], record["status"], record["output"]) == (1, "completed", WHOLE)
+    # --json gives the output as recorded, the escape too.
+    assert (record["round"], record["status"], record["output"]) == (
+        1, "completed", LINES + "\x1b[2J\n"
+    )  # fmt: skip
     missing = cli("history", loop_id, "--round", "3", "--state", str(tmp_path))
     assert missing.returncode == 1
     assert "has no round 3 (rounds 1..2)" in missing.stderr

@@ -326,19 +326,20 @@ async def show_history(
 
 def print_round(args: argparse.Namespace, record: RoundRecord) -> int:
     """One round: its whole output on stdout (a round that did not complete: its status and
-    error on stderr)."""
+    error on stderr), control characters made visible (``--json``: as recorded)."""
     if args.json:
         print(_json.encode(record).decode())
         return 0
     if record.output:
-        print(record.output, end="" if record.output.endswith("\n") else "\n")
+        output = terminal_safe(record.output)
+        print(output, end="" if output.endswith("\n") else "\n")
     if getattr(args, "transcript", False) and record.transcript:
         from ..agent import format_transcript  # noqa: PLC0415 - see the note on the imports
 
         print(f"\n=== round {record.round} transcript")
-        print(format_transcript(record.transcript))
+        print(terminal_safe(format_transcript(record.transcript)))
     if record.status != "completed":
-        error = f": {record.error}" if record.error else ""
+        error = f": {terminal_safe(record.error)}" if record.error else ""
         print(f"round {record.round} {record.status}{error}", file=sys.stderr)
     return 0
 

@@ -28,6 +28,7 @@ from loopactors.agent import (
     run_agent,
 )
 from loopactors.agent._loop import CONTINUE_AFTER_CUT
+from tests.hang import HANG
 
 from .chat_server import ChatServer, completion, stream
 
@@ -475,7 +476,7 @@ async def test_cancel_mid_stream_leaves_nothing_half_written(server: ChatServer)
     server.add(Reply(chunks=slow.chunks, delay=0.2))
     transcript = Transcript()
     async with client(server) as model:
-        with trio.move_on_after(5) as scope:
+        with trio.move_on_after(HANG) as scope:  # only a hang reaches it
             async with trio.open_nursery() as nursery:
 
                 async def agent() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -118,9 +119,17 @@ async def test_bash_timeout_kills_the_whole_process_group(tmp_path: Path) -> Non
 
 async def test_bash_cancelled_kills_the_process_group(tmp_path: Path) -> None:
     ctx = context(tmp_path)
-    with trio.move_on_after(0.5):
-        await call(ctx, "bash", command="sleep 30 & echo $! > child.pid; wait")
-    await wait_dead(int((tmp_path / "child.pid").read_text()))
+    pid_file = tmp_path / "child.pid"
+    async with trio.open_nursery() as nursery:
+        bash = functools.partial(
+            call, ctx, "bash", command="sleep 3600 & echo $! > child.pid; wait"
+        )
+        nursery.start_soon(bash)
+        with trio.fail_after(HANG):  # cancelled once the child is there, not after a guess
+            while not pid_file.exists() or not pid_file.read_text().strip():
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    await wait_dead(int(pid_file.read_text()))
 
 
 async def shout(arguments: Mapping[str, Any], ctx: ToolContext) -> str:

@@ -24,6 +24,7 @@ from loopactors.cli._tables import print_rows, terminal_safe
 from loopactors.loops import AgentStep, LoopState, RoundFinished, RoundStarted
 from loopactors.transport._status import StreamBacklog, TransportStatus, render
 from loopactors.transport._wire import Heartbeat
+from tests.hang import HANG
 
 MARKUP = "[/] [link=file:///x]click[/link] [bold red]boom[/bold red] [/nope]"
 # Clear the screen, an OSC 8 hyperlink, a bell, a C1 CSI, a right-to-left override.
@@ -119,7 +120,7 @@ def test_run_status_and_history_show_markup_and_escapes_as_text(tmp_path: Path) 
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*CLI, *args], capture_output=True, text=True, timeout=120, check=False, env=env
+            [*CLI, *args], capture_output=True, text=True, timeout=HANG, check=False, env=env
         )
 
     run = cli(
@@ -135,7 +136,7 @@ def test_run_status_and_history_show_markup_and_escapes_as_text(tmp_path: Path) 
 
     loop_id = subprocess.run(
         [*CLI, "status", "--state", str(state), "--json"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True, text=True, timeout=HANG, check=True,
     ).stdout.split('"loop_id":"')[1].split('"')[0]  # fmt: skip
     history = cli("history", loop_id, "--state", str(state))
     assert history.returncode == 0, history.stderr

@@ -23,6 +23,7 @@ from loopactors.loops import LoopSpec, LoopState, after_round, on_recovery
 from loopactors.loops.steps import Run, Wake
 from loopactors.runtime import open_runtime
 from loopactors.workers import RoundResult
+from tests.hang import HANG
 
 from ..runtime.conftest import memory_config, sqlite_config
 
@@ -113,7 +114,7 @@ def test_dashboard_open_never_puts_the_token_on_a_command_line(tmp_path: Path) -
     run = subprocess.run(
         [sys.executable, "-m", "loopactors", "dashboard", "--open", "--state", str(state),
          "--connect", "ws://127.0.0.1:9"],
-        capture_output=True, text=True, timeout=120, check=False, env=env,
+        capture_output=True, text=True, timeout=HANG, check=False, env=env,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     argv = Path(f"{seen}.argv").read_text()
@@ -206,7 +207,7 @@ async def test_an_empty_database_file_is_refused(tmp_path: Path) -> None:
     assert (state / "loopactors.db").stat().st_size == 0  # left as it was
     status = subprocess.run(  # noqa: ASYNC221 - the runtime is closed
         [sys.executable, "-m", "loopactors", "status", "--state", str(state)],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=HANG, check=False,
     )  # fmt: skip
     assert status.returncode == 1
     assert "is an empty file" in status.stderr

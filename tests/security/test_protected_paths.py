@@ -24,6 +24,7 @@ import trio
 from loopactors.agent import ToolContext, ToolError, ToolSet, core_tools
 from loopactors.errors import ConfigError
 from loopactors.runtime import load_config
+from tests.hang import HANG
 
 from ..agent.chat_server import ChatServer, completion
 from ..agent.test_workspace_escapes import needs_bwrap
@@ -59,7 +60,7 @@ def context(root: Path, bash: Any = "off", node_paths: tuple[Path, ...] = ()) ->
 async def call(ctx: ToolContext, name: str, **arguments: Any) -> str:
     tool = ctx.tools.get(name)
     assert tool is not None
-    with trio.fail_after(30):
+    with trio.fail_after(HANG):
         return await tool.run(arguments, ctx)
 
 
@@ -263,7 +264,7 @@ def test_a_sandboxed_agent_cannot_configure_the_operators_next_run(tmp_path: Pat
             env=env,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=HANG,
             check=False,
         )
     assert first.returncode == 0, first.stderr
@@ -277,7 +278,7 @@ def test_a_sandboxed_agent_cannot_configure_the_operators_next_run(tmp_path: Pat
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
         check=False,
     )
     assert second.returncode == 1

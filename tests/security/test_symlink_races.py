@@ -25,6 +25,7 @@ import pytest
 
 from loopactors.agent import ToolContext, ToolError, ToolSet, _workspace, core_tools
 from loopactors.agent._tools import inside_workspace
+from tests.hang import HANG
 
 TRIES = 10_000
 SECRET = "OUTSIDE-SECRET-5d1c"
@@ -94,7 +95,7 @@ def flipping(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         yield workspace, outside
     finally:
         (tmp_path / "stop").touch()
-        process.wait(timeout=60)
+        process.wait(timeout=HANG)
         process.stdout.close()
     assert int(count_file.read_text()) > 0  # the race was run, not just set up
 
