@@ -29,7 +29,7 @@ import attrs
 
 from ._tools import ToolError
 
-__all__ = ["Protected", "sandbox_guards"]
+__all__ = ["Protected", "SandboxGuards", "sandbox_guards"]
 
 CONFIG_FILE = "loopactors.toml"
 PYPROJECT = "pyproject.toml"
@@ -119,17 +119,29 @@ class Protected:
         return self.reason(root, target, write=False) is None
 
 
-def sandbox_guards(
-    root: Path, hidden: Sequence[Path] = ()
-) -> tuple[list[Path], list[Path], list[Path]]:
-    """What the ``bash=sandbox`` sandbox must mount over inside ``root``: state directories to
-    hide (an empty private directory in their place), files to blank (the node's token file:
-    an empty read-only file in its place) and files or directories to make read-only
-    (configuration, git's ``config``, ``hooks``, ``info``). Found down to
-    :data:`SANDBOX_SCAN_DEPTH` levels, at most :data:`SANDBOX_SCAN_DIRS` directories."""
+@attrs.frozen
+class SandboxGuards:
+    """What the ``bash=sandbox`` sandbox mounts over inside the workspace."""
+
+    #: State directories: an empty private directory in their place.
+    hide: list[Path]
+    #: The node's token file: unreadable in its place.
+    blank: list[Path]
+    #: Configuration files and git's ``config``, ``hooks``, ``info``: read-only.
+    read_only: list[Path]
+    #: A git ``hooks`` or ``info`` directory that does not exist: an empty read-only one, so
+    #: that no hook or attributes file can be planted there.
+    sealed: list[Path]
+
+
+def sandbox_guards(root: Path, hidden: Sequence[Path] = ()) -> SandboxGuards:
+    """The :class:`SandboxGuards` of ``root``: ``hidden`` (the node's own paths) and what is
+    found down to :data:`SANDBOX_SCAN_DEPTH` levels, at most :data:`SANDBOX_SCAN_DIRS`
+    directories."""
     hide = [path for path in hidden if path.is_relative_to(root) and path.is_dir()]
     blank = [path for path in hidden if path.is_relative_to(root) and path.is_file()]
     read_only: list[Path] = []
+    sealed: list[Path] = []
     for directory, names in _scan(root):
         if directory != root and is_state_dir(directory):
             hide.append(directory)
@@ -140,11 +152,13 @@ def sandbox_guards(
         git = directory / ".git"
         if ".git" in names and git.is_dir() and not git.is_symlink():
             read_only += [git / n for n in sorted(_GIT_GUARDED) if os.path.lexists(git / n)]
+            sealed += [git / n for n in ("hooks", "info") if not os.path.lexists(git / n)]
     hidden_set = set(hide)
     read_only = [
         p for p in read_only if not any(p.is_relative_to(h) for h in hidden_set) and p not in blank
     ]
-    return sorted(hidden_set), blank, read_only
+    sealed = [p for p in sealed if not any(p.is_relative_to(h) for h in hidden_set)]
+    return SandboxGuards(sorted(hidden_set), blank, read_only, sealed)
 
 
 def _scan(root: Path) -> Iterator[tuple[Path, set[str]]]:

@@ -6,8 +6,8 @@ network, processes). ``bash=sandbox`` runs it under bubblewrap (``bwrap``): a ne
 process, network, IPC and UTS namespace in which only the system directories (``/usr``,
 ``/bin``, ``/lib*``, ``/sbin``, ``/etc``, ``/opt``) are visible, read-only, plus a private
 ``/tmp``, a minimal ``/dev``, its own ``/proc`` and the workspace, read-write, except what
-``_protected`` guards: state directories in it are empty private directories, the
-configuration and git's config, hooks and info read-only; no network; a short fixed
+``_protected`` guards: state directories in it are empty private directories, the node's
+token file unreadable, the configuration and git's config, hooks and info read-only; no network; a short fixed
 environment. ``bash=off`` offers no ``bash`` tool. docs/agent.md and
 docs/security.md state the same.
 """
@@ -69,13 +69,15 @@ def bash_argv(
     root = str(workspace.resolve())
     argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     argv += ["--bind", root, root]
-    hide, blank, read_only = sandbox_guards(Path(root), hidden)
-    for path in hide:  # after the workspace's bind: mounted over it
+    guards = sandbox_guards(Path(root), hidden)
+    for path in guards.hide:  # after the workspace's bind: mounted over it
         argv += ["--tmpfs", str(path)]
-    for path in blank:
+    for path in guards.blank:
         argv += ["--ro-bind", "/dev/null", str(path)]
-    for path in read_only:
+    for path in guards.read_only:
         argv += ["--ro-bind", str(path), str(path)]
+    for path in guards.sealed:
+        argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
     argv += ["--chdir", root, "/bin/sh", "-c", command]
     return argv
 

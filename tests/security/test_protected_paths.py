@@ -189,6 +189,9 @@ async def test_the_sandbox_hides_the_state_and_keeps_the_configuration_read_only
         "echo '#!/bin/sh' > .git/hooks/post-checkout",
         "echo '* filter=x' > .git/info/attributes",
         "echo '[core]' >> sub/.git/config",
+        # The nested repository has no hooks or info directory: none can be made.
+        "echo '#!/bin/sh' > sub/.git/hooks/pre-commit",
+        "echo '* filter=x' > sub/.git/info/attributes",
     ):
         with pytest.raises(ToolError, match="exit code"):
             await call(ctx, "bash", command=command)
@@ -197,6 +200,8 @@ async def test_the_sandbox_hides_the_state_and_keeps_the_configuration_read_only
     assert "fsmonitor" not in (root / ".git" / "config").read_text()
     assert not (root / ".git" / "hooks" / "post-checkout").exists()
     assert not (root / ".git" / "info" / "attributes").exists()
+    assert not (root / "sub" / ".git" / "hooks" / "pre-commit").exists()
+    assert not (root / "sub" / ".git" / "info" / "attributes").exists()
     # The task's own files stay writable, and git can still be read.
     assert await call(ctx, "bash", command="echo ok >> src.py && git status --short") != ""
 
