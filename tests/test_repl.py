@@ -252,3 +252,16 @@ def test_repl_runs_here_when_the_node_that_wrote_node_url_is_gone(tmp_path: Path
     child.sendeof()
     child.expect(pexpect.EOF)
     child.close()
+
+
+def test_a_plan_driven_loop_s_line_shows_its_tasks() -> None:
+    from loopactors.cli._repl import _line
+    from loopactors.loops import LoopSpec, LoopState
+
+    spec = LoopSpec(task="work through the plan", rounds=10)
+    state = LoopState(loop_id="L1", spec=spec, phase="paused", completed_rounds=2)
+    assert "2/10 completed  " in _line(state)
+    planned = LoopState(
+        loop_id="L1", spec=spec, phase="paused", completed_rounds=2, tasks_done=3, tasks_total=7
+    )
+    assert "2/10 completed, tasks 3/7  " in _line(planned)

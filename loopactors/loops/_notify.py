@@ -35,7 +35,7 @@ NotifyEvent = Literal["loop_finished", "round_deferred", "budget_reached", "chec
 NOTIFY_EVENTS: tuple[NotifyEvent, ...] = get_args(NotifyEvent)
 
 #: Escalation triggers that mean "a budget was reached" (``budget_reached``).
-BUDGET_TRIGGERS = frozenset({"cost_budget", "daily_cost_budget", "token_budget", "deadline"})
+BUDGET_TRIGGERS = frozenset({"cost_budget", "token_budget", "deadline"})
 
 #: Schemes whose host is a plain network address, shown when a URL is redacted; for every
 #: other scheme (slack://, tgram://, discord://, ...) the host is itself a token.

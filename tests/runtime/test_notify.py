@@ -314,3 +314,22 @@ async def test_a_check_failing_rounds_in_a_row_and_a_budget_notify(tmp_path: Pat
     assert second["title"] == f"loop {costly.loop_id} escalated"
     assert "trigger cost_budget" in second["message"]
     assert len(receiver.requests) == 2
+
+
+async def test_a_mail_server_that_is_down_gets_the_mail_when_it_comes_back() -> None:
+    port = free_port()
+    url = (
+        f"mailto://localhost:{port}?smtp=127.0.0.1&mode=insecure"
+        "&from=loops@example.com&to=ops@example.com"
+    )
+    async with open_runtime(notify_config(memory_config())) as rt:
+        handle = await rt.start("|loop:1| nightly", worker="scripted", notify=(url,))
+        assert (await handle.wait()).phase == "complete"
+        while (await rt.notifier_statistics()).failed < 1:
+            await trio.sleep(0.05)
+        with smtp_receiver(port) as (mailbox, _):
+            await trio.to_thread.run_sync(mailbox.wait_for, 1)
+            while (await rt.store_statistics()).notifications:
+                await trio.sleep(0.01)
+    (mail,) = mailbox.messages
+    assert mail["Subject"] == f"loop {handle.loop_id} complete"
