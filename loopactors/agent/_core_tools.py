@@ -169,11 +169,12 @@ async def _glob(guard: Protected, arguments: Mapping[str, Any], context: ToolCon
 
     def find() -> list[str]:
         deadline = time.monotonic() + _SEARCH_SECONDS
+        listable = guard.listing(root)
         found = []
         for path, name in walk_files(
             root, root, should_stop=lambda: stop.is_set() or time.monotonic() > deadline
         ):
-            if matcher.fullmatch(name) and guard.listable(root, path):
+            if matcher.fullmatch(name) and listable(path):
                 found.append(name)
         return sorted(found)
 
@@ -201,6 +202,7 @@ async def _grep(guard: Protected, arguments: Mapping[str, Any], context: ToolCon
             return stop.is_set() or time.monotonic() > deadline
 
         hits: list[str] = []
+        listable = guard.listing(root)
         if stat.S_ISREG(path_mode(root, base) or 0):
             files: Iterable[tuple[Path, str]] = [(base, base.name)]
         else:
@@ -209,7 +211,7 @@ async def _grep(guard: Protected, arguments: Mapping[str, Any], context: ToolCon
         for file, name in files:
             if file in searched or (file is not base and not matcher.fullmatch(name)):
                 continue  # a file reached again through a symlink is searched once
-            if not guard.listable(root, file):
+            if not listable(file):
                 continue
             searched.add(file)
             try:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,18 @@ class Protected:
 
     hidden: tuple[Path, ...] = ()
 
-    def reason(self, root: Path, target: Path, *, write: bool) -> str | None:
-        """Why ``target`` (resolved, inside ``root``) is refused, or ``None``."""
+    def reason(
+        self, root: Path, target: Path, *, write: bool, seen: dict[Path, bool] | None = None
+    ) -> str | None:
+        """Why ``target`` (resolved, inside ``root``) is refused, or ``None``. ``seen`` keeps
+        which directories are state directories across the calls of one listing."""
+        known = {} if seen is None else seen
+
+        def state_dir(directory: Path) -> bool:
+            if directory not in known:
+                known[directory] = is_state_dir(directory)
+            return known[directory]
+
         for hidden in self.hidden:
             if target == hidden or target.is_relative_to(hidden):
                 return "it is the node's own state (its state directory or token file)"
@@ -76,11 +86,11 @@ class Protected:
         if parts and parts[-1] == CONFIG_FILE:
             return f"{CONFIG_FILE} configures the node that runs this agent"
         directory = root
-        if is_state_dir(directory):
+        if state_dir(directory):
             return "the workspace is a state directory"
         for part in parts[:-1] if not target.is_dir() else parts:
             directory = directory / part
-            if is_state_dir(directory):
+            if state_dir(directory):
                 return "it is in a loopactors state directory"
         return None
 
@@ -115,8 +125,11 @@ class Protected:
                 "[tool.loopactors] table, which configures the node that runs this agent"
             )
 
-    def listable(self, root: Path, target: Path) -> bool:
-        return self.reason(root, target, write=False) is None
+    def listing(self, root: Path) -> Callable[[Path], bool]:
+        """Whether a file a walk of ``root`` found may be listed (one walk: what it learns
+        about directories is kept for the rest of it)."""
+        seen: dict[Path, bool] = {}
+        return lambda target: self.reason(root, target, write=False, seen=seen) is None
 
 
 @attrs.frozen

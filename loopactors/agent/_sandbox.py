@@ -7,8 +7,8 @@ process, network, IPC and UTS namespace in which only the system directories (``
 ``/bin``, ``/lib*``, ``/sbin``, ``/etc``, ``/opt``) are visible, read-only, plus a private
 ``/tmp``, a minimal ``/dev``, its own ``/proc`` and the workspace, read-write, except what
 ``_protected`` guards: state directories in it are empty private directories, the node's
-token file unreadable, the configuration and git's config, hooks and info read-only; no network; a short fixed
-environment. ``bash=off`` offers no ``bash`` tool. docs/agent.md and
+token file unreadable, the configuration and git's config, hooks and info read-only; no
+network; a short fixed environment. ``bash=off`` offers no ``bash`` tool. docs/agent.md and
 docs/security.md state the same.
 """
 
