@@ -237,13 +237,20 @@ class Worker(abc.ABC):
         return None
 
 
+#: Workspaces this process could not list (said once each).
+_UNLISTED: set[Path] = set()
+
+
 async def list_workspace(workspace: Path) -> None:
     """List ``workspace`` as one an agent writes in, so that configuration found there later
     is not trusted unchecked (docs/configuration.md, "Files"); a list that cannot be written
-    is logged, not fatal."""
+    is logged (once per workspace and process), not fatal."""
     try:
         await trio.to_thread.run_sync(record_agent_workspace, workspace)
     except OSError as exc:
+        if workspace in _UNLISTED:
+            return
+        _UNLISTED.add(workspace)
         _log.warning(
             "cannot list %s as an agent's workspace (%s): configuration files found there "
             "will not be checked",

@@ -326,3 +326,24 @@ async def test_the_runtime_names_its_state_and_token_file_to_the_agents_tools(
     assert results["t"].is_error
     assert "the node's own state" in results["t"].content
     assert results["s"].content == "no file matches '*'"
+
+
+async def test_a_workspace_list_that_cannot_be_written_is_said_once_and_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from loopactors.runtime import RuntimeConfig, open_runtime
+
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocked))  # the list's folder cannot be made
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with ChatServer([completion("one"), completion("two")]) as server:
+        spec = f"agent:model=m,base_url={server.base_url},workspace={workspace},bash=off"
+        async with open_runtime(RuntimeConfig(store="memory", shutdown_grace=5.0)) as runtime:
+            loop = await runtime.start("|loop:2,fresh| work", worker=spec)
+            state = await loop.wait()
+    assert (state.phase, state.completed_rounds) == ("complete", 2)
+    said = [r for r in caplog.records if "cannot list" in r.getMessage()]
+    assert len(said) == 1
+    assert "configuration files found there will not be checked" in said[0].getMessage()
