@@ -76,6 +76,9 @@ class RepoSnapshot:
     status: str = ""
     #: ledger file (relative to ``.loop/<slug>``) -> digest of its contents.
     ledger: Mapping[str, str] = attrs.field(factory=dict)
+    #: The user's own git configuration files (``~/.gitconfig``, ``~/.config/git/...``):
+    #: what the operator's next git command reads.
+    user: Mapping[str, FileMark] = attrs.field(factory=dict)
 
 
 class _SavedTurn(msgspec.Struct, forbid_unknown_fields=True):
@@ -90,6 +93,7 @@ class _SavedTurn(msgspec.Struct, forbid_unknown_fields=True):
     worktrees: dict[str, str] = {}
     status: str = ""
     ledger: dict[str, str] = {}
+    user: dict[str, FileMark] = {}
 
 
 def save_turn(path: Path, role: str, before: RepoSnapshot) -> None:
@@ -104,6 +108,7 @@ def save_turn(path: Path, role: str, before: RepoSnapshot) -> None:
         dict(before.worktrees),
         before.status,
         dict(before.ledger),
+        dict(before.user),
     )
     write_atomic(path, msgspec.json.encode(saved))
 
@@ -132,6 +137,7 @@ def load_turn(path: Path) -> tuple[str, RepoSnapshot] | None:
         worktrees=saved.worktrees,
         status=saved.status,
         ledger=saved.ledger,
+        user=saved.user,
     )
 
 
@@ -176,7 +182,31 @@ async def take_snapshot(
         worktrees=_worktrees(root / ".git" / "worktrees"),
         status=await _status(root),
         ledger=ledger_marks(ledger) if ledger is not None else {},
+        user=_user_files(),
     )
+
+
+def _user_files() -> dict[str, FileMark]:
+    """The user's git configuration and attributes files, as the operator's git reads them
+    (the loop's own git reads none of them)."""
+    home = Path.home()
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "git"
+    paths = [home / ".gitconfig", xdg / "config", xdg / "attributes"]
+    if os.environ.get("GIT_CONFIG_GLOBAL"):
+        paths.append(Path(os.environ["GIT_CONFIG_GLOBAL"]))
+    files: dict[str, FileMark] = {}
+    for path in paths:
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        kept = stat.S_ISREG(info.st_mode) and info.st_size <= _HOOKS_CAP
+        try:
+            data = path.read_bytes() if kept else None
+        except OSError:
+            data = None
+        files[str(path)] = (info.st_mode, info.st_size, info.st_mtime_ns, data)
+    return files
 
 
 #: Files of ``.loop/<slug>/`` that are not compared: the round's worktrees (the role's to
@@ -369,6 +399,11 @@ def breaches(before: RepoSnapshot, after: RepoSnapshot, slug: str, *, live: set[
             found.append(f".git/info/{Path(path).name} {what}")
     if before.alternates != after.alternates:
         found.append(".git/objects/info/alternates changed")
+    for path in sorted(before.user.keys() | after.user.keys()):
+        old_file, new_file = before.user.get(path), after.user.get(path)
+        if old_file != new_file:
+            what = "created" if old_file is None else "deleted" if new_file is None else "changed"
+            found.append(f"the user's git configuration {path} {what}")
     for name in sorted(before.worktrees.keys() | after.worktrees.keys()):
         old_tree, new_tree = before.worktrees.get(name), after.worktrees.get(name)
         if old_tree != new_tree:
@@ -415,6 +450,7 @@ async def undo(
     if before.alternates != after.alternates:
         _restore_file(root / ".git" / "objects" / "info" / "alternates", before.alternates, left)
     _undo_files(before.info, after.info, left, ".git/info/")
+    _undo_files(before.user, after.user, left, "the user's git configuration ")
     for name in sorted(before.refs.keys() | after.refs.keys()):
         old, new = before.refs.get(name), after.refs.get(name)
         if old == new or name.startswith(own) or name.startswith(others):

@@ -97,7 +97,10 @@ async def test_a_planted_filter_trips_safety_and_is_removed(
     monkeypatch.setenv("TOY_FILTER_MARK", str(mark))
     reason, _ = await run_tampering_round(repo, rt)
     assert ".git/info/attributes created" in reason
-    assert not (repo / ".git" / "info" / "attributes").exists()  # put back
+    assert f"the user's git configuration {repo.parent / 'home' / '.gitconfig'} created" in reason
+    assert reason.endswith("(all put back)")
+    assert not (repo / ".git" / "info" / "attributes").exists()
+    assert not (repo.parent / "home" / ".gitconfig").exists()
     assert not mark.exists()
 
 
