@@ -198,20 +198,51 @@ def test_status_of_an_unknown_loop_is_an_error(tmp_path: Path) -> None:
     assert "no loops" in empty.stdout
 
 
-def test_interrupted_exit_code_4(tmp_path: Path) -> None:
-    script = tmp_path / "agent.sh"
-    script.write_text("#!/bin/sh\ncat >/dev/null\nsleep 30\n")
-    script.chmod(0o755)
+def test_resume_refuses_a_worker_it_cannot_build_and_leaves_the_loop_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """A SIGKILLed run on a program found through a PATH entry, then `resume` in a shell
+    without that entry: a common, passing mistake must not end the loop."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    agent = bin_dir / "my-agent"
+    agent.write_text(
+        '#!/bin/sh\ncat >/dev/null\nsleep "${MY_SLEEP:-0}"\necho "did $LOOPACTORS_ROUND"\n'
+    )
+    agent.chmod(0o755)
+    state = tmp_path / "s"
+    with_agent = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     proc = subprocess.Popen(
-        [*CLI, "run", "|loop:2| needs the script", "--state", str(tmp_path / "s"), "--json",
-         "--worker", f"command:{script}"],
+        [*CLI, "run", "|loop:2,fresh| needs my-agent", "--state", str(state), "--json",
+         "--worker", "command:my-agent"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**with_agent, "MY_SLEEP": "30"},
     )  # fmt: skip
-    read_until_round(proc, 1)
+    loop_id = read_until_round(proc, 1)
     kill(proc)
-    script.unlink()
-    resumed = cli("resume", "--state", str(tmp_path / "s"), "--json")
-    assert resumed.returncode == 4, resumed.stderr
+    before = json.loads(cli("status", loop_id, "--state", str(state), "--json").stdout)
+    assert before["phase"] == "awaiting_worker"
+
+    refused = cli("resume", "--state", str(state), "--json")  # this shell's PATH: no bin_dir
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stdout == ""
+    assert "command worker executable 'my-agent' not found" in refused.stderr
+    assert f"  {loop_id} (awaiting_worker, round 1): 'command:my-agent' cannot be built" in (
+        refused.stderr
+    )
+    assert "Put the program on PATH" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    after = json.loads(cli("status", loop_id, "--state", str(state), "--json").stdout)
+    assert after == before  # nothing changed: phase, round, session, updated_at
+
+    # With the program back on PATH, the same loop goes on to its end.
+    resumed = subprocess.run(
+        [*CLI, "resume", "--state", str(state), "--json"],
+        capture_output=True, text=True, timeout=HANG, check=False, env=with_agent,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    final = json_lines(resumed.stdout)[-1]
+    assert (final["loop_id"], final["phase"], final["completed_rounds"]) == (loop_id, "complete", 2)
 
 
 def test_two_runtimes_cannot_share_a_state_directory(tmp_path: Path) -> None:

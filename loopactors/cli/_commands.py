@@ -503,6 +503,7 @@ async def _resume(args: argparse.Namespace) -> int:
     if not live:
         display.note(f"nothing to resume in {config.state_dir}")
         return EXIT_OK
+    _refuse_unbuildable(live, config)
     display.note(f"resuming {len(live)} loop(s) from {config.state_dir}")
     async with ctrl_c_leaves(), open_runtime(config) as rt:
         with rt.subscribe() as events:
@@ -512,6 +513,34 @@ async def _resume(args: argparse.Namespace) -> int:
                     await handle.resume()
             final = await _follow(rt, handles, events, display)
         return max((PHASE_EXIT[s.phase] for s in final), key=_severity)
+
+
+def _refuse_unbuildable(live: list[LoopState], config: RuntimeConfig) -> None:
+    """Resume nothing when a loop's worker cannot be built here (a program not on PATH, a
+    module that does not import): a mistake of this shell, often. Its loop would wait in
+    the runtime; from the command line, saying so and leaving every loop as it is (phase,
+    agent session) is the better answer."""
+    from ..runtime import worker_problem  # noqa: PLC0415 - see the note on the imports
+
+    here = config.transport == "inprocess"
+    problems: dict[str, str | None] = {}
+    stuck: list[str] = []
+    for state in live:
+        spec = state.spec.worker
+        if spec not in problems:
+            problems[spec] = worker_problem(spec, config.kill_grace, here=here)
+        problem = problems[spec]
+        if problem is not None:
+            stuck.append(f"  {state.loop_id} ({state.phase}, round {state.round}): {problem}")
+    if stuck:
+        raise ConfigError(
+            f"resumed nothing: {len(stuck)} of the {len(live)} unfinished loop(s) in "
+            f"{config.state_dir} have a worker that cannot be built here\n"
+            + "\n".join(stuck)
+            + "\nEvery loop is left as it was. Put the program on PATH (or install it), or "
+            "make the module importable from here, then run `loopactors resume` again; "
+            f"`loopactors stop LOOP_ID --state {config.state_dir}` ends a loop instead."
+        )
 
 
 def _severity(code: int) -> int:

@@ -18,6 +18,7 @@ from ._events import LoopPaused as LoopPaused
 from ._events import LoopRecovered as LoopRecovered
 from ._events import LoopResumed as LoopResumed
 from ._events import LoopStarted as LoopStarted
+from ._events import LoopWaiting as LoopWaiting
 from ._events import RoundDeferred as RoundDeferred
 from ._events import RoundFinished as RoundFinished
 from ._events import RoundStarted as RoundStarted
@@ -106,6 +107,7 @@ __all__ = [
     "LoopSpec",
     "LoopStarted",
     "LoopState",
+    "LoopWaiting",
     "Mode",
     "Notification",
     "NotifyEvent",

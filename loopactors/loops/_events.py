@@ -24,6 +24,7 @@ __all__ = [
     "LoopRecovered",
     "LoopResumed",
     "LoopStarted",
+    "LoopWaiting",
     "RoundDeferred",
     "RoundFinished",
     "RoundStarted",
@@ -191,6 +192,19 @@ class LoopInterrupted(LoopEvent, frozen=True, kw_only=True, tag="loop_interrupte
         )
 
 
+class LoopWaiting(LoopEvent, frozen=True, kw_only=True, tag="loop_waiting"):
+    """A recovered loop whose worker cannot be built (a program not on PATH, a module that
+    does not import) waits in its phase, with ``reason``, rather than end: the runtime looks
+    again now and then and goes on once it can; only a stop ends it. Sent when it begins."""
+
+    round: int
+    rounds: int
+    reason: str
+
+    def note(self) -> str:
+        return f"[loop-progress loop waiting at round {self.round}/{self.rounds}: {self.reason}]"
+
+
 class LoopFinished(LoopEvent, frozen=True, kw_only=True, tag="loop_finished"):
     phase: Phase
     rounds: int
@@ -224,6 +238,7 @@ AnyEvent = (
     | LoopResumed
     | LoopRecovered
     | LoopInterrupted
+    | LoopWaiting
     | LoopFinished
 )
 

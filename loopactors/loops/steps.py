@@ -20,10 +20,10 @@ import msgspec
 from ._events import (
     AnyEvent,
     LoopFinished,
-    LoopInterrupted,
     LoopPaused,
     LoopRecovered,
     LoopResumed,
+    LoopWaiting,
     RoundFinished,
     RoundSummary,
 )
@@ -682,30 +682,31 @@ def decide(
 # -- recovery -------------------------------------------------------------------------------
 
 
-def on_recovery(run: Run, worker_problem: str | None, now: float) -> Step:
-    """A loop resumed by a new runner (a restart, a recovery): it ends ``interrupted`` when
-    its worker can no longer be used (rolebox's W19), else it goes on from its committed
-    phase, with a ``LoopRecovered`` note (unless it had not started yet)."""
+#: How a waiting loop's ``reason`` starts (see :func:`on_recovery`).
+WAITING_FOR_WORKER = "waiting for its worker: "
+
+
+def on_recovery(run: Run, worker_problem: str | None, now: float, *, retry: float) -> Step:
+    """A loop resumed by a new runner (a restart, a recovery). When its worker cannot be
+    built (``worker_problem``: a program not on PATH, a module that does not import, often
+    a passing mistake) it waits in its phase, its session and rounds untouched, with the
+    problem as its ``reason``, and is looked at again after ``retry`` seconds; only a stop
+    ends it. Else it goes on from its committed phase, with a ``LoopRecovered`` note (unless
+    it had not started yet)."""
     state = run.state
     if worker_problem is not None:
-        interrupted = LoopInterrupted(
-            loop_id=state.loop_id,
-            at=now,
-            round=state.round,
-            rounds=state.spec.rounds,
-            reason=worker_problem,
+        why = f"{WAITING_FOR_WORKER}{worker_problem}"
+        if state.reason == why:  # still the same: nothing new to record or tell
+            return run, [Wake(retry)]
+        waiting = state.moved(state.phase, reason=why)
+        told = LoopWaiting(
+            loop_id=state.loop_id, at=now, round=state.round, rounds=state.spec.rounds, reason=why
         )
-        record = _in_flight_record(
-            state, "cancelled", "the loop ended while this round was in flight"
-        )
-        return finish(
-            run,
-            "interrupted",
-            now,
-            record=record,
-            reason=worker_problem,
-            events=(interrupted,),
-        )
+        run, save = _save(run, waiting, None, (told,))
+        return run, [save, Wake(retry)]
+    if state.reason is not None and state.reason.startswith(WAITING_FOR_WORKER):
+        run = msgspec.structs.replace(run, state=state.moved(state.phase, reason=None))
+    # (A cleared reason is committed with the next save: each phase's next step makes one.)
     if state.phase != "activating":
         note = LoopRecovered(loop_id=state.loop_id, at=now, phase=state.phase, round=state.round)
         run = msgspec.structs.replace(run, unsaved=(*run.unsaved, note))

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ._lock import NODE_URL_FILE as NODE_URL_FILE
     from ._lock import lock_state_dir as lock_state_dir
     from ._notifier import NotifierStatistics as NotifierStatistics
+    from ._runner import worker_problem as worker_problem
     from ._spec import build_spec as build_spec
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "lock_state_dir",
     "new_loop_id",
     "open_runtime",
+    "worker_problem",
 ]
 
 # Names load their module on first use: the command line reads a configuration
@@ -85,6 +87,7 @@ _HOMES = {
     "lock_state_dir": "_lock",
     "new_loop_id": "_coordinator",
     "open_runtime": "_api",
+    "worker_problem": "_runner",
 }
 
 

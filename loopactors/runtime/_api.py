@@ -620,7 +620,10 @@ async def _open_runtime(
 ) -> AsyncIterator[Runtime]:
     bus = EventBus(config.event_queue_size, observer)
     deps = RunnerDeps(
-        bus=bus, kill_grace=config.kill_grace, remote_workers=config.transport != "inprocess"
+        bus=bus,
+        kill_grace=config.kill_grace,
+        remote_workers=config.transport != "inprocess",
+        worker_retry=config.worker_retry,
     )
     children = runtime_children(config, deps)
     async with open_node(

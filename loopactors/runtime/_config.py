@@ -226,6 +226,9 @@ class RuntimeConfig:
     seed_cap: int = attrs.field(default=8000, validator=_not_negative)
     #: Seconds a subprocess worker gets between SIGTERM and SIGKILL.
     kill_grace: float = attrs.field(default=5.0, validator=_not_negative)
+    #: Seconds between two looks whether the worker of a loop waiting for it (recovered, its
+    #: worker not buildable) can be built now.
+    worker_retry: float = attrs.field(default=30.0, validator=_positive)
     #: Bytes of a round's output kept (the end of it, after a line saying what was cut);
     #: the store, ``status`` and the next round's seed never see more.
     max_output_bytes: int = attrs.field(default=1 << 20, validator=_positive)

@@ -23,6 +23,7 @@ from ..loops import (
     LoopRecovered,
     LoopResumed,
     LoopStarted,
+    LoopWaiting,
     RoundDeferred,
     RoundFinished,
     RoundStarted,
@@ -43,6 +44,7 @@ STATE_EVENTS: tuple[type, ...] = (
     LoopResumed,
     LoopRecovered,
     LoopInterrupted,
+    LoopWaiting,
     LoopFinished,
 )
 

@@ -315,7 +315,9 @@ class LoopRunner(Actor[Any]):
                     self.deps.kill_grace,
                     here=not self.deps.remote_workers,
                 )
-            await self._perform(on_recovery(self.run, problem, now))
+            await self._perform(on_recovery(self.run, problem, now, retry=self.deps.worker_retry))
+            # Waiting for its worker: the next wake-up looks again (docs/node.md).
+            self.recovered = problem is not None
         else:
             await self._perform(resume_step(self.run, now))
 
@@ -455,10 +457,16 @@ class LoopRunner(Actor[Any]):
 
 
 def worker_problem(spec: str, kill_grace: float, *, here: bool = True) -> str | None:
-    """Why a loop's worker cannot run (None if it can): the only reason a loop is
-    ``interrupted`` on recovery."""
+    """Why a loop's worker cannot be built now (None if it can): what a recovered loop
+    waits out, and what ``loopactors resume`` refuses to start with."""
     try:
         check_worker_spec(spec, kill_grace=kill_grace, here=here)
     except Exception as exc:
-        return f"its worker {spec!r} can no longer be used: {exc}"
+        if spec.startswith("python:__main__:"):
+            return (
+                f"{spec!r} cannot be built: it names a function of the program that started "
+                "the loop, which only that program can resume (with open_runtime on this "
+                "state directory)"
+            )
+        return f"{spec!r} cannot be built: {exc}"
     return None

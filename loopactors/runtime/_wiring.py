@@ -98,3 +98,5 @@ class RunnerDeps:
     call_timeout: float = 60.0
     #: Rounds run on remote workers: a worker spec's local resources are not checked here.
     remote_workers: bool = False
+    #: Seconds between two looks whether a waiting loop's worker can be built now.
+    worker_retry: float = 30.0

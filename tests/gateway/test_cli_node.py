@@ -24,12 +24,13 @@ WAIT_LIMIT = 120.0
 
 
 class NodeProcess:
-    def __init__(self, state: Path, *extra: str) -> None:
+    def __init__(self, state: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.state = state
         self.proc = subprocess.Popen(
             [*LOOPACTORS, "node", "--listen", "127.0.0.1:0", "--state", str(state), *extra],
             stderr=subprocess.PIPE,
             text=True,
+            env=env,
         )
         self.log: list[str] = []
         self.url = self._wait_for(r"serving (ws://\S+)").group(1)
@@ -283,3 +284,56 @@ def test_replay_and_compare_on_a_node(node: NodeProcess) -> None:
     assert missing.returncode == 1
     assert "has no round 3" in missing.stderr
     assert node.terminate() == 0
+
+
+def test_a_node_restarted_without_a_loop_s_program_keeps_the_loop_waiting(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL a node mid-round, start it again where the worker's program is not on PATH:
+    the loop waits, `status` says why, and only a stop ends it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    agent = bin_dir / "my-agent"
+    agent.write_text("#!/bin/sh\ncat >/dev/null\nsleep 30\n")
+    agent.chmod(0o755)
+    state = tmp_path / "state"
+    first = NodeProcess(state, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    try:
+        run = subprocess.Popen(
+            [*LOOPACTORS, "run", "|loop:3| needs my-agent", "--worker", "command:my-agent",
+             "--json", "--connect", first.url, "--state", str(state)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert run.stdout is not None
+        loop_id = ""
+        for line in run.stdout:
+            event = json.loads(line)
+            loop_id = event["loop_id"]
+            if event["type"] == "round_started":
+                break
+    finally:
+        first.proc.kill()  # no clean-up at all
+        first.proc.wait()
+        assert first.proc.stderr is not None
+        first.proc.stderr.close()
+    run.communicate(timeout=60)
+
+    second = NodeProcess(state)  # this PATH has no bin_dir
+    try:
+        shown: dict[str, object] = {}
+        for _ in range(100):  # the recovery commits the wait just after the node serves
+            shown = json.loads(second.cli("status", loop_id, "--json").stdout)
+            if shown["reason"] is not None:
+                break
+        assert shown["phase"] not in ("complete", "cancelled", "interrupted", "escalated")
+        reason = str(shown["reason"])
+        assert reason.startswith("waiting for its worker: 'command:my-agent' cannot be built")
+        assert "'my-agent' not found" in reason
+        table = second.cli("status")
+        assert "waiting for its worker" in table.stdout, table.stdout
+        stopped = second.cli("stop", loop_id, "--json")
+        assert stopped.returncode == 0, stopped.stderr
+        assert json.loads(second.cli("status", loop_id, "--json").stdout)["phase"] == "cancelled"
+    finally:
+        assert second.terminate() == 0
+    assert "Traceback" not in "".join(second.log)

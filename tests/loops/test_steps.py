@@ -23,6 +23,7 @@ from loopactors.loops import (
     LoopSpec,
     LoopStarted,
     LoopState,
+    LoopWaiting,
     Phase,
     Prompt,
     RoundDeferred,
@@ -312,19 +313,33 @@ def test_finish_commits_the_final_state_once(state: LoopState, summary: list[Rou
 
 
 @given(live_states(), st.sampled_from(["run.sh is gone", None]))
-def test_recovery_interrupts_a_loop_whose_worker_is_gone_else_notes_it(
+def test_recovery_waits_for_a_worker_that_cannot_be_built_else_notes_it(
     state: LoopState, problem: str | None
 ) -> None:
-    run, effects = on_recovery(fx.Run(state=state), problem, NOW)
+    run, effects = on_recovery(fx.Run(state=state), problem, NOW, retry=30.0)
     if problem is not None:
-        done = assert_well_ended(run, effects, "interrupted")
-        assert done.reason == problem
-        (ending,) = saves(effects)
-        if state.phase == "awaiting_worker":
-            assert ending.record is not None
-            assert ending.record.status == "cancelled"
-        else:
-            assert ending.record is None
+        # Nothing ends and nothing is lost: the same phase, round and session, a reason.
+        why = f"waiting for its worker: {problem}"
+        (save,) = saves(effects)
+        assert save.record is None
+        assert save.then == ()
+        assert effects == [save, fx.Wake(30.0)]
+        waiting = run.state
+        assert waiting.phase == state.phase
+        assert waiting.reason == why
+        assert msgspec.structs.replace(waiting, reason=state.reason, updated_at=0.0) == (
+            msgspec.structs.replace(state, updated_at=0.0)
+        )
+        assert [type(e) for e in save.events] == [LoopWaiting]
+        # Looked at again, still broken: no second record or event, another wait.
+        again, more = on_recovery(run, problem, NOW + 30, retry=30.0)
+        assert (again.state, more) == (waiting, [fx.Wake(30.0)])
+        # Mended: the loop goes on from its phase, as any recovered loop, without the reason.
+        mended, steps = on_recovery(run, None, NOW + 60, retry=30.0)
+        expected = on_recovery(fx.Run(state=state), None, NOW + 60, retry=30.0)[0]
+        assert mended.state.reason == expected.state.reason
+        assert mended.state.phase == expected.state.phase
+        assert all(not (s.state.reason or "").startswith("waiting") for s in saves(steps))
         return
     events = [ev for s in saves(effects) for ev in s.events]
     notes = [ev for ev in (*run.unsaved, *events) if isinstance(ev, LoopRecovered)]

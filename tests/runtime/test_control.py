@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from loopactors.loops._events import LoopFinished
+from loopactors.loops._events import LoopFinished, RoundFinished
 from loopactors.runtime import LoopHandle, Runtime, open_runtime
 from tests.hang import HANG
 
@@ -35,8 +35,12 @@ async def test_stop_while_a_round_runs_cancels_it_now(
     with handle.events() as events:
         state = await handle.stop()
         assert trio.current_time() - before < 0.1
+        closed = await events.receive()
         finished = await events.receive()
     assert state.phase == "cancelled"
+    # The round started is closed on the stream before the loop's end (docs/loops.md).
+    assert isinstance(closed, RoundFinished)
+    assert (closed.round, closed.status, closed.error) == (2, "cancelled", "stopped")
     assert isinstance(finished, LoopFinished)
     assert [(r.round, r.status) for r in finished.summary] == [(1, "completed"), (2, "cancelled")]
     assert [(r.round, r.status) for r in await handle.history()] == [

@@ -14,6 +14,7 @@ from loopactors.loops._events import (
     LoopFinished,
     LoopInterrupted,
     LoopRecovered,
+    LoopWaiting,
     RoundFinished,
     RoundStarted,
 )
@@ -178,9 +179,17 @@ async def test_a_paused_loop_stays_paused_across_a_restart(tmp_path: Path) -> No
         assert_each_round_once(await handle.history(), 2)
 
 
-async def test_a_loop_that_cannot_resume_is_interrupted_and_says_so_at_once(
-    tmp_path: Path,
-) -> None:
+async def told_waiting(rt: Runtime, loop_id: str) -> None:
+    """Until the loop's ``LoopWaiting`` is in its log (subscribed first: none is missed)."""
+    with rt.subscribe(loop_id) as live:
+        if any(isinstance(e, LoopWaiting) for e in await rt.stored_events(loop_id)):
+            return
+        async for event in live:
+            if isinstance(event, LoopWaiting):
+                return
+
+
+async def test_a_loop_whose_worker_cannot_be_built_waits_then_goes_on(tmp_path: Path) -> None:
     script = tmp_path / "agent.sh"
     script.write_text("#!/bin/sh\ncat >/dev/null\nsleep 30\n")
     script.chmod(0o755)
@@ -188,21 +197,66 @@ async def test_a_loop_that_cannot_resume_is_interrupted_and_says_so_at_once(
     # Round 1 runs the script for real, then the node dies mid-round.
     with trio.CancelScope() as scope:
         async with open_runtime(sqlite_config(tmp_path, shutdown_grace=0.0, kill_grace=0.1)) as rt:
-            handle = await rt.start("|loop:3| uses a script", worker=f"command:{script}")
+            handle = await rt.start("|loop:2,fresh| uses a script", worker=f"command:{script}")
             loop_id = handle.loop_id
             while (await handle.status()).phase != "awaiting_worker":
                 await trio.sleep(0.01)
             scope.cancel()
     script.unlink()  # the worker is gone when the node comes back
-    async with open_runtime(sqlite_config(tmp_path)) as rt:
-        final = await rt.handle(loop_id).wait()
+    config = sqlite_config(tmp_path, worker_retry=0.05)
+    async with open_runtime(config) as rt:
+        handle = rt.handle(loop_id)
+        await told_waiting(rt, handle.loop_id)
+        waiting = await handle.status()
+        assert waiting.reason is not None
+        # It waits, saying why, in its committed phase: nothing ended, nothing is lost.
+        assert waiting.phase in ("activating", "dispatching", "awaiting_worker")
+        assert waiting.round == 1
+        assert waiting.reason.startswith(f"waiting for its worker: 'command:{script}' cannot")
+        assert str(script) in waiting.reason
+        await trio.sleep(0.3)  # several looks later, still waiting, and said once
+        assert (await handle.status()).phase == waiting.phase
+        told = [e for e in await rt.stored_events(loop_id) if isinstance(e, LoopWaiting)]
+        assert len(told) == 1
+        assert told[0].reason == waiting.reason
+        # The program is back: the next look finds it, and the loop runs to its end.
+        script.write_text('#!/bin/sh\ncat >/dev/null\necho "did $LOOPACTORS_ROUND"\n')
+        script.chmod(0o755)
+        final = await handle.wait()
         log = await rt.stored_events(loop_id)
-    assert final.phase == "interrupted"
-    assert final.reason is not None
-    assert "can no longer be used" in final.reason
-    interrupted = [e for e in log if isinstance(e, LoopInterrupted)]
-    assert len(interrupted) == 1
-    assert str(script) in interrupted[0].note()
+    assert (final.phase, final.completed_rounds, final.reason) == ("complete", 2, None)
+    assert not any(isinstance(e, LoopInterrupted) for e in log)
+    assert [e.phase for e in log if isinstance(e, LoopRecovered)] == [waiting.phase] * (
+        waiting.phase != "activating"
+    )
+
+
+async def test_only_a_stop_ends_a_loop_waiting_for_its_worker(tmp_path: Path) -> None:
+    now = time.time()
+    state = LoopState(
+        loop_id="waits",
+        spec=LoopSpec(task="needs a program", rounds=3, worker="command:/nonexistent/agent"),
+        phase="awaiting_worker",
+        round=1,
+        created_at=now,
+        updated_at=now,
+        started_at=now,
+        agent_session="session-1",
+    )
+    running = RoundRecord(loop_id="waits", round=1, status="running", started_at=now)
+    seed_store(tmp_path, state, [running])
+    async with open_runtime(sqlite_config(tmp_path, worker_retry=0.05)) as rt:
+        handle = rt.handle("waits")
+        await told_waiting(rt, handle.loop_id)
+        waiting = await handle.status()
+        assert waiting.reason is not None
+        assert waiting.agent_session == "session-1"  # kept while it waits
+        await trio.sleep(0.3)  # looked at again and again: still there
+        assert (await handle.status()).phase == "awaiting_worker"
+        stopped = await handle.stop()
+        history = await handle.history()
+    assert stopped.phase == "cancelled"
+    assert [(r.round, r.status) for r in history] == [(1, "cancelled")]
 
 
 async def test_resume_runs_every_live_loop(tmp_path: Path) -> None:
