@@ -686,7 +686,7 @@ def decide(
 WAITING_FOR_WORKER = "waiting for its worker: "
 
 
-def on_recovery(run: Run, worker_problem: str | None, now: float, *, retry: float) -> Step:
+def on_recovery(run: Run, worker_problem: str | None, now: float, *, retry: float = 30.0) -> Step:
     """A loop resumed by a new runner (a restart, a recovery). When its worker cannot be
     built (``worker_problem``: a program not on PATH, a module that does not import, often
     a passing mistake) it waits in its phase, its session and rounds untouched, with the
