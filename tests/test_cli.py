@@ -94,6 +94,11 @@ def test_bad_usage_exits_64() -> None:
     assert cli("--no-such-flag").returncode == 64
 
 
+#: A round latency no test outlives: the run is still in its round when the test acts on it
+#: (however slow the machine), and the test ends it.
+FOREVER = 3600
+
+
 def start_run(state: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*CLI, "run", "|loop:4,fresh| slow work", "--state", str(state), "--json", *extra],
@@ -120,7 +125,7 @@ def read_until_round(proc: subprocess.Popen[str], round_number: int) -> str:
 
 
 def test_ctrl_c_stops_the_loop_and_exits_3(tmp_path: Path) -> None:
-    proc = start_run(tmp_path, "--worker", "scripted:latency=5")
+    proc = start_run(tmp_path, "--worker", f"scripted:latency={FOREVER}")
     read_until_round(proc, 1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=HANG)
@@ -168,7 +173,8 @@ def test_a_second_ctrl_c_leaves_at_once_while_a_worker_ignores_sigterm(tmp_path:
 
 
 def test_killed_run_resumes_and_status_and_history_read_it(tmp_path: Path) -> None:
-    proc = start_run(tmp_path, "--worker", "scripted:latency=0.3")
+    # Rounds of 2 s: the kill lands seconds before the loop could end, however loaded.
+    proc = start_run(tmp_path, "--worker", "scripted:latency=2")
     loop_id = read_until_round(proc, 2)
     kill(proc)
     status = cli("status", loop_id, "--state", str(tmp_path), "--json")
@@ -246,7 +252,7 @@ def test_resume_refuses_a_worker_it_cannot_build_and_leaves_the_loop_as_it_was(
 
 
 def test_two_runtimes_cannot_share_a_state_directory(tmp_path: Path) -> None:
-    proc = start_run(tmp_path, "--worker", "scripted:latency=5")
+    proc = start_run(tmp_path, "--worker", f"scripted:latency={FOREVER}")
     read_until_round(proc, 1)
     try:
         second = cli("resume", "--state", str(tmp_path))
@@ -341,7 +347,7 @@ def test_breaker_flags_and_ledger_export(tmp_path: Path) -> None:
 
 
 def test_stop_in_a_state_directory_no_runtime_runs(tmp_path: Path) -> None:
-    proc = start_run(tmp_path, "--worker", "scripted:latency=5")
+    proc = start_run(tmp_path, "--worker", f"scripted:latency={FOREVER}")
     loop_id = read_until_round(proc, 1)
     refused = cli("stop", loop_id, "--state", str(tmp_path))  # the run holds the directory
     assert refused.returncode == 1

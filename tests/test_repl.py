@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,13 +102,13 @@ def test_start_progress_history_completion_stop_quit(repl: pexpect.spawn, tmp_pa
     repl.expect("loop cancelled")
     repl.sendline("bogus words")
     repl.expect("is not a command")
-    settle()
+    settle(repl)
     repl.send("half a line")
     repl.sendcontrol("c")  # cancels the line being typed, the REPL stays
     repl.sendline("/loops")
     repl.expect("cancelled")
     assert "half a line" not in repl.before.split("/loops")[-1]
-    settle()
+    settle(repl)
     repl.sendeof()  # nothing live: quits without asking
     repl.expect(pexpect.EOF)
     repl.close()
@@ -115,15 +116,18 @@ def test_start_progress_history_completion_stop_quit(repl: pexpect.spawn, tmp_pa
     assert "say hi" in (tmp_path / "repl_history").read_text()
 
 
-def settle() -> None:
+def settle(child: pexpect.spawn) -> None:
     """Wait until the next prompt reads keys.
 
-    Output goes through prompt_toolkit's stdout proxy, which writes it a moment later, above
-    a prompt that is then already reading: once the output is seen, the prompt is up. The
-    prompt's own text is not a reliable sign (it is not always redrawn in full). Keys sent
-    between two prompts would meet a cooked terminal, where Ctrl-D is no key at all.
+    Keys sent between two prompts would meet a cooked terminal, where Ctrl-D is no key at
+    all. The prompt's own text is not a reliable sign (it is not always redrawn in full), but
+    the terminal is: prompt_toolkit turns canonical mode off while a prompt reads, and on
+    again while a command runs (checked on the pseudo-terminal, not guessed with a delay).
     """
-    time.sleep(0.3)
+    deadline = time.monotonic() + HANG
+    while termios.tcgetattr(child.child_fd)[3] & termios.ICANON:
+        assert time.monotonic() < deadline, "the REPL never read keys again"
+        time.sleep(0.01)
 
 
 def test_ctrl_d_asks_when_loops_are_live(repl: pexpect.spawn) -> None:
@@ -133,7 +137,7 @@ def test_ctrl_d_asks_when_loops_are_live(repl: pexpect.spawn) -> None:
     repl.expect("new loops use")
     repl.sendline("|loop:2| busy")
     repl.expect(r"started \S+: 2 rounds")
-    settle()
+    settle(repl)
     repl.sendeof()
     repl.expect(r"1 loop\(s\) are live; they stop with this embedded node and are lost")
     repl.sendline("n")
@@ -142,7 +146,7 @@ def test_ctrl_d_asks_when_loops_are_live(repl: pexpect.spawn) -> None:
     repl.expect(r"0/2 completed, round 1 running")  # never "round 1/2" for a running round
     repl.sendline("/pause")
     repl.expect(r"pauses once round 1 \(running now\) is recorded")
-    settle()
+    settle(repl)
     repl.sendeof()
     repl.expect("Quit")
     repl.sendline("y")
@@ -164,7 +168,7 @@ def test_repl_drives_a_remote_node(tmp_path: Path) -> None:
         child.expect(r"error: unknown worker kind 'bogus' in 'bogus:thing'; accepted kinds: ")
         child.sendline("/worker")
         child.expect(r"new loops use: scripted:latency=30")
-        settle()
+        settle(child)
         child.sendeof()
         child.expect(r"they keep running in the node")
         child.sendline("y")
@@ -194,7 +198,7 @@ def test_loop_runs_one_round_of_the_chosen_code_loop(tmp_path: Path) -> None:
         repl.sendline("/loop")
         repl.expect("running 1 round")
         repl.expect(r"round 1/1 completed")
-        settle()
+        settle(repl)
         repl.sendline("/code status")
         repl.expect(r"code loop fix-calc: ready, round 1, 1 merged")
         repl.sendline("/code stop")
@@ -218,7 +222,7 @@ def test_repl_on_a_directory_a_node_serves_connects_to_that_node(tmp_path: Path)
         child.expect(r"round 1/3 started")
         child.sendline("/stop-loop")
         child.expect("cancelled")
-        settle()
+        settle(child)
         child.sendeof()
         child.expect(pexpect.EOF)
         child.close()
@@ -229,7 +233,7 @@ def test_repl_on_a_directory_a_node_serves_connects_to_that_node(tmp_path: Path)
         other = _spawn(tmp_path / "client", "--connect", bare, "--token-file",
                        str(tmp_path / "state" / "node.token"))  # fmt: skip
         assert "loopactors repl on node " in other.before
-        settle()
+        settle(other)
         other.sendeof()
         other.expect(pexpect.EOF)
         other.close()
@@ -248,7 +252,7 @@ def test_repl_runs_here_when_the_node_that_wrote_node_url_is_gone(tmp_path: Path
     child.sendline("|loop:1| here")
     child.expect(r"started (\S+):")
     child.expect("complete")
-    settle()
+    settle(child)
     child.sendeof()
     child.expect(pexpect.EOF)
     child.close()
