@@ -455,7 +455,7 @@ def _config(args: argparse.Namespace, **flags: Any) -> RuntimeConfig:
 
 async def _run(args: argparse.Namespace) -> int:
     from ..runtime import new_loop_id, open_runtime  # noqa: PLC0415 - see the note on imports
-    from ..workers import cli_kinds, in_workspace  # noqa: PLC0415
+    from ..workers import in_workspace, worker_kind  # noqa: PLC0415
     from ._follow import PHASE_EXIT, ctrl_c_leaves  # noqa: PLC0415
     from ._progress import JsonLines, Progress  # noqa: PLC0415
 
@@ -468,7 +468,7 @@ async def _run(args: argparse.Namespace) -> int:
     worker = args.worker
     if args.workspace is not None:
         worker = in_workspace(worker or config.worker, args.workspace)
-    elif (worker or config.worker).partition(":")[0] in cli_kinds():
+    elif (kind := worker_kind(worker or config.worker)) and kind.workspace == "round":
         # Pinned at start, so a `resume` from another directory works in the same place.
         worker = in_workspace(worker or config.worker, Path.cwd())
     async with ctrl_c_leaves(), open_runtime(config) as rt:

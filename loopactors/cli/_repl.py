@@ -27,7 +27,7 @@ from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
 from ..loops import LoopFinished, LoopStarted, LoopState
 from ..runtime import NODE_URL_FILE, Gap, RuntimeConfig, open_runtime
 from ..storage import store_kind
-from ..workers import check_worker_spec, cli_kinds, in_workspace, parse_worker
+from ..workers import check_worker_spec, in_workspace
 from ._remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
 from ._repl_targets import EmbeddedTarget, RemoteTarget, Target
@@ -222,8 +222,7 @@ class Repl:
             return
         spec = args[0]
         if not self.target.keeps_running:  # embedded: check now
-            parse_worker(spec)
-            if spec.partition(":")[0] in cli_kinds():
+            if check_worker_spec(spec).workspace == "round":
                 # A coding-agent CLI works here, wherever later rounds run from.
                 spec = in_workspace(spec, Path.cwd())
         else:  # a node: its kind and options now; what must exist there, the node checks

@@ -16,7 +16,7 @@ import shlex
 import attrs
 
 from ..errors import OrchestrationError, SelfReviewRefused, WorkerSpecError
-from ..workers import in_workspace, parse_worker
+from ..workers import WorkerSpec, in_workspace, parse_worker, worker_kind
 
 __all__ = [
     "DEFAULT_VALIDATE_TIMEOUT",
@@ -24,6 +24,7 @@ __all__ = [
     "parse_orchestration",
     "render_orchestration",
     "same_worker",
+    "works_in_its_spec",
 ]
 
 DEFAULT_VALIDATE_TIMEOUT = 600.0
@@ -38,15 +39,22 @@ _SECTIONS = {
 }
 
 
+def works_in_its_spec(spec: str) -> bool:
+    """The worker works in the workspace its spec names, not in the round's directory (the
+    agent kind): a code loop names the round's worktree in its spec."""
+    kind = worker_kind(spec)
+    return kind is not None and kind.workspace == "spec"
+
+
 def same_worker(a: str, b: str) -> bool:
     """Two specs name the same worker (spacing and quoting aside)."""
 
     def norm(spec: str) -> tuple[str, ...]:
-        kind, _, rest = spec.strip().partition(":")
+        read = WorkerSpec.parse(spec.strip())
         try:
-            return (kind.strip(), *shlex.split(rest))
+            return (read.kind.strip(), *shlex.split(read.options))
         except ValueError:
-            return (kind.strip(), rest.strip())
+            return (read.kind.strip(), read.options.strip())
 
     return norm(a) == norm(b)
 
@@ -72,7 +80,7 @@ class Orchestration:
                 parse_worker(spec)
             except WorkerSpecError as exc:
                 raise OrchestrationError(f"the {role} {spec!r} cannot be used: {exc}") from None
-            if spec.partition(":")[0] == "agent" and in_workspace(spec, "/") == spec:
+            if works_in_its_spec(spec) and in_workspace(spec, "/") == spec:
                 raise OrchestrationError(
                     f"the {role} {spec!r} names a workspace; in a code loop an agent works in "
                     "its round's worktree: leave workspace= out"

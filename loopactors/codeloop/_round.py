@@ -35,7 +35,7 @@ from ._guard import (
 )
 from ._ledger import CodeLedger, write_atomic
 from ._model import IN_ROUND, CodeLoopState, round_name
-from ._orchestration import Orchestration
+from ._orchestration import Orchestration, works_in_its_spec
 from ._receipts import (
     executor_prompt,
     review_prompt,
@@ -290,7 +290,7 @@ class CodeRound:
         request = worker_request(
             self.state, self.ledger, self.git, number=number, role=role, spec=spec, prompt=prompt
         )
-        if spec.partition(":")[0] == "agent":  # the agent worker works in its workspace
+        if works_in_its_spec(spec):  # e.g. the agent worker: pinned to the round's worktree
             spec = in_workspace(spec, self.ledger.worktree(number))
         refuse = refuse_push_env(await push_urls(self.git.root))
         request = msgspec.structs.replace(request, env={**request.env, **refuse})

@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from ..actors import SupervisorRef
 from ..errors import ActorError, LoopNotFound
-from ..loops import AnyEvent, LoopFinished, LoopStarted, Phase, RoundFinished
+from ..loops import AnyEvent, LoopFinished, LoopStarted, Phase, RoundFinished, WorkerSpec
 from ..runtime import Gap, Runtime
 from ..storage import CommitLatency
 from ..workers import worker_kinds
@@ -78,7 +78,7 @@ class RateSamples:
 
 def worker_kind(worker: str) -> str:
     """``command:./agent.sh --fast`` -> ``command``: a label with few values."""
-    return worker.partition(":")[0] or "?"
+    return WorkerSpec.parse(worker).kind or "?"
 
 
 class NodeMetrics:

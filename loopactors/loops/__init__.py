@@ -41,6 +41,7 @@ from ._model import Phase as Phase
 from ._model import RoundRecord as RoundRecord
 from ._model import RoundStatus as RoundStatus
 from ._model import StopMode as StopMode
+from ._model import WorkerSpec as WorkerSpec
 from ._model import check_transition as check_transition
 from ._model import output_heads as output_heads
 from ._model import round_of as round_of
@@ -127,6 +128,7 @@ __all__ = [
     "Step",
     "StopMode",
     "Verdict",
+    "WorkerSpec",
     "after_round",
     "build_prompt",
     "cancel_loop",

@@ -30,6 +30,7 @@ __all__ = [
     "RoundRecord",
     "RoundStatus",
     "StopMode",
+    "WorkerSpec",
     "check_transition",
     "is_terminal",
     "output_heads",
@@ -102,8 +103,28 @@ def check_transition(current: Phase, new: Phase) -> Phase:
     )
 
 
+class WorkerSpec(msgspec.Struct, gc=False, frozen=True, kw_only=True):
+    """A worker spec read once: the kind it names and the options that kind parses
+    (``command:./agent.sh --fast`` -> ``command``, ``./agent.sh --fast``). The one place a
+    spec's text is split; what a kind accepts is the kind's (:mod:`loopactors.workers`)."""
+
+    text: str
+    kind: str
+    options: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> WorkerSpec:
+        kind, _, options = text.partition(":")
+        return cls(text=text, kind=kind, options=options)
+
+
 class LoopSpec(msgspec.Struct, gc=False, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What the user asked for: fixed for the life of the loop."""
+
+    @property
+    def worker_spec(self) -> WorkerSpec:
+        """:attr:`worker` read (derived, so stored loops read as they were written)."""
+        return WorkerSpec.parse(self.worker)
 
     task: str
     rounds: int = DEFAULT_ROUNDS

@@ -348,7 +348,7 @@ class Coordinator(Actor[Any]):
             except Exception as exc:  # anything else about a bad spec: refuse it, never crash
                 return WorkerSpecError(f"cannot use worker {spec.worker!r}: {exc}")
             # Bounded: specs may differ for every loop.
-            if kind in ("scripted", "python") and len(self._usable_workers) < 1024:
+            if kind.stable_spec and len(self._usable_workers) < 1024:
                 self._usable_workers.add(spec.worker)
         if spec.parent_id is None:
             return None

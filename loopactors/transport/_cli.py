@@ -60,7 +60,11 @@ def add_transport_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_worker_options(worker: argparse.ArgumentParser) -> None:
-    from ._wire import ALL_KINDS, KNOWN_KINDS  # noqa: PLC0415 - loads the workers
+    # The kinds a worker process runs unless told otherwise, and every kind it can run: the
+    # coding-agent CLI kinds run only when named (their binary must be installed there).
+    from ..workers import served_by_default, worker_kinds  # noqa: PLC0415
+
+    default = ",".join(served_by_default())
 
     worker.add_argument(
         "--redis",
@@ -69,10 +73,10 @@ def add_worker_options(worker: argparse.ArgumentParser) -> None:
     )
     worker.add_argument(
         "--kinds",
-        default=",".join(KNOWN_KINDS),
+        default=default,
         metavar="K,K",
-        help=f"the worker kinds this process runs (default {','.join(KNOWN_KINDS)}; "
-        f"accepted: {','.join(ALL_KINDS)})",
+        help=f"the worker kinds this process runs (default {default}; "
+        f"accepted: {','.join(worker_kinds())})",
     )
     worker.add_argument("--slots", type=int, default=4, metavar="N", help="rounds at once (4)")
     worker.add_argument("--name", metavar="NAME", help="consumer name (HOST-PID)")
@@ -109,11 +113,10 @@ def add_worker_options(worker: argparse.ArgumentParser) -> None:
 def run_worker(args: argparse.Namespace) -> int:
     import trio  # noqa: PLC0415 - see the note on the imports
 
-    from ..workers import default_worker_groups_dir  # noqa: PLC0415
+    from ..workers import default_worker_groups_dir, worker_kinds  # noqa: PLC0415
 
     # coredis loads only here
     from ._redis import REFUSED, find_error  # noqa: PLC0415
-    from ._wire import ALL_KINDS  # noqa: PLC0415
     from ._worker import WorkerSettings, default_worker_name, serve_worker  # noqa: PLC0415
 
     url = args.redis or os.environ.get("LOOPACTORS_REDIS")
@@ -122,11 +125,11 @@ def run_worker(args: argparse.Namespace) -> int:
     if check_transport(url) == IN_PROCESS:
         raise ConfigError("--redis takes a redis:// or rediss:// URL")
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
-    unknown = sorted(set(kinds) - set(ALL_KINDS))
+    unknown = sorted(set(kinds) - set(worker_kinds()))
     if unknown or not kinds:
         raise ConfigError(
             f"unknown worker kind(s) {', '.join(unknown) or '(none given)'} in --kinds; "
-            f"accepted: {', '.join(ALL_KINDS)}"
+            f"accepted: {', '.join(worker_kinds())}"
         )
     try:
         settings = WorkerSettings(

@@ -28,7 +28,7 @@ from typing import Any
 import trio
 from coredis.tokens import PureToken
 
-from ..workers import RoundRequest, RoundResult
+from ..workers import RoundRequest, RoundResult, WorkerSpec
 from ._backoff import RetryDelays
 from ._base import RemoteTransport
 from ._redis import (
@@ -149,7 +149,7 @@ class RedisTransport(RemoteTransport):
     async def run_remote(self, request: RoundRequest, timeout: float) -> RoundResult:
         """Publish the round's order and wait for its report (cancel the scope to stop it)."""
         key = request.key
-        stream = rounds_stream(request.worker.partition(":")[0])
+        stream = rounds_stream(WorkerSpec.parse(request.worker).kind)
         # One wait per key: the Dispatcher runs a key once at a time.
         waiter = self._waiting[key] = _Waiter(
             stream,

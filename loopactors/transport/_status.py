@@ -13,8 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .._util import terminal_safe
+from ..workers import served_by_default
 from ._wire import (
-    KNOWN_KINDS,
     NODE_GROUP,
     RESULTS_STREAM,
     WORKER_GROUP,
@@ -56,7 +56,7 @@ async def collect(client: Any, *, now: float | None = None) -> TransportStatus:
             beat = msgspec.structs.replace(beat, dead_since=now)
         workers.append(beat)
     workers.sort(key=lambda w: w.name)
-    kinds = sorted({*KNOWN_KINDS, *(k for w in workers for k in w.kinds)})
+    kinds = sorted({*served_by_default(), *(k for w in workers for k in w.kinds)})
     streams = [(rounds_stream(kind), WORKER_GROUP) for kind in kinds]
     streams.append((RESULTS_STREAM, NODE_GROUP))
     backlog = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..workers import RoundRequest, RoundResult, cli_kinds
+from ..workers import RoundRequest, RoundResult
 
 __all__ = [
     "CONTROL_STREAM",
@@ -39,11 +39,6 @@ WORKERS_HASH = f"{PREFIX}:workers"
 EPOCH_KEY = f"{PREFIX}:epoch"
 WORKER_GROUP = "workers"
 NODE_GROUP = "nodes"
-#: The kinds a worker process runs unless told otherwise.
-KNOWN_KINDS = ("agent", "command", "python", "scripted")
-#: Every kind a worker process can run: those and the coding-agent CLI kinds, which run only
-#: when named (``--kinds claude``): their binary must be installed where the rounds run.
-ALL_KINDS = (*KNOWN_KINDS, *cli_kinds())
 
 
 def rounds_stream(kind: str) -> str:

@@ -54,12 +54,14 @@ from ..agent import (
     subagent_tool,
 )
 from ..errors import AgentError, LoopactorsError, WorkerSpecError
+from ..loops import WorkerSpec
 from ._agent_loops import RoundLoops
 from ._base import RoundContext, RoundRequest, RoundResult, Worker, list_workspace
 from ._cli_adapter import step_detail
 from ._cli_worker import account_fingerprint, hold_limit, limit_hold
+from ._kinds import WorkerKind, workspace_path
 
-__all__ = ["LIMIT_BACKOFF", "AgentWorker", "in_workspace"]
+__all__ = ["KIND", "LIMIT_BACKOFF", "AgentWorker", "in_workspace"]
 
 #: Seconds a round waits after a limit whose server did not say how long (the CLI kinds'
 #: default ``backoff=``; the runner's own backoff grows from there on repeats).
@@ -124,14 +126,13 @@ def in_workspace(spec: str, directory: str | Path) -> str:
     Raises:
         WorkerSpecError: ``spec`` is not an agent worker spec.
     """
-    kind, _, rest = spec.partition(":")
-    if kind != "agent":
+    read = WorkerSpec.parse(spec)
+    if read.kind != "agent":
         raise WorkerSpecError(f"a workspace applies to the agent worker only, not to {spec!r}")
-    if "workspace" in _options(rest):
+    if "workspace" in _options(read.options):
         return spec
-    path = Path(directory).resolve()
-    if "," in str(path):
-        raise WorkerSpecError(f"workspace {str(path)!r} contains a comma, which a spec cannot hold")
+    path = workspace_path(directory)
+    rest = read.options
     return f"agent:{rest},workspace={path}" if rest else f"agent:workspace={path}"
 
 
@@ -370,3 +371,12 @@ class AgentWorker(Worker):
             )
             nursery.cancel_scope.cancel()
         return result
+
+
+KIND = WorkerKind(
+    name="agent",
+    build=lambda options, kill_grace: AgentWorker.from_spec(options),
+    workspace="spec",
+    pin_workspace=in_workspace,
+    served_by_default=True,
+)

@@ -6,7 +6,9 @@ a :class:`CliStreamParser` fed one stdout line at a time). Everything else (the 
 its process group and stop, the environment, sessions, progress, limits, the promise) is the
 shared worker's (``_cli_worker.CliAgentWorker``), so every kind behaves alike.
 
-A kind registers with :func:`register_cli_kind`; ``parse_worker`` then accepts its name.
+A kind's module declares ``KIND = cli_worker_kind(TheAdapter())`` (``_cli_worker``) and
+registers it like any worker kind (``register_worker_kind``); ``parse_worker`` then accepts
+its name.
 The spec form is shared: ``KIND[:key=value,...]`` with the keys of :data:`COMMON_KEYS` the
 kind accepts plus its own (``CliAdapter.keys``); ``args=`` takes the rest of the spec.
 """
@@ -24,6 +26,7 @@ from typing import Any, ClassVar
 import attrs
 
 from ..errors import WorkerSpecError
+from ._kinds import worker_kind, worker_kinds
 
 __all__ = [
     "COMMON_KEYS",
@@ -39,7 +42,6 @@ __all__ = [
     "cli_kinds",
     "detect_limit",
     "parse_cli_options",
-    "register_cli_kind",
     "step_detail",
 ]
 
@@ -274,23 +276,15 @@ class CliAdapter(abc.ABC):
         """A fresh parser for one run's output."""
 
 
-_ADAPTERS: dict[str, CliAdapter] = {}
-
-
-def register_cli_kind(adapter: CliAdapter) -> CliAdapter:
-    """Make ``adapter.kind`` a worker kind. A kind registers once."""
-    if adapter.kind in _ADAPTERS and type(_ADAPTERS[adapter.kind]) is not type(adapter):
-        raise ValueError(f"CLI worker kind {adapter.kind!r} is registered already")
-    _ADAPTERS[adapter.kind] = adapter
-    return adapter
-
-
 def cli_kinds() -> tuple[str, ...]:
-    return tuple(sorted(_ADAPTERS))
+    """The registered worker kinds that are coding-agent CLIs."""
+    return tuple(name for name in worker_kinds() if cli_adapter(name) is not None)
 
 
 def cli_adapter(kind: str) -> CliAdapter | None:
-    return _ADAPTERS.get(kind)
+    """The adapter of the CLI kind ``kind``; ``None`` for any other kind."""
+    adapter = getattr(worker_kind(kind), "adapter", None)
+    return adapter if isinstance(adapter, CliAdapter) else None
 
 
 def spec_form(adapter: CliAdapter) -> str:

@@ -33,8 +33,9 @@ from ._cli_adapter import (
     UsageLimit,
     detect_limit,
 )
+from ._cli_worker import cli_worker_kind
 
-__all__ = ["AiderAdapter", "parse_token_count"]
+__all__ = ["KIND", "AiderAdapter", "parse_token_count"]
 
 #: aider's session: the chat history file it keeps in the workspace (its default name).
 CHAT_HISTORY = ".aider.chat.history.md"
@@ -209,3 +210,6 @@ class AiderAdapter(CliAdapter):
 
     def parser(self) -> CliStreamParser:
         return _AiderStream()
+
+
+KIND = cli_worker_kind(AiderAdapter())

@@ -30,8 +30,9 @@ from ._cli_adapter import (
     detect_limit,
     step_detail,
 )
+from ._cli_worker import cli_worker_kind
 
-__all__ = ["ClaudeAdapter"]
+__all__ = ["KIND", "ClaudeAdapter"]
 
 PERMISSION_MODES = ("acceptEdits", "auto", "bypassPermissions", "default", "dontAsk", "plan")
 #: Claude Code's own switches for what a round does not need: non-essential traffic
@@ -189,3 +190,6 @@ class ClaudeAdapter(CliAdapter):
 
 def _mode(options: CliOptions) -> str:
     return options.permission_mode or "bypassPermissions"
+
+
+KIND = cli_worker_kind(ClaudeAdapter())

@@ -36,8 +36,9 @@ from ._cli_adapter import (
     UsageLimit,
     detect_limit,
 )
+from ._cli_worker import cli_worker_kind
 
-__all__ = ["CodexAdapter"]
+__all__ = ["KIND", "CodexAdapter"]
 
 SANDBOXES = ("bypass", "workspace-write", "read-only", "danger-full-access")
 #: The provider the worker defines when a base URL is given (``-c model_providers.<id>...``).
@@ -260,3 +261,6 @@ class CodexAdapter(CliAdapter):
 
     def parser(self) -> CliStreamParser:
         return _CodexStream()
+
+
+KIND = cli_worker_kind(CodexAdapter())

@@ -38,8 +38,9 @@ from ._cli_adapter import (
     UsageLimit,
     detect_limit,
 )
+from ._cli_worker import cli_worker_kind
 
-__all__ = ["GeminiAdapter", "gemini_limit"]
+__all__ = ["KIND", "GeminiAdapter", "gemini_limit"]
 
 APPROVAL_MODES = ("yolo", "auto_edit", "plan", "default")
 _SETTINGS = Path(__file__).with_name("gemini-settings")
@@ -241,3 +242,6 @@ def _root_owned_and_closed(path: Path) -> bool:
     except OSError:
         return False
     return True
+
+
+KIND = cli_worker_kind(GeminiAdapter())

@@ -28,6 +28,7 @@ import attrs
 import trio
 
 from ..errors import WorkerSpecError
+from ..loops import WorkerSpec
 from ._base import RoundContext, RoundRequest, RoundResult, Worker, list_workspace
 from ._cli_adapter import (
     AgentStep,
@@ -39,12 +40,15 @@ from ._cli_adapter import (
     parse_cli_options,
 )
 from ._command import GroupStopper
+from ._kinds import WorkerKind, workspace_path
 from ._output import LineSplitter
 
 __all__ = [
     "CliAgentWorker",
+    "CliWorkerKind",
     "account_fingerprint",
     "clear_limit_holds",
+    "cli_worker_kind",
     "cost_of_round",
     "hold_limit",
     "limit_hold",
@@ -467,3 +471,41 @@ async def _tail(process: trio.Process, tail: bytearray) -> None:
     async for chunk in process.stderr:
         tail += chunk
         del tail[:-_STDERR_TAIL]
+
+
+@attrs.frozen(kw_only=True)
+class CliWorkerKind(WorkerKind):
+    """A coding-agent CLI kind: its adapter, and the worker every such kind shares."""
+
+    adapter: CliAdapter
+
+
+def cli_worker_kind(adapter: CliAdapter) -> CliWorkerKind:
+    """The worker kind of a CLI adapter, to register like any kind."""
+
+    def build(options: str, kill_grace: float) -> Worker:
+        return CliAgentWorker(adapter, parse_cli_options(adapter, options), kill_grace=kill_grace)
+
+    def check_form(options: str) -> None:
+        parse_cli_options(adapter, options)
+
+    def pin_workspace(spec: str, directory: str | Path) -> str:
+        read = WorkerSpec.parse(spec)
+        if parse_cli_options(adapter, read.options).workspace is not None:
+            return spec
+        path = workspace_path(directory)
+        # args= takes the rest of the spec: the workspace goes before it
+        head, args, tail = read.options.partition("args=")
+        head = head.rstrip(",")
+        options = ",".join(part for part in (head, f"workspace={path}", args + tail) if part)
+        return f"{read.kind}:{options}"
+
+    return CliWorkerKind(
+        name=adapter.kind,
+        adapter=adapter,
+        build=build,
+        local_resources=True,  # the CLI's binary must be installed where the rounds run
+        check_form=check_form,
+        workspace="round",
+        pin_workspace=pin_workspace,
+    )

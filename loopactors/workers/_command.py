@@ -35,9 +35,10 @@ from ..errors import WorkerSpecError
 from . import _cgroup
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
 from ._groups import WorkerGroups
+from ._kinds import WorkerKind
 from ._output import OutputTail
 
-__all__ = ["CommandWorker", "GroupStopper", "kill_worker_groups"]
+__all__ = ["KIND", "CommandWorker", "GroupStopper", "kill_worker_groups"]
 
 log = logging.getLogger("loopactors.workers")
 
@@ -333,3 +334,21 @@ class CommandWorker(Worker):
         tail = stderr.kept.decode("utf-8", errors="replace").rstrip()[-_STDERR_TAIL:]
         error = f"exit code {returncode}" + (f": {tail}" if tail else "")
         return RoundResult(status="failed", output=output, error=error, tokens=tokens)
+
+
+def _check_form(argv: str) -> None:
+    try:
+        words = shlex.split(argv)
+    except ValueError as exc:
+        raise WorkerSpecError(f"command worker argv {argv!r} cannot be split: {exc}") from None
+    if not words:
+        raise WorkerSpecError("command worker needs an argv after 'command:'")
+
+
+KIND = WorkerKind(
+    name="command",
+    build=lambda options, kill_grace: CommandWorker.from_spec(options, kill_grace=kill_grace),
+    local_resources=True,  # the executable must exist where the rounds run
+    check_form=_check_form,
+    served_by_default=True,
+)

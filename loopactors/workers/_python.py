@@ -15,8 +15,9 @@ import attrs
 
 from ..errors import WorkerSpecError
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
+from ._kinds import WorkerKind
 
-__all__ = ["PythonWorker", "RoundFunction"]
+__all__ = ["KIND", "PythonWorker", "RoundFunction"]
 
 #: What a python worker calls: returns the output text, or a full :class:`RoundResult`.
 RoundFunction = Callable[[RoundRequest, RoundContext | None], Awaitable[str | RoundResult]]
@@ -93,3 +94,19 @@ class PythonWorker(Worker):
             error=f"TypeError: python worker returned {type(value).__name__}, "
             "expected str or RoundResult",
         )
+
+
+def _check_form(target: str) -> None:
+    module, sep, function = target.partition(":")
+    if not (sep and module and function.isidentifier()):
+        raise WorkerSpecError(f"python worker takes {_FORM}, got {'python:' + target!r}")
+
+
+KIND = WorkerKind(
+    name="python",
+    build=lambda options, kill_grace: PythonWorker.from_spec(options),
+    local_resources=True,  # the module must be importable where the rounds run
+    check_form=_check_form,
+    stable_spec=True,
+    served_by_default=True,
+)

@@ -16,8 +16,9 @@ import trio
 
 from ..errors import WorkerSpecError
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
+from ._kinds import WorkerKind
 
-__all__ = ["DEFAULT_OUTPUT", "ScriptedWorker"]
+__all__ = ["DEFAULT_OUTPUT", "KIND", "ScriptedWorker"]
 
 #: Names an output template may use, e.g. ``{round}`` or ``{word}``.
 TEMPLATE_FIELDS = ("loop_id", "prompt_tail", "round", "rounds", "word")
@@ -175,3 +176,11 @@ def _parse_int(name: str, value: str, *, minimum: int) -> int:
             f"scripted worker {name} must be an integer >= {minimum}, got {value!r}"
         )
     return int(value)
+
+
+KIND = WorkerKind(
+    name="scripted",
+    build=lambda options, kill_grace: ScriptedWorker.from_spec(options),
+    stable_spec=True,
+    served_by_default=True,
+)

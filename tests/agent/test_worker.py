@@ -238,7 +238,7 @@ def test_in_workspace() -> None:
     assert in_workspace("agent", "/tmp") == "agent:workspace=/tmp"
     assert in_workspace("agent:model=m", "/tmp") == "agent:model=m,workspace=/tmp"
     assert in_workspace("agent:workspace=/srv", "/tmp") == "agent:workspace=/srv"
-    with pytest.raises(WorkerSpecError, match="agent worker only"):
+    with pytest.raises(WorkerSpecError, match="a workspace applies to the kinds agent, "):
         in_workspace("scripted", "/tmp")
 
 
@@ -264,7 +264,7 @@ def test_cli_run_with_the_agent_worker_and_a_workspace(
     assert started["worker"] == f"agent:workspace={tmp_path.resolve()}"
     assert "remember the milk" in server.requests[1]["messages"][-1]["content"]
     assert main(["run", "|loop:1| x", "--workspace", str(tmp_path), "--store", "memory"]) != 0
-    assert "agent worker only" in capsys.readouterr().err
+    assert "a workspace applies to the kinds agent, " in capsys.readouterr().err
 
 
 async def test_an_error_inside_the_model_stream_fails_the_round_with_its_message(

@@ -123,7 +123,7 @@ def test_no_result_or_unreadable_output_fails_with_the_clis_words() -> None:
 
 def test_a_spec_for_remote_rounds_is_checked_for_form_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert check_worker_spec("claude:model=x", here=False) == "claude"
+    assert check_worker_spec("claude:model=x", here=False).name == "claude"
     with pytest.raises(WorkerSpecError, match="unknown"):
         check_worker_spec("claude:colour=red", here=False)
     with pytest.raises(WorkerSpecError, match="npm install -g @anthropic-ai/claude-code"):

@@ -177,9 +177,9 @@ def test_a_spec_for_remote_workers_is_checked_for_form_only() -> None:
     from loopactors.errors import WorkerSpecError
     from loopactors.workers import check_worker_spec
 
-    assert check_worker_spec("command:/nowhere/tool --x", here=False) == "command"
-    assert check_worker_spec("python:some.module:run", here=False) == "python"
-    assert check_worker_spec("scripted:latency=1", here=False) == "scripted"
+    assert check_worker_spec("command:/nowhere/tool --x", here=False).name == "command"
+    assert check_worker_spec("python:some.module:run", here=False).name == "python"
+    assert check_worker_spec("scripted:latency=1", here=False).name == "scripted"
     for bad in ("command:", "command:'open", "python:nocolon", "python:m:1x", "nope:x"):
         with pytest.raises(WorkerSpecError):
             check_worker_spec(bad, here=False)
