@@ -6,6 +6,10 @@ runtime's errors without catching its own.
 
 from __future__ import annotations
 
+TYPE_CHECKING = False  # not the typing module: `loopactors context` starts without it
+if TYPE_CHECKING:
+    from typing import ClassVar
+
 __all__ = [
     "ActorError",
     "ActorNotRunning",
@@ -50,6 +54,10 @@ __all__ = [
 class LoopactorsError(Exception):
     """Base class of every error loopactors raises on purpose."""
 
+    #: The node protocol's error code when a request raises it (docs/protocol.md); ``None``:
+    #: the node answers ``internal`` (a bug). A subclass inherits its base's code.
+    protocol_code: ClassVar[str | None] = None
+
 
 class ActorError(LoopactorsError):
     """Sending to, or calling, an actor failed."""
@@ -57,6 +65,8 @@ class ActorError(LoopactorsError):
 
 class ActorNotRunning(ActorError):
     """The target actor has exited (or no actor is registered under that name)."""
+
+    protocol_code = "unavailable"
 
 
 class MailboxFull(ActorError):
@@ -70,6 +80,8 @@ class CallFailed(ActorError):
     terminated or restarted by its supervisor). The crash is also the ``__cause__``.
     """
 
+    protocol_code = "unavailable"
+
     def __init__(self, message: str, reason: BaseException | None) -> None:
         super().__init__(message)
         self.reason = reason
@@ -77,6 +89,8 @@ class CallFailed(ActorError):
 
 class CallTimeout(ActorError, TimeoutError):
     """No reply arrived within the call's timeout. A reply that arrives later is dropped."""
+
+    protocol_code = "unavailable"
 
 
 class CallToSelf(ActorError):
@@ -123,6 +137,8 @@ class LoopSyntaxError(LoopError, ValueError):
     """``|loop ...|`` text that cannot be accepted; the message names the bad part and what
     is accepted."""
 
+    protocol_code = "rejected"
+
 
 class IllegalTransition(LoopError):
     """A phase change the loop state machine does not allow (a bug, never user input)."""
@@ -130,6 +146,8 @@ class IllegalTransition(LoopError):
 
 class LoopNotFound(LoopError, KeyError):
     """No loop with that id in this runtime's store."""
+
+    protocol_code = "not_found"
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
@@ -144,21 +162,31 @@ class ReplayError(LoopError, ValueError):
     """A round that cannot be replayed, or two loops that cannot be compared (no such round,
     a round that never ran, not a replay); says why."""
 
+    protocol_code = "rejected"
+
 
 class AdmissionRefused(LoopError):
     """The runtime refused to start a loop (a cap, a duplicate task, a bad worker spec)."""
+
+    protocol_code = "rejected"
 
 
 class WorkerSpecError(LoopError, ValueError):
     """A worker spec that cannot be used (unknown kind, bad option, missing executable)."""
 
+    protocol_code = "rejected"
+
 
 class ConfigError(LoopactorsError, ValueError):
     """A configuration file or flag that cannot be used; names the key and the file."""
 
+    protocol_code = "rejected"
+
 
 class InvalidRequest(LoopactorsError, ValueError):
     """A request lacks what it needs (a field another one requires); says which."""
+
+    protocol_code = "invalid_request"
 
 
 class StoreError(LoopactorsError):
@@ -209,6 +237,8 @@ class ModelError(AgentError):
 class CodeLoopError(LoopError):
     """A code loop (``loopactors code``) could not be set up, found or driven."""
 
+    protocol_code = "rejected"
+
 
 class SlugError(CodeLoopError, ValueError):
     """A code loop slug that is not lowercase kebab-case (so never a path)."""
@@ -220,6 +250,8 @@ class CodeLoopExists(CodeLoopError):
 
 class CodeLoopNotFound(CodeLoopError, LookupError):
     """No ledger for that slug in the repository, or an unreadable one."""
+
+    protocol_code = "not_found"
 
 
 class CodeLoopStateError(CodeLoopError):

@@ -6,6 +6,7 @@ own, and its JSON Schema (``python -m loopactors.cli.schema`` prints it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -15,12 +16,20 @@ if TYPE_CHECKING:
 __all__ = ["node_extensions", "node_schema"]
 
 
-def node_extensions() -> list[NodeRequest]:
-    """The requests a ``loopactors node`` (and the REPL's node) serves besides the protocol's
-    own: ``code`` (code loops)."""
-    from ..codeloop import CODE_REQUEST  # noqa: PLC0415 - loaded by the commands that serve
+#: The requests this package adds to a node, registered as a third party's would be.
+_BUILT_IN = {"code": "loopactors.codeloop:CODE_REQUEST"}
 
-    return [CODE_REQUEST]
+
+def node_extensions() -> list[NodeRequest]:
+    """The requests a ``loopactors node`` serves besides the protocol's own: ``code`` (code
+    loops) and every request registered (``gateway.register_node_request`` or the entry-point
+    group ``loopactors.node_requests``). Imported only by the commands that serve."""
+    from ..gateway import node_requests, register_node_request  # noqa: PLC0415
+
+    for name, target in _BUILT_IN.items():
+        with contextlib.suppress(ValueError):  # registered by an earlier call
+            register_node_request(name, target)
+    return node_requests()
 
 
 def node_schema() -> dict[str, Any]:

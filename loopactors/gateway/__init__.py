@@ -19,6 +19,9 @@ from ._door import Door as Door
 from ._door import open_door as open_door
 from ._errors import Refusal as Refusal
 from ._extensions import NodeRequest as NodeRequest
+from ._extensions import forget_node_request as forget_node_request
+from ._extensions import node_requests as node_requests
+from ._extensions import register_node_request as register_node_request
 from ._gateway import Gateway as Gateway
 from ._gateway import GatewayStatistics as GatewayStatistics
 from ._node import GatewayHandle as GatewayHandle
@@ -42,10 +45,13 @@ __all__ = [
     "RemoteStates",
     "RemoteSubscription",
     "connect",
+    "forget_node_request",
     "json_schema",
+    "node_requests",
     "open_door",
     "open_gateway",
     "parse_listen",
+    "register_node_request",
     "serve_node",
 ]
 

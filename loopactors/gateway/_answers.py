@@ -1,162 +1,174 @@
 """Answers to the requests that do not touch a connection's own state. Errors become frames.
 
 Every request but ``subscribe``/``unsubscribe`` (which belong to their connection) is answered
-here from the runtime; :func:`error_frame` turns what any of them raised into the protocol's
-error frame with its stable code.
+through the gateway's table of requests: the protocol's own (:func:`protocol_requests`, one
+function each below) and those applications add, alike. :func:`error_frame` turns what any
+of them raised into the protocol's error frame, with the code its error class carries.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, cast
 
+import attrs
 import msgspec
 
-from ..errors import (
-    ActorNotRunning,
-    AdmissionRefused,
-    CallFailed,
-    CallTimeout,
-    CodeLoopError,
-    CodeLoopNotFound,
-    ConfigError,
-    InvalidRequest,
-    LoopNotFound,
-    LoopSyntaxError,
-    ReplayError,
-    WorkerSpecError,
-)
+from ..errors import LoopactorsError
 from ..loops import LoopState, RoundRecord, output_heads, shown
 from ..runtime import breaker_standing
 from ._errors import Refusal
 from ._protocol import (
+    PROTOCOL_REQUESTS,
     Error,
     ErrorCode,
-    Hello,
     History,
     LoopStatus,
+    NodeStatistics,
     Output,
     Pause,
-    Ping,
     Pong,
     Replay,
     RequestId,
     Resume,
     Rounds,
     Start,
-    Statistics,
     Status,
     Stop,
 )
 
 if TYPE_CHECKING:
+    import trio
+
+    from ..runtime import Runtime
+    from ._extensions import NodeRequest
     from ._gateway import Gateway
 
-__all__ = ["answer", "error_frame", "headed", "is_refusal", "kind_of"]
+__all__ = ["answer", "error_frame", "headed", "is_refusal", "kind_of", "protocol_requests"]
 
 #: Start options a client may not set: fields of ``start`` itself, or not for the wire.
 _RESERVED_OPTIONS = frozenset({"loop", "worker", "loop_id", "parent_id"})
 
-#: The requests whose ``loop_id`` names an existing loop (``start`` chooses a new one).
-_TAKES_A_LOOP_ID = (Status, Stop, Pause, Resume, History, Output, Replay)
+Respond = Callable[[Any, "Gateway"], Awaitable[Any]]
 
-#: What each error means on the wire (the first match wins); anything else is ``internal``.
-_CODES: tuple[tuple[tuple[type[Exception], ...], ErrorCode], ...] = (
-    ((InvalidRequest,), "invalid_request"),
-    ((LoopNotFound, CodeLoopNotFound), "not_found"),
-    (
-        (
-            CodeLoopError,
-            LoopSyntaxError,
-            WorkerSpecError,
-            AdmissionRefused,
-            ConfigError,
-            ReplayError,
-        ),
-        "rejected",
-    ),
-    ((ActorNotRunning, CallFailed, CallTimeout), "unavailable"),
-)
+
+@attrs.frozen
+class ProtocolRequest:
+    """One of the protocol's own requests as a ``NodeRequest``, like an application's: its
+    frame, its reply's data and its answer, which may also read the gateway's settings and
+    figures."""
+
+    frame: type[msgspec.Struct]
+    reply: type[msgspec.Struct]
+    gateway: Gateway
+    respond: Respond
+
+    async def answer(self, request: Any, runtime: Runtime, background: trio.Nursery) -> Any:
+        return await self.respond(request, self.gateway)
+
+
+def protocol_requests(gateway: Gateway) -> dict[str, NodeRequest]:
+    """The protocol's own requests that ``answer`` serves (``subscribe`` and ``unsubscribe``
+    belong to their connection), by type."""
+    return {
+        kind: ProtocolRequest(frame, reply, gateway, _RESPONSES[kind])
+        for frame, reply in PROTOCOL_REQUESTS
+        if (kind := str(frame.__struct_config__.tag)) in _RESPONSES
+    }
 
 
 async def answer(request: Any, gateway: Gateway) -> Any:
     """The ``ok`` data of ``request``, or an exception for :func:`error_frame`."""
-    rt = gateway.runtime
-    settings = gateway.settings
-    if isinstance(request, History) and request.output_head < 0:  # bad input before lookup
-        raise Refusal("invalid_request", f"output_head must be >= 0, got {request.output_head}")
-    if isinstance(request, _TAKES_A_LOOP_ID) and request.loop_id is not None:
-        # The whole id or any unique prefix of it (docs/protocol.md).
-        request = msgspec.structs.replace(
-            request, loop_id=await rt.resolve_loop_id(request.loop_id)
-        )
-    if isinstance(request, Status):
-        head = _check_head(request.output_head)
-        if request.loop_id is not None:
-            return LoopStatus(loops=[headed(await rt.get(request.loop_id), head)])
-        limit = settings.default_status_loops if request.limit is None else request.limit
-        if not 1 <= limit <= settings.max_status_loops:
-            raise Refusal(
-                "invalid_request",
-                f"limit must be from 1 to {settings.max_status_loops}, got {limit}",
-            )
-        after = _cursor(request.after) if request.after is not None else None
-        loops = await rt.loops(live_only=request.live_only, limit=limit + 1, after=after)
-        page = loops[:limit]
-        more = len(loops) > limit
-        return LoopStatus(
-            loops=[headed(state, head) for state in page],
-            next=f"{page[-1].created_at!r}/{page[-1].loop_id}" if more else None,
-        )
-    if isinstance(request, Ping):
-        return Pong(time=time.time())
-    if isinstance(request, Start):
-        return shown(await _start(request, gateway))
-    if isinstance(request, Replay):
-        return shown(await _replay(request, gateway))
-    if isinstance(request, Stop):
-        return shown(await rt.handle(request.loop_id).stop(after_round=request.after_round))
-    if isinstance(request, Pause):
-        return shown(await rt.handle(request.loop_id).pause())
-    if isinstance(request, Resume):
-        return shown(await rt.handle(request.loop_id).resume())
-    if isinstance(request, History):
-        return await _history(request, gateway)
-    if isinstance(request, Output):
-        return await _output(request, gateway)
-    if isinstance(request, Statistics):
-        return await gateway.metrics.statistics(gateway)
-    if isinstance(request, Hello):
-        raise Refusal("invalid_request", "hello was already sent on this connection")
-    added = gateway.added.by_type.get(kind_of(request))
-    if added is not None:  # a request an application added (gateway.NodeRequest)
-        return await added.answer(request, rt, gateway.nursery)
-    raise Refusal("unknown_type", f"no handler for {kind_of(request)}")  # pragma: no cover
+    served = gateway.served.get(kind_of(request))
+    if served is None:  # pragma: no cover - the decoder knows the same types
+        raise Refusal("unknown_type", f"no handler for {kind_of(request)}")
+    return await served.answer(request, gateway.runtime, gateway.nursery)
 
 
 def error_frame(request_id: RequestId | None, exc: Exception) -> Error:
+    """The error frame of what answering a request raised: a refusal's own code, or the code
+    the error's class carries (``LoopactorsError.protocol_code``), else ``internal``."""
     if isinstance(exc, Refusal):
         return Error(id=request_id, code=exc.code, message=exc.message)
-    for types, code in _CODES:
-        if isinstance(exc, types):
-            message = _text(exc)
-            if code == "unavailable":
-                message = f"the runtime could not answer now, try again: {message}"
-            return Error(id=request_id, code=code, message=message)
-    return Error(id=request_id, code="internal", message=f"internal error: {exc!r}")
+    code = _code_of(exc)
+    if code is None:
+        return Error(id=request_id, code="internal", message=f"internal error: {exc!r}")
+    message = _text(exc)
+    if code == "unavailable":
+        message = f"the runtime could not answer now, try again: {message}"
+    return Error(id=request_id, code=code, message=message)
 
 
 def is_refusal(exc: Exception) -> bool:
     """True for an error that answers a request as designed (not a bug to log)."""
-    return isinstance(exc, Refusal) or any(isinstance(exc, types) for types, _ in _CODES)
+    return isinstance(exc, Refusal) or _code_of(exc) is not None
+
+
+def _code_of(exc: Exception) -> ErrorCode | None:
+    code = exc.protocol_code if isinstance(exc, LoopactorsError) else None
+    return cast("ErrorCode | None", code)
 
 
 def kind_of(request: Any) -> str:
     return str(type(request).__struct_config__.tag)
 
 
-async def _start(request: Start, gateway: Gateway) -> Any:
+async def _loop_id(loop_id: str, gateway: Gateway) -> str:
+    """The whole id of a loop named by its id or any unique prefix of it (docs/protocol.md)."""
+    return await gateway.runtime.resolve_loop_id(loop_id)
+
+
+async def _status(request: Status, gateway: Gateway) -> LoopStatus:
+    rt = gateway.runtime
+    settings = gateway.settings
+    if request.loop_id is not None:
+        loop_id = await _loop_id(request.loop_id, gateway)
+        return LoopStatus(loops=[headed(await rt.get(loop_id), _check_head(request.output_head))])
+    head = _check_head(request.output_head)
+    limit = settings.default_status_loops if request.limit is None else request.limit
+    if not 1 <= limit <= settings.max_status_loops:
+        raise Refusal(
+            "invalid_request",
+            f"limit must be from 1 to {settings.max_status_loops}, got {limit}",
+        )
+    after = _cursor(request.after) if request.after is not None else None
+    loops = await rt.loops(live_only=request.live_only, limit=limit + 1, after=after)
+    page = loops[:limit]
+    more = len(loops) > limit
+    return LoopStatus(
+        loops=[headed(state, head) for state in page],
+        next=f"{page[-1].created_at!r}/{page[-1].loop_id}" if more else None,
+    )
+
+
+async def _hello(request: Any, gateway: Gateway) -> Any:
+    raise Refusal("invalid_request", "hello was already sent on this connection")
+
+
+async def _ping(request: Any, gateway: Gateway) -> Pong:
+    return Pong(time=time.time())
+
+
+async def _stop(request: Stop, gateway: Gateway) -> LoopState:
+    handle = gateway.runtime.handle(await _loop_id(request.loop_id, gateway))
+    return shown(await handle.stop(after_round=request.after_round))
+
+
+async def _pause(request: Pause, gateway: Gateway) -> LoopState:
+    return shown(await gateway.runtime.handle(await _loop_id(request.loop_id, gateway)).pause())
+
+
+async def _resume(request: Resume, gateway: Gateway) -> LoopState:
+    return shown(await gateway.runtime.handle(await _loop_id(request.loop_id, gateway)).resume())
+
+
+async def _statistics(request: Any, gateway: Gateway) -> NodeStatistics:
+    return await gateway.metrics.statistics(gateway)
+
+
+async def _start(request: Start, gateway: Gateway) -> LoopState:
     if (request.text is None) == (request.spec is None):
         raise Refusal("invalid_request", "start takes exactly one of text (|loop...| text) or spec")
     reserved = sorted(set(request.options) & _RESERVED_OPTIONS)
@@ -171,7 +183,7 @@ async def _start(request: Start, gateway: Gateway) -> Any:
     handle = await gateway.runtime.start(
         loop, worker=request.worker, loop_id=request.loop_id, **request.options
     )
-    return await handle.status()
+    return shown(await handle.status())
 
 
 async def _replay(request: Replay, gateway: Gateway) -> LoopState:
@@ -179,13 +191,13 @@ async def _replay(request: Replay, gateway: Gateway) -> LoopState:
     if reserved:
         raise Refusal("invalid_request", f"options may not set {', '.join(reserved)}")
     handle = await gateway.runtime.replay(
-        request.loop_id,
+        await _loop_id(request.loop_id, gateway),
         request.round,
         worker=request.worker,
         new_loop_id=request.loop_id_new,
         **request.options,
     )
-    return await handle.status()
+    return shown(await handle.status())
 
 
 def _cursor(text: str) -> tuple[float, str]:
@@ -216,18 +228,34 @@ def headed(state: LoopState, head: int) -> LoopState:
 
 
 async def _history(request: History, gateway: Gateway) -> Rounds:
-    head = _check_head(request.output_head)
+    head = _check_head(request.output_head)  # bad input before the lookup
     # Read whole: the breaker's counts compare whole outputs and errors; the answer is cut.
-    state, records = await gateway.runtime.recorded(request.loop_id)
+    state, records = await gateway.runtime.recorded(await _loop_id(request.loop_id, gateway))
     breaker = breaker_standing(state, records, time.time())
     state, rounds = output_heads(state, records, head)
     return Rounds(loop=shown(state), rounds=rounds, breaker=breaker)
 
 
 async def _output(request: Output, gateway: Gateway) -> RoundRecord:
-    return await gateway.runtime.output(request.loop_id, request.round)
+    return await gateway.runtime.output(await _loop_id(request.loop_id, gateway), request.round)
 
 
 def _text(exc: BaseException) -> str:
     # KeyError (LoopNotFound's base) quotes its message in str(); the message is args[0].
     return str(exc.args[0]) if exc.args else str(exc)
+
+
+#: How each of the protocol's own requests is answered, by type.
+_RESPONSES: dict[str, Respond] = {
+    "hello": _hello,
+    "ping": _ping,
+    "start": _start,
+    "replay": _replay,
+    "stop": _stop,
+    "pause": _pause,
+    "resume": _resume,
+    "status": _status,
+    "history": _history,
+    "output": _output,
+    "statistics": _statistics,
+}

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
@@ -101,6 +102,11 @@ class Connection:
             self.settings.max_requests_per_second, self.settings.request_burst, trio.current_time()
         )
         self._nursery: trio.Nursery | None = None
+        #: The requests this connection answers itself (the rest: ``_answers.answer``).
+        self._own: dict[str, Callable[[Any], Awaitable[tuple[Any, Any]]]] = {
+            "subscribe": self._subscribe,
+            "unsubscribe": self._unsubscribe,
+        }
 
     @property
     def subscriptions(self) -> int:
@@ -297,10 +303,9 @@ class Connection:
     async def _outcome(self, request: Any) -> tuple[Ok | Error, Any]:
         data: Any
         try:
-            if isinstance(request, Subscribe):
-                data, after = await self._subscribe(request)
-            elif isinstance(request, Unsubscribe):
-                data, after = self._unsubscribe(request), None
+            own = self._own.get(kind_of(request))
+            if own is not None:
+                data, after = await own(request)
             else:
                 data, after = await answer(request, self.gateway), None
             return Ok(id=request.id, data=data), after
@@ -405,7 +410,7 @@ class Connection:
                         await self._send.send(frame_text(frame))
                         self._delivered[sid] += len(states)
 
-    def _unsubscribe(self, request: Unsubscribe) -> Unsubscribed:
+    async def _unsubscribe(self, request: Unsubscribe) -> tuple[Unsubscribed, None]:
         entry = self._subs.pop(request.subscription, None)
         if entry is None:
             raise Refusal(
@@ -417,9 +422,10 @@ class Connection:
         scope.cancel()
         sub.close()
         delivered = self._delivered.pop(request.subscription, 0)
-        return Unsubscribed(
+        data = Unsubscribed(
             subscription=request.subscription, delivered=delivered, missed=sub.missed
         )
+        return data, None
 
     # -- frames out --------------------------------------------------------------------------
 

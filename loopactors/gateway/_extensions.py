@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Union
 import attrs
 import msgspec
 
+from .._plugins import Registry
 from ..errors import ConfigError
 from ._protocol import CLIENT_FRAMES
 
@@ -19,7 +20,13 @@ if TYPE_CHECKING:
 
     from ..runtime import Runtime
 
-__all__ = ["AddedRequests", "NodeRequest"]
+__all__ = [
+    "AddedRequests",
+    "NodeRequest",
+    "forget_node_request",
+    "node_requests",
+    "register_node_request",
+]
 
 
 class NodeRequest(Protocol):
@@ -38,6 +45,30 @@ class NodeRequest(Protocol):
     async def answer(
         self, request: Any, runtime: Runtime, background: trio.Nursery
     ) -> msgspec.Struct: ...
+
+
+_REQUESTS: Registry[NodeRequest] = Registry("node request", group="loopactors.node_requests")
+
+
+def register_node_request(name: str, request: NodeRequest | str) -> None:
+    """Have ``loopactors node`` serve ``request`` (or the :class:`NodeRequest` that
+    ``"module:attr"`` names, imported when a node starts), as it serves code loops' ``code``.
+
+    Raises:
+        ValueError: ``name`` is registered already.
+    """
+    _REQUESTS.register(name, request)
+
+
+def forget_node_request(name: str) -> None:
+    """Undo :func:`register_node_request` (a test's own request)."""
+    _REQUESTS.unregister(name)
+
+
+def node_requests() -> list[NodeRequest]:
+    """Every request registered, by call or in the entry-point group
+    ``loopactors.node_requests``, by name."""
+    return [_REQUESTS[name] for name in _REQUESTS.names()]
 
 
 def request_tag(frame: type[msgspec.Struct]) -> str:

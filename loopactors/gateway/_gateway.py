@@ -26,10 +26,11 @@ from ..actors import Actor
 from ..runtime import Runtime
 from . import _pong  # noqa: F401 - no Pong after our Close (see the module)
 from ._admission import Admission, descriptor_budget
+from ._answers import protocol_requests
 from ._auth import token_matches
 from ._connection import CLOSE_GOING_AWAY, CLOSE_TRY_AGAIN_LATER, Connection, frame_text
 from ._door import Door
-from ._extensions import AddedRequests
+from ._extensions import AddedRequests, NodeRequest
 from ._http import SplitServer, UpgradeListener
 from ._messages import GatewayShutdown, GetGatewayStatistics
 from ._metrics import NodeMetrics
@@ -82,6 +83,8 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
         self.runtime = runtime
         #: Requests served besides the protocol's own (``code`` on a ``loopactors node``).
         self.added = added if added is not None else AddedRequests.of(())
+        #: Every request ``answer`` serves, by type: the protocol's own, then the added ones.
+        self.served: dict[str, NodeRequest] = {**protocol_requests(self), **self.added.by_type}
         #: Made by ``open_gateway`` so that its counters outlive a restart of this actor.
         self.metrics = metrics if metrics is not None else NodeMetrics(runtime)
         self.settings = settings

@@ -23,11 +23,11 @@ __all__ = [
     "CLIENT_FRAMES",
     "MAX_COALESCE",
     "MIN_COALESCE",
+    "PROTOCOL_REQUESTS",
     "PROTOCOL_VERSION",
     "REPLY_DATA",
     "STATES_PER_FRAME",
     "ActorInfo",
-    "ClientFrame",
     "Closing",
     "Error",
     "ErrorCode",
@@ -229,26 +229,6 @@ class Statistics(_Request, frozen=True, kw_only=True, tag="statistics"):
     """The node's figures right now: loops by phase, rounds, store, connections, actors."""
 
 
-ClientFrame = (
-    Hello
-    | Ping
-    | Start
-    | Replay
-    | Stop
-    | Pause
-    | Resume
-    | Status
-    | History
-    | Output
-    | Subscribe
-    | Unsubscribe
-    | Statistics
-)
-
-#: The request types above; a node may serve more (``gateway.NodeRequest``).
-CLIENT_FRAMES: Final[tuple[type[msgspec.Struct], ...]] = ClientFrame.__args__
-
-
 # -- reply data -----------------------------------------------------------------------------
 
 
@@ -353,21 +333,29 @@ class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     rate_samples: list[tuple[float, int]] = []
 
 
+#: The protocol's own requests, each with the data type of its :class:`Ok` reply: the client
+#: frames, the reply types and the schema derive from this table, and the gateway answers
+#: each through its table of requests (``_answers``), as it does an application's.
+PROTOCOL_REQUESTS: Final[tuple[tuple[type[msgspec.Struct], type[msgspec.Struct]], ...]] = (
+    (Hello, NodeInfo),
+    (Ping, Pong),
+    (Start, LoopState),
+    (Replay, LoopState),
+    (Stop, LoopState),
+    (Pause, LoopState),
+    (Resume, LoopState),
+    (Status, LoopStatus),
+    (History, Rounds),
+    (Output, RoundRecord),
+    (Subscribe, Subscribed),
+    (Unsubscribe, Unsubscribed),
+    (Statistics, NodeStatistics),
+)
+#: The request types above; a node may serve more (``gateway.NodeRequest``).
+CLIENT_FRAMES: Final = tuple(frame for frame, _ in PROTOCOL_REQUESTS)
 #: The data type of the :class:`Ok` reply to each request type.
 REPLY_DATA: Final[dict[str, type[msgspec.Struct]]] = {
-    "hello": NodeInfo,
-    "ping": Pong,
-    "start": LoopState,
-    "replay": LoopState,
-    "stop": LoopState,
-    "pause": LoopState,
-    "resume": LoopState,
-    "status": LoopStatus,
-    "history": Rounds,
-    "output": RoundRecord,
-    "subscribe": Subscribed,
-    "unsubscribe": Unsubscribed,
-    "statistics": NodeStatistics,
+    str(frame.__struct_config__.tag): reply for frame, reply in PROTOCOL_REQUESTS
 }
 
 

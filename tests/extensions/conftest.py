@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from loopactors.gateway import forget_node_request, register_node_request
 from loopactors.workers import forget_worker_kind, register_worker_kind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,3 +38,13 @@ def installed(site: Path, group: str, name: str, target: str) -> dict[str, str]:
         points.write(f"[{group}]\n{name} = {target}\n")
     path = os.pathsep.join([str(ROOT), str(site), *sys.path[1:]])
     return {**os.environ, "PYTHONPATH": path}
+
+
+@pytest.fixture
+def tail_request() -> Iterator[str]:
+    """The ``tail`` node request registered by its path, as a plug-in registers it."""
+    register_node_request("tail", "tests.extensions.tail_request:TAIL")
+    try:
+        yield "tail"
+    finally:
+        forget_node_request("tail")
