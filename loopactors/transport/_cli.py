@@ -59,10 +59,18 @@ def add_transport_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _runnable_kinds() -> tuple[str, ...]:
+    """Every kind a worker process can run, those it runs by default first."""
+    from ..workers import served_by_default, worker_kinds  # noqa: PLC0415 - loads the workers
+
+    default = served_by_default()
+    return (*default, *(kind for kind in worker_kinds() if kind not in default))
+
+
 def add_worker_options(worker: argparse.ArgumentParser) -> None:
     # The kinds a worker process runs unless told otherwise, and every kind it can run: the
     # coding-agent CLI kinds run only when named (their binary must be installed there).
-    from ..workers import served_by_default, worker_kinds  # noqa: PLC0415
+    from ..workers import served_by_default  # noqa: PLC0415
 
     default = ",".join(served_by_default())
 
@@ -76,7 +84,7 @@ def add_worker_options(worker: argparse.ArgumentParser) -> None:
         default=default,
         metavar="K,K",
         help=f"the worker kinds this process runs (default {default}; "
-        f"accepted: {','.join(worker_kinds())})",
+        f"accepted: {','.join(_runnable_kinds())})",
     )
     worker.add_argument("--slots", type=int, default=4, metavar="N", help="rounds at once (4)")
     worker.add_argument("--name", metavar="NAME", help="consumer name (HOST-PID)")
@@ -113,7 +121,7 @@ def add_worker_options(worker: argparse.ArgumentParser) -> None:
 def run_worker(args: argparse.Namespace) -> int:
     import trio  # noqa: PLC0415 - see the note on the imports
 
-    from ..workers import default_worker_groups_dir, worker_kinds  # noqa: PLC0415
+    from ..workers import default_worker_groups_dir  # noqa: PLC0415
 
     # coredis loads only here
     from ._redis import REFUSED, find_error  # noqa: PLC0415
@@ -125,11 +133,12 @@ def run_worker(args: argparse.Namespace) -> int:
     if check_transport(url) == IN_PROCESS:
         raise ConfigError("--redis takes a redis:// or rediss:// URL")
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
-    unknown = sorted(set(kinds) - set(worker_kinds()))
+    accepted = _runnable_kinds()
+    unknown = sorted(set(kinds) - set(accepted))
     if unknown or not kinds:
         raise ConfigError(
             f"unknown worker kind(s) {', '.join(unknown) or '(none given)'} in --kinds; "
-            f"accepted: {', '.join(worker_kinds())}"
+            f"accepted: {', '.join(accepted)}"
         )
     try:
         settings = WorkerSettings(
