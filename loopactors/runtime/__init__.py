@@ -4,7 +4,8 @@ General layout: ``_api`` (open_runtime, Runtime, LoopHandle), ``_coordinator``, 
 (one LoopRunner per live loop), ``_dispatcher``, one module per service actor (``_store``,
 ``_breaker``, ``_context_builder``, ``_timers``, ``_notifier``), ``_messages`` (every message
 they exchange), ``_wiring`` (their names and how they reach each other), ``_events``
-(subscriber fan-out), ``_config`` (configuration files).
+(subscriber fan-out), ``_config`` (configuration files), ``_transports`` (round transports by
+name), ``_round_transport`` (their interface), ``_inprocess`` (the default one).
 """
 
 from .._lazy import lazy_names
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from ._events import Changes as Changes
     from ._events import Gap as Gap
     from ._events import Subscription as Subscription
+    from ._inprocess import InProcessTransport as InProcessTransport
     from ._ledger import BreakerStanding as BreakerStanding
     from ._ledger import TriggerStanding as TriggerStanding
     from ._ledger import breaker_standing as breaker_standing
@@ -33,8 +35,18 @@ if TYPE_CHECKING:
     from ._lock import NODE_URL_FILE as NODE_URL_FILE
     from ._lock import lock_state_dir as lock_state_dir
     from ._notifier import NotifierStatistics as NotifierStatistics
+    from ._round_transport import RoundRun as RoundRun
+    from ._round_transport import RoundTransport as RoundTransport
     from ._runner import worker_problem as worker_problem
     from ._spec import build_spec as build_spec
+    from ._transports import DispatchSettings as DispatchSettings
+    from ._transports import TransportKind as TransportKind
+    from ._transports import check_transport as check_transport
+    from ._transports import forget_transport as forget_transport
+    from ._transports import open_transport as open_transport
+    from ._transports import redact_url as redact_url
+    from ._transports import register_transport as register_transport
+    from ._transports import transport_kind as transport_kind
 
 __all__ = [
     "MAX_AGE",
@@ -42,23 +54,34 @@ __all__ = [
     "BreakerSettings",
     "BreakerStanding",
     "Changes",
+    "DispatchSettings",
     "Gap",
+    "InProcessTransport",
     "LoopHandle",
     "NodeSettings",
     "NotifierStatistics",
     "NotifySettings",
+    "RoundRun",
+    "RoundTransport",
     "Runtime",
     "RuntimeConfig",
     "Subscription",
+    "TransportKind",
     "TriggerStanding",
     "breaker_standing",
     "build_spec",
+    "check_transport",
     "find_config",
+    "forget_transport",
     "ledger_of",
     "load_config",
     "lock_state_dir",
     "new_loop_id",
     "open_runtime",
+    "open_transport",
+    "redact_url",
+    "register_transport",
+    "transport_kind",
     "worker_problem",
 ]
 
@@ -87,6 +110,17 @@ _HOMES = {
     "lock_state_dir": "_lock",
     "new_loop_id": "_coordinator",
     "open_runtime": "_api",
+    "DispatchSettings": "_transports",
+    "InProcessTransport": "_inprocess",
+    "RoundRun": "_round_transport",
+    "RoundTransport": "_round_transport",
+    "TransportKind": "_transports",
+    "check_transport": "_transports",
+    "forget_transport": "_transports",
+    "open_transport": "_transports",
+    "redact_url": "_transports",
+    "register_transport": "_transports",
+    "transport_kind": "_transports",
     "worker_problem": "_runner",
 }
 

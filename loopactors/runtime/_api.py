@@ -47,7 +47,6 @@ from ..storage import (
     parse_store,
     store_kind,
 )
-from ..transport import transport_for
 from ..workers import RoundContext, end_orphan_groups, forget_group, record_group
 from ._breaker import Breaker
 from ._config import RuntimeConfig, load_config
@@ -74,6 +73,7 @@ from ._notifier import Notifier, NotifierStatistics
 from ._spec import build_spec
 from ._store import Store
 from ._timers import Timers
+from ._transports import DispatchSettings, open_transport, transport_kind
 from ._wiring import (
     BREAKER,
     CONTEXT_BUILDER,
@@ -416,6 +416,19 @@ class Runtime:
             await trio.sleep(0.05)
 
 
+def dispatch_settings(config: RuntimeConfig) -> DispatchSettings:
+    """What the runtime's round transport is opened with."""
+    return DispatchSettings(
+        max_concurrent=config.max_concurrent_rounds,
+        max_per_kind=config.max_concurrent_per_kind,
+        kill_grace=config.kill_grace,
+        max_output_bytes=config.max_output_bytes,
+        outputs_dir=Path(config.state_dir) / "outputs"
+        if config.keep_full_outputs and not store_kind(config.store).in_process
+        else None,
+    )
+
+
 def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]:
     """The node's tree, in start order (stopped in reverse, restarted rest_for_one)."""
 
@@ -453,15 +466,12 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
             DISPATCHER,
             functools.partial(
                 Dispatcher,
-                max_concurrent=config.max_concurrent_rounds,
-                max_per_kind=config.max_concurrent_per_kind,
-                kill_grace=config.kill_grace,
                 context_factory=functools.partial(RuntimeRoundContext, config, deps.bus),
-                transport=functools.partial(transport_for, config.transport),
+                transport=functools.partial(
+                    open_transport, config.transport, dispatch_settings(config)
+                ),
                 max_output_bytes=config.max_output_bytes,
-                outputs_dir=Path(config.state_dir) / "outputs"
-                if config.keep_full_outputs and not kind.in_process
-                else None,
+                outputs_dir=dispatch_settings(config).outputs_dir,
             ),
             name=DISPATCHER,
             shutdown=config.kill_grace + 5.0,
@@ -622,7 +632,7 @@ async def _open_runtime(
     deps = RunnerDeps(
         bus=bus,
         kill_grace=config.kill_grace,
-        remote_workers=config.transport != "inprocess",
+        remote_workers=not transport_kind(config.transport).rounds_here,
         worker_retry=config.worker_retry,
     )
     children = runtime_children(config, deps)

@@ -21,7 +21,7 @@ from .._workspaces import trust_config, untrusted_config
 from ..errors import ConfigError
 from ..loops import MAX_ROUNDS, NOTIFY_EVENTS, ROUNDS_CEILING, redact_notify_url
 from ..storage import check_store
-from ..transport import check_transport, redact_url
+from ._transports import check_transport, redact_url
 
 __all__ = [
     "BreakerSettings",

@@ -1,12 +1,13 @@
 """The Dispatcher: runs rounds on workers, each in its own cancel scope.
 
-Rounds run as tasks in the Dispatcher's nursery, behind a global concurrency limit and one per
-worker kind. Each round's result goes to its loop's runner, looked up by name when the round
-ends, so a runner that restarted meanwhile still gets it.
+Rounds run as tasks in the Dispatcher's nursery. Each round's result goes to its loop's
+runner, looked up by name when the round ends, so a runner that restarted meanwhile still
+gets it.
 
-Where a round runs is the transport's business: in process (the default), or on worker
-processes behind Redis, which time the round themselves (a remote round counts as queued
-for the runner's watchdog until its result arrives).
+Where a round runs is the transport's business (``_round_transport``): in process (the
+default, ``_inprocess``: concurrency limits, a deadline from when the round holds its slots),
+or on worker processes behind Redis, which time the round themselves (a round counts as
+queued for the runner's watchdog until its transport says it began).
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from __future__ import annotations
 import collections
 import contextvars
 import logging
-import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,11 @@ import outcome
 import trio
 
 from ..actors import Actor, ErrorReply, Node
-from ..transport import InProcessTransport, RemoteTransport, RoundTransport
-from ..workers import RoundContext, RoundRequest, RoundResult, Worker, run_check
+from ..workers import RoundContext, RoundRequest, RoundResult
+from ._inprocess import InProcessTransport
 from ._messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
 from ._outputs import cap_output, is_cut, keep_whole
+from ._round_transport import RoundRun, RoundTransport
 from ._wiring import deliver, runner_name
 
 log = logging.getLogger("loopactors.runtime")
@@ -52,9 +53,6 @@ class Dispatcher(Actor[Any]):
     def __init__(
         self,
         *,
-        max_concurrent: int,
-        max_per_kind: Mapping[str, int],
-        kill_grace: float,
         context_factory: Callable[[Node, str, int], RoundContext] | None = None,
         transport: Callable[[], RoundTransport] = InProcessTransport,
         max_output_bytes: int = 1 << 20,
@@ -65,16 +63,9 @@ class Dispatcher(Actor[Any]):
         self._max_output = max_output_bytes
         self._outputs_dir = outputs_dir
         self._transport = transport()
-        made = self._transport
-        self._remote = made if isinstance(made, RemoteTransport) else None
-        self._limit = Slots(max_concurrent)
-        self._kind_limits = {kind: Slots(n) for kind, n in max_per_kind.items()}
-        self._kill_grace = kill_grace
         self._context_factory = context_factory
-        self._workers: dict[str, Worker] = {}
-        self._running: dict[str, trio.CancelScope] = {}
+        self._running: dict[str, RoundRun] = {}
         self._stopping: set[str] = set()  # rounds cancelled on request (not by a timeout)
-        self._started: dict[str, float] = {}  # when each running round got its slots
         # Keys cancelled before their Dispatch arrived (a stop can overtake the Dispatch,
         # which the Store forwards only once the round's intent is durable).
         self._cancelled: collections.OrderedDict[str, float] = collections.OrderedDict()
@@ -92,18 +83,18 @@ class Dispatcher(Actor[Any]):
             cancelled_at = self._cancelled.pop(key, None)
             if cancelled_at is not None and trio.current_time() - cancelled_at < CANCELLED_TTL:
                 return None
-            if self._remote is None and message.request.until is None:
-                answered = self._answer_at_once(message.request)
-                if answered is not None:
-                    self.rounds_started += 1
-                    await self._finish(message.request, *answered)
-                    return None
-            scope = trio.CancelScope()
-            self._running[key] = scope
+            started = time.monotonic()
+            answered = self._transport.run_at_once(message.request)
+            if answered is not None:
+                self.rounds_started += 1
+                await self._finish(message.request, answered, time.monotonic() - started)
+                return None
+            run = RoundRun(
+                trio.CancelScope(), message.timeout, self._context_factory, self.node, started
+            )
+            self._running[key] = run
             self.rounds_started += 1
-            if self._remote is not None:
-                self.nursery.start_soon(self._run_remote, message, scope, name=f"round {key}")
-            elif self._idle:
+            if self._idle:
                 # A task that ran an earlier round takes this one (cheaper than a new task,
                 # and fewer objects for the garbage collector), in a fresh copy of the
                 # context a new task would get: a round never sees an earlier one's
@@ -111,24 +102,23 @@ class Dispatcher(Actor[Any]):
                 task = self._idle.pop()
                 task.context = self._context.copy()
                 task.name = f"round {key}"  # as a new task would be named, for task dumps
-                trio.lowlevel.reschedule(task, outcome.Value((message, scope)))
+                trio.lowlevel.reschedule(task, outcome.Value((message, run)))
             else:
-                self.nursery.start_soon(self._round_task, message, scope, name=f"round {key}")
+                self.nursery.start_soon(self._round_task, message, run, name=f"round {key}")
             return None
         if kind is WhereIsRound:
-            if message.key not in self._running:
+            round_run = self._running.get(message.key)
+            if round_run is None:
                 return RoundWhere()
-            started = self._started.get(message.key)
-            if started is None:
-                return RoundWhere(queued=True)  # waiting for a concurrency slot
-            return RoundWhere(running_for=trio.current_time() - started)
+            if round_run.began is None:
+                return RoundWhere(queued=True)  # waiting for a slot, or run elsewhere
+            return RoundWhere(running_for=trio.current_time() - round_run.began)
         if kind is CancelRound:
             running = self._running.get(message.key)
-            if self._remote is not None:
-                self._remote.cancel(message.key)
+            self._transport.cancel(message.key)
             if running is not None:
                 self._stopping.add(message.key)
-                running.cancel()
+                running.scope.cancel()
             else:
                 now = trio.current_time()
                 self._cancelled[message.key] = now
@@ -149,51 +139,11 @@ class Dispatcher(Actor[Any]):
     async def on_stop(self, reason: BaseException | None) -> None:
         # Rounds in flight are cancelled (subprocesses get SIGTERM, then SIGKILL); their loops
         # stay in awaiting_worker in the store and are dispatched again on recovery.
-        for key, scope in self._running.items():
+        for key, run in self._running.items():
             self._stopping.add(key)
-            scope.cancel()
+            run.scope.cancel()
 
-    def worker(self, spec: str) -> Worker:
-        worker = self._workers.get(spec)
-        if worker is None:
-            worker = self._workers[spec] = self._transport.worker(spec, kill_grace=self._kill_grace)
-        return worker
-
-    def _take_slots_nowait(self, kind_limit: Slots | None) -> bool:
-        """Take the global slot and the worker kind's, both or neither."""
-        if not self._limit.take_nowait():
-            return False
-        if kind_limit is not None and not kind_limit.take_nowait():
-            self._limit.release()
-            return False
-        return True
-
-    def _answer_at_once(self, request: RoundRequest) -> tuple[RoundResult, float] | None:
-        """Run here a round whose worker answers on the spot (``Worker.run_at_once``, a
-        zero-latency scripted worker): no round task, cancel scope or deadline, nothing to
-        wait for (see docs/benchmarks.md). ``None``: the round runs in a task, as every
-        other does (also when it would have to wait for a concurrency slot)."""
-        try:
-            worker = self.worker(request.worker)
-        except Exception:
-            return None  # the round task reports it as the round's failure
-        kind_limit = self._kind_limits.get(worker.kind)
-        if not self._take_slots_nowait(kind_limit):
-            return None  # behind the rounds that wait for a slot
-        started = time.monotonic()
-        try:
-            result = worker.run_at_once(request)
-        except Exception as exc:  # a worker bug must not crash the Dispatcher
-            result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
-        finally:  # nobody can have started waiting for a slot meanwhile: no checkpoint
-            if kind_limit is not None:
-                kind_limit.release()
-            self._limit.release()
-        if result is None:
-            return None
-        return result, time.monotonic() - started
-
-    async def _round_task(self, dispatch: Dispatch, scope: trio.CancelScope) -> None:
+    async def _round_task(self, dispatch: Dispatch, run: RoundRun) -> None:
         """Run this round, then the ones handed over while it waits idle.
 
         At most MAX_IDLE_ROUND_TASKS wait: a burst of rounds leaves that many tasks behind at
@@ -208,8 +158,8 @@ class Dispatcher(Actor[Any]):
             idle.remove(task)
             return trio.lowlevel.Abort.SUCCEEDED
 
-        job: tuple[Dispatch, trio.CancelScope] | None = (dispatch, scope)
-        del dispatch, scope
+        job: tuple[Dispatch, RoundRun] | None = (dispatch, run)
+        del dispatch, run
         while job is not None:
             await self._run(*job)
             job = None
@@ -219,54 +169,23 @@ class Dispatcher(Actor[Any]):
             idle.append(task)  # handle() hands it a round with reschedule()
             job = await trio.lowlevel.wait_task_rescheduled(abort)
 
-    async def _run(self, dispatch: Dispatch, scope: trio.CancelScope) -> None:
+    async def _run(self, dispatch: Dispatch, run: RoundRun) -> None:
+        """The one round body, whatever the transport: a stop cancels the round's scope, and
+        a transport that times the round here gives the scope its deadline."""
         request = dispatch.request
         key = request.key
-        started = time.monotonic()
         result: RoundResult | None = None
         timed_out = False
+        scope = run.scope
         try:
-            worker = self.worker(request.worker)
-            kind_limit = self._kind_limits.get(worker.kind)
-            # One cancel scope per round: a stop cancels it, and its deadline is the round
-            # timeout, set once the round holds its slots (waiting for a slot is no part of
-            # a round's time). Free slots are taken at once, and the deadline is then set
-            # before the scope is entered (cheaper than moving it once entered).
-            slots_held = self._take_slots_nowait(kind_limit)
-            if slots_held:
-                self._started[key] = now = trio.current_time()
-                scope.deadline = now + dispatch.timeout
             with scope:
-                if not slots_held:
-                    await self._limit.take()
-                try:
-                    if kind_limit is not None and not slots_held:
-                        await kind_limit.take()
-                    try:
-                        started = time.monotonic()
-                        if not slots_held:
-                            self._started[key] = now = trio.current_time()
-                            scope.deadline = now + dispatch.timeout
-                        context = None
-                        if self._context_factory is not None:
-                            context = self._context_factory(
-                                self.node, request.loop_id, request.round
-                            )
-                        if worker.bounds_output:
-                            request = self._bounded(request)
-                        result = await self._checked(worker, request, context, scope)
-                    finally:
-                        if kind_limit is not None:
-                            kind_limit.release()
-                finally:
-                    self._limit.release()
+                result = await self._transport.run(request, run)
             if result is None:
                 timed_out = not scope.cancel_called or key not in self._stopping
-        except Exception as exc:  # a worker bug must not crash the Dispatcher
+        except Exception as exc:  # a worker or transport bug must not crash the Dispatcher
             result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
         finally:
             del self._running[key]
-            self._started.pop(key, None)
             self._stopping.discard(key)
         if result is None:
             result = (
@@ -277,53 +196,8 @@ class Dispatcher(Actor[Any]):
                 if timed_out
                 else RoundResult(status="cancelled", error="round cancelled")
             )
-        await self._finish(request, result, time.monotonic() - started)
-
-    async def _checked(
-        self,
-        worker: Worker,
-        request: RoundRequest,
-        context: RoundContext | None,
-        scope: trio.CancelScope,
-    ) -> RoundResult:
-        """Run the round, then (a completed round of a loop with one) its ``until`` check."""
-        result = await worker.run(request, context)
-        if request.until is None or result.status != "completed":
-            return result
-        scope.deadline = math.inf  # the check has a timeout of its own; a stop still ends it
-        check = await run_check(
-            request.until,
-            cwd=worker.workspace_of(request),
-            timeout=request.until_timeout,
-            kill_grace=self._kill_grace,
-            env={
-                "LOOPACTORS_LOOP_ID": request.loop_id,
-                "LOOPACTORS_ROUND": str(request.round),
-                **request.env,
-            },
-            max_output_bytes=self._max_output,
-        )
-        return msgspec.structs.replace(result, check=check)
-
-    async def _run_remote(self, dispatch: Dispatch, scope: trio.CancelScope) -> None:
-        request = dispatch.request
-        result: RoundResult | None = None
-        started = time.monotonic()
-        try:
-            with scope:
-                assert self._remote is not None  # only remote rounds come here
-                # Cut where the round runs (no whole output is kept there).
-                bounded = msgspec.structs.replace(request, max_output_bytes=self._max_output)
-                result = await self._remote.run_remote(bounded, dispatch.timeout)
-        except Exception as exc:  # a transport bug must not crash the Dispatcher
-            result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
-        finally:
-            del self._running[request.key]
-            self._stopping.discard(request.key)
-        if result is None:
-            result = RoundResult(status="cancelled", error="round cancelled")
-        # The duration measured where the round ran.
-        await self._finish(request, result, result.duration or time.monotonic() - started)
+        # A duration the transport measured (where the round ran), else this one.
+        await self._finish(request, result, result.duration or time.monotonic() - run.began_at)
 
     async def _finish(self, request: RoundRequest, result: RoundResult, duration: float) -> None:
         changes: dict[str, Any] = {"duration": duration}
@@ -332,14 +206,6 @@ class Dispatcher(Actor[Any]):
         done = RoundDone(request.loop_id, request.round, msgspec.structs.replace(result, **changes))
         # Nobody there: the loop ended, or its runner is restarting and will dispatch again.
         await deliver(self.node, runner_name(request.loop_id), done)
-
-    def _bounded(self, request: RoundRequest) -> RoundRequest:
-        whole_at = None
-        if self._outputs_dir is not None:
-            whole_at = str(self._outputs_dir / request.loop_id / f"{request.round}.txt")
-        return msgspec.structs.replace(
-            request, max_output_bytes=self._max_output, whole_output_at=whole_at
-        )
 
     def _cap(self, request: RoundRequest, output: str) -> str:
         if is_cut(output, self._max_output):  # by the worker, which kept the whole itself
@@ -355,38 +221,3 @@ class Dispatcher(Actor[Any]):
                 log.warning("cannot keep the whole output of %s: %s", request.key, exc)
                 kept_at = None
         return cap_output(output, self._max_output, kept_at=kept_at)
-
-
-class Slots:
-    """A concurrency limit: ``total`` slots, taken in FIFO order when they are scarce.
-
-    A ``trio.CapacityLimiter`` tracks which task borrows each token; rounds only need a
-    count, and this costs a third as much per round.
-    """
-
-    __slots__ = ("_waiting", "total", "used")
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.used = 0
-        self._waiting = trio.lowlevel.ParkingLot()
-
-    def take_nowait(self) -> bool:
-        """Take a slot if one is free and nobody waits for one; no checkpoint."""
-        if self.used < self.total and not self._waiting:
-            self.used += 1
-            return True
-        return False
-
-    async def take(self) -> None:
-        """Take a slot, waiting behind earlier waiters (a checkpoint either way)."""
-        if self.take_nowait():
-            await trio.lowlevel.checkpoint()
-            return
-        await self._waiting.park()  # woken by release(), which hands its slot over
-
-    def release(self) -> None:
-        if self._waiting:
-            self._waiting.unpark()  # the slot passes to the oldest waiter
-        else:
-            self.used -= 1

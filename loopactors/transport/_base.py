@@ -1,41 +1,28 @@
-"""Where rounds run: the transport interface of the Dispatcher, and the in-process one.
-
-The in-process transport is today's behaviour and the default: the Dispatcher runs each round
-on a worker backend in its own nursery and times it. A remote transport (Redis) hands rounds
-to worker processes that time them; the Dispatcher then only waits for their results, with
-the round's cancel scope still the way a stop arrives.
-"""
+"""The remote side of the runtime's round transport interface: rounds handed to other
+processes, which time them; the Dispatcher only waits for their results, with the round's
+cancel scope still the way a stop arrives (it also calls :meth:`RemoteTransport.cancel`)."""
 
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar
 
-import trio
+import msgspec
 
-from ..workers import RoundRequest, RoundResult, Worker, parse_worker
+from ..runtime import RoundRun, RoundTransport
+from ..workers import RoundRequest, RoundResult
 
-__all__ = ["InProcessTransport", "RemoteTransport", "RoundTransport"]
-
-
-class RoundTransport(abc.ABC):
-    #: Rounds run in other processes, which time them (see :meth:`run_remote`).
-    remote: ClassVar[bool]
-
-    def worker(self, spec: str, *, kill_grace: float) -> Worker:
-        """The backend that runs rounds of this spec in this process."""
-        return parse_worker(spec, kill_grace=kill_grace)
-
-    @abc.abstractmethod
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Background work for the Dispatcher's lifetime (started in its nursery)."""
+__all__ = ["RemoteTransport"]
 
 
 class RemoteTransport(RoundTransport):
-    """Rounds run in other processes: the Dispatcher hands each over and waits for its result
-    (in process, a round's cancel scope is all a stop needs; here it must reach the round)."""
+    """Rounds run in other processes: each is handed over and its result awaited."""
 
-    remote = True
+    #: What is kept of each output: cut where the round runs (no whole output is kept there).
+    max_output_bytes: int = 1 << 20
+
+    async def run(self, request: RoundRequest, run: RoundRun) -> RoundResult | None:
+        bounded = msgspec.structs.replace(request, max_output_bytes=self.max_output_bytes)
+        return await self.run_remote(bounded, run.timeout)
 
     @abc.abstractmethod
     async def run_remote(self, request: RoundRequest, timeout: float) -> RoundResult:
@@ -45,12 +32,3 @@ class RemoteTransport(RoundTransport):
     @abc.abstractmethod
     def cancel(self, key: str) -> None:
         """Stop the round with this idempotency key wherever it runs."""
-
-
-class InProcessTransport(RoundTransport):
-    """Rounds run in the node's process (the default)."""
-
-    remote = False
-
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()

@@ -107,8 +107,11 @@ class _Waiter:
 class RedisTransport(RemoteTransport):
     """Rounds run on worker processes that share a Redis with the node."""
 
-    def __init__(self, url: str, *, consumer: str = "node") -> None:
+    def __init__(
+        self, url: str, *, consumer: str = "node", max_output_bytes: int = 1 << 20
+    ) -> None:
         self.url = url
+        self.max_output_bytes = max_output_bytes
         self._consumer = consumer
         self._client: Any = None
         self._connected = trio.Event()

@@ -1,4 +1,5 @@
-"""Transport settings: which transport a node uses, and Redis URLs without their secrets.
+"""The Redis transport's settings (``redis://`` and ``rediss://``), as the runtime's
+registry of transports reads them: the URL's form, checked without loading the Redis client.
 
 Pure functions, no I/O.
 """
@@ -6,11 +7,16 @@ Pure functions, no I/O.
 from __future__ import annotations
 
 import urllib.parse
+from typing import TYPE_CHECKING
 
 from .._util import redact_url
 from ..errors import ConfigError
+from ..runtime import DispatchSettings, TransportKind
 
-__all__ = ["IN_PROCESS", "check_transport", "redact_url"]
+if TYPE_CHECKING:
+    from ..runtime import RoundTransport
+
+__all__ = ["IN_PROCESS", "REDIS", "check_transport", "redact_url"]
 
 #: The default transport: rounds run inside the node's process.
 IN_PROCESS = "inprocess"
@@ -45,3 +51,17 @@ def check_transport(value: str) -> str:
             "redis://[:PASSWORD@]HOST:PORT/DB (rediss:// for TLS)"
         )
     return value
+
+
+def _check_redis(url: str) -> None:
+    check_transport(url)
+
+
+def _open_redis(url: str, settings: DispatchSettings) -> RoundTransport:
+    from ._node import RedisTransport  # noqa: PLC0415 - coredis loads only when one is opened
+
+    return RedisTransport(url, max_output_bytes=settings.max_output_bytes)
+
+
+#: The Redis transport, registered by the runtime under ``redis`` and ``rediss``.
+REDIS = TransportKind(name="redis", check=_check_redis, open=_open_redis)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from loopactors.gateway import forget_node_request, register_node_request
+from loopactors.runtime import forget_transport, register_transport
 from loopactors.workers import forget_worker_kind, register_worker_kind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,3 +49,13 @@ def tail_request() -> Iterator[str]:
         yield "tail"
     finally:
         forget_node_request("tail")
+
+
+@pytest.fixture
+def subproc_transport() -> Iterator[str]:
+    """The ``subproc://`` transport registered by its path, as a plug-in registers it."""
+    register_transport("subproc", "tests.extensions.subproc_transport:SUBPROC")
+    try:
+        yield "subproc://"
+    finally:
+        forget_transport("subproc")

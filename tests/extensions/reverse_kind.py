@@ -7,13 +7,10 @@ from pathlib import Path
 from typing import ClassVar
 
 import attrs
-import trio.lowlevel
+import trio
 
 from loopactors.errors import WorkerSpecError
 from loopactors.workers import RoundContext, RoundRequest, RoundResult, Worker, WorkerKind
-
-#: How many workers the kind built: a node that trusts a stable spec builds fewer.
-BUILT: list[str] = []
 
 
 @attrs.frozen
@@ -25,9 +22,10 @@ class ReverseWorker(Worker):
 
     shout: bool = False
     workspace: str | None = None
+    sleep: float = 0.0
 
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
-        await trio.lowlevel.checkpoint()
+        await trio.sleep(self.sleep)
         text = request.prompt[::-1]
         text = text.upper() if self.shout else text
         where = request.cwd or self.workspace
@@ -38,13 +36,17 @@ class ReverseWorker(Worker):
 
 def build(options: str, kill_grace: float) -> Worker:
     values = dict(item.partition("=")[::2] for item in options.split(",") if item)
-    unknown = sorted(set(values) - {"shout", "workspace"})
+    unknown = sorted(set(values) - {"shout", "sleep", "workspace"})
     if unknown:
         raise WorkerSpecError(
-            f"reverse worker option {unknown[0]!r} is unknown; accepted options: shout, workspace"
+            f"reverse worker option {unknown[0]!r} is unknown; "
+            "accepted options: shout, sleep, workspace"
         )
-    BUILT.append(options)
-    return ReverseWorker(shout=values.get("shout") == "yes", workspace=values.get("workspace"))
+    return ReverseWorker(
+        shout=values.get("shout") == "yes",
+        workspace=values.get("workspace"),
+        sleep=float(values.get("sleep", 0)),
+    )
 
 
 def pin_workspace(spec: str, directory: str | Path) -> str:

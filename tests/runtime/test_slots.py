@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from loopactors.runtime._dispatcher import Slots
+from loopactors.runtime._inprocess import Slots
 
 
 async def test_free_slots_are_taken_at_once_and_then_refused() -> None:

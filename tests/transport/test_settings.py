@@ -11,8 +11,14 @@ import pytest
 from rich.console import Console
 
 from loopactors.errors import ConfigError
-from loopactors.runtime import RuntimeConfig
-from loopactors.transport import IN_PROCESS, check_transport, redact_url, transport_for
+from loopactors.runtime import (
+    DispatchSettings,
+    InProcessTransport,
+    RuntimeConfig,
+    open_transport,
+    transport_kind,
+)
+from loopactors.transport import IN_PROCESS, RedisTransport, check_transport, redact_url
 from loopactors.transport._backoff import RetryDelays
 from loopactors.transport._status import StreamBacklog, TransportStatus, render
 from loopactors.transport._wire import (
@@ -79,11 +85,13 @@ def test_redacted_urls(url: str, shown: str) -> None:
 
 
 def test_the_default_transport_is_in_process_and_loads_no_redis_client() -> None:
-    transport = transport_for(IN_PROCESS)
-    assert transport.remote is False
+    assert transport_kind(IN_PROCESS).rounds_here
+    assert isinstance(open_transport(IN_PROCESS, DispatchSettings()), InProcessTransport)
     assert RuntimeConfig().transport == IN_PROCESS
-    remote = transport_for("redis://:pw@h:1/0")
-    assert remote.remote is True
+    assert not transport_kind("redis://:pw@h:1/0").rounds_here
+    remote = open_transport("redis://:pw@h:1/0", DispatchSettings(max_output_bytes=99))
+    assert isinstance(remote, RedisTransport)
+    assert remote.max_output_bytes == 99
     assert "pw" not in repr(remote)
 
 
@@ -166,7 +174,7 @@ def test_public_names_are_exported_and_show_their_public_module() -> None:
         assert hasattr(transport, name), name
     assert transport.RedisTransport.__module__ == "loopactors.transport"
     assert transport.serve_worker.__module__ == "loopactors.transport"
-    assert transport.InProcessTransport.__module__ == "loopactors.transport"
+    assert transport.REDIS.name == "redis"
 
 
 def test_the_runtime_and_the_cli_start_without_loading_the_redis_client() -> None:

@@ -1,0 +1,168 @@
+"""The in-process transport (the default): rounds run on worker backends in the node's
+process, behind a global concurrency limit and one per worker kind, each timed from the
+moment it holds its slots (waiting for a slot is no part of a round's time)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import msgspec
+import trio
+
+from ..workers import RoundContext, RoundRequest, RoundResult, Worker, parse_worker, run_check
+from ._round_transport import RoundRun, RoundTransport
+from ._transports import DispatchSettings
+
+__all__ = ["InProcessTransport", "Slots"]
+
+log = logging.getLogger("loopactors.runtime")
+
+
+class InProcessTransport(RoundTransport):
+    """Rounds run in the node's process."""
+
+    def __init__(self, settings: DispatchSettings | None = None) -> None:
+        settings = settings or DispatchSettings()
+        self._limit = Slots(settings.max_concurrent)
+        self._kind_limits = {kind: Slots(n) for kind, n in settings.max_per_kind.items()}
+        self._kill_grace = settings.kill_grace
+        self._max_output = settings.max_output_bytes
+        self._outputs_dir = settings.outputs_dir
+        self._workers: dict[str, Worker] = {}
+
+    def worker(self, spec: str) -> Worker:
+        """The backend of a spec, built once."""
+        worker = self._workers.get(spec)
+        if worker is None:
+            worker = self._workers[spec] = parse_worker(spec, kill_grace=self._kill_grace)
+        return worker
+
+    def _take_slots_nowait(self, kind_limit: Slots | None) -> bool:
+        """Take the global slot and the worker kind's, both or neither."""
+        if not self._limit.take_nowait():
+            return False
+        if kind_limit is not None and not kind_limit.take_nowait():
+            self._limit.release()
+            return False
+        return True
+
+    def run_at_once(self, request: RoundRequest) -> RoundResult | None:
+        """Run here a round whose worker answers on the spot (``Worker.run_at_once``, a
+        zero-latency scripted worker): no round task, cancel scope or deadline, nothing to
+        wait for (see docs/benchmarks.md). ``None``: the round runs in a task, as every
+        other does (also when it would have to wait for a concurrency slot, or has an
+        ``until`` check to run after it)."""
+        if request.until is not None:
+            return None
+        try:
+            worker = self.worker(request.worker)
+        except Exception:
+            return None  # the round's run reports it as the round's failure
+        kind_limit = self._kind_limits.get(worker.kind)
+        if not self._take_slots_nowait(kind_limit):
+            return None  # behind the rounds that wait for a slot
+        try:
+            result = worker.run_at_once(request)
+        except Exception as exc:  # a worker bug must not crash the Dispatcher
+            result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+        finally:  # nobody can have started waiting for a slot meanwhile: no checkpoint
+            if kind_limit is not None:
+                kind_limit.release()
+            self._limit.release()
+        return result
+
+    async def run(self, request: RoundRequest, run: RoundRun) -> RoundResult | None:
+        worker = self.worker(request.worker)
+        kind_limit = self._kind_limits.get(worker.kind)
+        # Free slots are taken at once, and the round begins (its deadline set) now.
+        slots_held = self._take_slots_nowait(kind_limit)
+        if slots_held:
+            run.begin(trio.current_time(), time.monotonic())
+        else:
+            await self._limit.take()
+        try:
+            if kind_limit is not None and not slots_held:
+                await kind_limit.take()
+            try:
+                if not slots_held:
+                    run.begin(trio.current_time(), time.monotonic())
+                context = run.context(request)
+                if worker.bounds_output:
+                    request = self._bounded(request)
+                return await self._checked(worker, request, context, run.scope)
+            finally:
+                if kind_limit is not None:
+                    kind_limit.release()
+        finally:
+            self._limit.release()
+
+    async def _checked(
+        self,
+        worker: Worker,
+        request: RoundRequest,
+        context: RoundContext | None,
+        scope: trio.CancelScope,
+    ) -> RoundResult:
+        """Run the round, then (a completed round of a loop with one) its ``until`` check."""
+        result = await worker.run(request, context)
+        if request.until is None or result.status != "completed":
+            return result
+        scope.deadline = math.inf  # the check has a timeout of its own; a stop still ends it
+        check = await run_check(
+            request.until,
+            cwd=worker.workspace_of(request),
+            timeout=request.until_timeout,
+            kill_grace=self._kill_grace,
+            env={
+                "LOOPACTORS_LOOP_ID": request.loop_id,
+                "LOOPACTORS_ROUND": str(request.round),
+                **request.env,
+            },
+            max_output_bytes=self._max_output,
+        )
+        return msgspec.structs.replace(result, check=check)
+
+    def _bounded(self, request: RoundRequest) -> RoundRequest:
+        whole_at = None
+        if self._outputs_dir is not None:
+            whole_at = str(self._outputs_dir / request.loop_id / f"{request.round}.txt")
+        return msgspec.structs.replace(
+            request, max_output_bytes=self._max_output, whole_output_at=whole_at
+        )
+
+
+class Slots:
+    """A concurrency limit: ``total`` slots, taken in FIFO order when they are scarce.
+
+    A ``trio.CapacityLimiter`` tracks which task borrows each token; rounds only need a
+    count, and this costs a third as much per round.
+    """
+
+    __slots__ = ("_waiting", "total", "used")
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._waiting = trio.lowlevel.ParkingLot()
+
+    def take_nowait(self) -> bool:
+        """Take a slot if one is free and nobody waits for one; no checkpoint."""
+        if self.used < self.total and not self._waiting:
+            self.used += 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        """Take a slot, waiting behind earlier waiters (a checkpoint either way)."""
+        if self.take_nowait():
+            await trio.lowlevel.checkpoint()
+            return
+        await self._waiting.park()  # woken by release(), which hands its slot over
+
+    def release(self) -> None:
+        if self._waiting:
+            self._waiting.unpark()  # the slot passes to the oldest waiter
+        else:
+            self.used -= 1
