@@ -24,7 +24,7 @@ from prompt_toolkit.patch_stdout import patch_stdout
 from .._util import count_of, terminal_safe
 from ..client import connect
 from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
-from ..loops import LoopFinished, LoopStarted, LoopState
+from ..loops import LoopFinished, LoopStarted, LoopState, WorkerSpec
 from ..runtime import NODE_URL_FILE, Gap, RuntimeConfig, open_runtime
 from ..storage import store_kind
 from ..workers import check_worker_spec, in_workspace
@@ -260,8 +260,8 @@ class Repl:
         """Why a loop just started may be over already: the scripted worker without a
         latency answers at once, so there is nothing left to stop or pause."""
         spec = self.worker or self.default_worker
-        kind, _, options = spec.partition(":")
-        if self.current is None or kind != "scripted" or "latency=" in options:
+        read = WorkerSpec.parse(spec)
+        if self.current is None or read.kind != "scripted" or "latency=" in read.options:
             return ""
         return (
             " (the scripted worker ends each round at once; /worker scripted:latency=1 makes "
