@@ -16,6 +16,7 @@ kind accepts plus its own (``CliAdapter.keys``); ``args=`` takes the rest of the
 from __future__ import annotations
 
 import abc
+import json
 import re
 import shlex
 import time
@@ -37,6 +38,7 @@ __all__ = [
     "CliOutcome",
     "CliRound",
     "CliStreamParser",
+    "JsonLinesParser",
     "UsageLimit",
     "cli_adapter",
     "cli_kinds",
@@ -198,6 +200,33 @@ class CliStreamParser(abc.ABC):
         A non-zero exit or output that cannot be read is ``is_error`` with the CLI's own
         message; a usage or rate limit sets ``limit`` (see :func:`detect_limit`).
         """
+
+
+class JsonLinesParser(CliStreamParser):
+    """A CLI that prints one JSON object per line: the preamble every such kind shares.
+    :meth:`feed` skips blank lines, keeps the first line that is not JSON (``unreadable``,
+    for the error its ``finish`` reports), ignores JSON that is not an object, and hands
+    each object to :meth:`event`."""
+
+    def __init__(self) -> None:
+        #: The start of the first line that was not JSON, if any.
+        self.unreadable: str | None = None
+
+    def feed(self, line: str) -> list[AgentStep]:
+        if not line.strip():
+            return []
+        try:
+            event = json.loads(line)
+        except ValueError:
+            self.unreadable = self.unreadable or line[:200]
+            return []
+        if not isinstance(event, dict):
+            return []
+        return self.event(event)
+
+    @abc.abstractmethod
+    def event(self, event: dict[str, Any]) -> list[AgentStep]:
+        """Take one JSON object the CLI printed; return the tool calls it shows."""
 
 
 class CliAdapter(abc.ABC):

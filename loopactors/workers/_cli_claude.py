@@ -14,7 +14,6 @@ field of the stream is in docs/agent-clis.md.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, ClassVar
 
@@ -26,6 +25,7 @@ from ._cli_adapter import (
     CliOutcome,
     CliRound,
     CliStreamParser,
+    JsonLinesParser,
     UsageLimit,
     detect_limit,
     step_detail,
@@ -53,23 +53,14 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
 
 
-class _ClaudeStream(CliStreamParser):
+class _ClaudeStream(JsonLinesParser):
     def __init__(self) -> None:
+        super().__init__()
         self.session_id: str | None = None
         self.result: dict[str, Any] | None = None
-        self.unreadable: str | None = None
         self.last_error_text: str | None = None
 
-    def feed(self, line: str) -> list[AgentStep]:
-        if not line.strip():
-            return []
-        try:
-            event = json.loads(line)
-        except ValueError:
-            self.unreadable = self.unreadable or line[:200]
-            return []
-        if not isinstance(event, dict):
-            return []
+    def event(self, event: dict[str, Any]) -> list[AgentStep]:
         session = event.get("session_id")
         if isinstance(session, str) and session:
             self.session_id = session

@@ -33,6 +33,7 @@ from ._cli_adapter import (
     CliOutcome,
     CliRound,
     CliStreamParser,
+    JsonLinesParser,
     UsageLimit,
     detect_limit,
 )
@@ -102,29 +103,20 @@ def round_usage(thread_id: str, home: Path | None = None) -> dict[str, int] | No
     return total
 
 
-class _CodexStream(CliStreamParser):
+class _CodexStream(JsonLinesParser):
     def __init__(self) -> None:
+        super().__init__()
         self.thread_id: str | None = None
         self.reply: str | None = None
         self.usage: dict[str, Any] | None = None
         self.failure: str | None = None
         self.errors: list[str] = []
-        self.unreadable: str | None = None
         #: The model answered at least once. A run that failed on its first request (a usage
         #: limit) reports no session: the re-run starts the round afresh instead of resuming
         #: a session that holds only the prompt.
         self.answered = False
 
-    def feed(self, line: str) -> list[AgentStep]:
-        if not line.strip():
-            return []
-        try:
-            event = json.loads(line)
-        except ValueError:
-            self.unreadable = self.unreadable or line[:200]
-            return []
-        if not isinstance(event, dict):
-            return []
+    def event(self, event: dict[str, Any]) -> list[AgentStep]:
         kind = event.get("type")
         if kind == "thread.started" and isinstance(event.get("thread_id"), str):
             self.thread_id = event["thread_id"]

@@ -18,7 +18,6 @@ settings still win over these defaults. Fields read: docs/agent-clis.md.
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import re
@@ -35,6 +34,7 @@ from ._cli_adapter import (
     CliOutcome,
     CliRound,
     CliStreamParser,
+    JsonLinesParser,
     UsageLimit,
     detect_limit,
 )
@@ -85,26 +85,17 @@ def gemini_limit(text: str, *, now: float | None = None) -> UsageLimit | None:
     return detect_limit(text, now=now)
 
 
-class _GeminiStream(CliStreamParser):
+class _GeminiStream(JsonLinesParser):
     def __init__(self) -> None:
+        super().__init__()
         self.session_id: str | None = None
         self.reply: list[str] = []
         self.result: dict[str, Any] | None = None
         self.errors: list[str] = []
-        self.unreadable: str | None = None
         #: The model answered at least once: only then has the CLI kept a session to resume.
         self.answered = False
 
-    def feed(self, line: str) -> list[AgentStep]:
-        if not line.strip():
-            return []
-        try:
-            event = json.loads(line)
-        except ValueError:
-            self.unreadable = self.unreadable or line[:200]
-            return []
-        if not isinstance(event, dict):
-            return []
+    def event(self, event: dict[str, Any]) -> list[AgentStep]:
         kind = event.get("type")
         if kind == "init" and isinstance(event.get("session_id"), str):
             self.session_id = event["session_id"]
