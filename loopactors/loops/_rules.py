@@ -11,6 +11,7 @@ from typing import Literal
 
 import msgspec
 
+from .._util import backoff_delay
 from ._events import AnyEvent, LoopStarted, RoundDeferred, RoundStarted
 from ._model import LoopState, RoundRecord
 
@@ -297,7 +298,7 @@ def defer_round(
     says ``deferred`` until the round runs again; what the attempt used still counts.
     """
     if until is None or until <= now:
-        until = now + min(DEFER_BACKOFF * 2**state.deferrals, DEFER_BACKOFF_MAX)
+        until = now + backoff_delay(state.deferrals + 1, first=DEFER_BACKOFF, cap=DEFER_BACKOFF_MAX)
     waiting = state.moved("summarizing").moved(
         "dispatching",
         deferred_until=until,
