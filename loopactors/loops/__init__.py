@@ -3,9 +3,9 @@ phases, events and the per-round rules.
 
 General layout: ``_syntax`` (parser), ``_model`` (structs and the transition function),
 ``_events`` (typed progress events), ``_notify`` (which events notify whom), ``_plan`` (plan
-files), ``_replay`` (a round run again), ``_rules`` (prompt, breaker checks, next phase),
-``steps`` (public: the LoopRunner's decisions as pure functions, and the effects they
-return).
+files), ``_replay`` (a round run again), ``_rules`` (prompt, next phase), ``_triggers`` (the
+breaker: one ordered table of triggers), ``steps`` (public: the LoopRunner's decisions as pure
+functions, and the effects they return).
 """
 
 from ._events import AgentStep as AgentStep
@@ -61,9 +61,7 @@ from ._replay import replay_pair as replay_pair
 from ._replay import replay_spec as replay_spec
 from ._replay import replayed_round as replayed_round
 from ._rules import Prompt as Prompt
-from ._rules import Verdict as Verdict
 from ._rules import build_prompt as build_prompt
-from ._rules import check_before_round as check_before_round
 from ._rules import check_feedback as check_feedback
 from ._rules import defer_round as defer_round
 from ._rules import deferred_wait as deferred_wait
@@ -74,6 +72,14 @@ from ._rules import round_intent as round_intent
 from ._rules import stale_rounds_after as stale_rounds_after
 from ._syntax import ParsedLoop as ParsedLoop
 from ._syntax import parse_loop as parse_loop
+from ._triggers import LIMIT_DEFAULTS as LIMIT_DEFAULTS
+from ._triggers import SIMILARITY_DEFAULT as SIMILARITY_DEFAULT
+from ._triggers import Trigger as Trigger
+from ._triggers import Verdict as Verdict
+from ._triggers import check_before_round as check_before_round
+from ._triggers import forget_trigger as forget_trigger
+from ._triggers import register_trigger as register_trigger
+from ._triggers import triggers as triggers
 from .steps import PlanProgress as PlanProgress
 from .steps import Run as Run
 from .steps import Step as Step
@@ -87,6 +93,7 @@ from .steps import on_recovery as on_recovery
 from .steps import resume_step as resume_step
 
 __all__ = [
+    "LIMIT_DEFAULTS",
     "LIVE_PHASES",
     "LOOP_ID_GRAMMAR",
     "MATCHES_SHOWN",
@@ -94,6 +101,7 @@ __all__ = [
     "MIN_TAIL",
     "NOTIFY_EVENTS",
     "ROUNDS_CEILING",
+    "SIMILARITY_DEFAULT",
     "TERMINAL_PHASES",
     "AgentStep",
     "AnyEvent",
@@ -127,6 +135,7 @@ __all__ = [
     "Run",
     "Step",
     "StopMode",
+    "Trigger",
     "Verdict",
     "WorkerSpec",
     "after_round",
@@ -141,6 +150,7 @@ __all__ = [
     "dispatch_round",
     "event_decoder",
     "finish",
+    "forget_trigger",
     "loop_id_problem",
     "next_phase",
     "no_completed_round",
@@ -155,6 +165,7 @@ __all__ = [
     "plan_prompt",
     "recorded_prompt",
     "redact_notify_url",
+    "register_trigger",
     "replay_pair",
     "replay_spec",
     "replayed_round",
@@ -164,4 +175,5 @@ __all__ = [
     "round_of",
     "shown",
     "stale_rounds_after",
+    "triggers",
 ]

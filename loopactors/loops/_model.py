@@ -15,6 +15,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..errors import IllegalTransition, LoopNotFound
+from ._triggers import LIMIT_DEFAULTS, SIMILARITY_DEFAULT
 
 __all__ = [
     "DEFAULT_ROUNDS",
@@ -141,15 +142,15 @@ class LoopSpec(msgspec.Struct, gc=False, frozen=True, kw_only=True, forbid_unkno
     #: Budgets checked by the breaker before each round (``None``: no limit).
     max_tokens: int | None = None
     max_seconds: float | None = None
-    max_consecutive_failures: int = 3
+    max_consecutive_failures: int = int(LIMIT_DEFAULTS["max_consecutive_failures"])
     #: Identical outputs (after normalisation) in a row that trip the no-progress fuse.
-    stale_rounds_limit: int = 2
+    stale_rounds_limit: int = int(LIMIT_DEFAULTS["stale_rounds_limit"])
     #: The run ledger's breaker (loop-context's rules): the same error this many times in a
     #: row (stagnation), the same action this many times in a row (frustration), compared
     #: with this similarity.
-    stagnation_threshold: int = 3
-    frustration_threshold: int = 3
-    similarity_threshold: float = 0.85
+    stagnation_threshold: int = int(LIMIT_DEFAULTS["stagnation_threshold"])
+    frustration_threshold: int = int(LIMIT_DEFAULTS["frustration_threshold"])
+    similarity_threshold: float = SIMILARITY_DEFAULT
     #: Append the ledger's "Loop Context (managed)" block to each round's prompt.
     inject_ledger: bool = False
     owner: str | None = None
@@ -177,7 +178,7 @@ class LoopSpec(msgspec.Struct, gc=False, frozen=True, kw_only=True, forbid_unkno
     #: breaker escalates (trigger ``unverified_claims``). See docs/loops.md, Verified completion.
     until: str | None = None
     until_timeout: float = 600.0
-    max_unverified_claims: int = 3
+    max_unverified_claims: int = int(LIMIT_DEFAULTS["max_unverified_claims"])
     #: US dollars the loop may spend: at or over it, no round starts (trigger ``cost_budget``).
     max_cost_usd: float | None = None
 

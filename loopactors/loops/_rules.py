@@ -14,6 +14,7 @@ import msgspec
 from .._util import backoff_delay
 from ._events import AnyEvent, LoopStarted, RoundDeferred, RoundStarted
 from ._model import LoopState, RoundRecord
+from ._triggers import Verdict, check_before_round
 
 __all__ = [
     "SEPARATOR",
@@ -163,72 +164,6 @@ def same_output(previous: str | None, current: str) -> bool:
     if previous is None:
         return False
     return normalize_output(previous) == normalize_output(current)
-
-
-class Verdict(msgspec.Struct, gc=False, frozen=True, kw_only=True):
-    """The breaker's decision to escalate: which trigger fired, and why, in words."""
-
-    trigger: str
-    reason: str
-
-
-def check_before_round(state: LoopState, now: float) -> Verdict | None:
-    """The loop breaker, run before each round: ``None`` means go on."""
-    spec = state.spec
-    if state.round > spec.rounds:
-        return Verdict(
-            trigger="max_rounds", reason=f"round {state.round} is past the {spec.rounds} asked for"
-        )
-    if state.stale_rounds >= spec.stale_rounds_limit:
-        if state.progress_measure == "workspace":
-            reason = (
-                f"the workspace did not change for {state.stale_rounds} consecutive rounds "
-                "(no file changed and no new commit)"
-            )
-        else:
-            reason = (
-                f"the output did not change for {state.stale_rounds} consecutive rounds "
-                "(compared with timestamps, durations and round counters masked)"
-            )
-        # Named here because toy and test workers whose outputs differ only by a counter
-        # meet this rule first: say what lets them run on.
-        reason += (
-            f"; stale_rounds_limit is {spec.stale_rounds_limit}: raise it to allow more "
-            "(run --stale-rounds N, stale_rounds=N in the |loop| text, stale_rounds_limit in "
-            "loopactors.toml's [breaker], or the stale_rounds_limit loop option)"
-        )
-        return Verdict(trigger="no_progress", reason=reason)
-    if state.consecutive_failures >= spec.max_consecutive_failures:
-        return Verdict(
-            trigger="consecutive_failures",
-            reason=f"{state.consecutive_failures} rounds in a row failed or timed out",
-        )
-    if state.unverified_claims >= spec.max_unverified_claims:
-        return Verdict(
-            trigger="unverified_claims",
-            reason=(
-                f"{state.unverified_claims} rounds in a row claimed the objective met while "
-                f"the check `{spec.until}` failed (max_unverified_claims is "
-                f"{spec.max_unverified_claims})"
-            ),
-        )
-    if spec.max_cost_usd is not None and state.cost_usd >= spec.max_cost_usd:
-        return Verdict(
-            trigger="cost_budget",
-            reason=f"${state.cost_usd:.4f} spent of a budget of ${spec.max_cost_usd:.4f}",
-        )
-    if spec.max_tokens is not None and state.tokens_used >= spec.max_tokens:
-        return Verdict(
-            trigger="token_budget",
-            reason=f"{state.tokens_used} tokens used of a budget of {spec.max_tokens}",
-        )
-    elapsed = now - state.started_at if state.started_at else 0.0
-    if spec.max_seconds is not None and elapsed >= spec.max_seconds:
-        return Verdict(
-            trigger="deadline",
-            reason=f"{elapsed:.1f} s elapsed of a budget of {spec.max_seconds} s",
-        )
-    return None
 
 
 Next = Literal["complete", "escalated", "cancelled", "paused", "dispatching"]

@@ -19,7 +19,14 @@ from cattrs.v import format_exception
 from .._util import closest, did_you_mean
 from .._workspaces import trust_config, untrusted_config
 from ..errors import ConfigError
-from ..loops import MAX_ROUNDS, NOTIFY_EVENTS, ROUNDS_CEILING, redact_notify_url
+from ..loops import (
+    LIMIT_DEFAULTS,
+    MAX_ROUNDS,
+    NOTIFY_EVENTS,
+    ROUNDS_CEILING,
+    SIMILARITY_DEFAULT,
+    redact_notify_url,
+)
 from ..storage import check_store
 from ._transports import check_transport, redact_url
 
@@ -85,18 +92,29 @@ def _redacted(url: str) -> str:
 class BreakerSettings:
     """Defaults of the checks run before each round (each loop may override them)."""
 
-    max_consecutive_failures: int = attrs.field(default=3, validator=_positive)
-    stale_rounds_limit: int = attrs.field(default=2, validator=_positive)
+    # Each default is the trigger's own (loops.LIMIT_DEFAULTS), written once there.
+    max_consecutive_failures: int = attrs.field(
+        default=int(LIMIT_DEFAULTS["max_consecutive_failures"]), validator=_positive
+    )
+    stale_rounds_limit: int = attrs.field(
+        default=int(LIMIT_DEFAULTS["stale_rounds_limit"]), validator=_positive
+    )
     max_tokens: int | None = attrs.field(default=None, validator=_positive)
     max_seconds: float | None = attrs.field(default=None, validator=_positive)
     #: The run ledger's breaker (loop-context's rules), see docs/ledger.md.
-    stagnation_threshold: int = attrs.field(default=3, validator=_positive)
-    frustration_threshold: int = attrs.field(default=3, validator=_positive)
-    similarity_threshold: float = attrs.field(default=0.85, validator=_fraction)
+    stagnation_threshold: int = attrs.field(
+        default=int(LIMIT_DEFAULTS["stagnation_threshold"]), validator=_positive
+    )
+    frustration_threshold: int = attrs.field(
+        default=int(LIMIT_DEFAULTS["frustration_threshold"]), validator=_positive
+    )
+    similarity_threshold: float = attrs.field(default=SIMILARITY_DEFAULT, validator=_fraction)
     #: US dollars a loop may spend (``max_cost_usd``), and claims of done in a row that its
     #: ``until`` check may refute, before the loop escalates.
     max_cost_usd: float | None = attrs.field(default=None, validator=_positive)
-    max_unverified_claims: int = attrs.field(default=3, validator=_positive)
+    max_unverified_claims: int = attrs.field(
+        default=int(LIMIT_DEFAULTS["max_unverified_claims"]), validator=_positive
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -12,11 +12,12 @@ import datetime
 import re
 from collections.abc import Iterable
 
+import attrs
 import msgspec
 from msgspec import UNSET
 
 from ..ledger import Attempt, BreakerConfig, Ledger, breaker_facts
-from ..loops import LoopSpec, LoopState, RoundRecord
+from ..loops import LoopSpec, LoopState, RoundRecord, triggers
 
 __all__ = [
     "BreakerStanding",
@@ -114,47 +115,29 @@ class BreakerStanding(msgspec.Struct, frozen=True, kw_only=True):
     closest: str
 
 
+@attrs.frozen
+class _Progress:
+    finished: int
+    same_error: int
+    same_action: int
+
+
 def breaker_standing(
     state: LoopState, records: Iterable[RoundRecord], now: float
 ) -> BreakerStanding:
-    """The breaker as it stands for a loop: the runtime's own rules (``check_before_round``)
-    and the run ledger's stagnation and frustration counts, at ``now`` (a UNIX time)."""
-    spec = state.spec
+    """The breaker as it stands for a loop, at ``now`` (a UNIX time): every trigger that
+    applies to it, in the breaker's order (``loops.triggers()``), the run ledger's counted
+    from its finished rounds."""
     finished = [r for r in records if r.status != "running"]
-    done = min(len(finished), spec.rounds)  # rounds run, failed ones too: the cap counts them
-    triggers = [
-        TriggerStanding(trigger="max_rounds", value=done, limit=spec.rounds),
-        TriggerStanding(
-            trigger="no_progress", value=state.stale_rounds, limit=spec.stale_rounds_limit
-        ),
-        TriggerStanding(
-            trigger="consecutive_failures",
-            value=state.consecutive_failures,
-            limit=spec.max_consecutive_failures,
-        ),
-    ]
-    if spec.max_tokens is not None:
-        triggers.append(
-            TriggerStanding(trigger="token_budget", value=state.tokens_used, limit=spec.max_tokens)
-        )
-    if spec.max_seconds is not None:
-        end = state.updated_at if state.terminal else now
-        elapsed = max(0.0, end - state.started_at) if state.started_at else 0.0
-        triggers.append(
-            TriggerStanding(trigger="deadline", value=round(elapsed, 1), limit=spec.max_seconds)
-        )
-    # The ledger's triggers fire when the trailing failures reach the threshold and, among
-    # them, that many in a row are alike (by error, by action): the alike ones are the count.
-    facts = breaker_facts(ledger_of(state, finished).attempts, spec.similarity_threshold)
-    triggers.append(
-        TriggerStanding(
-            trigger="stagnation", value=facts.same_error, limit=spec.stagnation_threshold
-        )
+    facts = breaker_facts(ledger_of(state, finished).attempts, state.spec.similarity_threshold)
+    progress = _Progress(
+        finished=len(finished), same_error=facts.same_error, same_action=facts.same_action
     )
-    triggers.append(
-        TriggerStanding(
-            trigger="frustration", value=facts.same_action, limit=spec.frustration_threshold
-        )
-    )
-    closest = max(triggers, key=lambda t: t.value / t.limit if t.limit else 0.0)
-    return BreakerStanding(triggers=triggers, closest=closest.trigger)
+    standings = []
+    for trigger in triggers():
+        stood = trigger.standing(state, now, progress) if trigger.standing is not None else None
+        if stood is not None:
+            value, limit = stood
+            standings.append(TriggerStanding(trigger=trigger.name, value=value, limit=limit))
+    closest = max(standings, key=lambda t: t.value / t.limit if t.limit else 0.0)
+    return BreakerStanding(triggers=standings, closest=closest.trigger)

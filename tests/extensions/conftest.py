@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from loopactors.gateway import forget_node_request, register_node_request
+from loopactors.loops import forget_trigger, register_trigger
 from loopactors.runtime import forget_transport, register_transport
 from loopactors.workers import forget_worker_kind, register_worker_kind
 
@@ -59,3 +60,15 @@ def subproc_transport() -> Iterator[str]:
         yield "subproc://"
     finally:
         forget_transport("subproc")
+
+
+@pytest.fixture
+def long_output_trigger() -> Iterator[str]:
+    """The ``long_output`` breaker trigger, registered as a plug-in registers it."""
+    from .long_output_trigger import LONG_OUTPUT
+
+    register_trigger(LONG_OUTPUT)
+    try:
+        yield "long_output"
+    finally:
+        forget_trigger("long_output")
