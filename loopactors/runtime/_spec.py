@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from ..errors import LoopSyntaxError, WorkerSpecError
+from ..errors import LoopSyntaxError
 from ..loops import MAX_ROUNDS, ROUNDS_CEILING, LoopSpec, ParsedLoop, check_notify, parse_loop
-from ..workers import check_until
+from ..workers import check_until, python_spec
 from ._config import RuntimeConfig
 from ._plan_files import read_plan_now, read_task_now
 
@@ -26,36 +25,6 @@ def rounds_over_cap(rounds: int, max_rounds: int) -> str:
         f"for at most {max_rounds}, or raise max_rounds in loopactors.toml (up to "
         f"{ROUNDS_CEILING})"
     )
-
-
-def worker_of(fn: Callable[..., Any]) -> str:
-    """A function given as ``worker=`` -> its ``python:module:function`` spec.
-
-    A spec is text, kept in the store and read again by whatever runtime resumes the loop, so
-    the function must be found again by that name: one defined at a module's top level (or a
-    class's). ``__main__`` works while this program runs it; a loop meant to be resumed by
-    ``loopactors resume`` needs an importable module.
-    """
-    module = getattr(fn, "__module__", None)
-    name = getattr(fn, "__qualname__", None)
-    if not isinstance(module, str) or not isinstance(name, str) or "<" in name:
-        shown = getattr(fn, "__qualname__", None) or type(fn).__name__
-        raise WorkerSpecError(
-            f"worker={shown!r} cannot be named for the store: a function worker is stored as "
-            "python:module:function, so give a function defined at a module's top level "
-            "(not a lambda or a nested function), or the spec itself, e.g. "
-            "worker='python:myapp.rounds:improve'"
-        )
-    found: object = sys.modules.get(module)
-    for part in name.split("."):
-        found = getattr(found, part, None)
-    if found is not fn:
-        raise WorkerSpecError(
-            f"worker={name!r}: python:{module}:{name} does not name this function (was it "
-            "replaced or decorated?); pass the spec of the function to call, "
-            "worker='python:module:function'"
-        )
-    return f"python:{module}:{name}"
 
 
 def build_spec(
@@ -121,7 +90,7 @@ def build_spec(
     else:
         raise LoopSyntaxError(f"a loop is |loop...| text or a LoopSpec, not {type(loop).__name__}")
     if callable(worker):
-        worker = worker_of(worker)
+        worker = python_spec(worker)
     if worker is not None:
         fields["worker"] = worker
     fields.update({k: v for k, v in options.items() if v is not None})

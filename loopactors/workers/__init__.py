@@ -49,6 +49,7 @@ from ._kinds import worker_kinds as worker_kinds
 from ._output import cap_output as cap_output
 from ._output import is_cut as is_cut
 from ._python import PythonWorker as PythonWorker
+from ._python import python_spec as python_spec
 from ._scripted import ScriptedWorker as ScriptedWorker
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "is_cut",
     "kill_worker_groups",
     "parse_worker",
+    "python_spec",
     "record_group",
     "register_worker_kind",
     "remove_cgroup",

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from collections.abc import Awaitable, Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
@@ -17,7 +18,7 @@ from ..errors import WorkerSpecError
 from ._base import RoundContext, RoundRequest, RoundResult, Worker
 from ._kinds import WorkerKind
 
-__all__ = ["KIND", "PythonWorker", "RoundFunction"]
+__all__ = ["KIND", "PythonWorker", "RoundFunction", "python_spec"]
 
 #: What a python worker calls: returns the output text, or a full :class:`RoundResult`.
 RoundFunction = Callable[[RoundRequest, RoundContext | None], Awaitable[str | RoundResult]]
@@ -94,6 +95,36 @@ class PythonWorker(Worker):
             error=f"TypeError: python worker returned {type(value).__name__}, "
             "expected str or RoundResult",
         )
+
+
+def python_spec(fn: Callable[..., Any]) -> str:
+    """A function given as ``worker=`` -> its ``python:module:function`` spec.
+
+    A spec is text, kept in the store and read again by whatever runtime resumes the loop, so
+    the function must be found again by that name: one defined at a module's top level (or a
+    class's). ``__main__`` works while this program runs it; a loop meant to be resumed by
+    ``loopactors resume`` needs an importable module.
+    """
+    module = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(name, str) or "<" in name:
+        shown = getattr(fn, "__qualname__", None) or type(fn).__name__
+        raise WorkerSpecError(
+            f"worker={shown!r} cannot be named for the store: a function worker is stored as "
+            "python:module:function, so give a function defined at a module's top level "
+            "(not a lambda or a nested function), or the spec itself, e.g. "
+            "worker='python:myapp.rounds:improve'"
+        )
+    found: object = sys.modules.get(module)
+    for part in name.split("."):
+        found = getattr(found, part, None)
+    if found is not fn:
+        raise WorkerSpecError(
+            f"worker={name!r}: python:{module}:{name} does not name this function (was it "
+            "replaced or decorated?); pass the spec of the function to call, "
+            "worker='python:module:function'"
+        )
+    return f"python:{module}:{name}"
 
 
 def _check_form(target: str) -> None:
