@@ -127,6 +127,7 @@ async def main(kind: str, where: str | None) -> int:
                 print(f"notified: {note['title']}")
         finally:
             server.shutdown()
+            server.server_close()
         log = await trio.run_process(
             ["git", "-C", str(project), "log", "--format=%s"], capture_stdout=True
         )

@@ -204,3 +204,98 @@ def test_after_a_crash_and_resume_each_round_still_costs_what_it_was_billed(
         assert record["cost_usd"] == pytest.approx(0.0045)  # 1000 in, 100 out each
     assert [r["session_cost_usd"] for r in rounds] == pytest.approx([0.0045, 0.009, 0.0135])
     assert history["loop"]["cost_usd"] == pytest.approx(0.0135)
+
+
+def test_an_overnight_run_until_plan_max_cost_and_notify(
+    tmp_path: Path, anthropic: AnthropicFake, claude_env: dict[str, str]
+) -> None:
+    """issue 23's end to end through the command line: `loopactors run --worker claude
+    --until --plan --max-cost --notify` edits a git workspace until its check passes, each
+    round's cost is what the fake billed for it, and a receiver on loopback is told."""
+    import http.server
+
+    test = "from calc import add\nassert add(2, 3) == 5, add(2, 3)\nprint('ok')\n"
+    ws = git_workspace(
+        tmp_path / "ws",
+        {
+            "calc.py": "def add(a, b):\n    return a - b\n",
+            "test_calc.py": test,
+            "fix_plan.md": "- [ ] read calc.py\n- [ ] fix add\n",
+        },
+    )
+    calc, plan = str(ws / "calc.py"), str(ws / "fix_plan.md")
+
+    def tick(task: str) -> Turn:
+        edit = {"file_path": plan, "old_string": f"- [ ] {task}", "new_string": f"- [x] {task}"}
+        return Turn(tools=[("Edit", edit)])
+
+    anthropic.turns = [
+        Turn(tools=[("Read", {"file_path": calc}), ("Read", {"file_path": plan})]),
+        tick("read calc.py"),
+        Turn(text="Read it; fixing add next."),  # round 1: the check fails
+        Turn(tools=[("Edit", {"file_path": calc, "old_string": "a - b", "new_string": "a + b"})]),
+        tick("fix add"),
+        Turn(tools=[("Bash", {"command": "git -c user.name=a -c user.email=a@a commit -qam fix"})]),
+        Turn(text="Fixed."),  # round 2: the check passes, every task is done
+    ]
+    received: list[dict[str, object]] = []
+    arrived = threading.Event()
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            arrived.set()
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state = tmp_path / "state"
+    try:
+        done = run_cli(
+            "run",
+            "|loop:6| make python3 test_calc.py pass",
+            "--worker",
+            "claude:model=claude-sonnet-4-5",
+            "--plan",
+            "fix_plan.md",
+            "--until",
+            "python3 test_calc.py",
+            "--max-cost",
+            "1",
+            "--notify",
+            f"json://127.0.0.1:{server.server_address[1]}/overnight",
+            "--state",
+            str(state),
+            "--json",
+            cwd=ws,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    finished = [e for e in events if e["type"] == "round_finished"]
+    assert [(e["tasks_done"], e["tasks_total"]) for e in finished] == [(1, 2), (2, 2)]
+    assert [e["check"]["exit_code"] for e in finished] == [1, 0]
+    assert events[-1]["phase"] == "complete"
+    loop_id = events[-1]["loop_id"]
+    # Delivered by `run` before it exited.
+    assert arrived.is_set()
+    assert [note["title"] for note in received] == [f"loop {loop_id} complete"]
+    history = json.loads(
+        run_cli("history", loop_id, "--state", str(state), "--json", cwd=ws).stdout
+    )
+    rounds = history["rounds"]
+    ends = [r["started_at"] for r in rounds[1:]] + [time.time()]
+    for record, end in zip(rounds, ends, strict=True):
+        assert record["cost_usd"] == pytest.approx(
+            billed_between(anthropic, record["started_at"], end)
+        )
+    assert history["loop"]["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in rounds))
+    assert "Plan: " in rounds[1]["prompt"]
+    assert "Next task: fix add" in rounds[1]["prompt"]
+    assert "a + b" in (ws / "calc.py").read_text()
