@@ -27,7 +27,13 @@ from loopactors.cli._follow import PHASE_EXIT
 from loopactors.codeloop._cli import build_parser as build_code_parser
 from loopactors.errors import LoopSyntaxError
 from loopactors.loops import parse_loop
-from loopactors.runtime import BreakerSettings, NodeSettings, NotifySettings, RuntimeConfig
+from loopactors.runtime import (
+    BreakerSettings,
+    BudgetSettings,
+    NodeSettings,
+    NotifySettings,
+    RuntimeConfig,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -121,8 +127,9 @@ def test_each_documented_rejection_says_what_is_documented(text: str, message: s
         (BreakerSettings, "max_consecutive_failures", set()),
         (NodeSettings, "host", set()),
         (NotifySettings, "urls", set()),
+        (BudgetSettings, "daily_cost_usd", set()),
     ],
-    ids=["RuntimeConfig", "BreakerSettings", "NodeSettings", "NotifySettings"],
+    ids=["RuntimeConfig", "BreakerSettings", "NodeSettings", "NotifySettings", "BudgetSettings"],
 )
 def test_configuration_tables_list_every_key_with_its_default(
     cls: type, first_key: str, not_in_table: set[str]

@@ -171,6 +171,13 @@ def tasks_of(state: LoopState) -> str:
     return f" tasks {state.tasks_done}/{state.tasks_total}"
 
 
+def cost_of(state: LoopState) -> str:
+    """What the loop spent, and of what budget (``max_cost_usd``) if it has one."""
+    spent = f"${state.cost_usd:.4f}" if state.cost_usd else "-"
+    budget = state.spec.max_cost_usd
+    return spent if budget is None else f"{spent} of ${budget:.2f}"
+
+
 def final_table(states: list[LoopState], *, title: str = "loops") -> Rows:
     """One row per loop with its outcome: the closing table of ``run``, ``resume`` and
     ``demo``, and ``status``'s table."""
@@ -195,7 +202,7 @@ def final_table(states: list[LoopState], *, title: str = "loops") -> Rows:
                 state.phase,
                 f"{state.completed_rounds}/{state.spec.rounds}" + tasks_of(state),
                 str(state.tokens_used),
-                f"${state.cost_usd:.4f}" if state.cost_usd else "-",
+                cost_of(state),
                 reason,
             ]
         )

@@ -30,9 +30,9 @@ from prometheus_client.registry import Collector
 from ..actors import SupervisorRef
 from ..errors import ActorError, LoopNotFound
 from ..loops import AnyEvent, LoopFinished, LoopStarted, Phase, RoundFinished, WorkerSpec
-from ..runtime import Gap, Runtime
+from ..runtime import Gap, Runtime, RuntimeConfig
 from ..storage import CommitLatency
-from ..workers import worker_kinds
+from ..workers import daily_spend, worker_kinds
 from ._protocol import ActorInfo, NodeStatistics
 
 if TYPE_CHECKING:
@@ -332,6 +332,7 @@ class _Snapshot(Collector):
         )
         dropped.add_metric([], stats.events_dropped)
         yield dropped
+        yield from _daily_budget_families(self.metrics.runtime.config)
         notifications = CounterMetricFamily(
             "loopactors_notifications",
             "Notifications delivered, failed (each retried later) and dropped (too old).",
@@ -346,3 +347,29 @@ class _Snapshot(Collector):
         )
         queued.add_metric([], stats.notifications_queued)
         yield queued
+
+
+def _daily_budget_families(config: RuntimeConfig) -> Iterator[Any]:
+    """Today's spend per account and in all, and the daily budgets (docs/loops.md)."""
+    spent, total = daily_spend()
+    today = GaugeMetricFamily(
+        "loopactors_daily_cost_usd",
+        "US dollars spent in the current budget day, per account (KIND:FINGERPRINT) and in "
+        'all (account="total").',
+        labels=["account"],
+    )
+    for (kind, account), dollars in sorted(spent.items()):
+        today.add_metric([f"{kind}:{account}"], dollars)
+    today.add_metric(["total"], total)
+    yield today
+    budget = config.budget
+    budgets = GaugeMetricFamily(
+        "loopactors_daily_budget_usd",
+        "The daily budgets: per account and for all accounts (unset ones are left out).",
+        labels=["scope"],
+    )
+    if budget.daily_cost_usd is not None:
+        budgets.add_metric(["account"], budget.daily_cost_usd)
+    if budget.daily_total_cost_usd is not None:
+        budgets.add_metric(["total"], budget.daily_total_cost_usd)
+    yield budgets

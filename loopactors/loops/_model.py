@@ -235,6 +235,8 @@ class RoundRecord(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     #: complete), and whether the round claimed the objective met while the check failed.
     check: CheckRecord | None = None
     unverified_claim: bool = False
+    #: The account the round ran on (``KIND:FINGERPRINT``), for the daily budgets.
+    account: str | None = None
 
 
 class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):

@@ -132,6 +132,8 @@ class RoundReport(Protocol):
     def deferred_until(self) -> float | None: ...
     @property
     def check(self) -> CheckRecord | None: ...
+    @property
+    def account(self) -> str | None: ...
 
 
 # -- effects --------------------------------------------------------------------------------
@@ -470,6 +472,7 @@ def after_round(
         session_cost_usd=result.session_cost_usd,
         files_changed=result.files_changed,
         commits=result.commits,
+        account=result.account,
         prompt=run.prompt,
         tasks_done=None if plan is None else plan.done,
         tasks_total=None if plan is None else plan.total,
@@ -614,6 +617,7 @@ def _round_deferred(run: Run, result: RoundReport, now: float) -> Step:
         duration=result.duration,
         session_id=result.session_id,
         session_cost_usd=result.session_cost_usd,
+        account=result.account,
     )
     run = msgspec.structs.replace(run, state=waiting, summary=_with_summary(run.summary, record))
     if waiting.stop_requested is not None:  # a stop after the round: the wait is moot

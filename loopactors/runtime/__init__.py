@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ._api import Runtime as Runtime
     from ._api import open_runtime as open_runtime
     from ._config import BreakerSettings as BreakerSettings
+    from ._config import BudgetSettings as BudgetSettings
     from ._config import NodeSettings as NodeSettings
     from ._config import NotifySettings as NotifySettings
     from ._config import RuntimeConfig as RuntimeConfig
@@ -53,6 +54,7 @@ __all__ = [
     "NODE_URL_FILE",
     "BreakerSettings",
     "BreakerStanding",
+    "BudgetSettings",
     "Changes",
     "DispatchSettings",
     "Gap",
@@ -97,6 +99,7 @@ _HOMES = {
     "NODE_URL_FILE": "_lock",
     "NodeSettings": "_config",
     "NotifierStatistics": "_notifier",
+    "BudgetSettings": "_config",
     "NotifySettings": "_config",
     "Runtime": "_api",
     "RuntimeConfig": "_config",

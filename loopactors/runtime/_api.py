@@ -47,7 +47,17 @@ from ..storage import (
     parse_store,
     store_kind,
 )
-from ..workers import RoundContext, end_orphan_groups, forget_group, record_group
+from ..workers import (
+    DailyBudgets,
+    RoundContext,
+    budget_day_start,
+    clear_daily_spend,
+    configure_daily_budgets,
+    end_orphan_groups,
+    forget_group,
+    record_group,
+    record_spend,
+)
 from ._breaker import Breaker
 from ._config import RuntimeConfig, load_config
 from ._context_builder import ContextBuilder
@@ -644,4 +654,25 @@ async def _open_runtime(
         max_seconds=config.max_restart_seconds,
         shutdown_grace=config.shutdown_grace,
     ) as node:
-        yield Runtime(node, config, bus)
+        runtime = Runtime(node, config, bus)
+        await _daily_budgets(runtime, config)
+        yield runtime
+
+
+async def _daily_budgets(runtime: Runtime, config: RuntimeConfig) -> None:
+    """Set the node's daily budgets, and what each account spent today from the store's
+    rounds of the day (so a restart forgets no spend)."""
+    budget = config.budget
+    budgets = DailyBudgets(budget.daily_cost_usd, budget.daily_total_cost_usd, budget.reset_hour)
+    configure_daily_budgets(budgets)
+    clear_daily_spend()
+    if not budgets.any:
+        return
+    day = budget_day_start(time.time(), budget.reset_hour)
+    for state in await runtime.loops():
+        if state.updated_at < day:
+            continue
+        for record in await runtime.history(state.loop_id):
+            if record.account and record.cost_usd > 0 and record.started_at >= day:
+                kind, _, account = record.account.partition(":")
+                record_spend(kind, account, record.cost_usd, record.started_at)

@@ -32,6 +32,7 @@ from ._transports import check_transport, redact_url
 
 __all__ = [
     "BreakerSettings",
+    "BudgetSettings",
     "NodeSettings",
     "NotifySettings",
     "RuntimeConfig",
@@ -115,6 +116,22 @@ class BreakerSettings:
     max_unverified_claims: int = attrs.field(
         default=int(LIMIT_DEFAULTS["max_unverified_claims"]), validator=_positive
     )
+
+
+def _hour(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if not 0 <= value <= 23:
+        raise ValueError(f"{attribute.name} must be an hour from 0 to 23, got {value!r}")
+
+
+@attrs.frozen
+class BudgetSettings:
+    """Daily dollar budgets shared by every loop of the node (``[budget]``, docs/loops.md):
+    per account (worker kind and key), for all accounts together, and the local hour a
+    budget day starts at."""
+
+    daily_cost_usd: float | None = attrs.field(default=None, validator=_positive)
+    daily_total_cost_usd: float | None = attrs.field(default=None, validator=_positive)
+    reset_hour: int = attrs.field(default=0, validator=_hour)
 
 
 @attrs.frozen(kw_only=True)
@@ -255,6 +272,7 @@ class RuntimeConfig:
     shutdown_grace: float = attrs.field(default=10.0, validator=_not_negative)
     event_queue_size: int = attrs.field(default=1000, validator=_positive)
     breaker: BreakerSettings = attrs.field(factory=BreakerSettings)
+    budget: BudgetSettings = attrs.field(factory=BudgetSettings)
     #: Restart intensity of the node's supervisor and of the loop supervisor.
     max_restarts: int = attrs.field(default=10, validator=_not_negative)
     max_restart_seconds: float = attrs.field(default=10.0, validator=_positive)

@@ -18,6 +18,13 @@ from ._base import RoundRequest as RoundRequest
 from ._base import RoundResult as RoundResult
 from ._base import Worker as Worker
 from ._base import WorkerStatus as WorkerStatus
+from ._budget import DailyBudgets as DailyBudgets
+from ._budget import budget_day_start as budget_day_start
+from ._budget import clear_daily_spend as clear_daily_spend
+from ._budget import configure_daily_budgets as configure_daily_budgets
+from ._budget import daily_spend as daily_spend
+from ._budget import next_reset as next_reset
+from ._budget import record_spend as record_spend
 from ._cgroup import cgroup_empty as cgroup_empty
 from ._cgroup import remove_cgroup as remove_cgroup
 from ._cgroup import signal_cgroup as signal_cgroup
@@ -57,6 +64,7 @@ __all__ = [
     "ChildLoop",
     "CliAgentWorker",
     "CommandWorker",
+    "DailyBudgets",
     "GroupRecord",
     "GroupStopper",
     "LoopEvents",
@@ -71,13 +79,17 @@ __all__ = [
     "WorkerSpec",
     "WorkerStatus",
     "Workspace",
+    "budget_day_start",
     "cap_output",
     "cgroup_empty",
     "check_until",
     "check_worker_spec",
+    "clear_daily_spend",
     "cli_kinds",
     "cli_worker_kind",
+    "configure_daily_budgets",
     "confined_child_worker",
+    "daily_spend",
     "default_worker_groups_dir",
     "end_orphan_groups",
     "forget_group",
@@ -85,9 +97,11 @@ __all__ = [
     "in_workspace",
     "is_cut",
     "kill_worker_groups",
+    "next_reset",
     "parse_worker",
     "python_spec",
     "record_group",
+    "record_spend",
     "register_worker_kind",
     "remove_cgroup",
     "run_check",

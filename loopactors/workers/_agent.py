@@ -57,6 +57,7 @@ from ..errors import AgentError, LoopactorsError, WorkerSpecError
 from ..loops import WorkerSpec
 from ._agent_loops import RoundLoops
 from ._base import RoundContext, RoundRequest, RoundResult, Worker, list_workspace
+from ._budget import daily_hold
 from ._cli_adapter import step_detail
 from ._cli_worker import account_fingerprint, hold_limit, limit_hold
 from ._kinds import WorkerKind, workspace_path
@@ -297,7 +298,7 @@ class AgentWorker(Worker):
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
         # One wait per endpoint and key: a limit met by one loop holds back the others.
         account = account_fingerprint(self.settings.base_url, self.settings.api_key or "")
-        held = limit_hold(self.kind, account)
+        held = daily_hold(self.kind, account) or limit_hold(self.kind, account)
         if held is not None:
             return RoundResult(
                 status="deferred", deferred_until=held[0], error=f"held back: {held[1]}"

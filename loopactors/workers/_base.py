@@ -110,6 +110,9 @@ class RoundResult(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     progress: bool | None = None
     #: With status ``deferred``: UNIX time the round may run again.
     deferred_until: float | None = None
+    #: The account the round ran on, ``KIND:FINGERPRINT`` (coding-agent CLI kinds): what
+    #: its cost counts against in the daily budgets.
+    account: str | None = None
     #: The loop's ``until`` check after the round (set by whoever ran the round: the
     #: Dispatcher, or a transport's worker process).
     check: CheckRecord | None = None

@@ -30,6 +30,7 @@ import trio
 from ..errors import WorkerSpecError
 from ..loops import WorkerSpec
 from ._base import RoundContext, RoundRequest, RoundResult, Worker, list_workspace
+from ._budget import daily_hold, record_spend
 from ._cli_adapter import (
     AgentStep,
     CliAdapter,
@@ -330,7 +331,7 @@ class CliAgentWorker(Worker):
     async def run(self, request: RoundRequest, context: RoundContext | None) -> RoundResult:
         env = self.environment(request)
         account = _account(self.adapter, self.options, env)
-        held = limit_hold(self.kind, account)
+        held = daily_hold(self.kind, account) or limit_hold(self.kind, account)
         if held is not None:  # another loop of this kind and account met the limit: one wait
             return RoundResult(
                 status="deferred", deferred_until=held[0], error=f"held back: {held[1]}"
@@ -356,7 +357,9 @@ class CliAgentWorker(Worker):
             session_cost = outcome.cost_usd
             earlier = request.session_cost_usd if outcome.session_id == resume else None
             cost = cost_of_round(session_cost, earlier)
+        record_spend(self.kind, account, cost)
         common: dict[str, Any] = {
+            "account": f"{self.kind}:{account}",
             "tokens": outcome.tokens,
             "cost_usd": cost,
             "session_cost_usd": session_cost,

@@ -18,7 +18,7 @@ import trio
 from loopactors.errors import WorkerSpecError
 from loopactors.loops import AgentStep, RoundDeferred, RoundFinished
 from loopactors.runtime import RuntimeConfig, open_runtime
-from loopactors.workers import CliAgentWorker, RoundRequest, parse_worker
+from loopactors.workers import CliAgentWorker, RoundRequest, next_reset, parse_worker
 from tests.hang import HANG, PROMPT
 
 from ._fakes import QUIET, AnthropicFake, Turn, anthropic_error, billed_between, git_workspace
@@ -416,3 +416,42 @@ async def test_the_worker_itself_keeps_claude_code_off_the_network(
     assert "connect(" in traced_calls  # the trace saw the calls to the fake
     assert off_loopback(log) == []
     assert lookups_and_sends_off_loopback(log) == []
+
+
+async def test_a_daily_budget_defers_an_accounts_loops_until_the_reset_across_restarts(
+    tmp_path: Path, anthropic: AnthropicFake, claude_env: dict[str, str]
+) -> None:
+    """$0.0045 a round against $0.008 a day for the account: round 2 brings the day's spend
+    over it, so round 3 waits for the next reset; after a restart, the store's rounds of the
+    day still count, and a new loop on the same account waits without calling the model."""
+    ws = git_workspace(tmp_path / "ws")
+    usage = {"input_tokens": 1000, "output_tokens": 100}
+    anthropic.turns = [Turn(text=f"reply {n}", usage=usage) for n in range(4)]
+    budget = {"daily_cost_usd": 0.008, "reset_hour": 4}
+    worker = f"claude:workspace={ws},model=claude-sonnet-4-5"
+    seen: list[object] = []
+    async with open_runtime(config(tmp_path, budget=budget), observer=seen.append) as rt:
+        handle = await rt.start("|loop:3| go on", worker=worker, stale_rounds_limit=5)
+        while (await handle.status()).deferred_until is None:
+            await trio.sleep(0.05)
+        waiting = await handle.status()
+        history = await handle.history()
+    assert [(r.round, r.status) for r in history] == [
+        (1, "completed"),
+        (2, "completed"),
+        (3, "deferred"),
+    ]
+    assert history[0].account is not None
+    assert history[0].account.startswith("claude:")
+    (deferred,) = [e for e in seen if isinstance(e, RoundDeferred)]
+    assert deferred.reason.startswith("held back: daily budget reached: claude account ")
+    assert "spent $0.0090 of $0.0080 today (daily_cost_usd)" in deferred.reason
+    reset = next_reset(time.time(), 4)
+    assert waiting.deferred_until == pytest.approx(reset)
+    assert len(anthropic.billed) == 2
+    async with open_runtime(config(tmp_path, budget=budget)) as rt:
+        other = await rt.start("|loop:1| another", worker=worker)
+        while (await other.status()).deferred_until is None:
+            await trio.sleep(0.05)
+        assert (await other.status()).deferred_until == pytest.approx(reset)
+    assert len(anthropic.billed) == 2  # nobody called the model over the budget

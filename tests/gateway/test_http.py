@@ -117,6 +117,7 @@ async def test_metrics_expose_every_family_with_labels_and_type(
         "loopactors_events_dropped": ("counter", set()),
         "loopactors_notifications": ("counter", {"outcome"}),
         "loopactors_notifications_queued": ("gauge", set()),
+        "loopactors_daily_cost_usd": ("gauge", {"account"}),
         "process_cpu_seconds": ("counter", set()),
         "process_resident_memory_bytes": ("gauge", set()),
     }

@@ -65,6 +65,7 @@ class RoundResult(msgspec.Struct, frozen=True, kw_only=True):
     progress: bool | None = None
     deferred_until: float | None = None
     check: CheckRecord | None = None
+    account: str | None = None
 
 
 specs = st.builds(

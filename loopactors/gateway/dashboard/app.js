@@ -492,7 +492,11 @@ function renderLoopSummary() {
     figure("worker", row.worker),
     figure("mode", s.spec.mode),
     figure("tokens", row.tokens.toLocaleString()),
-    figure("cost", money(row.cost)),
+    figure("cost", s.spec.max_cost_usd != null
+      ? `${money(row.cost)} of $${s.spec.max_cost_usd.toFixed(2)}` : money(row.cost)),
+    ...(s.spec.until ? [figure("until", s.last_check
+      ? `${s.spec.until}: ${s.last_check.exit_code === 0 ? "passed" : `failed ${s.failing_checks}× in a row`}`
+      : s.spec.until)] : []),
   );
   if (s.reason) $("#loop-summary").append(figure(s.trigger || "reason", s.reason));
   renderBreaker(s);
