@@ -220,6 +220,8 @@ class NodeMetrics:
             notifications_dropped=notifier.dropped,
             notifications_queued=store.notifications,
             rate_samples=self.rates.samples(),
+            daily_cost_usd=_daily_spent(),
+            daily_budget_usd=_daily_budgets(runtime.config),
         )
 
     async def exposition(self, gateway: Gateway) -> bytes:
@@ -351,25 +353,34 @@ class _Snapshot(Collector):
 
 def _daily_budget_families(config: RuntimeConfig) -> Iterator[Any]:
     """Today's spend per account and in all, and the daily budgets (docs/loops.md)."""
-    spent, total = daily_spend()
     today = GaugeMetricFamily(
         "loopactors_daily_cost_usd",
         "US dollars spent in the current budget day, per account (KIND:FINGERPRINT) and in "
         'all (account="total").',
         labels=["account"],
     )
-    for (kind, account), dollars in sorted(spent.items()):
-        today.add_metric([f"{kind}:{account}"], dollars)
-    today.add_metric(["total"], total)
+    for account, dollars in _daily_spent().items():
+        today.add_metric([account], dollars)
     yield today
-    budget = config.budget
     budgets = GaugeMetricFamily(
         "loopactors_daily_budget_usd",
         "The daily budgets: per account and for all accounts (unset ones are left out).",
         labels=["scope"],
     )
-    if budget.daily_cost_usd is not None:
-        budgets.add_metric(["account"], budget.daily_cost_usd)
-    if budget.daily_total_cost_usd is not None:
-        budgets.add_metric(["total"], budget.daily_total_cost_usd)
+    for scope, dollars in _daily_budgets(config).items():
+        budgets.add_metric([scope], dollars)
     yield budgets
+
+
+def _daily_spent() -> dict[str, float]:
+    spent, total = daily_spend()
+    return {
+        **{f"{kind}:{account}": d for (kind, account), d in sorted(spent.items())},
+        "total": total,
+    }
+
+
+def _daily_budgets(config: RuntimeConfig) -> dict[str, float]:
+    budget = config.budget
+    found = {"account": budget.daily_cost_usd, "total": budget.daily_total_cost_usd}
+    return {scope: dollars for scope, dollars in found.items() if dollars is not None}

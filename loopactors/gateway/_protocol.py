@@ -331,6 +331,10 @@ class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     #: ``[time, rounds finished since the start]`` every 5 seconds over the last 5 minutes,
     #: oldest first: sampled by the node whether or not anyone asks (the dashboard's chart).
     rate_samples: list[tuple[float, int]] = []
+    #: US dollars spent in the current budget day per account (``KIND:FINGERPRINT``), and
+    #: the daily budgets (``account``, ``total``; unset ones left out): docs/loops.md.
+    daily_cost_usd: dict[str, float] = {}
+    daily_budget_usd: dict[str, float] = {}
 
 
 #: The protocol's own requests, each with the data type of its :class:`Ok` reply: the client

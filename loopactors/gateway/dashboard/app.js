@@ -643,6 +643,18 @@ function drawTimeline(rounds) {
 
 // -- node view ----------------------------------------------------------------------------
 
+// Today's spend per account and in all, against the daily budgets ([budget], docs/loops.md).
+function dailyFigures(s) {
+  const spent = s.daily_cost_usd || {};
+  const budgets = s.daily_budget_usd || {};
+  const of = (scope) => (budgets[scope] != null ? ` of $${budgets[scope].toFixed(2)}` : "");
+  const accounts = Object.entries(spent).filter(([name]) => name !== "total");
+  return [
+    figure("spent today", `$${(spent.total || 0).toFixed(4)}${of("total")}`),
+    ...accounts.map(([name, dollars]) => figure(`today: ${name}`, `$${dollars.toFixed(4)}${of("account")}`)),
+  ];
+}
+
 async function refreshNode() {
   if (!node || !node.info) return;
   let s;
@@ -663,6 +675,7 @@ async function refreshNode() {
     figure("rounds finished (since start)", finished.toLocaleString()),
     figure("tokens", s.tokens.toLocaleString()),
     figure("cost", `$${s.cost_usd.toFixed(4)}`),
+    ...dailyFigures(s),
     figure("connections", s.connections),
     figure("subscriptions", s.subscriptions),
     figure("store commits", s.store_commits.toLocaleString()),
