@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -67,10 +68,14 @@ class _Node:
 
 
 def _dashboard_open(folder: Path) -> str:
-    """`loopactors dashboard --open` in ``folder``; the URL it gave the browser ($BROWSER)."""
-    opened = folder / "opened-url.txt"
+    """`loopactors dashboard --open` in ``folder``; the URL its page file sent the browser
+    ($BROWSER) to (the browser gets a file, never the token on its command line)."""
+    opened = folder / "opened-argv.txt"
+    page = folder / "opened-page.html"
     browser_script = folder / "browser.sh"
-    browser_script.write_text(f'#!/bin/sh\nprintf "%s" "$1" > "{opened}"\n')
+    browser_script.write_text(
+        f'#!/bin/sh\nprintf "%s" "$1" > "{opened}"\ncat "${{1#file://}}" > "{page}"\n'
+    )
     browser_script.chmod(browser_script.stat().st_mode | stat.S_IEXEC)
     shown = subprocess.run(  # noqa: PLW1510 - the exit code is asserted
         [*LOOPACTORS, "dashboard", "--open"],
@@ -81,7 +86,10 @@ def _dashboard_open(folder: Path) -> str:
         timeout=HANG,
     )
     assert shown.returncode == 0, shown.stderr
-    url = opened.read_text()
+    assert opened.read_text().startswith("file://")
+    found = re.search(r"location\.replace\((\"[^\"]*\")\)", page.read_text())
+    assert found is not None, page.read_text()
+    url: str = json.loads(found.group(1))
     assert url == shown.stdout.strip()
     return url
 
