@@ -84,25 +84,43 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--max-concurrent", type=int, metavar="N", help="rounds in flight at once")
     _notify_options(run)
     _connect_options(run)
+    from ..loops import LIMIT_DEFAULTS as limit  # noqa: PLC0415 - loaded by _loop_control
+    from ..loops import SIMILARITY_DEFAULT  # noqa: PLC0415
+
     breaker = run.add_argument_group("run-ledger breaker (loop-context's rules)")
-    breaker.add_argument("--stagnation", type=int, metavar="N", help="same error N times (3)")
-    breaker.add_argument("--frustration", type=int, metavar="N", help="same action N times (3)")
+    breaker.add_argument(
+        "--stagnation",
+        type=int,
+        metavar="N",
+        help=f"same error N times ({limit['stagnation_threshold']:g})",
+    )
+    breaker.add_argument(
+        "--frustration",
+        type=int,
+        metavar="N",
+        help=f"same action N times ({limit['frustration_threshold']:g})",
+    )
     breaker.add_argument(
         "--no-progress",
         type=int,
         metavar="N",
-        help="end the loop after N failed or timed-out rounds in a row (3; loop-context's "
-        "name; unchanged output is --stale-rounds)",
+        help="end the loop after N failed or timed-out rounds in a row "
+        f"({limit['max_consecutive_failures']:g}; loop-context's name; unchanged output is "
+        "--stale-rounds)",
     )
     breaker.add_argument(
         "--stale-rounds",
         type=int,
         metavar="N",
-        help="end the loop (no_progress) after N rounds in a row with unchanged output (2)",
+        help="end the loop (no_progress) after N rounds in a row with unchanged output "
+        f"({limit['stale_rounds_limit']:g})",
     )
     breaker.add_argument("--token-budget", type=int, metavar="N", help="tokens for the loop")
     breaker.add_argument(
-        "--similarity", type=float, metavar="F", help="how alike counts as the same (0.85)"
+        "--similarity",
+        type=float,
+        metavar="F",
+        help=f"how alike counts as the same ({SIMILARITY_DEFAULT:g})",
     )
     breaker.add_argument(
         "--inject-ledger",
