@@ -584,3 +584,20 @@ def test_until_and_max_cost_from_the_command_line(tmp_path: Path) -> None:
     refused = cli("run", "|loop:2| x", "--store", "memory", "--until", "no-such-tool-qq -x")
     assert refused.returncode == 1
     assert "'no-such-tool-qq' was not found on PATH" in refused.stderr
+
+
+def test_status_shows_what_each_account_spent_today_against_the_budgets(tmp_path: Path) -> None:
+    toml = tmp_path / "loopactors.toml"
+    toml.write_text("[budget]\ndaily_cost_usd = 2.0\ndaily_total_cost_usd = 5.0\n")
+    state = str(tmp_path / "state")
+    ran = cli(
+        "run", "|loop:3| spend", "--state", state, "--config", str(toml),
+        "--worker", "python:tests.runtime.round_fns:spend_on_account", "--max-cost", "10",
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    status = cli("status", "--state", state, "--config", str(toml))
+    assert status.returncode == 0, status.stderr
+    assert "$1.2000 of $10.00" in status.stdout  # the loop's spend and its max_cost_usd
+    assert "spent since " in status.stdout
+    assert ": $1.2000 of $5.00" in status.stdout
+    assert "  test:acct: $1.2000 of $2.00" in status.stdout

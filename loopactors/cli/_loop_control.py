@@ -32,7 +32,7 @@ from ..storage import StoreUrl, Write, parse_store, store_kind
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..client import NodeClient
-    from ..runtime import Runtime, RuntimeConfig
+    from ..runtime import BudgetSettings, Runtime, RuntimeConfig
     from ..storage import StoreBackend
 
 __all__ = [
@@ -262,7 +262,12 @@ def run_offline(command: Coroutine[Any, Any, T]) -> T:
 
 
 async def show_status(
-    control: LoopControl, args: argparse.Namespace, *, empty: str, transport: str | None = None
+    control: LoopControl,
+    args: argparse.Namespace,
+    *,
+    empty: str,
+    transport: str | None = None,
+    budget: BudgetSettings | None = None,
 ) -> int:
     """``status [LOOP_ID]``: one loop or every loop (page by page), as a table or JSON, and a
     Redis ``transport``'s workers and streams when given."""
@@ -291,11 +296,45 @@ async def show_status(
         print_rows(console, final_table(states, title=_status_title(control, states)))
     else:
         console.print(empty)
+    if budget is not None and args.loop_id is None:
+        for line in await _spent_today(control, states, budget):
+            console.print(line, markup=False, highlight=False)
     if transport is not None:
         from ..transport import print_status  # noqa: PLC0415 - see the note
 
         print_status(transport, console=console)
     return 0
+
+
+async def _spent_today(
+    control: LoopControl, states: list[LoopState], budget: BudgetSettings
+) -> list[str]:
+    """What each account spent in the current budget day, from the stored rounds, against
+    the daily budgets (docs/loops.md, Daily budgets); nothing when none is set."""
+    if budget.daily_cost_usd is None and budget.daily_total_cost_usd is None:
+        return []
+    from ..workers import budget_day_start  # noqa: PLC0415 - see the note on the imports
+
+    day = budget_day_start(time.time(), budget.reset_hour)
+    spent: dict[str, float] = {}
+    for state in states:
+        if state.updated_at < day or not state.cost_usd:
+            continue
+        _, rounds = await control.recorded(state.loop_id, output_head=0)
+        for record in rounds:
+            if record.account and record.cost_usd > 0 and record.started_at >= day:
+                spent[record.account] = spent.get(record.account, 0.0) + record.cost_usd
+
+    def of(dollars: float | None) -> str:
+        return "" if dollars is None else f" of ${dollars:.2f}"
+
+    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(day))
+    lines = [f"spent since {since}: ${sum(spent.values()):.4f}{of(budget.daily_total_cost_usd)}"]
+    lines += [
+        f"  {account}: ${dollars:.4f}{of(budget.daily_cost_usd)}"
+        for account, dollars in sorted(spent.items())
+    ]
+    return lines
 
 
 def _status_title(control: LoopControl, states: list[LoopState]) -> str:

@@ -137,7 +137,11 @@ def loop_command(
         if local is None:
             return show_status(control, args, empty="no loops")
         return show_status(
-            control, args, empty=f"no loops in {local.state_dir}", transport=local.transport
+            control,
+            args,
+            empty=f"no loops in {local.state_dir}",
+            transport=local.transport,
+            budget=local.budget,
         )
     if args.command == "history":
         # Over the wire: output heads only (a node never sends whole outputs in one frame).

@@ -134,3 +134,10 @@ async def slow_to_stop(request: RoundRequest, context: RoundContext | None) -> s
 async def spend_dollars(request: RoundRequest, context: RoundContext | None) -> RoundResult:
     """Each round costs $0.40."""
     return RoundResult(status="completed", output="z" * request.round, cost_usd=0.4)
+
+
+async def spend_on_account(request: RoundRequest, context: RoundContext | None) -> RoundResult:
+    """Each round costs $0.40 on account ``test:acct`` (as the CLI kinds report theirs)."""
+    return RoundResult(
+        status="completed", output="w" * request.round, cost_usd=0.4, account="test:acct"
+    )
