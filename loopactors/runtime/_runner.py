@@ -462,11 +462,5 @@ def worker_problem(spec: str, kill_grace: float, *, here: bool = True) -> str | 
     try:
         check_worker_spec(spec, kill_grace=kill_grace, here=here)
     except Exception as exc:
-        if spec.startswith("python:__main__:"):
-            return (
-                f"{spec!r} cannot be built: it names a function of the program that started "
-                "the loop, which only that program can resume (with open_runtime on this "
-                "state directory)"
-            )
         return f"{spec!r} cannot be built: {exc}"
     return None

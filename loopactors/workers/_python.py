@@ -54,6 +54,12 @@ def import_round_function(target: str) -> RoundFunction:
         try:
             obj = getattr(obj, part)
         except AttributeError:
+            if module_name == "__main__":  # another program's: a spec made by python_spec
+                raise WorkerSpecError(
+                    f"python worker: {target!r} names a function of the program that started "
+                    "the loop, which only that program can resume (with open_runtime on this "
+                    "state directory)"
+                ) from None
             raise WorkerSpecError(
                 f"python worker: {module_name!r} has no attribute {attr_path!r}"
             ) from None

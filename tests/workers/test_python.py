@@ -102,3 +102,10 @@ def test_module_that_fails_to_import(tmp_path: Path, monkeypatch: pytest.MonkeyP
     ) as info:
         parse_worker("python:explodes_on_import:fn")
     assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_a_main_function_of_another_program_is_said_to_be_that_programs() -> None:
+    """A spec ``python_spec`` made in a script (``python:__main__:fn``) read by another
+    program (``loopactors resume``, a restarted node): only that script can run it."""
+    with pytest.raises(WorkerSpecError, match="names a function of the program that started"):
+        parse_worker("python:__main__:a_function_this_program_does_not_have")
