@@ -31,6 +31,7 @@ __all__ = [
     "IllegalTransition",
     "InvalidRequest",
     "LeaseHeld",
+    "LeaseLost",
     "LoopError",
     "LoopNotFound",
     "LoopSyntaxError",
@@ -196,6 +197,12 @@ class StoreError(LoopactorsError):
 class StateDirectoryLost(StoreError):
     """The state directory or its database was deleted or replaced under a running runtime:
     nothing it commits from then on would be found again, so it stops."""
+
+
+class LeaseLost(StoreError):
+    """This node's lease on a shared store (PostgreSQL) ended: it could not renew it in time,
+    or another node declared it dead and took the store over. Nothing it commits from then
+    on is written, so its runtime stops (docs/multinode.md)."""
 
 
 class RemoteError(LoopactorsError):

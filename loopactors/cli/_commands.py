@@ -151,6 +151,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     resume.add_argument("loop_id", nargs="?")
     _state_options(resume, allow_memory=False)
+    _lease_option(resume)
     _connect_options(resume)
 
     status = commands.add_parser("status", help="show loops (or one loop) in a state directory")
@@ -263,8 +264,19 @@ def _state_options(
         + "postgresql://USER:PASSWORD@HOST/DB (or $LOOPACTORS_STORE)",
     )
     parser.add_argument("--config", type=Path, metavar="FILE", help="a loopactors.toml file")
+    if allow_memory:  # the commands that run a runtime (run, node, repl)
+        _lease_option(parser)
     if not with_state:
         parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _lease_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lease-ttl",
+        type=float,
+        metavar="S",
+        help="seconds this node's lease on a PostgreSQL store lasts unless renewed (10)",
+    )
 
 
 def _connect_options(parser: argparse.ArgumentParser) -> None:
@@ -468,7 +480,10 @@ def _config(args: argparse.Namespace, **flags: Any) -> RuntimeConfig:
     config = load_config(args.config)
     store = getattr(args, "store", None) or os.environ.get(STORE_ENV) or None
     transport = getattr(args, "transport", None)
-    return config.replace(state_dir=args.state, store=store, transport=transport, **flags)
+    lease_ttl = getattr(args, "lease_ttl", None)
+    return config.replace(
+        state_dir=args.state, store=store, transport=transport, lease_ttl=lease_ttl, **flags
+    )
 
 
 async def _run(args: argparse.Namespace) -> int:

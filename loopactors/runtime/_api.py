@@ -618,6 +618,12 @@ async def open_runtime(
     state_dir = Path(config.state_dir)
     store_dir = kind.local_dir(url, state_dir)
     async with contextlib.AsyncExitStack() as stack:
+        if kind.hold is not None:
+            # Before anything is read: a node runs only while it holds the store. Its rounds
+            # stop (kill_grace) before its lease could end.
+            await stack.enter_async_context(
+                kind.hold(url, config.lease_ttl, config.kill_grace + 1.0)
+            )
         lock = None
         if not kind.in_process:
             # The node's own files (process groups, outputs, token) and, for a store in

@@ -240,6 +240,9 @@ class RuntimeConfig:
     #: ``memory`` (nothing kept after exit), ``postgresql://USER:PASSWORD@HOST/DB`` (a
     #: database several nodes share, docs/multinode.md) or a registered scheme.
     store: str = attrs.field(default="sqlite", validator=_store, repr=_redacted)
+    #: Seconds a node's lease on a shared store (PostgreSQL) lasts unless renewed; renewed
+    #: every fifth of it (docs/multinode.md).
+    lease_ttl: float = attrs.field(default=10.0, validator=_positive)
     #: Worker spec for loops that do not name one.
     worker: str = "scripted"
     #: The ``until`` check of loops that do not give one, and the checks' timeout (seconds).

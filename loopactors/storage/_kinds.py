@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,10 @@ class StoreKind(msgspec.Struct, frozen=True, kw_only=True):
     #: What is wrong with a URL of this kind (None: nothing), checked with the
     #: configuration, before anything is opened.
     check: Callable[[StoreUrl], str | None] | None = None
+    #: ``(url, lease_ttl, stop_margin) -> async context manager``: what a runtime holds on
+    #: the store while it runs (a lease on a shared server); it raises ``LeaseLost`` from
+    #: the runtime's block when the hold ends before the block does. None: nothing held.
+    hold: Callable[[StoreUrl, float, float], AbstractAsyncContextManager[None]] | None = None
     #: Calls wait on I/O (a network, a server): the Store actor makes them in a worker
     #: thread so the event loop never waits on them. SQLite is faster inline (measured).
     blocking: bool = True

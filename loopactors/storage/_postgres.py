@@ -14,14 +14,19 @@ loop's log was appended in, gap-free. A group commit is one statement: one round
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import secrets
+import socket
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError, LeaseLost, StoreError
 from ..loops import (
     TERMINAL_PHASES,
     AnyEvent,
@@ -47,7 +52,9 @@ from ._kinds import StoreKind, StoreUrl
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["KIND", "PostgresBackend"]
+__all__ = ["KIND", "Lease", "PostgresBackend"]
+
+log = logging.getLogger("loopactors.store")
 
 # Migration N (1-based) brings a schema from version N-1 to N. Append only.
 _MIGRATIONS: list[tuple[str, ...]] = [
@@ -87,17 +94,42 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX notifications_due ON notifications (next_at, id)",
     ),
+    # 2: the lease of the node that writes the store, one row per process incarnation (an
+    # id is never used again); expiry on the database's clock only.
+    (
+        """CREATE TABLE nodes (
+            node_id text PRIMARY KEY,
+            name text NOT NULL,
+            host text NOT NULL,
+            pid integer NOT NULL,
+            boot_id text NOT NULL DEFAULT '',
+            started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            expires_at timestamptz NOT NULL,
+            state text NOT NULL DEFAULT 'live',
+            dead_at timestamptz,
+            dead_by text
+        )""",
+        "CREATE INDEX nodes_live ON nodes (state) WHERE state = 'live'",
+    ),
 ]
 
-# One statement, so one round trip, for a whole group commit: the loops' states (each
+# One statement, so one round trip, for a whole group commit. It first locks this node's
+# own lease row (FOR SHARE), live and unexpired on the database's clock, and writes nothing
+# without it: a node declared dead (its row locked FOR UPDATE by the node taking over, which
+# therefore waits for a commit in flight) changes nothing from then on. Then the loops' states (each
 # loop's event counter moved on by its events in the batch), the rounds (upserted by key),
 # and the events numbered from where each loop's counter stood. Arrays go as binary
 # parameters (%b): in text psycopg escapes every element, ~4x slower at 1,000 writes.
 _COMMIT = """
-WITH s AS (
+WITH lease AS (
+    SELECT 1 FROM nodes WHERE node_id = %s AND state = 'live'
+        AND expires_at > clock_timestamp()
+    FOR SHARE
+), s AS (
     INSERT INTO loops (loop_id, phase, created_at, updated_at, event_seq, state)
     SELECT * FROM unnest(%b::text[], %b::text[], %b::float8[], %b::float8[], %b::int8[],
         %b::bytea[])
+    WHERE EXISTS (SELECT 1 FROM lease)
     ON CONFLICT (loop_id) DO UPDATE SET phase = excluded.phase,
         created_at = excluded.created_at, updated_at = excluded.updated_at,
         state = excluded.state, event_seq = loops.event_seq + excluded.event_seq
@@ -105,6 +137,7 @@ WITH s AS (
 ), r AS (
     INSERT INTO rounds (loop_id, round, status, cost_usd, record)
     SELECT * FROM unnest(%b::text[], %b::int4[], %b::text[], %b::float8[], %b::bytea[])
+    WHERE EXISTS (SELECT 1 FROM lease)
     ON CONFLICT (loop_id, round) DO UPDATE SET status = excluded.status,
         cost_usd = excluded.cost_usd, record = excluded.record
     RETURNING 1
@@ -118,10 +151,11 @@ WITH s AS (
 ), n AS (
     INSERT INTO notifications (loop_id, next_at, notification)
     SELECT * FROM unnest(%b::text[], %b::float8[], %b::bytea[])
+    WHERE EXISTS (SELECT 1 FROM lease)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM r), (SELECT count(*) FROM e),
-    (SELECT count(*) FROM n)
+SELECT (SELECT count(*) FROM lease), (SELECT count(*) FROM s), (SELECT count(*) FROM r),
+    (SELECT count(*) FROM e), (SELECT count(*) FROM n)
 """
 _TERMINAL = sorted(TERMINAL_PHASES)
 
@@ -146,9 +180,18 @@ class PostgresBackend(StoreBackend):
 
     kind = "postgresql"
 
-    def __init__(self, url: str, *, read_only: bool = False, shown: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        read_only: bool = False,
+        shown: str | None = None,
+        node_id: str | None = None,
+    ) -> None:
         """Connect (and create, migrate the tables unless ``read_only``). ``shown`` is the
-        URL as errors show it (no password)."""
+        URL as errors show it (no password). Commits are made under the lease of
+        ``node_id`` (a :class:`Lease` this process holds); without one, a writer takes a
+        lease of its own for as long as it is open (an offline ``stop`` or ``prune``)."""
         pg = _psycopg()
         self.url = url
         self.shown = shown or url
@@ -162,6 +205,8 @@ class PostgresBackend(StoreBackend):
         self._commits = 0
         self._writes = 0
         self.exists = True
+        self.node_id = node_id or ""
+        self._own_lease: Lease | None = None
         try:
             # Autocommit: a read is its own statement, a write opens its own transaction.
             self._conn: psycopg.Connection[Any] = pg.connect(
@@ -175,7 +220,9 @@ class PostgresBackend(StoreBackend):
                 self.exists = version is not None
             else:
                 self._migrate()
-                self._take_store()
+                if node_id is None:
+                    self._own_lease = Lease(url, shown=self.shown, name="command")
+                    self.node_id = self._own_lease.node_id
         except BaseException:
             self._conn.close()
             raise
@@ -226,23 +273,6 @@ class PostgresBackend(StoreBackend):
         except self._error as exc:
             raise StoreError(f"cannot set up the store {self.shown}: {exc}") from None
 
-    def _take_store(self) -> None:
-        """One writer per store (schema), as the SQLite store's directory lock makes it: two
-        nodes would both resume every live loop. A session lock, so it goes with the
-        connection, also when the process dies. (Loops shared by several nodes need
-        ownership of each loop: docs/multinode.md.)"""
-        try:
-            row = self._conn.execute(
-                "SELECT pg_try_advisory_lock(hashtext(current_schema() || ' loopactors store'))"
-            ).fetchone()
-        except self._error as exc:
-            raise StoreError(f"cannot lock the store {self.shown}: {exc}") from None
-        if not (row and row[0]):
-            raise StoreError(
-                f"the store {self.shown} is in use by another loopactors runtime (a node, or a "
-                "command changing it); stop it first, or act on its loops with --connect URL"
-            )
-
     @contextlib.contextmanager
     def _reading(self) -> Iterator[None]:
         try:
@@ -275,6 +305,7 @@ class PostgresBackend(StoreBackend):
             rounds = list(records.values())
             notifications = queued_by(writes)
             params = (
+                self.node_id,
                 [s.loop_id for s in loops],
                 [s.phase for s in loops],
                 [s.created_at for s in loops],
@@ -295,11 +326,16 @@ class PostgresBackend(StoreBackend):
                 [n.at for n in notifications],
                 [encode(n) for n in notifications],
             )
-            self._conn.execute(_COMMIT, params)
+            row = self._conn.execute(_COMMIT, params).fetchone()
         except Exception as exc:
             raise StoreError(
                 f"cannot commit {len(writes)} writes to the store {self.shown}: {exc}"
             ) from None
+        if not (row and row[0]):
+            raise LeaseLost(
+                f"the lease of {self.node_id} on the store {self.shown} has ended (expired, "
+                f"or another node took the store over): {len(writes)} writes not committed"
+            )
         self._commits += 1
         self._writes += len(writes)
 
@@ -495,14 +531,217 @@ class PostgresBackend(StoreBackend):
         # flight (the Store closes a killed backend from the event loop, see its actor).
         with self._conn.lock:
             self._conn.close()
+        if self._own_lease is not None:
+            self._own_lease.release()
+            self._own_lease = None
 
 
 def _open(url: StoreUrl, state_dir: Path | None, read_only: bool) -> PostgresBackend | None:
-    backend = PostgresBackend(url.text, read_only=read_only, shown=url.redacted)
+    held = _HELD.get(url.text)
+    backend = PostgresBackend(url.text, read_only=read_only, shown=url.redacted, node_id=held)
     if not backend.exists:
         backend.close()
         return None
     return backend
+
+
+#: The lease each runtime of this process holds, by store URL: its Store's backends commit
+#: under it (a backend reopened after a crash of the Store is the same incarnation).
+_HELD: dict[str, str] = {}
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+class Lease:
+    """One node incarnation's lease on a store, on a connection of its own (a slow commit
+    never delays a renewal). The expiry is on the database's clock; this process never
+    compares wall-clock times (docs/multinode.md)."""
+
+    def __init__(self, url: str, *, shown: str, name: str, ttl: float = 10.0) -> None:
+        pg = _psycopg()
+        # The tables first (created or migrated by whichever node comes first).
+        PostgresBackend(url, shown=shown, node_id="").close()
+        self.shown = shown
+        self.ttl = ttl
+        self.name = name
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.node_id = f"{name}-{self.host}-{self.pid}-{secrets.token_hex(4)}"
+        self._error: type[Exception] = pg.Error
+        # One call at a time (a renewal in a thread, the release at the end); not the
+        # connection's own lock, which each of its calls takes.
+        self._lock = threading.Lock()
+        try:
+            self._conn = pg.connect(url, autocommit=True, application_name="loopactors lease")
+        except pg.Error as exc:
+            raise StoreError(f"cannot connect to the store {shown}: {exc}") from None
+        try:
+            self._register()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _register(self) -> None:
+        """Take the store: declare dead a holder whose lease expired (or whose process is
+        gone, on this very machine), refuse while a live one holds it, then insert this
+        incarnation's row. One registration at a time (a transaction-scoped lock)."""
+        conn = self._conn
+        boot = _boot_id()
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ' nodes'))")
+                live = conn.execute(
+                    "SELECT node_id, host, pid, boot_id, expires_at > clock_timestamp(), "
+                    "extract(epoch FROM expires_at - clock_timestamp()) "
+                    "FROM nodes WHERE state = 'live'"
+                ).fetchall()
+                for node_id, host, pid, boot_id, valid, left in live:
+                    gone = host == self.host and boot_id == boot and boot and _pid_gone(pid)
+                    if valid and not gone:
+                        raise StoreError(
+                            f"the store {self.shown} is in use by another loopactors runtime "
+                            f"({node_id}, its lease ends in {max(left, 0):.1f} s unless "
+                            "renewed); stop it first, act on its loops with --connect URL, "
+                            "or start again once its lease has ended"
+                        )
+                    conn.execute(
+                        "UPDATE nodes SET state = 'dead', dead_at = clock_timestamp(), "
+                        "dead_by = %s WHERE node_id = %s AND state = 'live'",
+                        (self.node_id, node_id),
+                    )
+                conn.execute(
+                    "INSERT INTO nodes (node_id, name, host, pid, boot_id, expires_at) "
+                    "VALUES (%s, %s, %s, %s, %s, clock_timestamp() + %s * interval '1 second')",
+                    (self.node_id, self.name, self.host, self.pid, boot, self.ttl),
+                )
+        except self._error as exc:
+            raise StoreError(f"cannot take a lease on the store {self.shown}: {exc}") from None
+
+    def renew(self) -> bool:
+        """Move the expiry on by ``ttl``: True, or False once this incarnation was declared
+        dead (or left): a renewal never revives it.
+
+        Raises:
+            StoreError: the database could not be reached (the caller's clock decides).
+        """
+        try:
+            with self._lock:
+                done = self._conn.execute(
+                    "UPDATE nodes SET expires_at = clock_timestamp() + %s * interval '1 second' "
+                    "WHERE node_id = %s AND state = 'live'",
+                    (self.ttl, self.node_id),
+                )
+        except self._error as exc:
+            raise StoreError(f"cannot renew the lease on the store {self.shown}: {exc}") from None
+        return bool(done.rowcount == 1)
+
+    def release(self) -> None:
+        """Leave: the store is free at once for the next node. Best effort (a node that
+        cannot reach the database leaves its lease to expire)."""
+        # Bounded: a renewal stuck on a dead server holds the connection; then the lease is
+        # left to expire (and the connection to the garbage collector).
+        if not self._lock.acquire(timeout=2.0):
+            return
+        try:
+            with contextlib.suppress(self._error):
+                if not self._conn.closed:
+                    self._conn.execute(
+                        "UPDATE nodes SET state = 'left', expires_at = clock_timestamp() "
+                        "WHERE node_id = %s AND state = 'live'",
+                        (self.node_id,),
+                    )
+            self._conn.close()
+        finally:
+            self._lock.release()
+
+
+def _taken_over(lease: Lease) -> bool:
+    try:
+        return not lease.renew()
+    except StoreError:
+        return False  # the database cannot tell now: the runtime's own error stands
+
+
+@contextlib.asynccontextmanager
+async def _hold(url: StoreUrl, ttl: float, stop_margin: float) -> AsyncIterator[None]:
+    """Hold a lease on the store while the block runs, renewed every ``ttl``/5 in a worker
+    thread. If it is not renewed for long enough that it could expire within
+    ``stop_margin`` seconds (what stopping the rounds takes), or a renewal is refused (the
+    store was taken over), the block is cancelled and :class:`LeaseLost` raised from it."""
+    import trio  # noqa: PLC0415 - the storage package itself runs no event loop
+
+    lease = await trio.to_thread.run_sync(
+        lambda: Lease(url.text, shown=url.redacted, name="node", ttl=ttl)
+    )
+    _HELD[url.text] = lease.node_id
+    lost: list[str] = []
+    # Counted from when a renewal was sent, on the monotonic clock: the database set the
+    # expiry later than that, so this end is never after the database's.
+    valid_for = max(ttl * 0.8 - stop_margin, ttl * 0.4)
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def keep() -> None:
+                valid_until = trio.current_time() + valid_for
+                while True:
+                    with trio.move_on_at(valid_until) as waiting:
+                        await trio.sleep(ttl / 5)
+                        sent = trio.current_time()
+                        try:
+                            renewed = await trio.to_thread.run_sync(
+                                lease.renew, abandon_on_cancel=True
+                            )
+                        except StoreError as exc:
+                            log.warning("%s; retrying", exc)
+                            continue
+                        if not renewed:
+                            lost.append(
+                                f"the lease of {lease.node_id} on the store {url.redacted} "
+                                "was taken over by another node"
+                            )
+                            nursery.cancel_scope.cancel()
+                            return
+                        valid_until = sent + valid_for
+                    if waiting.cancelled_caught:
+                        lost.append(
+                            f"the lease of {lease.node_id} on the store {url.redacted} could "
+                            f"not be renewed for {valid_for:.1f} s"
+                        )
+                        nursery.cancel_scope.cancel()
+                        return
+
+            nursery.start_soon(keep)
+            yield
+            nursery.cancel_scope.cancel()
+    except Exception as exc:
+        # The runtime failed before the keeper's next renewal: its commits were fenced (the
+        # Store crashed on LeaseLost until its supervisor gave up)? Then that is the reason.
+        if lost or not await trio.to_thread.run_sync(_taken_over, lease):
+            raise
+        lost.append(f"the lease of {lease.node_id} on the store {url.redacted} was taken over")
+        log.error("%s: stopping (nothing more is committed)", lost[0])  # noqa: TRY400 - the cause is raised
+        raise LeaseLost(lost[0]) from exc
+    finally:
+        _HELD.pop(url.text, None)
+        lease.release()
+    if lost:
+        log.error("%s: stopping (nothing more is committed)", lost[0])
+        raise LeaseLost(lost[0])
 
 
 def _check(url: StoreUrl) -> str | None:
@@ -514,5 +753,6 @@ def _check(url: StoreUrl) -> str | None:
     return None
 
 
-#: A database server: its calls wait on the network, so the Store makes them in a thread.
-KIND = StoreKind(scheme="postgresql", open=_open, check=_check, blocking=True)
+#: A database server: its calls wait on the network, so the Store makes them in a thread;
+#: a runtime holds a lease on it while it runs (:func:`_hold`).
+KIND = StoreKind(scheme="postgresql", open=_open, check=_check, blocking=True, hold=_hold)

@@ -118,7 +118,7 @@ def test_nodes_starting_together_migrate_once_and_one_of_them_writes(
     assert len(opened) == 1, refused
     assert len(refused) == 3
     assert all("in use by another loopactors runtime" in str(e) for e in refused)
-    assert _rows(postgres_url, "SELECT value FROM loopactors_meta") == [("1",)]
+    assert _rows(postgres_url, "SELECT value FROM loopactors_meta") == [("2",)]
     reader = open_store(postgres_url, None, read_only=True)  # readers are never refused
     assert reader is not None
     try:
@@ -134,7 +134,7 @@ def test_nodes_starting_together_migrate_once_and_one_of_them_writes(
 def test_a_newer_schema_is_refused(store: StoreBackend, postgres_url: str) -> None:
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("UPDATE loopactors_meta SET value = '99' WHERE key = 'schema'")
-    with pytest.raises(StoreError, match=r"newer loopactors \(schema 99, this one reads up to 1\)"):
+    with pytest.raises(StoreError, match=r"newer loopactors \(schema 99, this one reads up to 2\)"):
         open_backend(postgres_url, None)
     with pytest.raises(StoreError, match="newer loopactors"):
         open_store(postgres_url, None, read_only=True)
