@@ -24,6 +24,7 @@ import trio
 from ..actors import Actor, ErrorReply
 from ..errors import ActorError, ActorNotRunning, CallFailed
 from ..loops import (
+    LoopSpec,
     LoopState,
     Prompt,
     RoundRecord,
@@ -334,7 +335,7 @@ class LoopRunner(Actor[Any]):
         if where.queued:
             await self._arm_watchdog()
             return
-        budget = spec.round_timeout + WATCHDOG_GRACE
+        budget = _round_budget(spec) + WATCHDOG_GRACE
         if where.running_for is not None and where.running_for < budget:
             await self._arm_watchdog(budget - where.running_for)
             return
@@ -417,7 +418,7 @@ class LoopRunner(Actor[Any]):
         """
         self.epoch += 1
         if after is None:
-            after = self.run.state.spec.round_timeout + WATCHDOG_GRACE
+            after = _round_budget(self.run.state.spec) + WATCHDOG_GRACE
         due = self._watchdog_due = trio.current_time() + after
         if self._timer_at is None or self._timer_at > due:
             await self._schedule_watchdog(due)
@@ -454,6 +455,11 @@ class LoopRunner(Actor[Any]):
             await self.svc.store.call(commit, None)
         else:
             await self.svc.store.cast(commit)
+
+
+def _round_budget(spec: LoopSpec) -> float:
+    """The longest a round may take where it runs: its timeout, then its ``until`` check's."""
+    return spec.round_timeout + (spec.until_timeout if spec.until is not None else 0.0)
 
 
 def worker_problem(spec: str, kill_grace: float, *, here: bool = True) -> str | None:

@@ -179,3 +179,21 @@ async def test_a_dollar_budget_stops_the_loop_before_a_round_over_it(tmp_path: P
     assert final.phase == "escalated"
     assert final.trigger == "cost_budget"
     assert final.reason == "$1.2000 spent of a budget of $1.0000"
+
+
+async def test_the_watchdog_gives_a_round_its_checks_time_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A check that runs longer than the round timeout plus the watchdog's grace, within its
+    # own timeout: the round is not taken for lost, and the check's pass completes the loop.
+    monkeypatch.setattr("loopactors.runtime._runner.WATCHDOG_GRACE", 0.3)
+    async with open_runtime(sqlite_config(tmp_path / "state")) as rt:
+        handle = await rt.start(
+            "|loop:1| t", worker="scripted", until="sleep 1.5", round_timeout=0.2, until_timeout=30
+        )
+        final = await handle.wait()
+        (record,) = await handle.history()
+    assert record.status == "completed", record.error
+    assert record.check is not None
+    assert record.check.passed
+    assert final.phase == "complete", final.reason
