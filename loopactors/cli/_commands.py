@@ -507,7 +507,7 @@ async def _run(args: argparse.Namespace) -> int:
     async with ctrl_c_leaves(), open_runtime(config) as rt:
         loop_id = new_loop_id()
         display: JsonLines | Progress = JsonLines() if args.json else Progress()
-        if worker is None and config.worker == "scripted":
+        if worker is None and (default := worker_kind(config.worker)) and default.stand_in:
             display.note(
                 "(no --worker given: this loop uses the scripted worker, a stand-in that needs "
                 "no model; --worker SPEC runs a real one)"

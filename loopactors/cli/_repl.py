@@ -27,7 +27,7 @@ from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
 from ..loops import LoopFinished, LoopStarted, LoopState, WorkerSpec
 from ..runtime import NODE_URL_FILE, Gap, RuntimeConfig, open_runtime
 from ..storage import store_kind
-from ..workers import check_worker_spec, in_workspace
+from ..workers import check_worker_spec, in_workspace, worker_kind
 from ._remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
 from ._repl_targets import EmbeddedTarget, RemoteTarget, Target
@@ -165,7 +165,7 @@ class Repl:
 
     async def _start(self, text: str) -> None:
         worker = self.worker
-        if worker is None and self.default_worker == "scripted" and not self._said_scripted:
+        if worker is None and _stand_in(self.default_worker) and not self._said_scripted:
             self._said_scripted = True
             self.say("(no worker configured: new loops use the scripted worker; /worker SPEC)")
         state = await self.target.start(text, worker)
@@ -261,7 +261,7 @@ class Repl:
         latency answers at once, so there is nothing left to stop or pause."""
         spec = self.worker or self.default_worker
         read = WorkerSpec.parse(spec)
-        if self.current is None or read.kind != "scripted" or "latency=" in read.options:
+        if self.current is None or not _stand_in(spec) or "latency=" in read.options:
             return ""
         return (
             " (the scripted worker ends each round at once; /worker scripted:latency=1 makes "
@@ -270,6 +270,12 @@ class Repl:
 
     async def live_count(self) -> int:
         return len(await self.target.loops(live_only=True))
+
+
+def _stand_in(spec: str) -> bool:
+    """The spec's kind is a stand-in (scripted): its rounds need no model."""
+    kind = worker_kind(spec)
+    return kind is not None and kind.stand_in
 
 
 def _line(state: LoopState) -> str:

@@ -60,6 +60,9 @@ class WorkerKind:
     stable_spec: bool = False
     #: A worker process (``loopactors worker``) runs it unless told which kinds to run.
     served_by_default: bool = False
+    #: Its rounds need no model and do no work (the scripted kind): where it is used by
+    #: default, the command line says so.
+    stand_in: bool = False
 
 
 _KINDS: Registry[WorkerKind] = Registry("worker kind", group="loopactors.worker_kinds")

@@ -183,4 +183,5 @@ KIND = WorkerKind(
     build=lambda options, kill_grace: ScriptedWorker.from_spec(options),
     stable_spec=True,
     served_by_default=True,
+    stand_in=True,
 )
