@@ -30,6 +30,7 @@ from ..loops import (
     RoundDeferred,
     RoundFinished,
     RoundStarted,
+    RoundWaiting,
 )
 from ._tables import Column, Rows, short_ids
 
@@ -109,6 +110,8 @@ class Progress:
         if row is not None:
             self._apply(row, event)
         if self.live is not None:
+            if isinstance(event, RoundWaiting):  # worth a line above the table
+                self.note(f"{event.loop_id}: {event.note()}")
             self.live.update(self._table())
         else:
             self.note(f"{event.loop_id}: {event.note()}")

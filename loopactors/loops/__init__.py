@@ -23,6 +23,7 @@ from ._events import RoundDeferred as RoundDeferred
 from ._events import RoundFinished as RoundFinished
 from ._events import RoundStarted as RoundStarted
 from ._events import RoundSummary as RoundSummary
+from ._events import RoundWaiting as RoundWaiting
 from ._events import event_decoder as event_decoder
 from ._ids import LOOP_ID_GRAMMAR as LOOP_ID_GRAMMAR
 from ._ids import MATCHES_SHOWN as MATCHES_SHOWN
@@ -132,6 +133,7 @@ __all__ = [
     "RoundStarted",
     "RoundStatus",
     "RoundSummary",
+    "RoundWaiting",
     "Run",
     "Step",
     "StopMode",

@@ -29,6 +29,7 @@ __all__ = [
     "RoundFinished",
     "RoundStarted",
     "RoundSummary",
+    "RoundWaiting",
     "event_decoder",
 ]
 
@@ -154,6 +155,17 @@ class AgentStep(LoopEvent, frozen=True, kw_only=True, tag="agent_step"):
         return f"[loop-progress round {self.round} {self.tool} {self.detail}]".replace(" ]", "]")
 
 
+class RoundWaiting(LoopEvent, frozen=True, kw_only=True, tag="round_waiting"):
+    """A round dispatched to remote workers that no live worker can take (none serves its
+    kind): said after a short grace, live only, not stored. The round still waits for one."""
+
+    round: int
+    reason: str
+
+    def note(self) -> str:
+        return f"[loop-progress round {self.round} waiting: {self.reason}]"
+
+
 class LoopPaused(LoopEvent, frozen=True, kw_only=True, tag="loop_paused"):
     round: int
 
@@ -234,6 +246,7 @@ AnyEvent = (
     | RoundFinished
     | RoundDeferred
     | AgentStep
+    | RoundWaiting
     | LoopPaused
     | LoopResumed
     | LoopRecovered

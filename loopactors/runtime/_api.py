@@ -481,6 +481,7 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                     open_transport, config.transport, dispatch_settings(config)
                 ),
                 max_output_bytes=config.max_output_bytes,
+                publish=deps.bus.publish,
                 outputs_dir=dispatch_settings(config).outputs_dir,
             ),
             name=DISPATCHER,

@@ -25,6 +25,7 @@ import outcome
 import trio
 
 from ..actors import Actor, ErrorReply, Node
+from ..loops import AnyEvent, RoundWaiting
 from ..workers import RoundContext, RoundRequest, RoundResult
 from ._inprocess import InProcessTransport
 from ._messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
@@ -41,6 +42,9 @@ __all__ = ["Dispatcher"]
 #: key must not outlive its loop (an id may be used again once the loop is pruned).
 CANCELLED_MEMORY = 100_000
 CANCELLED_TTL = 600.0
+#: Seconds a round of a transport that knows its workers waits before the Dispatcher looks
+#: whether a live worker serves its kind (and between two looks).
+UNSERVED_GRACE = 10.0
 
 #: Round tasks kept waiting for the next round.
 MAX_IDLE_ROUND_TASKS = 1024
@@ -57,11 +61,15 @@ class Dispatcher(Actor[Any]):
         transport: Callable[[], RoundTransport] = InProcessTransport,
         max_output_bytes: int = 1 << 20,
         outputs_dir: Path | None = None,
+        publish: Callable[[AnyEvent], None] | None = None,
+        unserved_grace: float | None = None,
     ) -> None:
         """``max_output_bytes``: what is kept of each output (:func:`cap_output`);
         ``outputs_dir``: where an output that was cut is also written whole."""
         self._max_output = max_output_bytes
         self._outputs_dir = outputs_dir
+        self._publish = publish
+        self._unserved_grace = UNSERVED_GRACE if unserved_grace is None else unserved_grace
         self._transport = transport()
         self._context_factory = context_factory
         self._running: dict[str, RoundRun] = {}
@@ -177,6 +185,10 @@ class Dispatcher(Actor[Any]):
         result: RoundResult | None = None
         timed_out = False
         scope = run.scope
+        watch = None
+        if self._transport.knows_workers and self._publish is not None:
+            watch = trio.CancelScope()
+            self.nursery.start_soon(self._tell_if_unserved, request, watch)
         try:
             with scope:
                 result = await self._transport.run(request, run)
@@ -185,6 +197,8 @@ class Dispatcher(Actor[Any]):
         except Exception as exc:  # a worker or transport bug must not crash the Dispatcher
             result = RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
         finally:
+            if watch is not None:
+                watch.cancel()
             del self._running[key]
             self._stopping.discard(key)
         if result is None:
@@ -198,6 +212,35 @@ class Dispatcher(Actor[Any]):
             )
         # A duration the transport measured (where the round ran), else this one.
         await self._finish(request, result, result.duration or time.monotonic() - run.began_at)
+
+    async def _tell_if_unserved(self, request: RoundRequest, watch: trio.CancelScope) -> None:
+        """A round no live worker can take waits silently on its stream: say so (a live
+        ``RoundWaiting``) once it has waited ``unserved_grace`` seconds, and again after a
+        worker served its kind and is gone (docs/scale-out.md). Ended by ``watch``."""
+        kind = request.worker.partition(":")[0]
+        told = False
+        with watch:
+            while True:
+                await trio.sleep(self._unserved_grace)
+                try:
+                    serving = await self._transport.serving(kind)
+                except Exception:  # only a note is lost: never the Dispatcher
+                    log.exception("cannot tell whether a worker serves %r", kind)
+                    return
+                if serving is None:
+                    continue  # the transport cannot read its workers now (and logs why)
+                if not serving and not told and self._publish is not None:
+                    reason = (
+                        f"no live worker serves {kind!r}; it runs once one does (start one "
+                        f"with `loopactors worker --redis URL --kinds {kind}`)"
+                    )
+                    at = time.time()
+                    self._publish(
+                        RoundWaiting(
+                            loop_id=request.loop_id, at=at, round=request.round, reason=reason
+                        )
+                    )
+                told = not serving
 
     async def _finish(self, request: RoundRequest, result: RoundResult, duration: float) -> None:
         changes: dict[str, Any] = {"duration": duration}

@@ -64,6 +64,14 @@ class RoundTransport(abc.ABC):
         (a stop, or its deadline) before one came. A ``duration`` in the result is the one
         measured where the round ran."""
 
+    #: Whether :meth:`serving` can tell: the Dispatcher then watches each round for one that
+    #: no live worker can take (docs/scale-out.md).
+    knows_workers: bool = False
+
+    async def serving(self, kind: str) -> bool | None:
+        """Whether a live worker runs rounds of this kind now (``None``: cannot tell)."""
+        return None
+
     def run_at_once(self, request: RoundRequest) -> RoundResult | None:
         """The round's result on the spot when it needs no waiting (``Worker.run_at_once``);
         ``None``: it runs through :meth:`run`."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .._logs import add_log_format, configure_logging
+from .._util import terminal_safe
 from ..errors import ConfigError
 from ._url import IN_PROCESS, check_transport, redact_url
 
@@ -191,10 +192,12 @@ def print_status(transport: str, *, console: Any) -> None:
     if isinstance(status, BaseException):
         console.print(f"redis {redact_url(transport)} unreachable: {type(status).__name__}")
         return
-    from ._status import render  # noqa: PLC0415
+    from ._status import render, unserved  # noqa: PLC0415
 
     for table in render(status):
         console.print(table)
+    for line in unserved(status):
+        console.print(terminal_safe(line), markup=False, highlight=False)
 
 
 def status_data(transport: str) -> dict[str, Any] | None:
@@ -207,8 +210,10 @@ def status_data(transport: str) -> dict[str, Any] | None:
         return {"redis": redact_url(transport), "unreachable": type(status).__name__}
     import msgspec  # noqa: PLC0415
 
+    from ._status import unserved  # noqa: PLC0415
+
     data: dict[str, Any] = msgspec.to_builtins(status)
-    return {"redis": redact_url(transport), **data}
+    return {"redis": redact_url(transport), **data, "unserved": unserved(status)}
 
 
 def _read_status(transport: str) -> Any:

@@ -42,6 +42,7 @@ from ._redis import (
     open_redis,
     retry,
 )
+from ._status import workers_serve
 from ._sweep import expire_dead_workers
 from ._url import redact_url
 from ._wire import (
@@ -106,6 +107,8 @@ class _Waiter:
 
 class RedisTransport(RemoteTransport):
     """Rounds run on worker processes that share a Redis with the node."""
+
+    knows_workers = True
 
     def __init__(
         self, url: str, *, consumer: str = "node", max_output_bytes: int = 1 << 20
@@ -172,6 +175,16 @@ class RedisTransport(RemoteTransport):
         """Stop the round with this key on whichever worker holds it (or will take it)."""
         self._stops.append(key)
         self._stops_wake.set()
+
+    async def serving(self, kind: str) -> bool | None:
+        """Whether a live worker (beating, not found dead) runs this kind; None while Redis
+        cannot be read."""
+        if self._client is None:
+            return None
+        try:
+            return await workers_serve(self._client, kind)
+        except RETRIED_OR_NO_GROUP:
+            return None
 
     def statistics(self) -> dict[str, int]:
         return {"awaited": len(self._waiting), "reports_dropped": self.reports_dropped}

@@ -25,7 +25,7 @@ from ._wire import (
     rounds_stream,
 )
 
-__all__ = ["StreamBacklog", "TransportStatus", "collect", "render"]
+__all__ = ["StreamBacklog", "TransportStatus", "collect", "render", "unserved", "workers_serve"]
 
 
 class StreamBacklog(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,6 +39,40 @@ class StreamBacklog(msgspec.Struct, frozen=True, kw_only=True):
 class TransportStatus(msgspec.Struct, frozen=True, kw_only=True):
     workers: list[Heartbeat]
     streams: list[StreamBacklog]
+
+
+async def live_workers(client: Any) -> list[Heartbeat]:
+    """The workers beating now (their liveness flag is there and no sweep found them dead)."""
+    found = []
+    for value in (await client.hgetall(WORKERS_HASH)).values():
+        try:
+            beat = decode_heartbeat(value)
+        except msgspec.DecodeError:
+            continue
+        if beat.dead_since is None and await client.exists([alive_key(beat.name)]):
+            found.append(beat)
+    return found
+
+
+async def workers_serve(client: Any, kind: str) -> bool:
+    """Whether a live worker runs rounds of ``kind``."""
+    return any(kind in beat.kinds for beat in await live_workers(client))
+
+
+def unserved(status: TransportStatus) -> list[str]:
+    """A line for each kind whose stream has rounds waiting or running that no live worker
+    serves (they wait until one that does starts)."""
+    alive = {k for w in status.workers if w.dead_since is None for k in w.kinds}
+    prefix = rounds_stream("")
+    lines = []
+    for s in status.streams:
+        kind = s.stream.removeprefix(prefix)
+        if s.stream.startswith(prefix) and kind not in alive and s.waiting + s.pending:
+            lines.append(
+                f"no live worker serves {kind!r}: {s.waiting + s.pending} round(s) wait on "
+                f"{s.stream}; start one with `loopactors worker --redis URL --kinds {kind}`"
+            )
+    return lines
 
 
 async def collect(client: Any, *, now: float | None = None) -> TransportStatus:
@@ -63,7 +97,8 @@ async def collect(client: Any, *, now: float | None = None) -> TransportStatus:
     for stream, group in streams:
         if not await client.exists([stream]):
             continue
-        waiting = pending = 0
+        # No group yet: no reader of this stream ever came, so everything on it waits.
+        waiting, pending = int(await client.xlen(stream)), 0
         for info in await client.xinfo_groups(stream):
             if info.get("name") == group:
                 lag = info.get("lag")

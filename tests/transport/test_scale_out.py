@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import functools
 import shlex
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
-from loopactors.runtime import BreakerSettings, Runtime, RuntimeConfig, open_runtime
+from loopactors.loops import RoundWaiting
+from loopactors.runtime import BreakerSettings, Runtime, RuntimeConfig, _dispatcher, open_runtime
 from loopactors.transport._redis import NO_GROUP, open_redis
+from loopactors.transport._status import collect, unserved
 from loopactors.transport._wire import WORKER_GROUP, rounds_stream
 from tests.hang import HANG
 from tests.processes import alive
@@ -343,3 +348,60 @@ async def test_the_next_worker_of_the_machine_ends_a_killed_workers_command_grou
     # The dead process's list is gone with its group.
     doomed = workers.processes["doomed"].pid
     assert not list((tmp_path / "worker-groups").glob(f"*/{doomed}"))
+
+
+async def test_a_round_no_live_worker_serves_is_said_to_wait(
+    tmp_path: Path, redis_server: RedisServer, workers: Workers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/scale-out.md: after a short grace, the round's waiting is told (the CLI's line,
+    the dashboard's loop view) and `status` names the kind nobody serves."""
+    monkeypatch.setattr(_dispatcher, "UNSERVED_GRACE", 0.2)
+    url = redis_server.url()
+    await workers.start(url, "scripted-only", kinds="scripted")
+    config = RuntimeConfig(
+        store="sqlite", state_dir=tmp_path / "state", transport=url, shutdown_grace=5.0
+    )
+    async with open_runtime(config) as node:
+        with node.subscribe() as events:
+            loop = await node.start("|loop:1| work", worker=NAMED)
+            told = None
+            async for event in events:
+                if isinstance(event, RoundWaiting):
+                    told = event
+                    break
+        assert told is not None
+        event = told
+        assert (event.loop_id, event.round) == (loop.loop_id, 1)
+        assert event.reason.startswith("no live worker serves 'command'; it runs once one does")
+        assert "`loopactors worker --redis URL --kinds command`" in event.reason
+        assert (await node.get(loop.loop_id)).phase == "awaiting_worker"
+        # `status` with the transport says which kind nobody serves.
+        shown = await trio.to_thread.run_sync(
+            functools.partial(
+                subprocess.run,
+                [sys.executable, "-m", "loopactors", "status", "--transport", url,
+                 "--state", str(tmp_path / "state")],
+                capture_output=True, text=True, timeout=HANG, check=False,
+            )
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        text = " ".join(shown.stdout.split())
+        assert (
+            "no live worker serves 'command': 1 round(s) wait on loopactors:rounds:command" in text
+        )
+        # A worker of that kind comes: the round runs, and nothing more is said.
+        with node.subscribe(loop.loop_id) as later:
+            await workers.start(url, "commands", kinds="command")
+            assert (await loop.wait()).phase == "complete"
+            assert not any(isinstance(e, RoundWaiting) for e in drain(later))
+        async with open_redis(url, name="loopactors-test") as client:
+            assert unserved(await collect(client)) == []
+
+
+def drain(subscription: Any) -> list[Any]:
+    taken = []
+    while True:
+        try:
+            taken.append(subscription.receive_nowait())
+        except trio.WouldBlock:
+            return taken

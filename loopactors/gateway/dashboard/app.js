@@ -464,6 +464,8 @@ function describe(event) {
       return ` ${event.phase} after ${event.completed_rounds}/${event.rounds}` +
         (event.reason ? ` (${event.trigger || event.reason})` : "");
     case "loop_started": return ` ${event.rounds} rounds, ${event.mode}, ${event.worker}`;
+    case "round_waiting": return ` round ${event.round}: ${event.reason}`;
+    case "loop_waiting": return ` round ${event.round}: ${event.reason}`;
     default: return event.round ? ` round ${event.round}` : "";
   }
 }
