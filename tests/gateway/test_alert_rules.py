@@ -124,6 +124,9 @@ async def test_no_rounds_pages_for_a_node_restarted_with_a_hanging_loop(
     assert {dict(labels)["worker_kind"] for labels in rounds} >= {"scripted", "command", "agent"}
     assert set(rounds.values()) == {0.0}
     assert set(fresh["loopactors_tokens_total"].values()) == {0.0}
+    notifications = {dict(k)["outcome"] for k in fresh["loopactors_notifications_total"]}
+    assert notifications == {"sent", "failed", "dropped"}
+    assert len(fresh["loopactors_round_duration_seconds_count"]) == len(rounds) // 4
     assert not any(name.endswith("_created") for name in fresh)
 
     paged = {
