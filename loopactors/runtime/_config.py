@@ -335,6 +335,21 @@ def _bool(value: Any, _: Any) -> bool:
 
 
 _converter.register_structure_hook(bool, _bool)
+
+
+class _NotAList(TypeError):
+    """Said as it is (cattrs' own wording would be "expected tuple")."""
+
+
+def _strings(value: Any, _: Any) -> tuple[str, ...]:
+    # A bare TOML string is iterable too: cattrs would take it letter by letter. The value
+    # is not shown: it may be a notification URL with its secret.
+    if not isinstance(value, list | tuple):
+        raise _NotAList(f'expected a list of strings, e.g. ["..."], got {type(value).__name__}')
+    return tuple(_strict(str, (str,))(item, str) for item in value)
+
+
+_converter.register_structure_hook_func(lambda type_: type_ == tuple[str, ...], _strings)
 _converter.register_structure_hook(Path, lambda value, _: Path(_strict(str, (str,))(value, _)))
 
 
@@ -344,6 +359,8 @@ def _describe(exc: BaseException, type_: type | None) -> str:
     # A validator's ValueError (raised by the attrs class itself, so with no target type)
     # carries the only text that names the offending key: keep it.
     if isinstance(exc, ValueError) and type_ is None and str(exc):
+        return str(exc)
+    if isinstance(exc, _NotAList):
         return str(exc)
     return format_exception(exc, type_)
 

@@ -509,3 +509,22 @@ def test_output_settings_and_a_bool_that_is_not_one(tmp_path: Path) -> None:
     message = _config_error(_write(tmp_path / "loopactors.toml", "keep_full_outputs = 1\n"))
     assert "keep_full_outputs" in message
     assert "expected bool" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('child_workers = "command:./agent.sh"\n', "child_workers"),
+        ('[notify]\nurls = "json://me:hunter2@127.0.0.1:9/x"\n', "notify.urls"),
+        ('[notify]\nevents = "loop_finished"\n', "notify.events"),
+    ],
+)
+def test_a_string_where_a_list_belongs_is_refused_not_split_into_letters(
+    tmp_path: Path, text: str, key: str
+) -> None:
+    # TOML `urls = "json://..."` instead of `urls = ["json://..."]`: said as such, never
+    # taken letter by letter (a URL "j", an event "l"), and a URL's secret not shown.
+    problem = _config_error(_write(tmp_path / "loopactors.toml", text))
+    assert f"{key}: expected a list of strings" in problem
+    assert 'e.g. ["' in problem
+    assert "hunter2" not in problem
