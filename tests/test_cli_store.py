@@ -14,6 +14,9 @@ from typing import Any
 from loopactors.loops import LoopSpec, LoopState
 from loopactors.storage import Write, open_backend
 
+from .gateway.test_cli_node import NodeProcess
+from .hang import HANG
+
 CLI = [sys.executable, "-m", "loopactors"]
 
 
@@ -109,3 +112,67 @@ def test_a_bad_store_url_is_a_clear_error(tmp_path: Path) -> None:
     assert "unknown store 'mysql://***@host/db'; accepted: sqlite" in result.stderr
     result = cli("status", "--store", "memory", state=tmp_path)
     assert "the memory store keeps nothing after its process exits" in result.stderr
+
+
+def _rows(url: str, query: str) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(query).fetchall()
+
+
+def _until(url: str, query: str, wanted: Any) -> None:
+    """Poll the store until ``query`` returns ``wanted`` (bounded only by HANG: a run that
+    never gets there fails instead of hanging)."""
+    deadline = time.monotonic() + HANG
+    while _rows(url, query) != wanted:
+        assert time.monotonic() < deadline, f"{query} never gave {wanted}"
+        time.sleep(0.1)
+
+
+def test_a_killed_nodes_loops_are_taken_over_by_the_next_node(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    now = time.time()
+    spec = LoopSpec(task="moving", rounds=20, worker="scripted:latency=0.1")
+    backend = open_backend(postgres_url, None)
+    backend.commit(
+        [
+            Write(
+                state=LoopState(
+                    loop_id="moving",
+                    spec=spec,
+                    phase="dispatching",
+                    round=1,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+        ]
+    )
+    backend.close()
+    options = ("--store", postgres_url, "--lease-ttl", "30")
+    first = NodeProcess(tmp_path / "a", *options)
+    _until(postgres_url, "SELECT count(*) >= 3 FROM rounds", [(True,)])  # it runs the loop
+    # A second node is refused while the first holds the lease.
+    second = subprocess.run(
+        [*CLI, "node", "--listen", "127.0.0.1:0", "--state", str(tmp_path / "b"), *options],
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+        check=False,
+    )
+    assert second.returncode != 0
+    assert "in use by another loopactors runtime (node-" in second.stderr
+    first.proc.kill()  # SIGKILL: its lease (30 s) is left live in the database
+    first.proc.wait()
+    assert first.proc.stderr is not None
+    first.proc.stderr.close()
+    # Restarted on the same machine: the holder's process is gone, so no 30 s wait.
+    successor = NodeProcess(tmp_path / "b", *options)
+    _until(postgres_url, "SELECT phase FROM loops", [("complete",)])
+    rounds = _rows(postgres_url, "SELECT round, status FROM rounds ORDER BY round")
+    assert rounds == [(n, "completed") for n in range(1, 21)]  # each once, none lost
+    assert successor.terminate() == 0
+    nodes = _rows(postgres_url, "SELECT state FROM nodes WHERE name = 'node' ORDER BY started_at")
+    assert nodes == [("dead",), ("left",)]
