@@ -142,7 +142,12 @@ def _part_count(size: int, threshold: float) -> int:
     for parts in _LADDER:
         if parts >= needed:
             return parts
-    return needed
+    # Past the ladder, steps of a quarter: a huge signature (a 20 MB error) then probes two
+    # or three counts, not one for every size a match may have (thousands of part lists).
+    parts = _LADDER[-1]
+    while parts < needed:
+        parts += parts // 4
+    return parts
 
 
 def _probe_counts(size: int, threshold: float) -> tuple[int, ...]:
@@ -204,6 +209,11 @@ class _Parts:
             for i, first in enumerate(empty)
             for second in empty[i + 1 :]
         ]
+
+
+#: At most this many empty parts are looked up by their pairs (C(12, 2) = 66 keys); a set
+#: with more (most of its grams common ones) makes every head of that part count a candidate.
+_EMPTY_PARTS_LISTED = 12
 
 
 def _short(key: int) -> int:
@@ -303,6 +313,7 @@ class PartsGrouper:
         "_head_counts",
         "_head_empty",
         "_index",
+        "_many_empty",
         "_wide_empty",
         "common",
         "heads",
@@ -318,6 +329,8 @@ class PartsGrouper:
         #: Empty parts of heads of at most 64 parts (most), and of the others.
         self._head_empty = array("Q")
         self._wide_empty: dict[int, int] = {}
+        #: Heads with too many empty parts to index their pairs, by part count.
+        self._many_empty: dict[int, list[int]] = {}
         # key -> the groups whose head has that part; a collision only adds a candidate
         self._index = _KeyIndex()
         self._counts_by_size: dict[int, tuple[int, ...]] = {}
@@ -326,6 +339,23 @@ class PartsGrouper:
         """Drop the index (no more :meth:`add`): the heads are all a summary still needs."""
         self._index = _KeyIndex()
         self._counts_by_size.clear()
+        self._many_empty.clear()
+
+    def _agreeing_empty_parts(self, count: int, parts: _Parts, sure: set[int]) -> None:
+        """Add to ``sure`` the heads of ``count`` parts that may share two empty parts with
+        ``parts`` (a superset: the exact test decides)."""
+        for group in self._many_empty.get(count, ()):
+            empty = self._head_empty[group] if count <= 64 else self._wide_empty[group]
+            if (empty & parts.empty).bit_count() >= _AGREEING_PARTS:
+                sure.add(group)
+        if parts.empty.bit_count() > _EMPTY_PARTS_LISTED:
+            # Pairs of empty parts would be many keys (quadratic in the empty parts): every
+            # head of this part count is a candidate instead.
+            counts = self._head_counts
+            sure.update(g for g in range(len(counts)) if counts[g] == count)
+            return
+        for key in parts.empty_pair_keys(count):
+            sure.update(self._index.find(key))
 
     def add(self, sig: str) -> int:
         """The group ``sig`` joins: the first whose head is similar enough, or a new one."""
@@ -356,8 +386,7 @@ class PartsGrouper:
                         hits[group] = hits.get(group, 0) + 1
                     entry = nexts[entry]
             if parts.empty & (parts.empty - 1):  # two or more empty parts
-                for key in parts.empty_pair_keys(count):
-                    sure.update(index.find(key))
+                self._agreeing_empty_parts(count, parts, sure)
         for group, n in hits.items():
             if n >= _AGREEING_PARTS:
                 sure.add(group)
@@ -381,7 +410,13 @@ class PartsGrouper:
         self._head_empty.append(parts.empty if own <= 64 else 0)
         if own > 64:
             self._wide_empty[group] = parts.empty
-        index.add_group([*parts.keys, *parts.empty_pair_keys(own)])
+        if parts.empty.bit_count() > _EMPTY_PARTS_LISTED:
+            # Not indexed by its pairs of empty parts (too many): a signature with two empty
+            # parts checks such heads' empty parts directly (``add``).
+            self._many_empty.setdefault(own, []).append(group)
+            index.add_group(parts.keys)
+        else:
+            index.add_group([*parts.keys, *parts.empty_pair_keys(own)])
         return group
 
 

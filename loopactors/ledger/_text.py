@@ -6,8 +6,10 @@ JavaScript whitespace set out (J1). Trigrams are taken over UTF-16 code units (J
 
 from __future__ import annotations
 
+import itertools
 import re
 from array import array
+from collections.abc import Callable
 
 from ._js import WS_CLASS, trim, trim_end
 
@@ -38,14 +40,27 @@ def _basename(match: re.Match[str]) -> str:
 
 def error_signature(error: str) -> str:
     """Reduce an error or stack trace to a stable key (spec §3.1)."""
-    line = next((ln for ln in error.split("\n") if trim(ln)), "")
-    sig = trim(line)
+    sig = trim(_first_line(error))
     sig = _ISO_TS.sub("<ts>", sig)
     sig = _HEX_ADDR.sub("<addr>", sig)
     sig = _PATH.sub(_basename, sig)
     sig = _LINE_COL.sub("", sig)
     sig = _NUMBER.sub("#", sig)
     return trim(_WS_RUN.sub(" ", sig))
+
+
+def _first_line(text: str) -> str:
+    """The first line that is not blank, found without splitting the whole text (an error of
+    50 MB would be copied line by line)."""
+    start = 0
+    while start <= len(text):
+        end = text.find("\n", start)
+        if end < 0:
+            end = len(text)
+        if trim(text[start:end]):
+            return text[start:end]
+        start = end + 1
+    return ""
 
 
 def utf16_units(text: str) -> str:
@@ -63,8 +78,39 @@ def utf16_units(text: str) -> str:
 
 def trigrams(text: str) -> frozenset[str]:
     """The set of 3-unit substrings of the lower-cased text padded with two spaces a side."""
-    padded = "  " + utf16_units(text.lower()) + "  "
-    return frozenset([padded[i : i + 3] for i in range(len(padded) - 2)])
+    if len(text) <= _GRAM_BLOCK:
+        padded = "  " + utf16_units(text.lower()) + "  "
+        return frozenset([padded[i : i + 3] for i in range(len(padded) - 2)])
+    # A long text: a block of grams at a time, so only the distinct ones are held, never a
+    # list of one gram per character (a 50 MB error made 50 million strings, gigabytes),
+    # and no padded copy. ASCII is lowered a block at a time (no copy of the text at all);
+    # other text is lowered whole first (lowering may change its length, J3 splits it).
+    lower: Callable[[str], str]
+    if text.isascii():
+        units = text
+        lower = str.lower
+    else:
+        units = utf16_units(text.lower())
+        lower = _same  # already lowered
+    end = len(units) - 2
+    head, tail = "  " + lower(units[:2]), lower(units[-2:]) + "  "
+    blocks = (
+        _block_grams(lower(units[start : min(start + _GRAM_BLOCK, end) + 2]))
+        for start in range(0, end, _GRAM_BLOCK)
+    )
+    edges = [head[0:3], head[1:4], tail[0:3], tail[1:4]]
+    return frozenset(itertools.chain(edges, itertools.chain.from_iterable(blocks)))
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def _block_grams(block: str) -> list[str]:
+    return [block[i : i + 3] for i in range(len(block) - 2)]
+
+
+_GRAM_BLOCK = 1 << 13
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:

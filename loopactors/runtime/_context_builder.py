@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import trio
 
 from ..actors import Actor, ErrorReply
 from ..agent import apply_plan
@@ -18,7 +19,11 @@ from ._messages import ApplyCompaction, BuildPrompt, GetContextBuilderStatistics
 from ._plans import round_prompt
 from ._wiring import deliver, runner_name
 
-__all__ = ["ContextBuilder"]
+__all__ = ["LEDGER_SECONDS", "ContextBuilder"]
+
+#: The longest a round's prompt waits for its ledger block (docs/ledger.md); past it the
+#: round goes without one (a note says so) and the work is left to finish in its thread.
+LEDGER_SECONDS = 10.0
 
 
 class ContextBuilder(Actor[Any]):
@@ -31,6 +36,9 @@ class ContextBuilder(Actor[Any]):
     def __init__(self) -> None:
         self.prompts_built = 0
         self.compactions_applied = 0
+        # One ledger block computed at a time: an abandoned one holds it until it ends, so
+        # a slow ledger never piles up threads.
+        self._ledger_work = trio.CapacityLimiter(1)
 
     async def handle(self, message: Any) -> Any:
         kind = type(message)
@@ -59,8 +67,26 @@ class ContextBuilder(Actor[Any]):
             prompt = await round_prompt(state)  # reads the files in a worker thread
         if message.ledger is not None and message.ledger.attempts:
             # loop-context's block goes first: the model reads what was tried before the task.
-            block = build_context_injection(message.ledger, breaker_config(state.spec))
+            block = await self._ledger_block(message.ledger, state)
             prompt = msgspec.structs.replace(prompt, text=f"{block}\n\n{prompt.text}")
         ready = PromptReady(state.round, message.epoch, prompt)
         await deliver(self.node, runner_name(state.loop_id), ready)
         return None
+
+    async def _ledger_block(self, ledger: Any, state: Any) -> str:
+        """The ledger's block, built in a worker thread (never on the event loop), within
+        ``LEDGER_SECONDS``; else a one-line note in its place."""
+        config = breaker_config(state.spec)
+        with trio.move_on_after(LEDGER_SECONDS):
+            return await trio.to_thread.run_sync(
+                build_context_injection,
+                ledger,
+                config,
+                limiter=self._ledger_work,
+                abandon_on_cancel=True,
+            )
+        return (
+            "## Loop Context (managed)\n\n"
+            f"(the run ledger's summary of {len(ledger.attempts)} attempts took over "
+            f"{LEDGER_SECONDS:g}s to build and is left out of this round)"
+        )

@@ -1,0 +1,123 @@
+"""The ledger's work is bounded: memory for one huge attempt, the grouping's operations on
+adversarial errors, and the time a round's prompt waits for its ledger block (docs/ledger.md).
+
+Before: ``context --summary`` on one 50 MB error took 3.9 GB (a list of one trigram string
+per character, and a list of part sums for each of thousands of part counts); distinct
+errors just below the similarity threshold made the grouping enumerate every pair of empty
+parts (80 of them: 36 million index look-ups); and an ``--inject-ledger`` loop built its
+block on the event loop. Counted here, never timed.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+import threading
+import tracemalloc
+from typing import Any
+
+import pytest
+
+from loopactors.ledger import _grouping
+from loopactors.ledger._text import trigrams
+from loopactors.runtime import _context_builder, open_runtime
+
+from ..runtime import round_fns
+from ..runtime.conftest import memory_config
+
+
+def test_the_trigrams_of_a_long_text_hold_no_gram_per_character() -> None:
+    random.seed(7)
+    text = "".join(random.choice(string.ascii_lowercase + " ") for _ in range(4_000_000))
+    tracemalloc.start()
+    try:
+        grams = trigrams(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(grams) <= 27**3
+    # One copy of the text (lowered) and the distinct grams; a string per character was
+    # 4 million strings of about 52 bytes (200 MB).
+    assert peak < 2 * len(text), peak
+
+
+def test_a_huge_signature_probes_a_few_part_counts() -> None:
+    """A 20 MB error's signature has some 64,000 distinct grams: it probes the heads of a few
+    part counts, not one count (and one list of part sums) per possible head size."""
+    assert len(_grouping._probe_counts(64_000, 0.85)) <= 3
+    assert len(_grouping._probe_counts(1_090, 0.85)) <= 3
+
+
+def _near_threshold(n: int) -> list[str]:
+    """Distinct errors sharing a long common text, each pair just below 0.85 similar."""
+    random.seed(1)
+    base = "".join(random.choice(string.ascii_lowercase + " ") for _ in range(1000))
+    tail = string.ascii_lowercase
+    return [base + " " + "".join(random.choice(tail) for _ in range(92)) for _ in range(n)]
+
+
+def test_grouping_near_threshold_errors_makes_a_bounded_number_of_index_lookups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    finds = 0
+    real_find = _grouping._KeyIndex.find
+
+    def counted(self: Any, short: int) -> list[int]:
+        nonlocal finds
+        finds += 1
+        return real_find(self, short)
+
+    monkeypatch.setattr(_grouping._KeyIndex, "find", counted)
+    signatures = _near_threshold(120)
+    groups = _grouping.group_signatures(signatures, 0.85)
+    # The same groups as the reference's scan (first similar head, in order).
+    heads: list[frozenset[str]] = []
+    expected = []
+    for sig in signatures:
+        grams = trigrams(sig)
+        for i, head in enumerate(heads):
+            if len(head & grams) / len(head | grams) >= 0.85:
+                expected.append(i)
+                break
+        else:
+            expected.append(len(heads))
+            heads.append(grams)
+    assert groups == expected
+    # At most C(12, 2) pair keys per probed count of each signature (it was C(100, 2)).
+    assert finds <= 120 * 3 * 66, finds
+
+
+async def test_an_inject_ledger_block_is_built_off_the_event_loop_within_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The block is built in a worker thread; one that takes longer than LEDGER_SECONDS is
+    left out of that round (a note says so) and the loop goes on. Real time (a thread's work
+    is not virtual): the bound is set to 3 s, which the second round's tiny block stays far
+    under and the third one's, held back on purpose, passes."""
+    monkeypatch.setattr(_context_builder, "LEDGER_SECONDS", 3.0)
+    threads: list[bool] = []
+    release = threading.Event()
+    from loopactors.ledger import build_context_injection as real
+
+    def slow(ledger: Any, config: Any) -> str:
+        threads.append(threading.current_thread() is threading.main_thread())
+        if len(threads) == 2:
+            release.wait(timeout=60)  # the second block never comes in time
+        return real(ledger, config)
+
+    monkeypatch.setattr(_context_builder, "build_context_injection", slow)
+    try:
+        async with open_runtime(memory_config()) as runtime:
+            handle = await runtime.start(
+                "|loop:3| improve it", worker="python:tests.runtime.round_fns:record",
+                inject_ledger=True,
+            )  # fmt: skip
+            state = await handle.wait()
+    finally:
+        release.set()
+    assert state.completed_rounds == 3
+    assert threads == [False, False]  # never on the event loop's thread
+    first, second, third = round_fns.PROMPTS[handle.loop_id]
+    assert first == "improve it"
+    assert second.startswith("## Loop Context (managed)\n\n**Goal:** improve it\n")
+    assert "took over 3s to build and is left out of this round" in third
