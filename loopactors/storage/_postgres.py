@@ -624,6 +624,11 @@ class Lease:
                         "dead_by = %s WHERE node_id = %s AND state = 'live'",
                         (self.node_id, node_id),
                     )
+                # Incarnations that ended over a day ago are history nobody reads.
+                conn.execute(
+                    "DELETE FROM nodes WHERE state <> 'live' "
+                    "AND expires_at < clock_timestamp() - interval '1 day'"
+                )
                 conn.execute(
                     "INSERT INTO nodes (node_id, name, host, pid, boot_id, expires_at) "
                     "VALUES (%s, %s, %s, %s, %s, clock_timestamp() + %s * interval '1 second')",

@@ -147,6 +147,20 @@ def test_a_restart_on_the_same_machine_takes_over_from_its_dead_predecessor_at_o
         lease(postgres_url)
 
 
+def test_incarnations_that_ended_over_a_day_ago_are_forgotten(postgres_url: str) -> None:
+    PostgresBackend(postgres_url, node_id="").close()
+    sql(
+        postgres_url,
+        "INSERT INTO nodes (node_id, name, host, pid, expires_at, state) VALUES "
+        "('old', 'node', 'h', 1, clock_timestamp() - interval '2 days', 'left'), "
+        "('recent', 'node', 'h', 1, clock_timestamp() - interval '1 hour', 'dead')",
+    )
+    taker = lease(postgres_url)
+    names = sql(postgres_url, "SELECT node_id FROM nodes ORDER BY node_id")
+    assert names == sorted([("recent",), (taker.node_id,)])
+    taker.release()
+
+
 async def test_a_runtime_taken_over_stops_with_lease_lost_and_writes_nothing_more(
     postgres_url: str, tmp_path: Path
 ) -> None:
