@@ -106,8 +106,11 @@ async def run_check(
         timed_out = scope.cancelled_caught
     finally:
         with trio.CancelScope(shield=True):  # what it started goes with it
-            await stopper.stop()
-            await process.wait()
+            async with trio.open_nursery() as nursery:
+                # Reaped while it is stopped: an unreaped leader keeps its group "alive", and
+                # the stop would wait out all of kill_grace for a check that ended at SIGTERM.
+                nursery.start_soon(process.wait)
+                await stopper.stop()
     duration = time.monotonic() - started
     if timed_out:
         return CheckRecord(

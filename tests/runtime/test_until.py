@@ -13,6 +13,7 @@ from loopactors.errors import LoopSyntaxError
 from loopactors.loops import RoundFinished, parse_loop
 from loopactors.runtime import open_runtime
 
+from ..hang import HANG, PROMPT
 from .conftest import sqlite_config
 
 
@@ -197,3 +198,30 @@ async def test_the_watchdog_gives_a_round_its_checks_time_too(
     assert record.check is not None
     assert record.check.passed
     assert final.phase == "complete", final.reason
+
+
+@pytest.mark.parametrize("how", ["timeout", "stop"])
+async def test_a_check_that_ends_at_sigterm_is_not_waited_for_kill_grace(
+    tmp_path: Path, how: str
+) -> None:
+    # `sleep` ends at SIGTERM: neither the timeout nor a stop waits out kill_grace (HANG here)
+    # for a group whose only process is already gone.
+    started = tmp_path / "started"
+    check = f"touch {shlex.quote(str(started))}; exec sleep 300"
+    async with open_runtime(sqlite_config(tmp_path / "state", kill_grace=HANG)) as rt:
+        timeout = 0.5 if how == "timeout" else HANG
+        handle = await rt.start("|loop:1| t", worker="scripted", until=check, until_timeout=timeout)
+        if how == "stop":
+            while not started.exists():  # the check is running
+                await trio.sleep(0.02)
+            before = trio.current_time()
+            final = await handle.stop()
+            assert trio.current_time() - before < PROMPT
+            assert final.phase == "cancelled"
+            return
+        final = await handle.wait()
+        (record,) = await handle.history()
+    assert final.trigger == "until_not_met"
+    assert record.check is not None
+    assert record.check.error == "timed out after 0.5 s"
+    assert record.check.duration < PROMPT
