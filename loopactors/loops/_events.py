@@ -122,9 +122,15 @@ class RoundFinished(LoopEvent, frozen=True, kw_only=True, tag="round_finished"):
             f"duration={_secs(self.duration)}s{tasks}]"
         )
         if self.check is not None:
-            verdict = "passed" if self.check.passed else "failed"
+            check = self.check
+            if check.passed:
+                verdict = "passed"
+            elif check.exit_code is None:  # timed out, or ended by a signal: the error says
+                verdict = f"failed ({check.error or 'no exit code'})"
+            else:
+                verdict = f"failed (exit {check.exit_code})"
             claim = ", the claim of done is unverified" if self.unverified_claim else ""
-            text += f" check {verdict} ({self.check.exit_code}){claim}"
+            text += f" check {verdict}{claim}"
         return text if self.error is None else f"{text} {self.error}"
 
 

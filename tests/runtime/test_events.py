@@ -8,6 +8,7 @@ import pytest
 import trio
 import trio.testing
 
+from loopactors.loops import CheckRecord
 from loopactors.loops._events import (
     AnyEvent,
     LoopEvent,
@@ -291,6 +292,25 @@ def test_round_finished_note_with_an_error_and_unknown_duration() -> None:
         loop_id="L", at=0.0, round=3, rounds=5, status="failed", duration=None, error="boom"
     )
     assert event.note() == "[loop-progress round 3/5 failed, duration=?s] boom"
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "error", "says"),
+    [
+        (0, None, "check passed"),
+        (1, None, "check failed (exit 1)"),
+        (None, "timed out after 600 s", "check failed (timed out after 600 s)"),
+    ],
+)
+def test_round_finished_note_says_the_check_without_a_bare_none(
+    exit_code: int | None, error: str | None, says: str
+) -> None:
+    check = CheckRecord(command="pytest -q", exit_code=exit_code, duration=1.0, error=error)
+    event = RoundFinished(
+        loop_id="L", at=0.0, round=2, rounds=5, status="completed", duration=1.26, check=check
+    )
+    assert event.note() == f"[loop-progress round 2/5 completed, duration=1.3s] {says}"
+    assert "None" not in event.note()
 
 
 def test_loop_paused_note() -> None:
