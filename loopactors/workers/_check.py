@@ -9,6 +9,7 @@ docs/loops.md, Verified completion.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -24,11 +25,17 @@ from ._output import OutputTail
 __all__ = ["SHELL", "check_until", "run_check"]
 
 SHELL = "/bin/sh"
-#: Words a shell runs itself: nothing to find on PATH.
+#: Words a shell runs itself (POSIX reserved words and builtins, dash's and bash's usual
+#: ones): nothing to find on PATH.
 _SHELL_WORDS = frozenset(
-    {"!", "(", "{", ".", ":", "[", "[[", "cd", "exit", "export", "false", "set", "source",
-     "test", "true", "if", "for", "while", "until", "case", "env"}
+    {"!", "(", "{", ".", ":", "[", "[[", "alias", "break", "case", "cd", "command",
+     "continue", "env", "eval", "exec", "exit", "export", "false", "for", "getopts", "hash",
+     "if", "kill", "local", "printf", "pwd", "read", "readonly", "return", "set", "shift",
+     "source", "test", "time", "times", "trap", "true", "type", "ulimit", "umask", "unalias",
+     "unset", "until", "wait", "while"}
 )  # fmt: skip
+#: A redirection before the command (``>/dev/null pytest``, ``2>&1 make``): the shell's.
+_REDIRECTION = re.compile(r"^\d*[<>]")
 _DEFAULT_KEPT = 1 << 20
 
 
@@ -45,9 +52,10 @@ def check_until(command: str, workspace: str | None) -> None:
         raise ValueError(f"the until check {command!r} cannot be read: {exc}") from None
     if not words:
         raise ValueError(f"the until check {command!r} has no command")
-    first = words[0]
-    if first in _SHELL_WORDS or "=" in first:  # a builtin, or VAR=value before the command
-        return
+    # A subshell's or group's opening "(" / "{" may be written against the command.
+    first = words[0].lstrip("({") or words[0]
+    if first in _SHELL_WORDS or "=" in first or _REDIRECTION.match(first):
+        return  # a builtin, VAR=value or a redirection before the command: the shell's
     if not Path(SHELL).exists():
         raise ValueError(f"the until check needs {SHELL}, which is not there")
     if "/" in first:

@@ -12,6 +12,7 @@ import trio
 from loopactors.errors import LoopSyntaxError
 from loopactors.loops import RoundFinished, parse_loop
 from loopactors.runtime import open_runtime
+from loopactors.workers._check import check_until
 
 from ..hang import HANG, PROMPT
 from .conftest import sqlite_config
@@ -225,3 +226,31 @@ async def test_a_check_that_ends_at_sigterm_is_not_waited_for_kill_grace(
     assert record.check is not None
     assert record.check.error == "timed out after 0.5 s"
     assert record.check.duration < PROMPT
+
+
+@pytest.mark.parametrize(
+    "until",
+    [
+        "exec pytest -q",
+        "(cd . && true)",
+        "( cd . && true )",
+        "{ true; }",
+        "command -v sh",
+        "eval true",
+        "ulimit -t 600; true",
+        "umask 022 && true",
+        ">/dev/null true",
+        "2>&1 true",
+        "! false",
+        "pwd",
+    ],
+)
+def test_a_check_in_any_shell_form_is_not_refused_as_a_missing_command(until: str) -> None:
+    # The shell runs it (/bin/sh -c): its builtins, a subshell, a redirection first are
+    # commands too, not programs to find on PATH.
+    check_until(until, None)
+
+
+def test_a_missing_program_after_an_opening_parenthesis_is_still_refused() -> None:
+    with pytest.raises(ValueError, match="'pyest' was not found on PATH"):
+        check_until("(pyest -q)", None)
