@@ -101,6 +101,11 @@ def build_spec(
         spec = msgspec.convert(fields, LoopSpec)
     except msgspec.ValidationError as exc:
         raise LoopSyntaxError(f"invalid loop option: {exc}") from None
+    if options.get("notify_on") and not spec.notify:  # events for no one: not ignored
+        raise LoopSyntaxError(
+            f"notify_on names {', '.join(spec.notify_on)} but the loop has no notify URL to "
+            "send them to: add --notify URL (notify=), or set [notify] urls in loopactors.toml"
+        )
     return validate_spec(spec, max_rounds=config.max_rounds)
 
 

@@ -212,6 +212,22 @@ async def test_a_url_apprise_cannot_use_is_refused_at_start() -> None:
             await rt.start("|loop:1| x", notify=("json://127.0.0.1:1/",), notify_on=("often",))
 
 
+async def test_notify_on_without_any_url_is_refused_not_ignored() -> None:
+    # `--notify-on loop_finished` alone would tell no one: said at start, naming both ways
+    # to give a URL. With the node's [notify] urls it is a choice among those.
+    async with open_runtime(memory_config()) as rt:
+        with pytest.raises(LoopSyntaxError, match="no notify URL") as info:
+            await rt.start("|loop:1| x", notify_on=("loop_finished",))
+        assert "--notify URL" in str(info.value)
+        assert "[notify] urls" in str(info.value)
+        assert await rt.loops() == []
+    config = memory_config().replace(notify={"urls": ["json://127.0.0.1:1/x"]})
+    async with open_runtime(config) as rt:
+        spec = rt.build_spec("|loop:1| x", notify_on=("loop_finished",))
+    assert spec.notify == ("json://127.0.0.1:1/x",)
+    assert spec.notify_on == ("loop_finished",)
+
+
 def test_the_config_checks_notify_settings() -> None:
     with pytest.raises(ConfigError, match="unknown event"):
         RuntimeConfig().replace(notify={"events": ["loop_finished", "hourly"]})
