@@ -128,8 +128,10 @@ def send_notification(url: str, title: str, body: str) -> str | None:
     lines = _apprise_lines()
     lines.local.lines = []
     try:
-        sender = apprise.Apprise()
-        if not sender.add(url):
+        # The service itself, not an Apprise of one: that one sends from a thread of its own,
+        # whose log lines (the reason it failed) this thread would never see.
+        sender = apprise.Apprise.instantiate(url)
+        if not sender:
             return "apprise does not accept this URL"
         if sender.notify(title=title, body=body):
             return None
@@ -157,6 +159,8 @@ class Notifier(Actor[Any]):
         self._dropped = 0
         #: Notifications being delivered now (by id): never taken twice.
         self._busy: set[int] = set()
+        #: Why each notification whose last attempt failed did (by id), said on the way out.
+        self._undelivered: dict[int, str] = {}
 
     async def on_start(self) -> None:
         # Whatever a previous run left in the queue goes out now (it is durable).
@@ -182,11 +186,14 @@ class Notifier(Actor[Any]):
                 try:
                     due = await self._ask(DueNotifications(time.time(), BATCH))
                 except (ActorError, StoreError):
-                    return
+                    break
                 if not self._busy and not [q for q in due if q.id not in self._busy]:
-                    return
+                    break
                 self._wake.set()
                 await trio.sleep(0.01)
+        # Said, so that no one believes it went out (a warning: `run` shows it on stderr).
+        for line in self._undelivered.values():
+            log.warning("%s", line)
 
     async def _ask(self, message: Any) -> Any:
         return await self.node.ref(STORE).call(message, timeout=30.0)
@@ -230,6 +237,7 @@ class Notifier(Actor[Any]):
                     settings.max_age,
                     queued.attempts,
                 )
+                self._undelivered.pop(queued.id, None)
                 await self._ask(NotificationDone(queued.id))
                 return
             why: str | None = "timed out"
@@ -244,9 +252,14 @@ class Notifier(Actor[Any]):
                 )
             if why is None:
                 self._sent += 1
+                self._undelivered.pop(queued.id, None)
                 await self._ask(NotificationDone(queued.id))
                 return
             self._failed += 1
+            self._undelivered[queued.id] = (
+                f"notification {note.event} of loop {note.loop_id} to {shown} not delivered "
+                f"({why}): kept in the queue, sent by the next runtime on this store"
+            )
             attempts = queued.attempts + 1
             delay = backoff_delay(attempts, first=settings.retry_first, cap=settings.retry_max)
             log.info(

@@ -141,6 +141,32 @@ async def test_a_receiver_that_is_down_gets_it_when_it_comes_back(
     )
 
 
+async def test_a_notification_still_undelivered_at_the_end_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `loopactors run` ending while the receiver is down: a warning (shown on stderr) says
+    # what was not delivered and that it stays queued, so the user is not left believing it
+    # went out; the URL's secret is not in it.
+    caplog.set_level(logging.WARNING, "loopactors.notify")
+    port = free_port()
+    url = f"json://hookuser:s3cr3tpass@127.0.0.1:{port}/hook"
+    async with open_runtime(notify_config(sqlite_config(tmp_path / "state"))) as rt:
+        handle = await rt.start("|loop:1| x", worker="scripted", notify=(url,))
+        await handle.wait()
+        while (await rt.notifier_statistics()).failed < 1:
+            await trio.sleep(0.05)
+    said = [r for r in caplog.records if "not delivered" in r.getMessage()]
+    assert len(said) == 1
+    assert said[0].levelno == logging.WARNING
+    text = said[0].getMessage()
+    assert f"loop_finished of loop {handle.loop_id}" in text
+    assert f"json://***@127.0.0.1:{port}/***" in text
+    assert "kept in the queue" in text
+    assert "(Notifying" not in text  # apprise's line before sending is no reason
+    assert "error" in text.lower()  # the one it gives: a connection error
+    assert "s3cr3tpass" not in text
+
+
 async def test_the_queue_survives_a_restart(tmp_path: Path) -> None:
     port = free_port()
     url = f"json://127.0.0.1:{port}/later"
