@@ -98,7 +98,12 @@ def check_notify(urls: Sequence[str], events: Sequence[str], check_failures: int
     the form is checked here; whether a URL names a known service is the runtime's check."""
     problems = []
     for url in urls:
-        if not isinstance(url, str) or "://" not in url:
+        if isinstance(url, str) and not url.strip():  # shown redacted it would read '***'
+            problems.append(
+                "a notify URL is empty: write SCHEME://..., e.g. json://host:port/path, "
+                "mailto://..., ntfy://topic"
+            )
+        elif not isinstance(url, str) or "://" not in url:
             problems.append(
                 f"notify URL {redact_notify_url(str(url))!r} is not a URL: write SCHEME://..., "
                 "e.g. json://host:port/path, mailto://..., ntfy://topic"

@@ -254,6 +254,12 @@ async def test_notify_on_without_any_url_is_refused_not_ignored() -> None:
     assert spec.notify_on == ("loop_finished",)
 
 
+async def test_an_empty_notify_url_is_said_to_be_empty() -> None:
+    async with open_runtime(memory_config()) as rt:
+        with pytest.raises(LoopSyntaxError, match="a notify URL is empty: write SCHEME://"):
+            await rt.start("|loop:1| x", notify=(" ",))
+
+
 def test_the_config_checks_notify_settings() -> None:
     with pytest.raises(ConfigError, match="unknown event"):
         RuntimeConfig().replace(notify={"events": ["loop_finished", "hourly"]})
