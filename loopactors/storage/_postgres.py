@@ -215,6 +215,10 @@ class PostgresBackend(StoreBackend):
         except pg.Error as exc:
             raise StoreError(f"cannot connect to the store {self.shown}: {exc}") from None
         try:
+            # A node stalled inside a transaction (a prune's, the queue's) must not hold its
+            # lease row locked against a takeover for long: the server ends it.
+            with self._reading():
+                self._conn.execute("SET idle_in_transaction_session_timeout = '2s'")
             version = self._version()
             if read_only:
                 self.exists = version is not None
@@ -367,11 +371,27 @@ class PostgresBackend(StoreBackend):
 
     def _write_queue(self, statement: str, params: tuple[Any, ...]) -> None:
         try:
-            self._conn.execute(statement, params)
+            with self._conn.transaction():
+                self._lock_lease()
+                self._conn.execute(statement, params)
         except self._error as exc:
             raise StoreError(
                 f"cannot update the notification queue in {self.shown}: {exc}"
             ) from None
+
+    def _lock_lease(self) -> None:
+        """In a transaction: lock this node's lease as a commit does (FOR SHARE), or raise
+        :class:`LeaseLost` and write nothing."""
+        row = self._conn.execute(
+            "SELECT 1 FROM nodes WHERE node_id = %s AND state = 'live' "
+            "AND expires_at > clock_timestamp() FOR SHARE",
+            (self.node_id,),
+        ).fetchone()
+        if row is None:
+            raise LeaseLost(
+                f"the lease of {self.node_id} on the store {self.shown} has ended (expired, "
+                "or another node took the store over): nothing written"
+            )
 
     def get_loop(self, loop_id: str) -> LoopState | None:
         with self._reading():
@@ -467,6 +487,8 @@ class PostgresBackend(StoreBackend):
             scanned = conn.execute(scan, (_TERMINAL, before, after, PRUNE_SCAN)).fetchall()
             due = [loop_id for loop_id, is_due in scanned if is_due][:limit]
             with contextlib.nullcontext() if dry_run else conn.transaction():
+                if not dry_run and due:
+                    self._lock_lease()
                 for loop_id in due:
                     if taken and deadline is not None and time.perf_counter() > deadline:
                         break
@@ -493,6 +515,8 @@ class PostgresBackend(StoreBackend):
                     rounds += counts[0]
                     events += counts[1]
                     taken.append(loop_id)
+        except LeaseLost:
+            raise
         except self._error as exc:
             action = "count what to prune in" if dry_run else "prune"
             raise StoreError(f"cannot {action} the store {self.shown}: {exc}") from None

@@ -8,6 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import msgspec
 import psycopg
 import pytest
 import trio
@@ -206,3 +207,30 @@ async def test_a_second_runtime_on_the_store_is_refused(postgres_url: str, tmp_p
                 pass
     async with open_runtime(config.replace(state_dir=tmp_path / "b")):
         pass  # the first left: the store is free at once
+
+
+def test_a_zombie_prunes_nothing_and_touches_no_notification(postgres_url: str) -> None:
+    PostgresBackend(postgres_url, node_id="").close()
+    a = lease(postgres_url)
+    store_a = PostgresBackend(postgres_url, node_id=a.node_id)
+    finished = msgspec.structs.replace(state("old", 1), phase="complete", updated_at=1.0)
+    store_a.commit([Write(state=finished)])
+    sql(
+        postgres_url,
+        "INSERT INTO notifications (loop_id, next_at, notification) VALUES ('old', 0, '{}')",
+    )
+    expire(postgres_url, a.node_id)
+    b = lease(postgres_url)
+    with pytest.raises(LeaseLost):
+        store_a.prune_batch(time.time())
+    with pytest.raises(LeaseLost):
+        store_a.notification_done(1)
+    assert sql(postgres_url, "SELECT count(*) FROM loops") == [(1,)]
+    assert sql(postgres_url, "SELECT count(*) FROM notifications") == [(1,)]
+    store_b = PostgresBackend(postgres_url, node_id=b.node_id)
+    report, _ = store_b.prune_batch(time.time())  # the holder may
+    assert report.loops == 1
+    for closing in (store_a, store_b):
+        closing.close()
+    a.release()
+    b.release()
