@@ -159,8 +159,10 @@ class Notifier(Actor[Any]):
         self._dropped = 0
         #: Notifications being delivered now (by id): never taken twice.
         self._busy: set[int] = set()
-        #: Why each notification whose last attempt failed did (by id), said on the way out.
+        #: Why each notification of this run whose last attempt failed did (by id), said on
+        #: the way out; those an earlier run left were said by it.
         self._undelivered: dict[int, str] = {}
+        self._since = time.time()
 
     async def on_start(self) -> None:
         # Whatever a previous run left in the queue goes out now (it is durable).
@@ -256,10 +258,11 @@ class Notifier(Actor[Any]):
                 await self._ask(NotificationDone(queued.id))
                 return
             self._failed += 1
-            self._undelivered[queued.id] = (
-                f"notification {note.event} of loop {note.loop_id} to {shown} not delivered "
-                f"({why}): kept in the queue, sent by the next runtime on this store"
-            )
+            if note.at >= self._since:
+                self._undelivered[queued.id] = (
+                    f"notification {note.event} of loop {note.loop_id} to {shown} not "
+                    f"delivered ({why}): kept in the queue, sent by the next runtime on this store"
+                )
             attempts = queued.attempts + 1
             delay = backoff_delay(attempts, first=settings.retry_first, cap=settings.retry_max)
             log.info(

@@ -165,6 +165,12 @@ async def test_a_notification_still_undelivered_at_the_end_is_said_once(
     assert "(Notifying" not in text  # apprise's line before sending is no reason
     assert "error" in text.lower()  # the one it gives: a connection error
     assert "s3cr3tpass" not in text
+    # The next run on the store tries it again, but it is not this run's to say again.
+    caplog.clear()
+    async with open_runtime(notify_config(sqlite_config(tmp_path / "state"))) as rt:
+        while (await rt.notifier_statistics()).failed < 1:
+            await trio.sleep(0.05)
+    assert not [r for r in caplog.records if "not delivered" in r.getMessage()]
 
 
 async def test_the_queue_survives_a_restart(tmp_path: Path) -> None:
