@@ -33,12 +33,15 @@ INJECTED = ("\x1b[2J", "\x1b]8;", "\x07", "\x9b", "\u202e")
 HOSTILE = f"{MARKUP} {ESCAPES}"
 
 
-def _assert_shown_as_text(out: str) -> None:
-    for literal in ("[/]", "[link=file:///x]", "[bold red]", "[/nope]"):
+def _assert_shown_as_text(out: str, *, whole: bool = True) -> None:
+    """``whole``: the value is shown whole (not cut to a head before its escapes)."""
+    for literal in ("[/]", "[link=file:///x]", "[bold red]"):
         assert literal in out, (literal, out)
     for sequence in INJECTED:
         assert sequence not in out, (sequence, out)
-    assert "\\x1b[2J" in out  # the escape is shown, made harmless
+    if whole:
+        assert "[/nope]" in out
+        assert "\\x1b[2J" in out  # the escape is shown, made harmless
 
 
 def _terminal(width: int = 400) -> tuple[Console, io.StringIO]:
@@ -142,3 +145,33 @@ def test_run_status_and_history_show_markup_and_escapes_as_text(tmp_path: Path) 
     assert history.returncode == 0, history.stderr
     _assert_shown_as_text(history.stdout)
     assert "file:///x" in history.stdout
+
+
+def test_status_and_history_over_the_connection_show_markup_as_text(tmp_path: Path) -> None:
+    """``status --connect`` failed for every token holder when one loop's task held ``[/]``."""
+    from ..gateway.test_cli_node import NodeProcess
+
+    output = tmp_path / "output.txt"
+    output.write_text(HOSTILE + "\n")
+    node = NodeProcess(tmp_path / "state", "--worker", f"command:cat {output}")
+    env = {**os.environ, "FORCE_COLOR": "1", "COLUMNS": "400", "TERM": "xterm-256color"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*CLI, *args, "--connect", node.url, "--state", str(node.state)],
+            capture_output=True, text=True, timeout=120, check=False, env=env,
+        )  # fmt: skip
+
+    try:
+        run = cli("run", f"|loop:1| {HOSTILE}")
+        assert run.returncode == 0, run.stderr
+        _assert_shown_as_text(run.stdout)
+        status = cli("status")
+        assert status.returncode == 0, status.stderr
+        _assert_shown_as_text(status.stdout)
+        loop_id = cli("status", "--json").stdout.split('"loop_id":"')[1].split('"')[0]
+        history = cli("history", loop_id)
+        assert history.returncode == 0, history.stderr
+        _assert_shown_as_text(history.stdout, whole=False)  # a head of the output
+    finally:
+        assert node.terminate() == 0
