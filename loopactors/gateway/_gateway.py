@@ -246,12 +246,10 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
 
     def healthy(self) -> bool:
         """Serving: accepting connections, with the runtime's store and coordinator up."""
-        node = self.runtime.node
         return (
             self.accepting
             and (self.door is None or self.door.state == "serving")
-            and node.whereis("store") is not None
-            and node.whereis("coordinator") is not None
+            and self.runtime.serving()
         )
 
     def note_authenticated(self, connection: Connection, client: str | None) -> None:

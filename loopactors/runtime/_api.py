@@ -199,6 +199,11 @@ class Runtime:
         self._coordinator = node.ref(COORDINATOR)
         self._store = node.ref(STORE)
 
+    def serving(self) -> bool:
+        """The actors every request needs, the store and the coordinator, are running now
+        (not between a crash and their restart): what a node's health check reports."""
+        return self.node.whereis(STORE) is not None and self.node.whereis(COORDINATOR) is not None
+
     async def start(
         self,
         loop: str | LoopSpec,
