@@ -318,19 +318,27 @@ class NodeClient:
         raises ``ConnectionRejected`` into it when the upgrade is refused (a node answers 503
         while it starts or shuts down): here that costs this attempt, never the client.
         """
-        started = False
+        started = unanswered = False
         try:
             async with trio.open_nursery() as nursery:
-                ws = await connect_websocket_url(
-                    nursery,
-                    self.url,
-                    max_message_size=64 << 20,
-                    # The token in the upgrade request too: a node never counts such a
-                    # connection against its cap of connections still to say hello.
-                    extra_headers=[(b"authorization", f"Bearer {self._token}".encode())],
-                )
-                started = True
-                task_status.started(ws)
+                # trio-websocket waits for the upgrade's answer without a deadline, even
+                # when the server closed the connection without one: never longer than
+                # ``timeout`` here, or connecting (and reconnecting) could hang for ever.
+                with trio.move_on_after(self.timeout) as opening:
+                    ws = await connect_websocket_url(
+                        nursery,
+                        self.url,
+                        max_message_size=64 << 20,
+                        # The token in the upgrade request too: a node never counts such a
+                        # connection against its cap of connections still to say hello.
+                        extra_headers=[(b"authorization", f"Bearer {self._token}".encode())],
+                    )
+                if opening.cancelled_caught:
+                    unanswered = True
+                    nursery.cancel_scope.cancel()
+                else:
+                    started = True
+                    task_status.started(ws)
         except BaseExceptionGroup as group:
             matched, rest = group.split(_CONNECT_ERRORS)
             if rest is not None:
@@ -342,6 +350,11 @@ class NodeClient:
         except _CONNECT_ERRORS as exc:
             if not started:
                 raise ConnectionLost(f"cannot connect to {self.url}: {_describe(exc)}") from None
+        if unanswered:
+            raise ConnectionLost(
+                f"cannot connect to {self.url}: no answer to the websocket upgrade "
+                f"within {self.timeout:g} s"
+            )
 
     async def _handshake(self, nursery: trio.Nursery) -> None:
         ws: WebSocketConnection = await nursery.start(self._connection)
@@ -497,7 +510,9 @@ async def connect(
     replayed. Without it, a drop ends every subscription with ``ConnectionLost``.
 
     Raises:
-        ConnectionLost: the node cannot be reached.
+        ConnectionLost: the node cannot be reached, or refuses the upgrade (``503``
+            while it starts or shuts down), or answers neither it nor ``hello`` within
+            ``timeout`` seconds.
         RemoteError: the node refused the connection (``unauthorized``, ...).
     """
     if token is None:

@@ -203,7 +203,13 @@ class Gateway(Actor[GetGatewayStatistics | GatewayShutdown]):
 
     async def _serve_one(self, request: WebSocketRequest) -> None:
         header_token = _bearer(request)
-        if not self.accepting:
+        if not self.accepting:  # shut down since its request head was read: say so
+            with trio.move_on_after(2.0), contextlib.suppress(ConnectionClosed):
+                await request.reject(
+                    503,
+                    extra_headers=[(b"Retry-After", b"1")],
+                    body=b"the node is shutting down",
+                )
             return
         # A valid token in the upgrade request proves the client before hello: such a
         # connection is never refused or counted as one still to say hello.

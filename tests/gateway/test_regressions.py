@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import socket
 import struct
 from contextlib import AbstractAsyncContextManager
@@ -196,3 +197,53 @@ async def test_a_ping_while_the_node_closes_never_crashes_the_gateway(
             await _ping_into_the_nodes_close(live_node.gateway.port)
         assert await good.ping() > 0  # the same connection: the gateway never restarted
     assert (await live_node.gateway.statistics()).port == live_node.gateway.port
+
+
+@pytest.mark.parametrize("server_closes", [True, False], ids=["closes", "never-answers"])
+async def test_an_unanswered_upgrade_fails_the_connect_within_its_timeout(
+    server_closes: bool, autojump_clock: trio.testing.MockClock
+) -> None:
+    """trio-websocket waits for the upgrade's answer without a deadline, even after the
+    server closed the connection: ``connect`` (and so a reconnecting client) hung for ever."""
+    read = trio.Event()
+
+    async def mute(stream: trio.SocketStream) -> None:
+        await stream.receive_some(4096)  # the upgrade request, never answered
+        read.set()
+        if not server_closes:
+            await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, mute, 0, host="127.0.0.1")
+        )
+        url = f"ws://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        with pytest.raises(ConnectionLost, match=r"cannot connect to .*within 5 s"):
+            async with connect(url, token="t" * 20, timeout=5):
+                pass
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_upgrade_read_as_the_gateway_shuts_down_gets_503(live_node: LiveNode) -> None:
+    """Handed to the websocket server just before the shutdown: refused with a 503 the
+    client can retry, never a close without an answer."""
+    from loopactors.gateway._gateway import Gateway
+
+    gateway_ref = live_node.runtime.node.whereis("gateway")
+    assert gateway_ref is not None
+    gateway = gateway_ref._cell.actor
+    assert isinstance(gateway, Gateway)
+    hand_over = gateway.http._hand_over
+
+    async def then_shut_down(stream: trio.SocketStream, raw: bytes, remote: str) -> None:
+        gateway.accepting = False  # the shutdown, after the head was read and found an upgrade
+        await hand_over(stream, raw, remote)
+
+    gateway.http._hand_over = then_shut_down  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ConnectionLost, match="refused with HTTP 503: the node is shutting"):
+            async with connect(live_node.url, token=live_node.token, timeout=HANG):
+                pass
+    finally:
+        gateway.http._hand_over = hand_over  # type: ignore[method-assign]
+        gateway.accepting = True
