@@ -566,7 +566,7 @@ def test_until_and_max_cost_from_the_command_line(tmp_path: Path) -> None:
     worker = f"command:sh -c {shlex.quote(f'echo r$LOOPACTORS_ROUND; touch {flag}')}"
     done = cli(
         "run", "|loop:5| make it ready", "--store", "memory", "--json", "--worker", worker,
-        "--until", f"test -f {shlex.quote(str(flag))}", "--max-cost", "2.5",
+        "--until", f"test -f {shlex.quote(str(flag))}",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     events = json_lines(done.stdout)
@@ -584,6 +584,10 @@ def test_until_and_max_cost_from_the_command_line(tmp_path: Path) -> None:
     refused = cli("run", "|loop:2| x", "--store", "memory", "--until", "no-such-tool-qq -x")
     assert refused.returncode == 1
     assert "'no-such-tool-qq' was not found on PATH" in refused.stderr
+    # A command worker reports no cost: a dollar budget for it is no budget, and is refused.
+    uncapped = cli("run", "|loop:2| x", "--store", "memory", "--worker", worker, "--max-cost", "2")
+    assert uncapped.returncode == 1
+    assert "max_cost_usd cannot be kept for a command loop" in uncapped.stderr
 
 
 def test_status_shows_what_each_account_spent_today_against_the_budgets(tmp_path: Path) -> None:

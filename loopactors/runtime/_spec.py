@@ -12,7 +12,7 @@ import msgspec
 
 from ..errors import LoopSyntaxError
 from ..loops import MAX_ROUNDS, ROUNDS_CEILING, LoopSpec, ParsedLoop, check_notify, parse_loop
-from ..workers import check_until, python_spec
+from ..workers import check_until, python_spec, worker_kind
 from ._config import RuntimeConfig
 from ._plan_files import read_plan_now, read_task_now
 
@@ -106,7 +106,26 @@ def build_spec(
             f"notify_on names {', '.join(spec.notify_on)} but the loop has no notify URL to "
             "send them to: add --notify URL (notify=), or set [notify] urls in loopactors.toml"
         )
-    return validate_spec(spec, max_rounds=config.max_rounds)
+    spec = validate_spec(spec, max_rounds=config.max_rounds)
+    if options.get("max_cost_usd") is not None:  # the loop's own, not the node's default
+        _check_cost_reported(spec.worker)
+    return spec
+
+
+def _check_cost_reported(worker: str) -> None:
+    """A dollar budget asked for a loop whose worker never reports a cost would never be
+    reached: refused, naming the budgets that hold for it (docs/loops.md, Dollar budget)."""
+    try:
+        kind = worker_kind(worker)
+    except ValueError:
+        return  # a malformed spec: said when the worker is checked
+    if kind is not None and not kind.reports_cost:
+        raise LoopSyntaxError(
+            f"max_cost_usd cannot be kept for a {kind.name} loop: {kind.name} rounds report "
+            "no cost (their cost_usd is always 0); cap its tokens (--token-budget N, "
+            "max_tokens) or its time (max_seconds) instead, or use a worker that reports "
+            "cost (claude, aider, a python function)"
+        )
 
 
 def _parse(text: str, prompt_file: Any) -> ParsedLoop:

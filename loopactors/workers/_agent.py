@@ -380,4 +380,5 @@ KIND = WorkerKind(
     workspace="spec",
     pin_workspace=in_workspace,
     served_by_default=True,
+    reports_cost=False,  # its rounds' cost_usd is always 0
 )

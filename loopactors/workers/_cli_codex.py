@@ -255,4 +255,4 @@ class CodexAdapter(CliAdapter):
         return _CodexStream()
 
 
-KIND = cli_worker_kind(CodexAdapter())
+KIND = cli_worker_kind(CodexAdapter(), reports_cost=False)  # docs/agent-clis.md, Codex

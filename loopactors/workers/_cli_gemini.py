@@ -235,4 +235,4 @@ def _root_owned_and_closed(path: Path) -> bool:
     return True
 
 
-KIND = cli_worker_kind(GeminiAdapter())
+KIND = cli_worker_kind(GeminiAdapter(), reports_cost=False)  # docs/agent-clis.md, Gemini

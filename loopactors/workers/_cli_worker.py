@@ -483,8 +483,9 @@ class CliWorkerKind(WorkerKind):
     adapter: CliAdapter
 
 
-def cli_worker_kind(adapter: CliAdapter) -> CliWorkerKind:
-    """The worker kind of a CLI adapter, to register like any kind."""
+def cli_worker_kind(adapter: CliAdapter, *, reports_cost: bool = True) -> CliWorkerKind:
+    """The worker kind of a CLI adapter, to register like any kind; ``reports_cost``
+    ``False`` for a CLI that says nothing of what a run cost."""
 
     def build(options: str, kill_grace: float) -> Worker:
         return CliAgentWorker(adapter, parse_cli_options(adapter, options), kill_grace=kill_grace)
@@ -511,4 +512,5 @@ def cli_worker_kind(adapter: CliAdapter) -> CliWorkerKind:
         check_form=check_form,
         workspace="round",
         pin_workspace=pin_workspace,
+        reports_cost=reports_cost,
     )

@@ -351,4 +351,5 @@ KIND = WorkerKind(
     local_resources=True,  # the executable must exist where the rounds run
     check_form=_check_form,
     served_by_default=True,
+    reports_cost=False,  # its rounds' cost_usd is always 0
 )

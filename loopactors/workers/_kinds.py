@@ -63,6 +63,9 @@ class WorkerKind:
     #: Its rounds need no model and do no work (the scripted kind): where it is used by
     #: default, the command line says so.
     stand_in: bool = False
+    #: Its rounds say what they cost (``cost_usd``), so a dollar budget (``max_cost_usd``)
+    #: can be kept; ``False`` where a round's cost is always 0 and such a budget is refused.
+    reports_cost: bool = True
 
 
 _KINDS: Registry[WorkerKind] = Registry("worker kind", group="loopactors.worker_kinds")

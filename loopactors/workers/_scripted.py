@@ -184,4 +184,5 @@ KIND = WorkerKind(
     stable_spec=True,
     served_by_default=True,
     stand_in=True,
+    reports_cost=False,  # its rounds' cost_usd is always 0
 )

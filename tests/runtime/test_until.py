@@ -183,6 +183,30 @@ async def test_a_dollar_budget_stops_the_loop_before_a_round_over_it(tmp_path: P
     assert final.reason == "$1.2000 spent of a budget of $1.0000"
 
 
+@pytest.mark.parametrize("worker", ["scripted", "command:true", "codex", "gemini", "agent"])
+async def test_a_dollar_budget_for_a_worker_that_reports_no_cost_is_refused(
+    tmp_path: Path, worker: str
+) -> None:
+    # Its rounds' cost_usd is always 0: the budget would never be reached. Said, naming the
+    # budgets that do hold for it, instead of a cap that is not one.
+    kind = worker.partition(":")[0]
+    async with open_runtime(sqlite_config(tmp_path / "state")) as rt:
+        with pytest.raises(LoopSyntaxError) as info:
+            await rt.start("|loop:2| t", worker=worker, max_cost_usd=5.0)
+        assert await rt.loops() == []
+    said = str(info.value)
+    assert f"max_cost_usd cannot be kept for a {kind} loop" in said
+    assert "--token-budget N" in said
+    assert "claude, aider" in said
+
+
+async def test_a_node_wide_dollar_budget_does_not_refuse_such_loops(tmp_path: Path) -> None:
+    config = sqlite_config(tmp_path / "state").replace(breaker={"max_cost_usd": 5.0})
+    async with open_runtime(config) as rt:
+        final = await (await rt.start("|loop:1| t", worker="scripted")).wait()
+    assert final.phase == "complete"
+
+
 async def test_the_watchdog_gives_a_round_its_checks_time_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
