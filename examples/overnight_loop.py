@@ -12,7 +12,8 @@ and runs the CLI as the worker with
 - ``plan``: each round is told the next open task of fix_plan.md and ticks it off;
 - ``until="python3 test_calc.py"``: the loop is complete only once the test passes, whatever
   the agent says; a failing run's output goes into the next round's prompt;
-- ``max_cost_usd=2.0``: no round starts once the loop has spent two dollars;
+- ``max_cost_usd=2.0``: no round starts once the loop has spent two dollars (for the CLIs
+  that report cost, claude and aider; codex and gemini get ``max_tokens`` instead);
 - ``notify``: the receiver is told how the loop ended.
 
 It prints each round (status, tasks done, the check, cost), the end, and the notification the
@@ -37,7 +38,7 @@ import trio
 from loopactors import open_runtime
 from loopactors.errors import WorkerSpecError
 from loopactors.loops import RoundDeferred, RoundFinished
-from loopactors.workers import parse_worker
+from loopactors.workers import parse_worker, worker_kind
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a + b\n"
 TEST = (
@@ -99,6 +100,13 @@ async def main(kind: str, where: str | None) -> int:
         except WorkerSpecError as exc:
             print(exc)
             return 0
+        # A dollar budget where the CLI reports cost; else a token budget (docs/loops.md).
+        known = worker_kind(worker)
+        budget = (
+            {"max_cost_usd": 2.0}
+            if known is None or known.reports_cost
+            else {"max_tokens": 2_000_000}
+        )
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         hook = f"json://127.0.0.1:{server.server_address[1]}/overnight"
@@ -109,7 +117,7 @@ async def main(kind: str, where: str | None) -> int:
                     worker=worker,
                     plan=str(project / "fix_plan.md"),
                     until="python3 test_calc.py",
-                    max_cost_usd=2.0,
+                    **budget,
                     notify=(hook,),
                     notify_on=("loop_finished", "budget_reached"),
                 )
