@@ -213,11 +213,17 @@ class SplitServer:
 
     async def _hand_over(self, stream: trio.SocketStream, raw: bytes, remote: str) -> None:
         replay = _ReplayStream(stream, raw, remote)
-        try:
-            with trio.move_on_after(self.admission.handshake_timeout):
+        handed = False
+        with trio.move_on_after(self.admission.handshake_timeout):
+            with contextlib.suppress(trio.BrokenResourceError):  # the server stopped
                 await self.upgrades._send.send(replay)
-        except trio.BrokenResourceError:
-            return  # the websocket server stopped: the connection is closed on return
+                handed = True
+        if not handed:
+            # A 503 the client retries, rather than a connection held unanswered until the
+            # gateway stops (a client waits for the upgrade's answer), or closed without one.
+            busy = "the node is busy: try again in a moment"
+            await _send(stream, HttpResponse.text(503, busy, headers=(("Retry-After", "1"),)))
+            return
         # The websocket server owns the stream now; it closes it when the client is done, or
         # the server stops (then this ends too, and the admission closes the stream).
         async with trio.open_nursery() as nursery:

@@ -13,7 +13,7 @@ import trio
 from trio_websocket import open_websocket_url, serve_websocket
 
 from loopactors.client import ConnectionLost, connect
-from loopactors.gateway import GatewaySettings, open_gateway
+from loopactors.gateway import GatewaySettings, _http, open_gateway
 from loopactors.loops import LoopPaused
 from loopactors.runtime import Gap, open_runtime
 from loopactors.runtime._events import EventBus
@@ -247,3 +247,39 @@ async def test_an_upgrade_read_as_the_gateway_shuts_down_gets_503(live_node: Liv
     finally:
         gateway.http._hand_over = hand_over  # type: ignore[method-assign]
         gateway.accepting = True
+
+
+async def test_an_upgrade_the_websocket_server_does_not_take_in_time_gets_503(
+    live_node: LiveNode,
+) -> None:
+    """The websocket server does not come round to an upgrade (a starved process): the
+    connection was held unanswered until the gateway stopped, and its client waited for
+    ever. It gets a 503 the client can retry instead."""
+    from loopactors.gateway._gateway import Gateway
+
+    gateway_ref = live_node.runtime.node.whereis("gateway")
+    assert gateway_ref is not None
+    gateway = gateway_ref._cell.actor
+    assert isinstance(gateway, Gateway)
+    http, hand_over = gateway.http, gateway.http._hand_over
+    upgrades, handshake_timeout = http.upgrades, gateway.admission.handshake_timeout
+
+    async def to_a_server_that_never_accepts(
+        stream: trio.SocketStream, raw: bytes, remote: str
+    ) -> None:
+        # After the head was read (within the real handshake timeout): nobody accepts from
+        # this listener, and a short wait for it keeps the test quick.
+        http.upgrades = _http.UpgradeListener()
+        gateway.admission.handshake_timeout = 0.01
+        await hand_over(stream, raw, remote)
+
+    http._hand_over = to_a_server_that_never_accepts  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ConnectionLost, match="refused with HTTP 503: the node is busy"):
+            async with connect(live_node.url, token=live_node.token, timeout=HANG):
+                pass
+    finally:
+        http._hand_over = hand_over  # type: ignore[method-assign]
+        http.upgrades, gateway.admission.handshake_timeout = upgrades, handshake_timeout
+    async with connect(live_node.url, token=live_node.token) as client:  # served again
+        assert await client.ping() > 0
