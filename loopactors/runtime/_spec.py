@@ -101,6 +101,11 @@ def build_spec(
         spec = msgspec.convert(fields, LoopSpec)
     except msgspec.ValidationError as exc:
         raise LoopSyntaxError(f"invalid loop option: {exc}") from None
+    if options.get("until_timeout") is not None and spec.until is None:  # a timeout of nothing
+        raise LoopSyntaxError(
+            "until_timeout is given but the loop has no until check to time: add --until CMD "
+            '(until="CMD"), or set until in loopactors.toml'
+        )
     if options.get("notify_on") and not spec.notify:  # events for no one: not ignored
         raise LoopSyntaxError(
             f"notify_on names {', '.join(spec.notify_on)} but the loop has no notify URL to "

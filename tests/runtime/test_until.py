@@ -183,6 +183,14 @@ async def test_a_dollar_budget_stops_the_loop_before_a_round_over_it(tmp_path: P
     assert final.reason == "$1.2000 spent of a budget of $1.0000"
 
 
+async def test_an_until_timeout_without_a_check_is_refused_not_ignored(tmp_path: Path) -> None:
+    async with open_runtime(sqlite_config(tmp_path / "state")) as rt:
+        with pytest.raises(LoopSyntaxError, match="no until check to time: add --until CMD"):
+            await rt.start("|loop:1| t", worker="scripted", until_timeout=5.0)
+        spec = rt.build_spec('|loop:1 until="true"| t', until_timeout=5.0)
+    assert (spec.until, spec.until_timeout) == ("true", 5.0)
+
+
 @pytest.mark.parametrize("worker", ["scripted", "command:true", "codex", "gemini", "agent"])
 async def test_a_dollar_budget_for_a_worker_that_reports_no_cost_is_refused(
     tmp_path: Path, worker: str
