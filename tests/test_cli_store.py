@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -170,6 +171,14 @@ def test_a_killed_nodes_loops_are_taken_over_by_the_next_node(
     first.proc.stderr.close()
     # Restarted on the same machine: the holder's process is gone, so no 30 s wait.
     successor = NodeProcess(tmp_path / "b", *options)
+    # `status` on the store, from anywhere, shows who holds it and who held it.
+    status = cli("status", "--store", postgres_url, state=tmp_path / "elsewhere")
+    assert status.returncode == 0, status.stderr
+    holder, killed, seeder = [line for line in status.stdout.splitlines() if "(host " in line]
+    live = r"node node-\S+ \(host \S+, pid \d+\): live, lease ends in [\d.]+ s"
+    assert re.fullmatch(live, holder)
+    assert re.fullmatch(r"node node-\S+ .*: dead \(declared so by node-\S+\)", killed)
+    assert re.fullmatch(r"node command-\S+ .*: left", seeder)  # the write that seeded it
     _until(postgres_url, "SELECT phase FROM loops", [("complete",)])
     rounds = _rows(postgres_url, "SELECT round, status FROM rounds ORDER BY round")
     assert rounds == [(n, "completed") for n in range(1, 21)]  # each once, none lost

@@ -33,7 +33,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..client import NodeClient
     from ..runtime import BudgetSettings, Runtime, RuntimeConfig
-    from ..storage import StoreBackend
+    from ..storage import NodeLease, StoreBackend
 
 __all__ = [
     "LoopControl",
@@ -193,6 +193,11 @@ class StoredLoops:
 
         return open_backend(self._url().text, self.state_dir)
 
+    async def nodes(self) -> list[NodeLease]:
+        """The node incarnations that held the store (a shared store's leases)."""
+        with self._reading() as backend:
+            return [] if backend is None else list(backend.nodes())
+
     def open_store(self, *, missing_ok: bool = False) -> StoreBackend | None:
         """The store, opened read-only; None if there is none yet. For a store in local
         files, a path that is not a directory is an error, and so is a missing directory
@@ -296,6 +301,9 @@ async def show_status(
         print_rows(console, final_table(states, title=_status_title(control, states)))
     else:
         console.print(empty)
+    if isinstance(control, StoredLoops) and args.loop_id is None:
+        for lease in await control.nodes():
+            console.print(_node_line(lease), markup=False, highlight=False, soft_wrap=True)
     if budget is not None and args.loop_id is None:
         for line in await _spent_today(control, states, budget):
             console.print(line, markup=False, highlight=False)
@@ -342,6 +350,14 @@ def _status_title(control: LoopControl, states: list[LoopState]) -> str:
     live = sum(not s.terminal for s in states)
     where = f" in {control.state_dir}" if isinstance(control, StoredLoops) else ""
     return f"{len(states)} loop(s){where}, {live} live"
+
+
+def _node_line(lease: NodeLease) -> str:
+    """``node ID (host H, pid P): live, lease ends in 8.2 s`` for one line of ``status``."""
+    head = f"node {lease.node_id} (host {lease.host}, pid {lease.pid}): {lease.state}"
+    if lease.lease_left is not None:
+        return f"{head}, lease ends in {max(lease.lease_left, 0.0):.1f} s"
+    return f"{head} (declared so by {lease.dead_by})" if lease.dead_by else head
 
 
 async def show_history(

@@ -16,6 +16,7 @@ from ._base import COMMIT_BUCKETS as COMMIT_BUCKETS
 from ._base import DB_FILENAME as DB_FILENAME
 from ._base import PRUNE_BATCH as PRUNE_BATCH
 from ._base import CommitLatency as CommitLatency
+from ._base import NodeLease as NodeLease
 from ._base import PruneReport as PruneReport
 from ._base import QueuedNotification as QueuedNotification
 from ._base import StoreBackend as StoreBackend
@@ -39,6 +40,7 @@ __all__ = [
     "PRUNE_BATCH",
     "CommitLatency",
     "MemoryBackend",
+    "NodeLease",
     "PruneReport",
     "QueuedNotification",
     "SqliteBackend",

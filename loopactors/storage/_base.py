@@ -30,6 +30,7 @@ __all__ = [
     "COMMIT_BUCKETS",
     "DB_FILENAME",
     "CommitLatency",
+    "NodeLease",
     "PruneReport",
     "QueuedNotification",
     "StoreBackend",
@@ -73,6 +74,19 @@ def queued_by(writes: Sequence[Write]) -> list[Notification]:
                 write.state, write.events, failing_checks=write.state.failing_checks
             )
     return found
+
+
+class NodeLease(msgspec.Struct, frozen=True, kw_only=True):
+    """A node incarnation that held a shared store's lease (docs/multinode.md)."""
+
+    node_id: str
+    host: str
+    pid: int
+    #: ``live`` (holds it), ``left`` (stopped), ``dead`` (declared dead by ``dead_by``).
+    state: str
+    #: Seconds its lease has left on the database's clock (live ones only).
+    lease_left: float | None = None
+    dead_by: str | None = None
 
 
 class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -311,6 +325,11 @@ class StoreBackend(abc.ABC):
                 raise StoreError(f"{exc}{total.so_far()}") from exc
             total = total.plus(report)
         return total
+
+    def nodes(self) -> list[NodeLease]:
+        """The node incarnations that held this store, newest first (a shared store's
+        leases; a store of one process or file has none)."""
+        return []
 
     @abc.abstractmethod
     def statistics(self) -> StoreStatistics: ...

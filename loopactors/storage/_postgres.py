@@ -39,6 +39,7 @@ from ..loops import (
 from ._base import (
     PRUNE_BATCH,
     PRUNE_SCAN,
+    NodeLease,
     PruneReport,
     QueuedNotification,
     StoreBackend,
@@ -526,6 +527,20 @@ class PostgresBackend(StoreBackend):
         if sum(1 for _, is_due in scanned if is_due) > len(taken):
             return report, taken[-1]
         return report, (scanned[-1][0] if len(scanned) == PRUNE_SCAN else None)
+
+    def nodes(self) -> list[NodeLease]:
+        query = (
+            "SELECT node_id, host, pid, state, CASE WHEN state = 'live' THEN "
+            "extract(epoch FROM expires_at - clock_timestamp())::float8 END, dead_by "
+            "FROM nodes ORDER BY started_at DESC LIMIT 20"
+        )
+        with self._reading():
+            return [
+                NodeLease(
+                    node_id=node_id, host=host, pid=pid, state=state, lease_left=left, dead_by=by
+                )
+                for node_id, host, pid, state, left, by in self._conn.execute(query)
+            ]
 
     def statistics(self) -> StoreStatistics:
         query = """SELECT (SELECT count(*) FROM loops),
