@@ -400,7 +400,11 @@ class _WorkerProcess:
                         cwd=backend.workspace_of(request),
                         timeout=request.until_timeout,
                         kill_grace=self.s.kill_grace,
-                        env={"LOOPACTORS_LOOP_ID": request.loop_id, **request.env},
+                        env={
+                            "LOOPACTORS_LOOP_ID": request.loop_id,
+                            "LOOPACTORS_ROUND": str(request.round),
+                            **request.env,
+                        },
                         max_output_bytes=request.max_output_bytes,
                     )
                     result = msgspec.structs.replace(result, check=check)

@@ -405,3 +405,19 @@ def drain(subscription: Any) -> list[Any]:
             taken.append(subscription.receive_nowait())
         except trio.WouldBlock:
             return taken
+
+
+async def test_the_until_check_runs_on_the_worker_with_the_documented_environment(
+    node: Runtime, redis_server: RedisServer, workers: Workers
+) -> None:
+    # docs/loops.md: the check runs where the round ran, with LOOPACTORS_LOOP_ID and
+    # LOOPACTORS_ROUND set, as in the node's own process.
+    await workers.start(redis_server.url(), "w1")
+    until = 'echo "loop=$LOOPACTORS_LOOP_ID round=$LOOPACTORS_ROUND"; exit 1'
+    loop = await node.start("|loop:2,fresh| work", worker=NAMED, until=until)
+    final = await loop.wait()
+    assert final.trigger == "until_not_met"
+    checks = [r.check for r in await loop.history()]
+    assert [c.output.strip() if c else None for c in checks] == [
+        f"loop={loop.loop_id} round={n}" for n in (1, 2)
+    ]
