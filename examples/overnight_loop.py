@@ -126,7 +126,11 @@ async def main(kind: str, where: str | None) -> int:
             for record in rounds:
                 check = getattr(record, "check", None)
                 if check is not None:
-                    verdict = "passed" if check.exit_code == 0 else f"failed ({check.exit_code})"
+                    verdict = (
+                        "passed"
+                        if check.exit_code == 0
+                        else f"failed ({check.error or f'exit {check.exit_code}'})"
+                    )
                     print(f"round {record.round} check: {verdict}")
             print(f"loop {final.phase}: {final.reason or ''} (total ${final.cost_usd:.4f})")
             # The runtime tries what is due before it closes; the receiver has it by now.

@@ -351,7 +351,7 @@ def test_overnight_loop_with_the_real_claude_code_against_a_fake_endpoint(
     lines = result.stdout.splitlines()
     rounds = [line for line in lines if re.match(r"round \d+: completed", line)]
     assert [r.split(",")[1].strip() for r in rounds] == ["tasks 1/2", "tasks 2/2"]
-    assert "round 1 check: failed (1)" in lines
+    assert "round 1 check: failed (exit 1)" in lines
     assert "round 2 check: passed" in lines
     assert any(line.startswith("loop complete: ") for line in lines)
     assert any(re.fullmatch(r"notified: loop \S+ complete", line) for line in lines)
