@@ -360,8 +360,8 @@ class NodeClient:
         ws: WebSocketConnection = await nursery.start(self._connection)
         hello = Hello(id=0, protocol=PROTOCOL_VERSION, token=self._token, client=self.client_name)
         try:
-            await ws.send_message(_encode(hello).decode())
             with trio.fail_after(self.timeout):
+                await ws.send_message(_encode(hello).decode())
                 frame = _decode_frame(await ws.get_message())
         except (msgspec.DecodeError, RecursionError):
             await ws.aclose()
