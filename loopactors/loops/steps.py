@@ -642,10 +642,10 @@ def decide(
     round."""
     state = run.state
     nxt = next_phase(state)
-    if nxt == "complete" and state.spec.until is not None:
+    last = state.last_check
+    if nxt == "complete" and state.spec.until is not None and (last is None or not last.passed):
         # The rounds ran out before the check passed: not a success (it passing completes
         # the loop at once, in after_round).
-        last = state.last_check
         how = "never ran" if last is None else f"still failed after round {state.round}"
         return finish(
             run,
@@ -656,6 +656,25 @@ def decide(
             reason=f"the {state.spec.rounds} rounds ran out and the check `{state.spec.until}` "
             f"{how}",
             trigger="until_not_met",
+        )
+    if nxt == "complete" and state.spec.plan is not None and not _plan_all_done(state):
+        # The rounds ran out with tasks of the plan still open: not a success either (every
+        # task done completes the loop at once, in after_round; docs/plans.md).
+        progress = (
+            "could not be read"
+            if state.tasks_total is None
+            else f"has {state.tasks_total - (state.tasks_done or 0)} of its "
+            f"{state.tasks_total} tasks still open"
+        )
+        return finish(
+            run,
+            "escalated",
+            now,
+            record=record,
+            events=events,
+            reason=f"the {state.spec.rounds} rounds ran out and the plan {state.spec.plan} "
+            f"{progress}",
+            trigger="plan_not_done",
         )
     if nxt in ("complete", "cancelled"):
         return finish(run, nxt, now, record=record, events=events)
@@ -681,6 +700,12 @@ def decide(
     run, save = _save(run, following, record, events)
     run, effects = next_round(run, now)
     return run, [save, *effects]
+
+
+def _plan_all_done(state: LoopState) -> bool:
+    """Whether a plan-driven loop's plan, as last read, has every task done."""
+    total = state.tasks_total
+    return total is not None and state.tasks_done is not None and state.tasks_done >= total
 
 
 # -- recovery -------------------------------------------------------------------------------

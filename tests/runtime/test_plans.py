@@ -84,10 +84,22 @@ async def test_a_plan_the_agent_breaks_is_reported_in_the_next_prompt(tmp_path: 
         plan.write_text("the agent replaced the whole file\n")
         final = await handle.wait()
         rounds = await handle.history()
-    assert final.phase == "complete"  # its rounds ran; the plan was never all done
+    # Its rounds ran out with the plan never all done: not a success.
+    assert (final.phase, final.trigger) == ("escalated", "plan_not_done")
     assert rounds[0].tasks_total is None  # unreadable after round 1: nothing recorded
     assert f"the plan {plan} has no tasks" in plan_fns.PROMPTS[1]
     assert "Fix it first." in plan_fns.PROMPTS[1]
+
+
+async def test_rounds_that_run_out_with_tasks_open_escalate(tmp_path: Path) -> None:
+    plan = checklist(tmp_path)
+    async with open_runtime(memory_config()) as rt:
+        handle = await rt.start("|loop:2| Fix it.", worker=IDLE, plan=str(plan))
+        final = await handle.wait()
+    assert (final.phase, final.trigger) == ("escalated", "plan_not_done")
+    assert final.reason == (
+        f"the 2 rounds ran out and the plan {plan} has 2 of its 3 tasks still open"
+    )
 
 
 async def test_a_missing_or_bad_plan_is_refused_at_start(tmp_path: Path) -> None:
