@@ -309,9 +309,13 @@ class PartsGrouper:
     """
 
     __slots__ = (
+        "_common_bit",
         "_counts_by_size",
+        "_head_cmasks",
         "_head_counts",
         "_head_empty",
+        "_head_sizes",
+        "_head_uncommon",
         "_index",
         "_many_empty",
         "_wide_empty",
@@ -324,6 +328,12 @@ class PartsGrouper:
         self.threshold = threshold
         self.common = common
         self.heads = TextList()
+        #: A bit for each common gram, and each head's size, common grams (as those bits)
+        #: and count of other grams: an exact bound that spares most exact tests.
+        self._common_bit = {gram: bit for bit, gram in enumerate(sorted(common))}
+        self._head_sizes = array("i")
+        self._head_cmasks: list[int] = []
+        self._head_uncommon = array("i")
         #: A head's part count and empty parts (it is indexed under that count only).
         self._head_counts = array("i")
         #: Empty parts of heads of at most 64 parts (most), and of the others.
@@ -340,6 +350,7 @@ class PartsGrouper:
         self._index = _KeyIndex()
         self._counts_by_size.clear()
         self._many_empty.clear()
+        self._head_cmasks.clear()
 
     def _agreeing_empty_parts(self, count: int, parts: _Parts, sure: set[int]) -> None:
         """Add to ``sure`` the heads of ``count`` parts that may share two empty parts with
@@ -356,6 +367,35 @@ class PartsGrouper:
             return
         for key in parts.empty_pair_keys(count):
             sure.update(self._index.find(key))
+
+    def _common_mask(self, grams: frozenset[str]) -> int:
+        bits = self._common_bit
+        return _mask((bits[gram] for gram in grams if gram in bits), len(bits) // 8 + 1)
+
+    def _first_similar(self, sure: set[int], grams: frozenset[str], cmask: int) -> int | None:
+        """The first of ``sure`` whose head is similar enough to ``grams``, or None.
+
+        An exact bound first: the common grams both share (bit masks) plus the fewer
+        uncommon grams of the two. A candidate even that many shared grams cannot make
+        similar enough is refused without rebuilding its head's grams.
+        """
+        threshold = self.threshold
+        size = len(grams)
+        uncommon = size - cmask.bit_count()
+        sizes, cmasks, uncommons = self._head_sizes, self._head_cmasks, self._head_uncommon
+        heads = self.heads
+        for group in sorted(sure):
+            other = sizes[group]
+            bound = (cmask & cmasks[group]).bit_count() + min(uncommon, uncommons[group])
+            # I / (|A| + |B| - I) grows with I, and so does its correctly rounded value.
+            if bound / (other + size - bound) < threshold:
+                continue
+            head = trigrams(heads[group])
+            shared = len(head & grams)
+            # The same integers and the one division of calculate_similarity.
+            if shared / (len(head) + size - shared) >= threshold:
+                return group
+        return None
 
     def add(self, sig: str) -> int:
         """The group ``sig`` joins: the first whose head is similar enough, or a new one."""
@@ -396,14 +436,15 @@ class PartsGrouper:
                 if empty & parts_by_count[count].empty:  # one non-empty and one empty part
                     sure.add(group)
         heads = self.heads
-        for group in sorted(sure):
-            head = trigrams(heads[group])
-            shared = len(head & grams)
-            # The same integers and the one division of calculate_similarity.
-            if shared / (len(head) + size - shared) >= threshold:
-                return group
+        cmask = self._common_mask(grams)
+        found = self._first_similar(sure, grams, cmask)
+        if found is not None:
+            return found
         group = len(heads)
         heads.append(sig)
+        self._head_sizes.append(size)
+        self._head_cmasks.append(cmask)
+        self._head_uncommon.append(size - cmask.bit_count())
         own = _part_count(size, threshold)
         parts = parts_by_count.get(own) or _Parts(hashes, own)
         self._head_counts.append(own)
