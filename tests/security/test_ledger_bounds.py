@@ -129,7 +129,7 @@ def test_distinct_errors_of_one_vocabulary_need_no_exact_test_per_pair(
     """Errors made of the same few words (common grams everywhere: every head was a candidate,
     5,000 took minutes) are refused by the exact bound, without rebuilding head grams."""
     built = 0
-    real = _grouping.trigrams
+    real = trigrams
 
     def counted(text: str) -> frozenset[str]:
         nonlocal built
