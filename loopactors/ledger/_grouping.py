@@ -17,11 +17,17 @@ lowest index first. Two filters, both standard for set-similarity joins:
   first), two sets that overlap in at least ``k`` elements share an element within their first
   ``len - k + 1`` elements; a positional bound (PPJoin) drops most of the groups found.
 
+- Counts (when the parts make more than ``_DENSE_AFTER`` heads candidates: a long text
+  shared by every error, distinct tails). Every head's uncommon grams are indexed, so the
+  grams a signature shares with each head are counted, not tested; heads of one size and
+  common-gram count are refused together (``_DenseIndex``).
+
 No group that passes the exact test is ever missed.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from array import array
 from bisect import bisect_right
@@ -311,6 +317,7 @@ class PartsGrouper:
     __slots__ = (
         "_common_bit",
         "_counts_by_size",
+        "_dense",
         "_head_cmasks",
         "_head_counts",
         "_head_empty",
@@ -344,6 +351,8 @@ class PartsGrouper:
         # key -> the groups whose head has that part; a collision only adds a candidate
         self._index = _KeyIndex()
         self._counts_by_size: dict[int, tuple[int, ...]] = {}
+        #: Set once the parts make too many heads candidates (see :class:`_DenseIndex`).
+        self._dense: _DenseIndex | None = None
 
     def release_index(self) -> None:
         """Drop the index (no more :meth:`add`): the heads are all a summary still needs."""
@@ -351,6 +360,7 @@ class PartsGrouper:
         self._counts_by_size.clear()
         self._many_empty.clear()
         self._head_cmasks.clear()
+        self._dense = None
 
     def _agreeing_empty_parts(self, count: int, parts: _Parts, sure: set[int]) -> None:
         """Add to ``sure`` the heads of ``count`` parts that may share two empty parts with
@@ -403,6 +413,8 @@ class PartsGrouper:
         grams = trigrams(sig)
         size = len(grams)
         common = self.common
+        if self._dense is not None:
+            return self._add_dense(sig, grams)
         hashes = [hash(gram) for gram in grams if gram not in common]
         probe_counts = self._counts_by_size.get(size)
         if probe_counts is None:
@@ -435,16 +447,14 @@ class PartsGrouper:
                 empty = self._head_empty[group] if count <= 64 else self._wide_empty[group]
                 if empty & parts_by_count[count].empty:  # one non-empty and one empty part
                     sure.add(group)
-        heads = self.heads
+        if len(sure) > _DENSE_AFTER:
+            self._dense = _DenseIndex(self)
+            return self._add_dense(sig, grams)
         cmask = self._common_mask(grams)
         found = self._first_similar(sure, grams, cmask)
         if found is not None:
             return found
-        group = len(heads)
-        heads.append(sig)
-        self._head_sizes.append(size)
-        self._head_cmasks.append(cmask)
-        self._head_uncommon.append(size - cmask.bit_count())
+        group = self._new_head(sig, size, cmask)
         own = _part_count(size, threshold)
         parts = parts_by_count.get(own) or _Parts(hashes, own)
         self._head_counts.append(own)
@@ -459,6 +469,132 @@ class PartsGrouper:
         else:
             index.add_group([*parts.keys, *parts.empty_pair_keys(own)])
         return group
+
+    def _new_head(self, sig: str, size: int, cmask: int) -> int:
+        group = len(self.heads)
+        self.heads.append(sig)
+        self._head_sizes.append(size)
+        self._head_cmasks.append(cmask)
+        self._head_uncommon.append(size - cmask.bit_count())
+        return group
+
+    def _add_dense(self, sig: str, grams: frozenset[str]) -> int:
+        dense = self._dense
+        assert dense is not None
+        cmask = self._common_mask(grams)
+        found = dense.first_similar(grams, cmask)
+        if found is not None:
+            return found
+        group = self._new_head(sig, len(grams), cmask)
+        dense.add(group, grams)
+        return group
+
+
+#: Candidates from the parts past which the grouper switches to :class:`_DenseIndex`.
+_DENSE_AFTER = 64
+
+
+class _DenseIndex:
+    """The exact similarity of a signature with every head, from counts instead of tests.
+
+    Common grams are counted with the heads' bit masks, the others through an index from
+    each uncommon gram to the heads that hold it: both are exact, so a head's shared grams
+    ``I`` are known without rebuilding its grams. Heads are also filed by (size, common
+    grams): for all heads of one (size, common) pair, ``I`` is at most the fewer common
+    grams of the two plus the uncommon grams shared, so a whole pair is refused at once
+    unless some head shares enough uncommon grams, which the index's counts tell. Used for
+    errors whose common grams make most heads candidates for the parts (a long shared text
+    with distinct tails just below the threshold): an exact test per pair was quadratic.
+    Costs an index entry per uncommon gram of each head (docs/ledger.md).
+    """
+
+    __slots__ = ("by_size", "grouper", "postings")
+
+    def __init__(self, grouper: PartsGrouper) -> None:
+        self.grouper = grouper
+        self.postings: dict[str, array[int]] = {}
+        #: size -> common grams -> heads
+        self.by_size: dict[int, dict[int, list[int]]] = {}
+        for group in range(len(grouper.heads)):
+            self.add(group, trigrams(grouper.heads[group]))
+
+    def add(self, group: int, grams: frozenset[str]) -> None:
+        g = self.grouper
+        postings, common = self.postings, g.common
+        for gram in grams:
+            if gram not in common:
+                found = postings.get(gram)
+                if found is None:
+                    found = postings[gram] = array("i")
+                found.append(group)
+        size = g._head_sizes[group]
+        csize = size - g._head_uncommon[group]
+        self.by_size.setdefault(size, {}).setdefault(csize, []).append(group)
+
+    def first_similar(self, grams: frozenset[str], cmask: int) -> int | None:
+        g = self.grouper
+        threshold, common, postings = g.threshold, g.common, self.postings
+        size = len(grams)
+        csize = cmask.bit_count()
+        uncommon = size - csize
+        shared = Counter(
+            itertools.chain.from_iterable(
+                postings.get(gram, ()) for gram in grams if gram not in common
+            )
+        )
+        most = max(shared.values(), default=0)
+        candidates: list[int] = []
+        # (size, common) of a head -> the fewest uncommon grams it must share to pass.
+        needs: dict[tuple[int, int], int] = {}
+        smallest = math.ceil(size * threshold / _LOOSE)
+        largest = math.floor(size / threshold * _LOOSE)
+        for other in range(smallest, largest + 1):
+            by_common = self.by_size.get(other)
+            if by_common is None:
+                continue
+            for ccount, heads in by_common.items():
+                both = min(csize, ccount)
+                cap = min(uncommon, other - ccount)
+                need = _fewest(both, cap, size + other, threshold)
+                if need is None:
+                    continue  # even every uncommon gram shared is not enough
+                if need <= 0:
+                    candidates.extend(heads)
+                elif need <= most:
+                    needs[other, ccount] = need
+        if needs:
+            low = min(needs.values())
+            sizes, uncommons = g._head_sizes, g._head_uncommon
+            for group, count in shared.items():
+                if count >= low:
+                    other = sizes[group]
+                    need = needs.get((other, other - uncommons[group]))
+                    if need is not None and count >= need:
+                        candidates.append(group)
+        cmasks = g._head_cmasks
+        sizes = g._head_sizes
+        for group in sorted(candidates):
+            common_shared = (cmask & cmasks[group]).bit_count() + shared.get(group, 0)
+            # The same integers and the one division of calculate_similarity.
+            if common_shared / (sizes[group] + size - common_shared) >= threshold:
+                return group
+        return None
+
+
+def _fewest(both: int, cap: int, total: int, threshold: float) -> int | None:
+    """The fewest shared uncommon grams ``s`` (at most ``cap``) for which ``I = both + s``
+    passes ``I / (total - I) >= threshold``, or None. The test is the exact one on the
+    bound, and ``I / (total - I)`` never falls as ``I`` grows (nor does its rounded value),
+    so every ``s`` below the answer fails."""
+    if (both + cap) / (total - both - cap) < threshold:
+        return None
+    # An estimate from the real-valued bound, then exact steps on the float test.
+    s = max(0, min(cap, math.ceil(threshold * total / (1 + threshold)) - both))
+    while s > 0 and (both + s - 1) / (total - both - s + 1) >= threshold:
+        s -= 1
+    while (both + s) / (total - both - s) < threshold:
+        s += 1
+    return s
 
 
 def _group_by_parts(signatures: Sequence[str], threshold: float) -> list[int]:

@@ -145,6 +145,64 @@ def test_distinct_errors_of_one_vocabulary_need_no_exact_test_per_pair(
     signatures = ["Error: " + " ".join(random.choice(words) for _ in range(12)) for _ in range(400)]
     groups = _grouping.group_signatures(signatures, 0.85)
     assert groups == list(range(400))  # all distinct, as the reference's scan finds
-    # Each signature's grams once or twice (the common sample, its own): no head rebuilt
-    # per pair (before: 80,000 rebuilds for 400).
-    assert built <= 2 * 400, built
+    # Each signature's grams once or twice (the common sample, its own), and each head's at
+    # most once more (when the grouper indexes heads by their uncommon grams): no head
+    # rebuilt per pair (before: 80,000 rebuilds for 400).
+    assert built <= 3 * 400, built
+
+
+def _reference_scan(signatures: list[str], threshold: float) -> list[int]:
+    heads: list[frozenset[str]] = []
+    expected = []
+    for sig in signatures:
+        grams = trigrams(sig)
+        for i, head in enumerate(heads):
+            if len(head & grams) / len(head | grams) >= threshold:
+                expected.append(i)
+                break
+        else:
+            expected.append(len(heads))
+            heads.append(grams)
+    return expected
+
+
+def test_near_threshold_errors_group_with_linear_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Errors sharing a long text, each pair just below the threshold (some above): every
+    head was a candidate and got an exact test (5,000 took minutes). Counted: the grams
+    built, and the (size, common grams) classes of heads bounded per signature, both
+    linear; the groups are the reference scan's."""
+    built = 0
+    classes = 0
+    real_trigrams, real_fewest = trigrams, _grouping._fewest
+
+    def counted(text: str) -> frozenset[str]:
+        nonlocal built
+        built += 1
+        return real_trigrams(text)
+
+    def fewest(*args: Any) -> int | None:
+        nonlocal classes
+        classes += 1
+        return real_fewest(*args)
+
+    monkeypatch.setattr(_grouping, "trigrams", counted)
+    monkeypatch.setattr(_grouping, "_fewest", fewest)
+    signatures = _near_threshold(2000)
+    groups = _grouping.group_signatures(signatures, 0.85)
+    assert 1 < len(set(groups)) < 2000  # some join a group, most do not
+    # Three per signature (sample, own, indexed once), plus the exact tests before the
+    # grouper switches: at most _DENSE_AFTER heads for each of as many signatures.
+    assert built <= 3 * 2000 + _grouping._DENSE_AFTER**2, built
+    assert classes <= 12 * 2000, classes
+    monkeypatch.setattr(_grouping, "trigrams", real_trigrams)
+    assert groups[:300] == _reference_scan(signatures[:300], 0.85)
+    # The same first-match groups on mixed lengths and tails (small alphabet: many match).
+    random.seed(2)
+    base = "".join(random.choice(string.ascii_lowercase + " ") for _ in range(1000))
+    mixed = [
+        base[: random.randint(850, 1000)]
+        + " "
+        + "".join(random.choice("abcdefgh") for _ in range(random.randint(40, 140)))
+        for _ in range(500)
+    ]
+    assert _grouping.group_signatures(mixed, 0.85) == _reference_scan(mixed, 0.85)
