@@ -40,7 +40,9 @@ class TextList:
     def __getitem__(self, index: int) -> str:
         ends = self._ends
         start = ends[index - 1] if index else 0
-        return self._data[start : ends[index]].decode("utf-8", "surrogatepass")
+        # Decoded from a view: a slice of the buffer would be a second copy of a long text.
+        with memoryview(self._data) as view:
+            return str(view[start : ends[index]], "utf-8", "surrogatepass")
 
 
 class TextSet:

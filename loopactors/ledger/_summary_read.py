@@ -132,7 +132,11 @@ class _Text:
             except _Refused:
                 raise _GiveUp from None
             if end >= 0 and (self.eof or end + _MARGIN <= len(buf)):
-                self.pos = end
+                if end > _BLOCK:
+                    # A long value: keep only what follows it, not a second copy of it.
+                    self.buf, self.pos = buf[end:], 0
+                else:
+                    self.pos = end
                 return value
             self.pos = pos
             if not self.more():
@@ -227,6 +231,12 @@ class StreamedSummary:
 
     def _error(self, error: str) -> None:
         pending = self._pending
+        if len(error) > _MEMO_CHARS:
+            # A long error is grouped at once and not remembered: holding it (and its
+            # signature) until the grouping starts would keep copies of a huge text.
+            self.start_grouping()
+            self.counts[self._group(error_signature(error), error)] += 1
+            return
         if pending is not None:
             held = pending.get(error)
             if held is not None:
@@ -411,7 +421,9 @@ def format_streamed_summary(summary: StreamedSummary, write: Callable[[str], obj
     if order:
         write("\nDistinct errors (most frequent first):")
         for group in order:
-            write(f"\n  ({summary.counts[group]}\u00d7) {summary.sample(group)}")
+            # The sample apart: one copy less of a long error.
+            write(f"\n  ({summary.counts[group]}\u00d7) ")
+            write(summary.sample(group))
     if len(summary.actions):
         write("\nActions tried:")
         for action in summary.actions:

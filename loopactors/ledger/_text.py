@@ -30,6 +30,9 @@ _SEPARATOR = re.compile(r"[\\/]")
 _LINE_COL = re.compile(r":\d+(?::\d+)?", re.ASCII)
 _NUMBER = re.compile(r"\b\d+\b", re.ASCII)
 _WS_RUN = re.compile(rf"[{WS_CLASS}]+")
+# A run to collapse other than a lone space: without one the collapse changes nothing, and
+# skipping it spares a copy of the text in pieces (a 20 MB error of words: ~4x the text).
+_WS_CHANGE = re.compile(rf"[{WS_CLASS}]{{2,}}|[{WS_CLASS.replace(' ', '')}]")
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 
 
@@ -41,12 +44,43 @@ def _basename(match: re.Match[str]) -> str:
 def error_signature(error: str) -> str:
     """Reduce an error or stack trace to a stable key (spec §3.1)."""
     sig = trim(_first_line(error))
-    sig = _ISO_TS.sub("<ts>", sig)
-    sig = _HEX_ADDR.sub("<addr>", sig)
-    sig = _PATH.sub(_basename, sig)
-    sig = _LINE_COL.sub("", sig)
-    sig = _NUMBER.sub("#", sig)
-    return trim(_WS_RUN.sub(" ", sig))
+    sig = _sub(_ISO_TS, "<ts>", sig)
+    sig = _sub(_HEX_ADDR, "<addr>", sig)
+    sig = _sub(_PATH, _basename, sig)
+    sig = _sub(_LINE_COL, "", sig)
+    sig = _sub(_NUMBER, "#", sig)
+    if _WS_CHANGE.search(sig):
+        sig = _sub(_WS_RUN, " ", sig)
+    return trim(sig)
+
+
+#: Texts longer than this are substituted a block of pieces at a time.
+_SUB_LONG = 1 << 16
+_SUB_PIECES = 1 << 12
+
+
+def _sub(pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str], text: str) -> str:
+    """``pattern.sub(repl, text)`` (``repl`` has no backslashes). On a long text the pieces
+    are joined a few thousand at a time: ``re.sub`` holds one string per piece until the
+    end, several times the text for a long error with many matches."""
+    if len(text) <= _SUB_LONG:
+        return pattern.sub(repl, text)
+    blocks: list[str] = []
+    pieces: list[str] = []
+    last = 0
+    for match in pattern.finditer(text):
+        pieces.append(text[last : match.start()])
+        pieces.append(repl if isinstance(repl, str) else repl(match))
+        last = match.end()
+        if len(pieces) >= _SUB_PIECES:
+            blocks.append("".join(pieces))
+            pieces.clear()
+    if last == 0:
+        return text
+    pieces.append(text[last:])
+    blocks.append("".join(pieces))
+    pieces.clear()
+    return "".join(blocks)
 
 
 def _first_line(text: str) -> str:

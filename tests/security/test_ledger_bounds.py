@@ -206,3 +206,49 @@ def test_near_threshold_errors_group_with_linear_work(monkeypatch: pytest.Monkey
         for _ in range(500)
     ]
     assert _grouping.group_signatures(mixed, 0.85) == _reference_scan(mixed, 0.85)
+
+
+def _peak(call: Any) -> tuple[Any, int]:
+    tracemalloc.start()
+    try:
+        result = call()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_signature_of_a_long_error_holds_few_copies_of_it() -> None:
+    """A long one-line error with many whitespace runs: ``re.sub`` held a string per piece
+    (about 5x the text on top of it); blocks of pieces hold about two copies."""
+    from loopactors.ledger._text import error_signature
+
+    random.seed(11)
+    text = "Error: " + "".join(
+        random.choice(string.ascii_lowercase + "  ") for _ in range(4_000_000)
+    )
+    sig, peak = _peak(lambda: error_signature(text))
+    assert sig == _text_reference_signature(text)
+    assert peak < 2.5 * len(text), peak
+
+
+def _text_reference_signature(text: str) -> str:
+    """The signature by plain ``re.sub`` (what the reference's replace chain does)."""
+    from loopactors.ledger import _text as t
+
+    sig = t.trim(t._first_line(text))
+    for pattern, repl in (
+        (t._ISO_TS, "<ts>"), (t._HEX_ADDR, "<addr>"), (t._PATH, t._basename),
+        (t._LINE_COL, ""), (t._NUMBER, "#"), (t._WS_RUN, " "),
+    ):  # fmt: skip
+        sig = pattern.sub(repl, sig)
+    return t.trim(sig)
+
+
+def test_a_long_text_is_read_back_from_the_flat_buffer_without_a_second_copy() -> None:
+    from loopactors.ledger._compact import TextList
+
+    texts = TextList()
+    texts.append("x" * 4_000_000)
+    text, peak = _peak(lambda: texts[0])
+    assert text == "x" * 4_000_000
+    assert peak < 1.2 * len(text), peak
