@@ -234,14 +234,15 @@ def test_the_signature_of_a_long_error_holds_few_copies_of_it() -> None:
 def _text_reference_signature(text: str) -> str:
     """The signature by plain ``re.sub`` (what the reference's replace chain does)."""
     from loopactors.ledger import _text as t
+    from loopactors.ledger._js import trim
 
-    sig = t.trim(t._first_line(text))
+    sig = trim(t._first_line(text))
     for pattern, repl in (
         (t._ISO_TS, "<ts>"), (t._HEX_ADDR, "<addr>"), (t._PATH, t._basename),
         (t._LINE_COL, ""), (t._NUMBER, "#"), (t._WS_RUN, " "),
     ):  # fmt: skip
         sig = pattern.sub(repl, sig)
-    return t.trim(sig)
+    return trim(sig)
 
 
 def test_a_long_text_is_read_back_from_the_flat_buffer_without_a_second_copy() -> None:
