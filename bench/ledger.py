@@ -109,6 +109,33 @@ def distinct_error_ledger(errors: int, seed: int = 7) -> dict[str, Any]:
     return {"goal": "group these", "attempts": attempts}
 
 
+def huge_error_ledger(megabytes: int, seed: int = 3) -> dict[str, Any]:
+    """One failed attempt whose error is one line of ``megabytes`` MB of words (issue 27)."""
+    rng = random.Random(seed)
+    text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz  ") for _ in range(megabytes * 10**6))
+    return {"goal": "one huge error",
+            "attempts": [{"iteration": 1, "action": "a", "outcome": "failure",
+                          "error": f"Error: {text}"}]}  # fmt: skip
+
+
+def near_threshold_ledger(errors: int, seed: int = 1) -> dict[str, Any]:
+    """Errors sharing a long text with distinct tails, each pair just below (or, by chance,
+    above) the summary's 0.85 similarity: the grouping's adversarial case (issue 27)."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    base = "".join(rng.choice(letters + " ") for _ in range(1000))
+    return {"goal": "group these",
+            "attempts": [{"iteration": i + 1, "action": "a", "outcome": "failure",
+                          "error": base + " " + "".join(rng.choice(letters) for _ in range(92))}
+                         for i in range(errors)]}  # fmt: skip
+
+
+def write_bound_ledgers(directory: Path, megabytes: int, errors: int) -> None:
+    (directory / "small.json").write_text(json.dumps(small_ledger()))
+    (directory / "huge-error.json").write_text(json.dumps(huge_error_ledger(megabytes)))
+    (directory / "near-threshold.json").write_text(json.dumps(near_threshold_ledger(errors)))
+
+
 def write_ledgers(directory: Path, attempts: int, summary_sizes: str) -> None:
     ledgers = {
         "small": small_ledger(),
@@ -227,31 +254,10 @@ def measure(
     return row
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--no-reference", action="store_true")
-    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
-    parser.add_argument("--check-attempts", type=int, default=100_000)
-    parser.add_argument("--summary-sizes", default="1000,4000,10000,50000")
-    parser.add_argument("--reference-max", type=int, default=4000)
-    parser.add_argument("--repeats", type=int, default=3, help="for the large --check cases")
-    parser.add_argument("--summary-repeats", type=int, default=1)
-    parser.add_argument("--startup-repeats", type=int, default=15)
-    parser.add_argument("--write-into", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.write_into:
-        write_ledgers(Path(args.write_into), args.check_attempts, args.summary_sizes)
-        return
-    if args.quick:
-        args.check_attempts, args.summary_sizes, args.reference_max = 2000, "200,1000", 200
-        args.repeats, args.startup_repeats = 1, 3
-    ref = None if args.no_reference else reference_cli(install=True)
-    if not args.no_reference and ref is None:
-        print("the reference is not available (needs node and npm); running loopactors alone")
-    ours = ours_cli()
-    load_before = os.getloadavg()
-
-    rows: list[dict[str, Any]] = []
+def measure_everyday(
+    args: argparse.Namespace, ours: list[str], ref: list[str] | None, rows: list[dict[str, Any]]
+) -> None:
+    """The --check and distinct-error --summary cases."""
     with tempfile.TemporaryDirectory() as tmp:
         # Written by a child process: a child's peak RSS starts from its parent's size at the
         # fork, so this process stays small.
@@ -283,7 +289,69 @@ def main() -> None:
                         repeats=args.summary_repeats)
             )  # fmt: skip
 
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
+    parser.add_argument("--check-attempts", type=int, default=100_000)
+    parser.add_argument("--summary-sizes", default="1000,4000,10000,50000")
+    parser.add_argument("--reference-max", type=int, default=4000)
+    parser.add_argument("--repeats", type=int, default=3, help="for the large --check cases")
+    parser.add_argument("--summary-repeats", type=int, default=1)
+    parser.add_argument("--startup-repeats", type=int, default=15)
+    parser.add_argument("--write-into", help=argparse.SUPPRESS)
+    parser.add_argument("--bounds-into", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--bounds-only", action="store_true",
+        help="only the issue-27 cases: one huge error, and near-threshold distinct errors",
+    )  # fmt: skip
+    parser.add_argument("--huge-error-mb", type=int, default=20)
+    parser.add_argument("--near-threshold", type=int, default=5000)
+    args = parser.parse_args()
+    if args.bounds_into:
+        write_bound_ledgers(Path(args.bounds_into), args.huge_error_mb, args.near_threshold)
+        return
+    if args.write_into:
+        write_ledgers(Path(args.write_into), args.check_attempts, args.summary_sizes)
+        return
+    if args.quick:
+        args.check_attempts, args.summary_sizes, args.reference_max = 2000, "200,1000", 200
+        args.repeats, args.startup_repeats = 1, 3
+        args.huge_error_mb, args.near_threshold = 2, 500
+    ref = None if args.no_reference else reference_cli(install=True)
+    if not args.no_reference and ref is None:
+        print("the reference is not available (needs node and npm); running loopactors alone")
+    ours = ours_cli()
+    load_before = os.getloadavg()
+
+    rows: list[dict[str, Any]] = []
+    if not args.bounds_only:
+        measure_everyday(args, ours, ref, rows)
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, __file__, "--bounds-into", tmp,
+             f"--huge-error-mb={args.huge_error_mb}", f"--near-threshold={args.near_threshold}"],
+            check=True,
+        )  # fmt: skip
+        if args.bounds_only:  # the memory baseline (see report)
+            rows.append(
+                measure("--check, 10 attempts (start-up)", Path(tmp) / "small.json",
+                        ["--check", "--json"], ours=ours, ref=None, repeats=3)
+            )  # fmt: skip
+        # The reference is left out: it groups the near-threshold errors quadratically.
+        rows.append(
+            measure(f"--summary, one {args.huge_error_mb} MB error", Path(tmp) / "huge-error.json",
+                    ["--summary"], ours=ours, ref=None, repeats=1)
+        )  # fmt: skip
+        rows.append(
+            measure(f"--summary, {args.near_threshold:,} near-threshold errors",
+                    Path(tmp) / "near-threshold.json", ["--summary", "--json"], ours=ours,
+                    ref=None,
+                    repeats=1)
+        )  # fmt: skip
     load_after = os.getloadavg()
+
     node = shutil.which("node")
     machine = {
         "machine": platform.machine(),
@@ -300,7 +368,8 @@ def main() -> None:
         # The floor of every run's peak RSS (the launcher's, see LAUNCHER).
         "launcher_rss_kib": launcher_rss(),
     }
-    report(machine, rows, [int(s) for s in args.summary_sizes.split(",")])
+    sizes = [] if args.bounds_only else [int(s) for s in args.summary_sizes.split(",")]
+    report(machine, rows, sizes)
 
 
 def report(machine: dict[str, Any], rows: list[dict[str, Any]], sizes: list[int]) -> None:

@@ -44,6 +44,10 @@ _BLOCK = 1 << 16
 #: Characters of error texts whose group is remembered (a ledger often repeats one error);
 #: forgotten all at once past this, so the memo never grows with the ledger.
 _MEMO_CHARS = 1 << 16
+#: Characters of distinct errors held before the grouping starts: the common grams are
+#: sampled from them, and a sample of a few dozen long errors has none (then errors sharing
+#: a long text make every head a candidate, docs/ledger.md).
+_SAMPLE_CHARS = 1 << 20
 
 _DECODER = JSONDecoder(parse_float=_finite, parse_constant=_refuse, object_pairs_hook=_unique)
 _SCAN = _DECODER.raw_decode
@@ -244,7 +248,7 @@ class StreamedSummary:
                 return
             pending[error] = [error_signature(error), 1]
             self._memo_chars += len(error)
-            if len(pending) >= COMMON_SAMPLE or self._memo_chars > _MEMO_CHARS:
+            if len(pending) >= COMMON_SAMPLE or self._memo_chars > _SAMPLE_CHARS:
                 self.start_grouping()
             return
         memo = self.memo
