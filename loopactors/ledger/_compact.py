@@ -8,12 +8,14 @@ round-trips).
 
 from __future__ import annotations
 
+import codecs
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = ["TextList", "TextSet"]
 
 _MAX_END = 0xFFFFFFFF
+_BLOCK = 1 << 16
 
 
 class TextList:
@@ -28,7 +30,13 @@ class TextList:
         self._ends = array("I")
 
     def append(self, text: str) -> None:
-        self._data += text.encode("utf-8", "surrogatepass")
+        if len(text) <= _BLOCK:
+            self._data += text.encode("utf-8", "surrogatepass")
+        else:
+            # A block at a time: an encoded copy of a long text beside the buffer would double
+            # it (UTF-8 encodes each code point alone, so the blocks join to the same bytes).
+            for start in range(0, len(text), _BLOCK):
+                self._data += text[start : start + _BLOCK].encode("utf-8", "surrogatepass")
         end = len(self._data)
         if end > _MAX_END and self._ends.typecode == "I":
             self._ends = array("q", self._ends)
@@ -43,6 +51,21 @@ class TextList:
         # Decoded from a view: a slice of the buffer would be a second copy of a long text.
         with memoryview(self._data) as view:
             return str(view[start : ends[index]], "utf-8", "surrogatepass")
+
+    def write(self, index: int, write: Callable[[str], object]) -> None:
+        """``write(self[index])``, a block at a time (no decoded copy of a long text)."""
+        ends = self._ends
+        start = ends[index - 1] if index else 0
+        end = ends[index]
+        if end - start <= _BLOCK:
+            write(self[index])
+            return
+        decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
+        with memoryview(self._data) as view:
+            for at in range(start, end, _BLOCK):
+                piece = view[at : min(at + _BLOCK, end)]
+                write(decoder.decode(piece, final=at + _BLOCK >= end))
+                piece.release()
 
 
 class TextSet:

@@ -308,6 +308,14 @@ class StreamedSummary:
     def sample(self, group: int) -> str:
         return self.signature(group) if self._sample_same[group] else self.samples[group]
 
+    def write_sample(self, group: int, write: Callable[[str], object]) -> None:
+        """``write(self.sample(group))``, a block at a time for a long one."""
+        if self._sample_same[group]:
+            assert self.grouper is not None
+            self.grouper.heads.write(group, write)
+        else:
+            self.samples.write(group, write)
+
     def order(self) -> list[int]:
         """Group numbers, most frequent first; ties keep creation order."""
         return sorted(range(len(self.counts)), key=self.counts.__getitem__, reverse=True)
@@ -427,7 +435,7 @@ def format_streamed_summary(summary: StreamedSummary, write: Callable[[str], obj
         for group in order:
             # The sample apart: one copy less of a long error.
             write(f"\n  ({summary.counts[group]}\u00d7) ")
-            write(summary.sample(group))
+            summary.write_sample(group, write)
     if len(summary.actions):
         write("\nActions tried:")
         for action in summary.actions:

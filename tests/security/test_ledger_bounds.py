@@ -253,3 +253,30 @@ def test_a_long_text_is_read_back_from_the_flat_buffer_without_a_second_copy() -
     text, peak = _peak(lambda: texts[0])
     assert text == "x" * 4_000_000
     assert peak < 1.2 * len(text), peak
+
+
+def test_a_long_text_goes_into_and_out_of_the_flat_buffer_a_block_at_a_time() -> None:
+    """Appending a long text held its encoded copy beside the buffer, and printing it a
+    decoded copy and an f-string copy: the blocks hold a fraction of it. Multi-byte and
+    astral characters and lone surrogates split across blocks come back the same."""
+    from loopactors.ledger._compact import TextList
+
+    text = ("ab\u00e9\U0001f600\ud800c" * 700_000)[:4_000_001]
+    texts = TextList()
+    texts.append("short")
+    size = len(text.encode("utf-8", "surrogatepass"))
+    _, peak = _peak(lambda: texts.append(text))
+    assert peak < 1.3 * size, peak  # the buffer itself (it was the buffer and a copy: 2x)
+    pieces: list[str] = []
+    _, peak = _peak(lambda: texts.write(1, pieces.append))
+    assert "".join(pieces) == text == texts[1]
+    assert max(len(p) for p in pieces) <= 1 << 16
+    written = 0
+
+    def count(piece: str) -> None:
+        nonlocal written
+        written += len(piece)
+
+    _, peak = _peak(lambda: texts.write(1, count))
+    assert written == len(text)
+    assert peak < 0.25 * len(text), peak  # a decoded copy alone: 4 bytes a character
