@@ -359,8 +359,11 @@ def test_a_plan_driven_loop_shows_its_tasks(dashboard: Dashboard, tmp_path: Path
     plan = tmp_path / "fix_plan.md"
     plan.write_text("- [x] one\n- [ ] two\n- [ ] three\n")
     run = dashboard.node.cli("run", "|loop:2,fresh| plan job", "--plan", str(plan), "--json")
-    assert run.returncode == 0, run.stderr
-    loop_id = json.loads(run.stdout.splitlines()[-1])["loop_id"]
+    # The scripted worker ticks nothing: its rounds run out with tasks open (exit 2).
+    assert run.returncode == 2, run.stderr
+    finished = json.loads(run.stdout.splitlines()[-1])
+    assert finished["trigger"] == "plan_not_done"
+    loop_id = finished["loop_id"]
     row = dashboard.row(loop_id)
     expect(row.locator("td.round")).to_contain_text("tasks 1/3", timeout=HANG_MS)
     row.locator("a.open").click()
