@@ -27,7 +27,7 @@ from ._loop_control import StoredLoops, run_offline
 # Only what the parser and the quick commands need is imported here. trio, the runtime, the
 # workers, rich and the REPL load in the commands that use them, so `status`, `history`,
 # `version` and `--help` start in about the time of importing trio and msgspec
-# (tests/test_cli_imports.py keeps it so).
+# (tests/cli/test_imports.py keeps it so).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..loops import LoopState

@@ -5,7 +5,7 @@
 implement it, so ``status``, ``history``, ``stop``, ``pause`` and ``resume LOOP_ID`` are each
 written once, below, for every target; the REPL's actions are written once over it too
 (``_repl_targets``). :class:`StoredLoops` never waits on anything: the quick commands run on it
-through :func:`run_offline`, without trio (tests/test_cli_imports.py keeps it so).
+through :func:`run_offline`, without trio (tests/cli/test_imports.py keeps it so).
 
 The agent's loop tools do not use this protocol: a worker reaches the runtime only through
 ``workers.RoundContext`` (docs/architecture.md, "Two ways to act on loops").

@@ -2,7 +2,7 @@
 
 psycopg 3, synchronous: the Store actor calls this backend in a worker thread, one call at
 a time (``StoreKind.blocking``). psycopg takes ~0.7 s to import, so it is imported when a
-``postgresql://`` store is opened, never at start-up (tests/test_cli_imports.py).
+``postgresql://`` store is opened, never at start-up (tests/cli/test_imports.py).
 
 Rows carry the msgspec-JSON of the committed objects in ``bytea`` (an output may hold NUL,
 which ``text`` and ``jsonb`` refuse); the other columns exist to be queried. Ids compare

@@ -200,7 +200,7 @@ def test_summary_of_a_valid_ledger_loads_no_msgspec(tmp_path: Path) -> None:
         "import sys; from loopactors.ledger._cli import main; code = main(sys.argv[1:]); "
         "print(code, 'msgspec' in sys.modules, file=sys.stderr)"
     )
-    # Without `site` (as tests/test_cli_imports.py runs commands): a .pth file may import
+    # Without `site` (as tests/cli/test_imports.py runs commands): a .pth file may import
     # anything at start-up.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     result = subprocess.run(

@@ -275,7 +275,7 @@ def test_config_file_is_used(tmp_path: Path) -> None:
     result = subprocess.run(
         [*CLI, "run", "|loop:1| configured", "--json"],
         capture_output=True, text=True, timeout=HANG, check=False, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert json_lines(result.stdout)[2]["tokens"] == 7

@@ -11,9 +11,8 @@ import pytest
 from loopactors.cli import main
 from loopactors.cli._address import node_ws_url
 from loopactors.errors import ConfigError
+from tests.gateway.test_cli_node import LOOPACTORS, NodeProcess
 from tests.hang import HANG
-
-from .gateway.test_cli_node import LOOPACTORS, NodeProcess
 
 # Every command that takes --connect, with the arguments it needs besides.
 COMMANDS = [

@@ -14,9 +14,8 @@ import pytest
 
 from loopactors.cli._dashboard import dashboard_url
 from loopactors.errors import ConfigError
+from tests.gateway.test_cli_node import LOOPACTORS, NodeProcess
 from tests.hang import HANG
-
-from .gateway.test_cli_node import LOOPACTORS, NodeProcess
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

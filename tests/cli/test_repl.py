@@ -16,10 +16,9 @@ import pytest
 
 from loopactors.cli._repl_commands import Command, parse_line
 from loopactors.errors import LoopSyntaxError
+from tests.codeloop.toyrepo import VALIDATE, git, make_repo, worker
+from tests.gateway.test_cli_node import NodeProcess
 from tests.hang import HANG
-
-from .codeloop.toyrepo import VALIDATE, git, make_repo, worker
-from .gateway.test_cli_node import NodeProcess
 
 
 def test_lines_parse_into_commands() -> None:

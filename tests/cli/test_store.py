@@ -14,9 +14,8 @@ from typing import Any
 
 from loopactors.loops import LoopSpec, LoopState
 from loopactors.storage import Write, open_backend
-
-from .gateway.test_cli_node import NodeProcess
-from .hang import HANG
+from tests.gateway.test_cli_node import NodeProcess
+from tests.hang import HANG
 
 CLI = [sys.executable, "-m", "loopactors"]
 
