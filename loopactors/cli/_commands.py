@@ -20,7 +20,7 @@ from .._version import __version__
 from ..errors import ConfigError, LoopactorsError
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport
-from . import _dashboard, _prune, _remote, _replay
+from . import _dashboard, _prune, _remote, _replay, _store
 from ._address import ACCEPTED, node_ws_url
 from ._loop_control import StoredLoops, run_offline
 
@@ -163,6 +163,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     _remote.add_parsers(commands, _state_options, _connect_options)
     _prune.add_parser(commands, _state_options)
+    _store.add_parser(commands)
     _dashboard.add_parser(commands, _state_options, _connect_options)
     _cli_transport.add_parsers(
         commands, worker_options=command in (None, "worker")
@@ -420,6 +421,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return run_offline(_remote.loop_command(stored, args, local=local))
     if args.command == "prune":
         return _prune.prune(args, _config(args))
+    if args.command == "store":
+        return _store.store_command(args)
     if args.command == "node":
         return _remote.run_node(args, _config(args, worker=args.worker))
     if args.command == "repl":

@@ -1,10 +1,11 @@
 """Durable state: loops, their round records and event logs.
 
 General layout: ``_base`` (the :class:`StoreBackend` interface and its records), ``_kinds``
-(stores by URL: the registry of :class:`StoreKind`), ``_memory`` (dicts, for tests and
-demos), ``_sqlite`` (one WAL-mode SQLite file), ``_postgres`` (a PostgreSQL database shared
-by nodes; psycopg is imported only when one is opened). All are private; this module is the
-public surface, and :func:`open_store` opens a store by URL.
+(stores by URL: the registry of :class:`StoreKind`), ``_copy`` (one store's loops into
+another), ``_memory`` (dicts, for tests and demos), ``_sqlite`` (one WAL-mode SQLite file),
+``_postgres`` (a PostgreSQL database shared by nodes; psycopg is imported only when one is
+opened). All are private; this module is the public surface, and :func:`open_store` opens a
+store by URL.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from ._base import StoreBackend as StoreBackend
 from ._base import StoreStatistics as StoreStatistics
 from ._base import Write as Write
 from ._base import summary_of as summary_of
+from ._copy import CopyReport as CopyReport
+from ._copy import copy_loops as copy_loops
 from ._kinds import StoreKind as StoreKind
 from ._kinds import StoreUrl as StoreUrl
 from ._kinds import check_store as check_store
@@ -39,6 +42,7 @@ __all__ = [
     "DB_FILENAME",
     "PRUNE_BATCH",
     "CommitLatency",
+    "CopyReport",
     "MemoryBackend",
     "NodeLease",
     "PruneReport",
@@ -50,6 +54,7 @@ __all__ = [
     "StoreUrl",
     "Write",
     "check_store",
+    "copy_loops",
     "open_backend",
     "open_store",
     "parse_store",

@@ -53,6 +53,9 @@ class Write(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     state: LoopState
     round: RoundRecord | None = None
     events: tuple[AnyEvent, ...] = ()
+    #: False for history already acted on elsewhere (``copy_loops``): its events queue no
+    #: notifications, which were sent (or queued) where they happened.
+    notify: bool = True
 
 
 class QueuedNotification(msgspec.Struct, gc=False, frozen=True, kw_only=True):
@@ -69,7 +72,7 @@ def queued_by(writes: Sequence[Write]) -> list[Notification]:
     """The notifications a commit of ``writes`` queues (``loops.notifications_for``)."""
     found: list[Notification] = []
     for write in writes:
-        if write.events and write.state.spec.notify:
+        if write.notify and write.events and write.state.spec.notify:
             found += notifications_for(
                 write.state, write.events, failing_checks=write.state.failing_checks
             )
