@@ -234,3 +234,32 @@ def test_a_zombie_prunes_nothing_and_touches_no_notification(postgres_url: str) 
         closing.close()
     a.release()
     b.release()
+
+
+def test_a_transaction_stalled_on_the_lease_row_loses_to_the_server_timeout(
+    postgres_url: str,
+) -> None:
+    """A node frozen inside a transaction (SIGSTOP mid-prune) holds its lease row locked
+    FOR SHARE; the server ends that session (``idle_in_transaction_session_timeout``, 2 s),
+    so a takeover waits for that, not for as long as the node stays frozen."""
+    PostgresBackend(postgres_url, node_id="").close()
+    a = lease(postgres_url)
+    store_a = PostgresBackend(postgres_url, node_id=a.node_id)
+    store_a.commit([Write(state=state("x", 1))])
+    expire(postgres_url, a.node_id)
+    connection = store_a._conn  # the stall is in the store's own connection
+    connection.execute("BEGIN")
+    connection.execute("SELECT 1 FROM nodes WHERE node_id = %s FOR SHARE", (a.node_id,))
+    # ... and a stops here, in its transaction, holding the row.
+    b = lease(postgres_url)  # waits on the row lock until the server ends a's session
+    assert sql(
+        postgres_url, "SELECT state, dead_by FROM nodes WHERE node_id = %s", (a.node_id,)
+    ) == [("dead", b.node_id)]
+    with pytest.raises(StoreError):  # a wakes: its session is gone, it writes nothing
+        store_a.commit([Write(state=state("x", 99))])
+    store_b = PostgresBackend(postgres_url, node_id=b.node_id)
+    assert store_b.get_loop("x") == state("x", 1)
+    for closing in (store_a, store_b):
+        closing.close()
+    a.release()
+    b.release()
