@@ -64,6 +64,8 @@ class Trigger(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     check: Check | None
     standing: Standing | None = None
+    #: Its name in words, for people (the dashboard's breaker bars); ``""``: the name.
+    label: str = ""
     #: The ``LoopSpec`` field that holds its limit, and that field's default.
     limit: str | None = None
     default: float | None = None
@@ -166,12 +168,14 @@ def _elapsed(state: LoopState, now: float) -> float:
 _BUILT_IN = (
     Trigger(
         name="max_rounds",
+        label="rounds",
         check=_max_rounds,
         # Rounds run, failed ones too: the cap counts them.
         standing=lambda s, now, p: (min(p.finished, s.spec.rounds), s.spec.rounds),
     ),
     Trigger(
         name="no_progress",
+        label="no progress (same output)",
         check=_no_progress,
         standing=lambda s, now, p: (s.stale_rounds, s.spec.stale_rounds_limit),
         limit="stale_rounds_limit",
@@ -179,6 +183,7 @@ _BUILT_IN = (
     ),
     Trigger(
         name="consecutive_failures",
+        label="consecutive failures",
         check=_consecutive_failures,
         standing=lambda s, now, p: (s.consecutive_failures, s.spec.max_consecutive_failures),
         limit="max_consecutive_failures",
@@ -186,6 +191,7 @@ _BUILT_IN = (
     ),
     Trigger(
         name="unverified_claims",
+        label="unverified claims",
         check=_unverified_claims,
         standing=lambda s, now, p: (
             (s.unverified_claims, s.spec.max_unverified_claims) if s.spec.until else None
@@ -195,6 +201,7 @@ _BUILT_IN = (
     ),
     Trigger(
         name="cost_budget",
+        label="cost budget ($)",
         check=_cost_budget,
         standing=lambda s, now, p: (
             (round(s.cost_usd, 4), s.spec.max_cost_usd) if s.spec.max_cost_usd is not None else None
@@ -203,6 +210,7 @@ _BUILT_IN = (
     ),
     Trigger(
         name="token_budget",
+        label="token budget",
         check=_token_budget,
         standing=lambda s, now, p: (
             (s.tokens_used, s.spec.max_tokens) if s.spec.max_tokens is not None else None
@@ -211,6 +219,7 @@ _BUILT_IN = (
     ),
     Trigger(
         name="deadline",
+        label="time budget (s)",
         check=_deadline,
         standing=lambda s, now, p: (
             (_elapsed(s, now), s.spec.max_seconds) if s.spec.max_seconds is not None else None
@@ -221,6 +230,7 @@ _BUILT_IN = (
     # them, that many in a row are alike (by error, by action): the alike ones are the count.
     Trigger(
         name="stagnation",
+        label="stagnation (same error)",
         check=None,
         standing=lambda s, now, p: (p.same_error, s.spec.stagnation_threshold),
         limit="stagnation_threshold",
@@ -229,6 +239,7 @@ _BUILT_IN = (
     ),
     Trigger(
         name="frustration",
+        label="frustration (same action)",
         check=None,
         standing=lambda s, now, p: (p.same_action, s.spec.frustration_threshold),
         limit="frustration_threshold",

@@ -103,6 +103,8 @@ class TriggerStanding(msgspec.Struct, frozen=True, kw_only=True):
 
     #: The trigger's name as a loop's ``trigger`` gives it (docs/loops.md, "The breaker").
     trigger: str
+    #: Its name in words (the trigger table's ``label``), for people.
+    label: str = ""
     value: float
     limit: float
 
@@ -138,6 +140,9 @@ def breaker_standing(
         stood = trigger.standing(state, now, progress) if trigger.standing is not None else None
         if stood is not None:
             value, limit = stood
-            standings.append(TriggerStanding(trigger=trigger.name, value=value, limit=limit))
+            label = trigger.label or trigger.name
+            standings.append(
+                TriggerStanding(trigger=trigger.name, label=label, value=value, limit=limit)
+            )
     closest = max(standings, key=lambda t: t.value / t.limit if t.limit else 0.0)
     return BreakerStanding(triggers=standings, closest=closest.trigger)

@@ -28,6 +28,8 @@ async def test_the_new_trigger_escalates_a_loop(long_output_trigger: str) -> Non
     standing = breaker_standing(state, records, time.time())
     assert [t.trigger for t in standing.triggers][-3:] == names[-3:]
     assert standing.closest == "long_output"
+    # A trigger without a label is shown by its name.
+    assert standing.triggers[-3].label == "long_output"
 
 
 def test_a_trigger_is_registered_once_and_in_a_place_that_exists(

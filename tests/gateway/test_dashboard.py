@@ -296,16 +296,19 @@ def test_the_breaker_shows_the_ledgers_counts_and_the_closest_trigger(
     expect(breaker.locator('[data-trigger="frustration"] .count')).to_have_text("3 / 3")
     expect(breaker.locator("p.error")).to_contain_text("tripped: consecutive_failures")
 
-    async def standing() -> dict[str, str]:
+    async def standing() -> dict[str, tuple[str, str]]:
         token = (dashboard.node.state / "node.token").read_text().strip()
         async with connect(dashboard.node.url, token=token) as client:
             rounds = await client.history(loop_id)
         assert rounds.breaker is not None
-        return {t.trigger: f"{t.value:g} / {t.limit:g}" for t in rounds.breaker.triggers}
+        return {t.trigger: (t.label, f"{t.value:g} / {t.limit:g}") for t in rounds.breaker.triggers}
 
-    # Every count on the page is the node's (the ledger's similarity is computed there).
-    for trigger, text in trio.run(standing).items():
-        expect(breaker.locator(f'[data-trigger="{trigger}"] .count')).to_have_text(text)
+    # Every count and label on the page is the node's (the ledger's similarity is computed
+    # there; the labels come from its trigger table).
+    for trigger, (label, text) in trio.run(standing).items():
+        bar = breaker.locator(f'[data-trigger="{trigger}"]')
+        expect(bar.locator(".count")).to_have_text(text)
+        expect(bar.locator("span").first).to_contain_text(label)
 
 
 def test_the_docs_build_saves_the_screenshot_the_readme_shows(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loopactors.loops import LoopSpec, LoopState, RoundRecord
+from loopactors.loops import LoopSpec, LoopState, RoundRecord, triggers
 from loopactors.runtime import breaker_standing, open_runtime
 from loopactors.runtime._ledger import attempt_of
 from loopactors.testing import inject_crash
@@ -153,6 +153,11 @@ async def test_the_breaker_standing_counts_every_trigger_and_names_the_closest()
     # A finished loop's clock stopped at its last update, whatever "now" is.
     assert counts["deadline"][0] == round(final.updated_at - final.started_at, 1)
     assert standing.closest == "frustration"
+    # Each carries its label from the trigger table, for the dashboard to show.
+    labels = {t.trigger: t.label for t in standing.triggers}
+    assert labels["no_progress"] == "no progress (same output)"
+    assert labels["stagnation"] == "stagnation (same error)"
+    assert labels == {t.name: t.label for t in triggers() if t.name in labels}
 
 
 def test_the_closest_trigger_is_the_first_of_equals() -> None:

@@ -507,25 +507,16 @@ function renderLoopSummary() {
 // The breaker as the node computes it (the history answer's `breaker`): every trigger the
 // loop has, the runtime's own and the run ledger's stagnation and frustration counts, each
 // as how far the loop is towards it, the closest one marked (docs/loops.md, "The breaker").
-const TRIGGER_NAMES = {
-  max_rounds: "rounds",
-  no_progress: "no progress (same output)",
-  consecutive_failures: "consecutive failures",
-  token_budget: "token budget",
-  deadline: "time budget (s)",
-  stagnation: "stagnation (same error)",
-  frustration: "frustration (same action)",
-};
-
+// Each trigger's label comes from the node's trigger table (loops/_triggers.py).
 function renderBreaker(s) {
   const standing = openLoop && openLoop.breaker;
-  const bars = standing ? standing.triggers.map(({ trigger, value, limit }) => {
+  const bars = standing ? standing.triggers.map(({ trigger, label, value, limit }) => {
     const closest = trigger === standing.closest;
     const bar = document.createElement("div");
     bar.className = "bar" + (closest ? " closest" : "");
     bar.dataset.trigger = trigger;
     const name = document.createElement("span");
-    name.textContent = (TRIGGER_NAMES[trigger] || trigger) + (closest ? " (closest)" : "");
+    name.textContent = (label || trigger) + (closest ? " (closest)" : "");
     const track = document.createElement("div");
     track.className = "track";
     const fill = document.createElement("div");
