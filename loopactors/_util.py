@@ -39,6 +39,13 @@ def backoff_delay(attempt: int, *, first: float, cap: float, factor: float = 2.0
     return float(min(cap, delay)) if math.isfinite(delay) else float(cap)
 
 
+def positive_setting(_: Any, attribute: Any, value: float | None) -> None:
+    """An attrs validator for a setting: ``None`` or a finite number > 0 (an infinite
+    timeout or delay would make a loop, or a connection, that never finishes)."""
+    if value is not None and not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{attribute.name} must be a finite number > 0, got {value!r}")
+
+
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The one of ``choices`` a misspelt ``word`` most likely meant (``stauts``: ``status``),
     or None when none is close: what every "did you mean" of the package says."""

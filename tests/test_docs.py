@@ -26,11 +26,11 @@ from loopactors.cli._commands import EXIT_ABORTED, EXIT_USAGE, build_parser
 from loopactors.cli._follow import PHASE_EXIT
 from loopactors.codeloop._cli import build_parser as build_code_parser
 from loopactors.errors import LoopSyntaxError
+from loopactors.gateway import GatewaySettings
 from loopactors.loops import parse_loop
 from loopactors.runtime import (
     BreakerSettings,
     BudgetSettings,
-    NodeSettings,
     NotifySettings,
     RuntimeConfig,
 )
@@ -123,13 +123,14 @@ def test_each_documented_rejection_says_what_is_documented(text: str, message: s
 @pytest.mark.parametrize(
     ("cls", "first_key", "not_in_table"),
     [
-        (RuntimeConfig, "state_dir", {"node"}),  # `node` is the [node] table below
+        # `sections` holds the tables other packages own: the gateway's [node] below.
+        (RuntimeConfig, "state_dir", {"sections"}),
         (BreakerSettings, "max_consecutive_failures", set()),
-        (NodeSettings, "host", set()),
+        (GatewaySettings, "host", set()),
         (NotifySettings, "urls", set()),
         (BudgetSettings, "daily_cost_usd", set()),
     ],
-    ids=["RuntimeConfig", "BreakerSettings", "NodeSettings", "NotifySettings", "BudgetSettings"],
+    ids=["RuntimeConfig", "BreakerSettings", "GatewaySettings", "NotifySettings", "BudgetSettings"],
 )
 def test_configuration_tables_list_every_key_with_its_default(
     cls: type, first_key: str, not_in_table: set[str]

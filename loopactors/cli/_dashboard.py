@@ -64,7 +64,9 @@ def dashboard_url(node_url: str, token: str) -> str:
 def dashboard(args: argparse.Namespace, config: RuntimeConfig) -> int:
     import httpx  # noqa: PLC0415 - see the note on the imports
 
-    node = config.node
+    from ..gateway import gateway_settings  # noqa: PLC0415 - the [node] table, attrs only
+
+    node = gateway_settings(config)
     if args.connect:
         node_url = args.connect
     else:

@@ -101,12 +101,12 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
 def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
     import trio  # noqa: PLC0415 - see the note on the imports
 
-    from ..gateway import parse_listen, serve_node  # noqa: PLC0415
+    from ..gateway import gateway_settings, parse_listen, serve_node  # noqa: PLC0415
     from .schema import node_extensions  # noqa: PLC0415
 
     configure_logging(args.log_format)
     host, port = parse_listen(args.listen) if args.listen else (None, None)
-    settings = config.node.replace(  # the configuration's [node] table, then the flags
+    settings = gateway_settings(config).replace(  # the [node] table, then the flags
         host=host,
         port=port,
         token_file=args.token_file,
@@ -114,7 +114,8 @@ def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
         max_requests_per_second=args.rate_limit,
     )
     serve = functools.partial(serve_node, extensions=node_extensions())
-    return trio.run(serve, config, settings)
+    # The runtime protects the token file the flags name too (RuntimeConfig.protected_paths).
+    return trio.run(serve, config.replace(node=settings), settings)
 
 
 async def on_node(args: argparse.Namespace, token: str) -> int:

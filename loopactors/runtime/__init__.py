@@ -19,11 +19,12 @@ if TYPE_CHECKING:
     from ._api import open_runtime as open_runtime
     from ._config import BreakerSettings as BreakerSettings
     from ._config import BudgetSettings as BudgetSettings
-    from ._config import NodeSettings as NodeSettings
     from ._config import NotifySettings as NotifySettings
     from ._config import RuntimeConfig as RuntimeConfig
     from ._config import find_config as find_config
+    from ._config import forget_section as forget_section
     from ._config import load_config as load_config
+    from ._config import register_section as register_section
     from ._coordinator import new_loop_id as new_loop_id
     from ._events import Changes as Changes
     from ._events import Gap as Gap
@@ -60,7 +61,6 @@ __all__ = [
     "Gap",
     "InProcessTransport",
     "LoopHandle",
-    "NodeSettings",
     "NotifierStatistics",
     "NotifySettings",
     "RoundRun",
@@ -74,6 +74,7 @@ __all__ = [
     "build_spec",
     "check_transport",
     "find_config",
+    "forget_section",
     "forget_transport",
     "ledger_of",
     "load_config",
@@ -82,6 +83,7 @@ __all__ = [
     "open_runtime",
     "open_transport",
     "redact_url",
+    "register_section",
     "register_transport",
     "transport_kind",
     "worker_problem",
@@ -97,7 +99,6 @@ _HOMES = {
     "LoopHandle": "_api",
     "MAX_AGE": "_api",
     "NODE_URL_FILE": "_lock",
-    "NodeSettings": "_config",
     "NotifierStatistics": "_notifier",
     "BudgetSettings": "_config",
     "NotifySettings": "_config",
@@ -108,6 +109,8 @@ _HOMES = {
     "breaker_standing": "_ledger",
     "build_spec": "_spec",
     "find_config": "_config",
+    "forget_section": "_config",
+    "register_section": "_config",
     "ledger_of": "_ledger",
     "load_config": "_config",
     "lock_state_dir": "_lock",

@@ -548,9 +548,7 @@ class RuntimeRoundContext:
 
     @property
     def node_paths(self) -> tuple[str, ...]:
-        token = self._config.node.token_file
-        paths = [self._config.state_dir, *([token] if token is not None else [])]
-        return tuple(str(Path(path).resolve()) for path in paths)
+        return tuple(str(Path(path).resolve()) for path in self._config.protected_paths())
 
     async def get_loop(self, loop_id: str) -> LoopState:
         return await self.runtime.get(loop_id)

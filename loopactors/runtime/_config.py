@@ -10,13 +10,15 @@ import math
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, TypeVar
 
 import attrs
 import cattrs
 from cattrs.v import format_exception
 
+from .._plugins import Registry
 from .._util import closest, did_you_mean
+from .._util import positive_setting as _positive
 from .._workspaces import trust_config, untrusted_config
 from ..errors import ConfigError
 from ..loops import (
@@ -33,20 +35,41 @@ from ._transports import check_transport, redact_url
 __all__ = [
     "BreakerSettings",
     "BudgetSettings",
-    "NodeSettings",
     "NotifySettings",
     "RuntimeConfig",
     "find_config",
+    "forget_section",
     "load_config",
+    "register_section",
 ]
 
 CONFIG_FILE = "loopactors.toml"
 
+T = TypeVar("T")
 
-def _positive(_: Any, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    # Finite too: an infinite timeout or delay would make a loop that never finishes.
-    if value is not None and not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{attribute.name} must be a finite number > 0, got {value!r}")
+#: Tables of the configuration file that another package owns, by name, to that package's
+#: settings class (an attrs class whose every field has a default), given as
+#: ``"module:Class"`` and imported only when a file has the table or the package asks.
+_SECTIONS: Registry[type] = Registry("configuration table", group="loopactors.config_sections")
+_SECTIONS.register("node", "loopactors.gateway._settings:GatewaySettings")
+
+
+def register_section(name: str, settings: str | type) -> None:
+    """Let a package own the configuration's ``[name]`` table: it is structured into
+    ``settings`` (a class, or ``"module:Class"``) with the same checks as the runtime's own,
+    and read back with :meth:`RuntimeConfig.section`.
+
+    Raises:
+        ValueError: ``name`` is taken (by a table or one of the runtime's own options).
+    """
+    if name in _OWN_NAMES:
+        raise ValueError(f"{name!r} is one of the runtime's own options")
+    _SECTIONS.register(name, settings)
+
+
+def forget_section(name: str) -> None:
+    """Undo :func:`register_section` (a test's own table)."""
+    _SECTIONS.unregister(name)
 
 
 #: The shortest and longest ``retention_days``: a minute, a hundred years.
@@ -132,60 +155,6 @@ class BudgetSettings:
     daily_cost_usd: float | None = attrs.field(default=None, validator=_positive)
     daily_total_cost_usd: float | None = attrs.field(default=None, validator=_positive)
     reset_hour: int = attrs.field(default=0, validator=_hour)
-
-
-@attrs.frozen(kw_only=True)
-class NodeSettings:
-    """How `loopactors node` listens and what its gateway allows (``[node]`` in the
-    configuration file; flags override). Every limit is per connection unless its name says
-    otherwise; each overflow is answered with an error frame (or, for connections, a refusal),
-    never a crash."""
-
-    host: str = "127.0.0.1"
-    #: 0 picks a free port (tests); the bound port is in the gateway's statistics.
-    port: int = 8765
-    #: The operator's token file; None means ``<state_dir>/node.token`` (created on demand).
-    token_file: Path | None = None
-    #: Frames larger than this are refused with ``frame_too_large``; four times this closes
-    #: the connection (1009) before the frame is even read whole.
-    max_frame_bytes: int = attrs.field(default=1 << 20, validator=_positive)
-    max_connections: int = attrs.field(default=1_000, validator=_positive)
-    #: Connections still to send ``hello`` (per node): past it new ones are refused, so that
-    #: clients without a token cannot crowd out those with one.
-    max_unauthenticated: int = attrs.field(default=500, validator=_positive)
-    max_subscriptions: int = attrs.field(default=64, validator=_positive)
-    max_requests_per_second: float = attrs.field(default=5_000.0, validator=_positive)
-    request_burst: int = attrs.field(default=1_000, validator=_positive)
-    #: Requests of one connection being answered at once.
-    max_inflight_requests: int = attrs.field(default=256, validator=_positive)
-    #: Events queued per subscription before the client is told it missed some.
-    subscriber_queue: int = attrs.field(default=1_000, validator=_positive)
-    #: What happens to a subscriber that falls behind: a ``gap`` frame with the count of
-    #: missed events, or the connection closed (1008).
-    slow_subscriber: Literal["gap", "disconnect"] = "gap"
-    #: Largest ``limit`` of a ``status`` request for all loops (and its default).
-    max_status_loops: int = attrs.field(default=1_000, validator=_positive)
-    default_status_loops: int = attrs.field(default=100, validator=_positive)
-    #: Seconds a new connection has to send ``hello``.
-    hello_timeout: float = attrs.field(default=10.0, validator=_positive)
-    #: Seconds a new TCP connection has to send its whole request head (the websocket
-    #: upgrade); and how many may be doing so at once (per node: a new one past it drops
-    #: the oldest).
-    handshake_timeout: float = attrs.field(default=5.0, validator=_positive)
-    max_handshaking: int = attrs.field(default=64, validator=_positive)
-    #: File descriptors the gateway leaves for the runtime's own work (store, workers,
-    #: model connections): its sockets never take more than the process's limit minus these.
-    fd_reserve: int = attrs.field(default=256, validator=_positive)
-    #: A websocket ping every ``ping_interval`` s; no pong within ``ping_timeout`` s closes
-    #: the connection (a half-open peer is found and cleaned up).
-    ping_interval: float = attrs.field(default=20.0, validator=_positive)
-    ping_timeout: float = attrs.field(default=20.0, validator=_positive)
-    #: A client that takes longer than this to accept one frame is disconnected.
-    send_timeout: float = attrs.field(default=30.0, validator=_positive)
-
-    def replace(self, **changes: Any) -> NodeSettings:
-        """A copy with the changes that are not None (flags that were not given)."""
-        return attrs.evolve(self, **{k: v for k, v in changes.items() if v is not None})
 
 
 def _notify_urls(_: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
@@ -283,21 +252,46 @@ class RuntimeConfig:
     #: Where rounds run: ``inprocess`` (default), or ``redis://[:PASSWORD@]HOST:PORT/DB``
     #: (``rediss://`` for TLS) to hand them to `loopactors worker` processes (docs/scale-out.md).
     transport: str = attrs.field(default="inprocess", validator=_transport, repr=_redacted)
-    #: The standalone node's listening address and limits (`loopactors node`, docs/node.md).
-    node: NodeSettings = attrs.field(factory=NodeSettings)
     #: Days a finished loop (with its rounds and events) is kept in the store; None keeps
     #: everything. Pruned at the start, then hourly (or every tenth of this if shorter, at most
     #: once a minute).
     retention_days: float | None = attrs.field(default=None, validator=_retention)
     #: Notifications of loops (``[notify]``).
     notify: NotifySettings = attrs.field(factory=NotifySettings)
+    #: The tables other packages own, by name, as their settings classes (``[node]``: the
+    #: gateway's listening address and limits, docs/node.md); read with :meth:`section`.
+    sections: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def section(self, name: str, kind: type[T]) -> T:
+        """The ``[name]`` table as ``kind`` (the settings class of the package that owns it):
+        as configured, or ``kind``'s defaults.
+
+        Raises:
+            TypeError: the table was given as another class.
+        """
+        value = self.sections.get(name)
+        if value is None:
+            return kind()
+        if not isinstance(value, kind):
+            raise TypeError(f"[{name}] holds a {type(value).__name__}, not a {kind.__name__}")
+        return value
+
+    def protected_paths(self) -> tuple[Path, ...]:
+        """Files and directories no worker may touch: the state directory, and what each
+        table names (its ``protected_paths()``, e.g. the gateway's token file)."""
+        paths = [self.state_dir]
+        for value in self.sections.values():
+            paths.extend(getattr(value, "protected_paths", tuple)())
+        return tuple(paths)
 
     def replace(self, **changes: Any) -> RuntimeConfig:
-        """A copy with ``changes``; ``None`` values are ignored (flags that were not given)."""
+        """A copy with ``changes``; ``None`` values are ignored (flags that were not given).
+        A table another package owns is given by its name (``node=GatewaySettings(...)``)."""
         given = {k: v for k, v in changes.items() if v is not None}
-        unknown = sorted(set(given) - {a.name for a in attrs.fields(RuntimeConfig)})
+        tables = {k: given.pop(k) for k in list(given) if k not in _OWN_NAMES and k in _SECTIONS}
+        unknown = sorted(set(given) - _OWN_NAMES)
         if unknown:
-            names = [a.name for a in attrs.fields(RuntimeConfig)]
+            names = sorted(_OWN_NAMES - {"sections"})
             described = ", ".join(f"{key}{did_you_mean(key, names)}" for key in unknown)
             raise ConfigError(f"unknown runtime option(s): {described}")
         if isinstance(given.get("state_dir"), Path):
@@ -305,8 +299,14 @@ class RuntimeConfig:
         # Through the same strict converter as a file, so an option of the wrong type is
         # refused here too, naming the option.
         data = {**_converter.unstructure(self), **given}
-        return structure_config(data, "the given options")
+        del data["sections"]  # kept as they are, their classes checked them
+        sections = {**self.sections, **tables}
+        config = structure_config(data, "the given options")
+        return attrs.evolve(config, sections=sections) if sections else config
 
+
+#: The runtime's own options (and ``sections``, which holds the others' tables).
+_OWN_NAMES = frozenset(a.name for a in attrs.fields(RuntimeConfig))
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
 
@@ -369,8 +369,11 @@ def _unknown_keys(keys: list[str], cl: type) -> str:
     """Each unknown key with the one it likely meant: a close name in the same table, or the
     table a key of that name belongs in."""
     fields = attrs.fields(attrs.resolve_types(cl)) if attrs.has(cl) else ()
-    names = [f.name for f in fields]
+    names = [f.name for f in fields if f.name != "sections"]
     sections = {f.name: f.type for f in fields if isinstance(f.type, type) and attrs.has(f.type)}
+    if cl is RuntimeConfig:  # and the tables other packages own
+        names.extend(_SECTIONS.names())
+        sections.update({name: _SECTIONS[name] for name in _SECTIONS.names()})
     described = []
     for key in keys:
         hint = did_you_mean(key, names)
@@ -394,20 +397,37 @@ def _key_first(problem: str) -> str:
     return f"{key}: {message}" if key else message
 
 
-def structure_config(data: Mapping[str, Any], source: str) -> RuntimeConfig:
+def _structured(data: Any, kind: type[T], path: str) -> tuple[T | None, str]:
+    """``data`` as ``kind``, or the problems found, each led by its key."""
     try:
-        return _converter.structure(dict(data), RuntimeConfig)
+        return _converter.structure(data, kind), ""
     except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
         if isinstance(exc, cattrs.BaseValidationError):
-            problems = "; ".join(
-                _key_first(problem)
-                for problem in cattrs.transform_error(
-                    exc, path="loopactors", format_exception=_describe
-                )
-            )
-        else:
-            problems = str(exc)
-        raise ConfigError(f"invalid configuration in {source}: {problems}") from None
+            problems = cattrs.transform_error(exc, path=path, format_exception=_describe)
+            return None, "; ".join(_key_first(problem) for problem in problems)
+        prefix = path.removeprefix("loopactors").lstrip(".")
+        return None, f"{prefix}: {exc}" if prefix else str(exc)
+
+
+def structure_config(data: Mapping[str, Any], source: str) -> RuntimeConfig:
+    own = dict(data)
+    sections: dict[str, Any] = {}
+    problems = []
+    if "sections" in own:  # the field that holds the tables, not a key of a file
+        del own["sections"]
+        problems.append(_unknown_keys(["sections"], RuntimeConfig))
+    for name in [key for key in own if key not in _OWN_NAMES and key in _SECTIONS]:
+        table = own.pop(name)
+        section, problem = _structured(table, _SECTIONS[name], f"loopactors.{name}")
+        if problem:
+            problems.append(problem)
+        sections[name] = section
+    config, problem = _structured(own, RuntimeConfig, "loopactors")
+    if problem:
+        problems.insert(0, problem)
+    if problems or config is None:
+        raise ConfigError(f"invalid configuration in {source}: {'; '.join(problems)}")
+    return attrs.evolve(config, sections=sections) if sections else config
 
 
 def find_config(start: Path | None = None) -> Path | None:
@@ -450,12 +470,12 @@ def load_config(path: Path | None = None, *, search: bool = True) -> RuntimeConf
     if not config.state_dir.is_absolute():
         # A relative state directory is relative to the file that names it.
         config = attrs.evolve(config, state_dir=path.parent / config.state_dir)
-    token_file = config.node.token_file
-    if token_file is not None and not token_file.is_absolute():  # so is a token file
-        config = attrs.evolve(
-            config, node=attrs.evolve(config.node, token_file=path.parent / token_file)
-        )
-    return config
+    # So are the paths a table names (the gateway's token file).
+    sections = {
+        name: value.relative_to(path.parent) if hasattr(value, "relative_to") else value
+        for name, value in config.sections.items()
+    }
+    return attrs.evolve(config, sections=sections) if sections else config
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

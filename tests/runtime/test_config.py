@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from loopactors.errors import ConfigError
+from loopactors.gateway import GatewaySettings, gateway_settings
+from loopactors.runtime import forget_section, register_section
 from loopactors.runtime._config import BreakerSettings, RuntimeConfig, find_config, load_config
+from tests.hang import HANG
 
 
 def _write(path: Path, text: str) -> Path:
@@ -445,7 +451,7 @@ def test_the_node_table(tmp_path: Path) -> None:
         '[node]\nhost = "::1"\nport = 9000\nslow_subscriber = "disconnect"\n'
         'token_file = "secrets/node.token"\nmax_subscriptions = 8\n'
     )
-    node = load_config(tmp_path / "loopactors.toml").node
+    node = gateway_settings(load_config(tmp_path / "loopactors.toml"))
     assert (node.host, node.port, node.slow_subscriber) == ("::1", 9000, "disconnect")
     assert node.token_file == tmp_path / "secrets" / "node.token"  # next to the file
     assert node.max_subscriptions == 8
@@ -459,6 +465,77 @@ def test_the_node_table(tmp_path: Path) -> None:
         (tmp_path / "loopactors.toml").write_text(bad)
         with pytest.raises(ConfigError, match=key):
             load_config(tmp_path / "loopactors.toml")
+
+
+def test_the_node_table_is_read_without_the_gateway_server(tmp_path: Path) -> None:
+    # The gateway owns [node]; reading it loads its settings module alone (start-up cost).
+    config = _write(tmp_path / "loopactors.toml", "[node]\nport = 9001\n")
+    code = (
+        "import sys; from pathlib import Path; from loopactors.runtime import load_config; "
+        f"c = load_config(Path({str(config)!r})); "
+        "from loopactors.gateway import gateway_settings; print(gateway_settings(c).port); "
+        "print(sorted(m for m in ('trio', 'loopactors.gateway._node', 'wsproto') "
+        "if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG, check=True
+    )
+    assert result.stdout.split("\n")[:2] == ["9001", "[]"]
+
+
+def test_a_config_given_the_node_table_in_python_protects_its_token_file(tmp_path: Path) -> None:
+    token = tmp_path / "elsewhere" / "node.token"
+    config = RuntimeConfig(state_dir=tmp_path / "st").replace(
+        node=GatewaySettings(token_file=token), round_timeout=5.0
+    )
+    assert gateway_settings(config).token_file == token
+    assert config.protected_paths() == (tmp_path / "st", token)
+    assert config.replace(worker="command:true").sections == config.sections  # kept
+    assert RuntimeConfig().protected_paths() == (Path(".loopactors"),)
+
+
+@attrs.frozen
+class _ShelfSettings:
+    """A table another package owns, as a third party's would."""
+
+    shelves: int = attrs.field(default=2, validator=attrs.validators.gt(0))
+    label: str = "main"
+
+
+@pytest.fixture
+def shelf_table() -> Any:
+    register_section("shelf", _ShelfSettings)
+    yield
+    forget_section("shelf")
+
+
+@pytest.mark.usefixtures("shelf_table")
+def test_a_package_owns_its_own_table(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", '[shelf]\nshelves = 5\nlabel = "x"\n')
+    config = load_config(path)
+    assert config.section("shelf", _ShelfSettings) == _ShelfSettings(shelves=5, label="x")
+    assert RuntimeConfig().section("shelf", _ShelfSettings) == _ShelfSettings()  # defaults
+    with pytest.raises(TypeError, match=r"\[shelf\] holds a _ShelfSettings, not a GatewaySettings"):
+        config.section("shelf", GatewaySettings)
+    # Checked like the runtime's own tables: the key named, and what is accepted.
+    _write(path, '[shelf]\nshelves = "5"\nshelfs = 1\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert "shelf.shelves: invalid value for type, expected int" in str(raised.value)
+    assert "shelf: unknown key(s) shelfs (did you mean shelves?)" in str(raised.value)
+    _write(path, "shelves = 3\n")
+    with pytest.raises(ConfigError, match=r"did you mean \[shelf\] shelves\?"):
+        load_config(path)
+    with pytest.raises(ValueError, match="'worker' is one of the runtime's own options"):
+        register_section("worker", _ShelfSettings)
+    with pytest.raises(ValueError, match="'shelf' is already registered"):
+        register_section("shelf", _ShelfSettings)
+
+
+def test_sections_is_no_key_of_a_file(tmp_path: Path) -> None:
+    path = _write(tmp_path / "loopactors.toml", "[sections]\nnode = 1\n")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) sections; accepted: state_dir"):
+        load_config(path)
 
 
 @pytest.mark.parametrize(

@@ -299,7 +299,8 @@ async def test_the_runtime_names_its_state_and_token_file_to_the_agents_tools(
     """In a runtime, the agent's tools are told the node's own paths: a token file kept in
     the workspace under any name is refused, like the state directory."""
     from loopactors.agent import Transcript
-    from loopactors.runtime import NodeSettings, RuntimeConfig, open_runtime
+    from loopactors.gateway import GatewaySettings
+    from loopactors.runtime import RuntimeConfig, open_runtime
 
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -309,8 +310,8 @@ async def test_the_runtime_names_its_state_and_token_file_to_the_agents_tools(
         completion(calls=[("t", "read", {"path": "token.txt"}), ("s", "glob", {"pattern": "*"})]),
         completion("done"),
     ]
-    config = RuntimeConfig(
-        state_dir=workspace / "st", node=NodeSettings(token_file=token), shutdown_grace=5.0
+    config = RuntimeConfig(state_dir=workspace / "st", shutdown_grace=5.0).replace(
+        node=GatewaySettings(token_file=token)
     )
     with ChatServer(replies) as server:
         spec = f"agent:model=m,base_url={server.base_url},workspace={workspace},bash=off"
