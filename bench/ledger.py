@@ -130,9 +130,10 @@ def near_threshold_ledger(errors: int, seed: int = 1) -> dict[str, Any]:
                          for i in range(errors)]}  # fmt: skip
 
 
-def write_bound_ledgers(directory: Path, megabytes: int, errors: int) -> None:
+def write_bound_ledgers(directory: Path, megabytes: str, errors: int) -> None:
     (directory / "small.json").write_text(json.dumps(small_ledger()))
-    (directory / "huge-error.json").write_text(json.dumps(huge_error_ledger(megabytes)))
+    for size in megabytes.split(","):
+        (directory / f"huge-error-{size}.json").write_text(json.dumps(huge_error_ledger(int(size))))
     (directory / "near-threshold.json").write_text(json.dumps(near_threshold_ledger(errors)))
 
 
@@ -306,7 +307,13 @@ def main() -> None:
         "--bounds-only", action="store_true",
         help="only the issue-27 cases: one huge error, and near-threshold distinct errors",
     )  # fmt: skip
-    parser.add_argument("--huge-error-mb", type=int, default=20)
+    parser.add_argument(
+        "--huge-error-mb", default="20,50", help="sizes of the one-huge-error ledgers, MB"
+    )
+    parser.add_argument(
+        "--huge-ops", default="--summary;--summary --json;--check --json;--status;--inject",
+        help="the operations run on each one-huge-error ledger, separated by ';'",
+    )  # fmt: skip
     parser.add_argument("--near-threshold", type=int, default=5000)
     args = parser.parse_args()
     if args.bounds_into:
@@ -318,7 +325,7 @@ def main() -> None:
     if args.quick:
         args.check_attempts, args.summary_sizes, args.reference_max = 2000, "200,1000", 200
         args.repeats, args.startup_repeats = 1, 3
-        args.huge_error_mb, args.near_threshold = 2, 500
+        args.huge_error_mb, args.near_threshold = "2", 500
     ref = None if args.no_reference else reference_cli(install=True)
     if not args.no_reference and ref is None:
         print("the reference is not available (needs node and npm); running loopactors alone")
@@ -340,10 +347,12 @@ def main() -> None:
                         ["--check", "--json"], ours=ours, ref=None, repeats=3)
             )  # fmt: skip
         # The reference is left out: it groups the near-threshold errors quadratically.
-        rows.append(
-            measure(f"--summary, one {args.huge_error_mb} MB error", Path(tmp) / "huge-error.json",
-                    ["--summary"], ours=ours, ref=None, repeats=1)
-        )  # fmt: skip
+        for size in args.huge_error_mb.split(","):
+            for op in args.huge_ops.split(";"):
+                rows.append(
+                    measure(f"{op}, one {size} MB error", Path(tmp) / f"huge-error-{size}.json",
+                            op.split(), ours=ours, ref=None, repeats=1)
+                )  # fmt: skip
         rows.append(
             measure(f"--summary, {args.near_threshold:,} near-threshold errors",
                     Path(tmp) / "near-threshold.json", ["--summary", "--json"], ours=ours,

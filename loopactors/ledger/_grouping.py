@@ -32,10 +32,10 @@ import math
 from array import array
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ._compact import TextList
-from ._text import trigrams
+from ._text import trigrams, trigrams_of_pieces
 
 __all__ = ["COMMON_SAMPLE", "PartsGrouper", "common_grams", "group_signatures"]
 
@@ -328,6 +328,7 @@ class PartsGrouper:
         "_wide_empty",
         "common",
         "heads",
+        "long_heads",
         "threshold",
     )
 
@@ -335,6 +336,8 @@ class PartsGrouper:
         self.threshold = threshold
         self.common = common
         self.heads = TextList()
+        #: Heads kept elsewhere (an empty text in ``heads``): their signature's pieces.
+        self.long_heads: dict[int, Callable[[], Iterable[str]]] = {}
         #: A bit for each common gram, and each head's size, common grams (as those bits)
         #: and count of other grams: an exact bound that spares most exact tests.
         self._common_bit = {gram: bit for bit, gram in enumerate(sorted(common))}
@@ -393,28 +396,43 @@ class PartsGrouper:
         size = len(grams)
         uncommon = size - cmask.bit_count()
         sizes, cmasks, uncommons = self._head_sizes, self._head_cmasks, self._head_uncommon
-        heads = self.heads
         for group in sorted(sure):
             other = sizes[group]
             bound = (cmask & cmasks[group]).bit_count() + min(uncommon, uncommons[group])
             # I / (|A| + |B| - I) grows with I, and so does its correctly rounded value.
             if bound / (other + size - bound) < threshold:
                 continue
-            head = trigrams(heads[group])
+            head = self.head_grams(group)
             shared = len(head & grams)
             # The same integers and the one division of calculate_similarity.
             if shared / (len(head) + size - shared) >= threshold:
                 return group
         return None
 
-    def add(self, sig: str) -> int:
-        """The group ``sig`` joins: the first whose head is similar enough, or a new one."""
+    def head_grams(self, group: int) -> frozenset[str]:
+        pieces = self.long_heads.get(group)
+        if pieces is None:
+            return trigrams(self.heads[group])
+        return trigrams_of_pieces(pieces())
+
+    def add(
+        self,
+        sig: str,
+        grams: frozenset[str] | None = None,
+        pieces: Callable[[], Iterable[str]] | None = None,
+    ) -> int:
+        """The group ``sig`` joins: the first whose head is similar enough, or a new one.
+
+        A huge signature comes as ``pieces`` (a new iterator of its pieces at each call) and
+        its ``grams`` instead (``sig`` is then empty): the grouper never holds it whole.
+        """
         threshold = self.threshold
-        grams = trigrams(sig)
+        if grams is None:
+            grams = trigrams(sig)
         size = len(grams)
         common = self.common
         if self._dense is not None:
-            return self._add_dense(sig, grams)
+            return self._add_dense(sig, grams, pieces)
         hashes = [hash(gram) for gram in grams if gram not in common]
         probe_counts = self._counts_by_size.get(size)
         if probe_counts is None:
@@ -449,12 +467,12 @@ class PartsGrouper:
                     sure.add(group)
         if len(sure) > _DENSE_AFTER:
             self._dense = _DenseIndex(self)
-            return self._add_dense(sig, grams)
+            return self._add_dense(sig, grams, pieces)
         cmask = self._common_mask(grams)
         found = self._first_similar(sure, grams, cmask)
         if found is not None:
             return found
-        group = self._new_head(sig, size, cmask)
+        group = self._new_head(sig, size, cmask, pieces)
         own = _part_count(size, threshold)
         parts = parts_by_count.get(own) or _Parts(hashes, own)
         self._head_counts.append(own)
@@ -470,22 +488,28 @@ class PartsGrouper:
             index.add_group([*parts.keys, *parts.empty_pair_keys(own)])
         return group
 
-    def _new_head(self, sig: str, size: int, cmask: int) -> int:
+    def _new_head(
+        self, sig: str, size: int, cmask: int, pieces: Callable[[], Iterable[str]] | None
+    ) -> int:
         group = len(self.heads)
         self.heads.append(sig)
+        if pieces is not None:
+            self.long_heads[group] = pieces
         self._head_sizes.append(size)
         self._head_cmasks.append(cmask)
         self._head_uncommon.append(size - cmask.bit_count())
         return group
 
-    def _add_dense(self, sig: str, grams: frozenset[str]) -> int:
+    def _add_dense(
+        self, sig: str, grams: frozenset[str], pieces: Callable[[], Iterable[str]] | None
+    ) -> int:
         dense = self._dense
         assert dense is not None
         cmask = self._common_mask(grams)
         found = dense.first_similar(grams, cmask)
         if found is not None:
             return found
-        group = self._new_head(sig, len(grams), cmask)
+        group = self._new_head(sig, len(grams), cmask, pieces)
         dense.add(group, grams)
         return group
 
@@ -516,7 +540,7 @@ class _DenseIndex:
         #: size -> common grams -> heads
         self.by_size: dict[int, dict[int, list[int]]] = {}
         for group in range(len(grouper.heads)):
-            self.add(group, trigrams(grouper.heads[group]))
+            self.add(group, grouper.head_grams(group))
 
     def add(self, group: int, grams: frozenset[str]) -> None:
         g = self.grouper

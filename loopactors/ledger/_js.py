@@ -31,6 +31,7 @@ __all__ = [
     "js_string",
     "trim",
     "trim_end",
+    "trim_start",
     "truthy_number",
     "write_json",
 ]
@@ -50,6 +51,10 @@ _MAX_SAFE = 2**53
 
 def trim(text: str) -> str:
     return text.strip(WHITESPACE)
+
+
+def trim_start(text: str) -> str:
+    return text.lstrip(WHITESPACE)
 
 
 def trim_end(text: str) -> str:

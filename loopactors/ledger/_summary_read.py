@@ -21,15 +21,15 @@ from __future__ import annotations
 import codecs
 import re
 from array import array
-from collections.abc import Callable
-from json.decoder import JSONDecoder
+from collections.abc import Callable, Iterator
+from json.decoder import JSONDecoder, scanstring  # type: ignore[attr-defined]
 from json.encoder import encode_basestring
 
 from ._compact import TextList, TextSet
 from ._facts import _finite, _refuse, _Refused, _unique
 from ._grouping import COMMON_SAMPLE, PartsGrouper, common_grams
-from ._js import _encode, as_double, format_number, js_number, trim, truthy_number
-from ._text import error_signature
+from ._js import WHITESPACE, _encode, as_double, format_number, js_number, trim, truthy_number
+from ._text import error_signature, line_signature_pieces, trigrams_of_pieces
 
 TYPE_CHECKING = False  # typing itself is not needed to run
 if TYPE_CHECKING:
@@ -57,6 +57,12 @@ _BATCH = 1 << 14
 _SPACE = re.compile(r"[ \t\n\r]+")  # JSON's whitespace, as the decoder skips it
 #: A value this close to the end of the text read so far may go on (a number's digits).
 _MARGIN = 4
+#: An attempt still cut off by the end of this much text is read a key at a time, its
+#: strings a block at a time (:meth:`_Text.string`): a huge error is never decoded whole.
+_LONG = 1 << 18
+#: What a JSON string holds before its closing quote: anything but a quote, a backslash or a
+#: bad escape (control characters are left to the decoder).
+_CONTENT = re.compile(r'[^"\\]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\]*)*')
 
 
 def _skip_space(text: str, pos: int) -> int:
@@ -124,8 +130,9 @@ class _Text:
             self.pos -= 1
         return char
 
-    def value(self) -> object:
-        """The JSON value after whitespace, consumed."""
+    def value(self, long_object: bool = False) -> object:
+        """The JSON value after whitespace, consumed; with ``long_object``, an object still
+        cut off past :data:`_LONG` is read by :meth:`_object`."""
         while True:
             buf = self.buf
             pos = _skip_space(buf, self.pos)
@@ -143,6 +150,8 @@ class _Text:
                     self.pos = end
                 return value
             self.pos = pos
+            if long_object and len(buf) - pos > _LONG and buf[pos] == "{":
+                return self._object()
             if not self.more():
                 raise _GiveUp
 
@@ -168,7 +177,162 @@ class _Text:
             if type(values) is list and values:
                 self.pos = cut + 1
                 return values
-        return [self.value()]
+        return [self.value(long_object=True)]
+
+    def _object(self) -> dict[str, object]:
+        """A long object, a key at a time; its string values through :meth:`string`."""
+        self.char()  # its "{"
+        value: dict[str, object] = {}
+        if self.peek() == "}":
+            self.char()
+            return value
+        while True:
+            key = self.value()
+            if type(key) is not str or key in value or self.char() != ":":
+                raise _GiveUp
+            value[key] = self.string(key == "error") if self.peek() == '"' else self.value()
+            char = self.char()
+            if char == "}":
+                return value
+            if char != ",":
+                raise _GiveUp
+
+    def string(self, error: bool) -> object:
+        """The JSON string next, a block at a time: a text, or for a long ``error`` what
+        the summary needs of it (:class:`_LongError`)."""
+        self.char()  # its opening quote
+        sink: _Pieces | _ErrorLines = _ErrorLines() if error else _Pieces()
+        while True:
+            buf, pos = self.buf, self.pos
+            end = _CONTENT.match(buf, pos, min(len(buf), pos + _BLOCK)).end()  # type: ignore[union-attr]
+            if end > pos:
+                try:
+                    piece = scanstring(buf[pos:end] + '"', 0, True)[0]
+                except ValueError:
+                    raise _GiveUp from None  # a control character
+                sink.add(piece)
+                self.pos = end
+                continue
+            if pos < len(buf):
+                if buf[pos] == '"':
+                    self.pos = pos + 1
+                    return sink.result()
+                if pos + 6 <= len(buf):
+                    raise _GiveUp  # a bad escape
+            if not self.more():
+                raise _GiveUp
+
+
+class _Pieces:
+    """A string's pieces, joined at its end."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+
+    def add(self, piece: str) -> None:
+        self.pieces.append(piece)
+
+    def result(self) -> str:
+        return "".join(self.pieces)
+
+
+class _LongError:
+    """What the summary needs of an error too long to hold: its first line that is not
+    blank, trimmed, as UTF-8 (the signature is made from it alone), and whether that is the
+    error's first line (the sample; otherwise the sample is empty)."""
+
+    __slots__ = ("line", "sample_is_line")
+
+    def __init__(self, line: bytearray, sample_is_line: bool) -> None:
+        self.line = line
+        self.sample_is_line = sample_is_line
+
+    def line_pieces(self) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
+        line = self.line
+        with memoryview(line) as view:
+            for at in range(0, len(line), _BLOCK):
+                piece = view[at : at + _BLOCK]
+                yield decoder.decode(piece, final=at + _BLOCK >= len(line))
+                piece.release()
+
+    def signature_pieces(self) -> Iterator[str]:
+        return line_signature_pieces(self.line_pieces())
+
+
+class _ErrorLines:
+    """An error string's pieces: the text itself while short, else a :class:`_LongError`
+    (the first line that is not blank, trimmed, kept as it comes; the rest dropped)."""
+
+    __slots__ = ("chars", "done", "held", "line", "line_number", "started", "ws_from")
+
+    def __init__(self) -> None:
+        self.held: list[str] | None = []
+        self.chars = 0
+        self.line = bytearray()
+        self.line_number = 0
+        self.started = False  # a character other than whitespace met on this line
+        self.ws_from = -1  # where the line's trailing whitespace begins in ``line``
+        self.done = False
+
+    def add(self, piece: str) -> None:
+        held = self.held
+        if held is not None:
+            held.append(piece)
+            self.chars += len(piece)
+            if self.chars <= _MEMO_CHARS:
+                return
+            self.held = None
+            for text in held:
+                self._lines(text)
+            held.clear()
+            return
+        self._lines(piece)
+
+    def _lines(self, text: str) -> None:
+        if self.done:
+            return
+        for i, part in enumerate(text.split("\n")):
+            if i:
+                self._end_line()
+                if self.done:
+                    return
+            self._part(part)
+
+    def _part(self, part: str) -> None:
+        if not self.started:
+            part = part.lstrip(WHITESPACE)
+            if not part:
+                return
+            self.started = True
+        body = part.rstrip(WHITESPACE)
+        if body:
+            self.line += body.encode("utf-8", "surrogatepass")
+            self.ws_from = -1
+            part = part[len(body) :]
+            if not part:
+                return
+        if self.ws_from < 0:
+            self.ws_from = len(self.line)
+        self.line += part.encode("utf-8", "surrogatepass")
+
+    def _end_line(self) -> None:
+        if self.started:
+            if self.ws_from >= 0:
+                del self.line[self.ws_from :]
+            self.done = True
+        else:
+            self.line_number += 1
+
+    def result(self) -> str | _LongError:
+        if self.held is not None:
+            return "".join(self.held)
+        sample_is_line = self.started and self.line_number == 0
+        if not self.done:
+            self._end_line()
+        return _LongError(self.line, sample_is_line)
 
 
 class StreamedSummary:
@@ -183,6 +347,7 @@ class StreamedSummary:
         "counts",
         "failures",
         "grouper",
+        "long",
         "memo",
         "noops",
         "samples",
@@ -206,6 +371,8 @@ class StreamedSummary:
         #: ``_sample_same`` says so): in most ledgers the two are one text.
         self.samples = TextList()
         self._sample_same = bytearray()
+        #: Groups whose head is an error too long to hold (its line only).
+        self.long: dict[int, _LongError] = {}
 
     def add(self, attempt: dict[str, Any]) -> None:
         """One attempt, validated as ``_model.Attempt`` is (else :class:`_GiveUp`)."""
@@ -215,7 +382,7 @@ class StreamedSummary:
         if (
             type(action) not in _TEXT
             or type(outcome) not in _TEXT
-            or type(error) not in _TEXT
+            or (type(error) not in _TEXT and type(error) is not _LongError)
             or type(tokens) not in _NUMBER
             or type(get("repeated")) not in _NUMBER
         ):
@@ -233,13 +400,17 @@ class StreamedSummary:
             if error:
                 self._error(error)
 
-    def _error(self, error: str) -> None:
+    def _error(self, error: str | _LongError) -> None:
+        if type(error) is _LongError:
+            self._long_error(error)
+            return
+        assert type(error) is str
         pending = self._pending
         if len(error) > _MEMO_CHARS:
             # A long error is grouped at once and not remembered: holding it (and its
             # signature) until the grouping starts would keep copies of a huge text.
             self.start_grouping()
-            self.counts[self._group(error_signature(error), error)] += 1
+            self.counts[self._group(error_signature(error), _first_line(error))] += 1
             return
         if pending is not None:
             held = pending.get(error)
@@ -254,7 +425,7 @@ class StreamedSummary:
         memo = self.memo
         group = memo.get(error)
         if group is None:
-            group = self._group(error_signature(error), error)
+            group = self._group(error_signature(error), _first_line(error))
             self._remember(error, group)
         self.counts[group] += 1
 
@@ -278,18 +449,37 @@ class StreamedSummary:
         for error, (sig, count) in pending.items():
             group = group_of.get(sig)
             if group is None:
-                group = group_of[sig] = self._group(sig, error)
+                group = group_of[sig] = self._group(sig, _first_line(error))
             self.counts[group] += count
             self._remember(error, group)
 
-    def _group(self, sig: str, error: str) -> int:
-        """The group of ``sig``; a new one gets ``error``'s first line as its sample."""
+    def _long_error(self, error: _LongError) -> None:
+        """Grouped at once (as any error over the memo's size), from its line a block at a
+        time: no copy of the error, of its line or of its signature is held."""
+        self.start_grouping()
+        if len(error.line) <= _MEMO_CHARS:
+            line = error.line.decode("utf-8", "surrogatepass")
+            sample = line if error.sample_is_line else ""
+            self.counts[self._group(error_signature(line), sample)] += 1
+            return
+        grouper = self.grouper
+        assert grouper is not None
+        pieces = error.signature_pieces
+        group = grouper.add("", trigrams_of_pieces(pieces()), pieces)
+        if group == len(self.counts):
+            self.counts.append(0)
+            self.samples.append("")
+            self._sample_same.append(False)
+            self.long[group] = error
+        self.counts[group] += 1
+
+    def _group(self, sig: str, sample: str) -> int:
+        """The group of ``sig``; a new one gets ``sample`` (its error's first line)."""
         grouper = self.grouper
         assert grouper is not None
         group = grouper.add(sig)
         if group == len(self.counts):
             self.counts.append(0)
-            sample = _first_line(error)
             same = sample == sig
             self.samples.append("" if same else sample)
             self._sample_same.append(same)
@@ -310,7 +500,12 @@ class StreamedSummary:
 
     def write_sample(self, group: int, write: Callable[[str], object]) -> None:
         """``write(self.sample(group))``, a block at a time for a long one."""
-        if self._sample_same[group]:
+        long = self.long.get(group)
+        if long is not None:
+            if long.sample_is_line:
+                for piece in long.line_pieces():
+                    write(piece)
+        elif self._sample_same[group]:
             assert self.grouper is not None
             self.grouper.heads.write(group, write)
         else:
@@ -403,6 +598,14 @@ def write_summary_json(summary: StreamedSummary, write: Callable[[str], object])
     write(',\n  "distinctErrors": ')
     order = summary.order()
     for i, group in enumerate(order):
+        long = summary.long.get(group)
+        if long is not None:
+            write(f'{"[" if i == 0 else ","}\n    {{\n      "signature": ')
+            _write_string(long.signature_pieces(), write)
+            write(f',\n      "count": {summary.counts[group]},\n      "sample": ')
+            _write_string(long.line_pieces() if long.sample_is_line else iter(()), write)
+            write("\n    }")
+            continue
         item = {
             "signature": summary.signature(group),
             "count": summary.counts[group],
@@ -417,6 +620,14 @@ def write_summary_json(summary: StreamedSummary, write: Callable[[str], object])
         first = False
     write("[]" if first else "\n  ]")
     write("\n}")
+
+
+def _write_string(pieces: Iterator[str], write: Callable[[str], object]) -> None:
+    """A JSON string (as ``encode_basestring``) written a piece at a time."""
+    write('"')
+    for piece in pieces:
+        write(encode_basestring(piece)[1:-1])
+    write('"')
 
 
 def format_streamed_summary(summary: StreamedSummary, write: Callable[[str], object]) -> None:

@@ -9,16 +9,18 @@ from __future__ import annotations
 import itertools
 import re
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
-from ._js import WS_CLASS, trim, trim_end
+from ._js import WS_CLASS, trim, trim_end, trim_start
 
 __all__ = [
     "calculate_similarity",
     "error_signature",
     "jaccard",
+    "line_signature_pieces",
     "prune_stack_trace",
     "trigrams",
+    "trigrams_of_pieces",
     "utf16_units",
 ]
 
@@ -43,19 +45,97 @@ def _basename(match: re.Match[str]) -> str:
 
 def error_signature(error: str) -> str:
     """Reduce an error or stack trace to a stable key (spec §3.1)."""
-    sig = trim(_first_line(error))
-    sig = _sub(_ISO_TS, "<ts>", sig)
-    sig = _sub(_HEX_ADDR, "<addr>", sig)
-    sig = _sub(_PATH, _basename, sig)
-    sig = _sub(_LINE_COL, "", sig)
-    sig = _sub(_NUMBER, "#", sig)
+    sig = _masked(trim(_first_line(error)))
     if _WS_CHANGE.search(sig):
         sig = _sub(_WS_RUN, " ", sig)
     return trim(sig)
 
 
+def _masked(sig: str) -> str:
+    sig = _sub(_ISO_TS, "<ts>", sig)
+    sig = _sub(_HEX_ADDR, "<addr>", sig)
+    sig = _sub(_PATH, _basename, sig)
+    sig = _sub(_LINE_COL, "", sig)
+    return _sub(_NUMBER, "#", sig)
+
+
+#: Where a line can be cut so that its signature is the signatures of the pieces joined: after
+#: whitespace, before a character that is neither whitespace nor one that can go on a
+#: timestamp (whose date and time a space may part). No mask spans whitespace otherwise, a
+#: whitespace run ends there, nothing it replaces with "" (a ``:12``) begins there, and ``\b``
+#: sees whitespace before the cut on both sides of it.
+_CUT = re.compile(rf"[{WS_CLASS}](?=[^{WS_CLASS}0-9:.])")
+#: Characters of a line masked at a time by :func:`line_signature_pieces`.
+_PIECE = 1 << 16
+
+
+def line_signature_pieces(line: Iterable[str]) -> Iterator[str]:
+    """``error_signature`` of one line, already trimmed, given and returned a piece at a
+    time: a huge error's signature without a copy of the error or of its signature.
+
+    The line is masked a stretch at a time, cut only where :data:`_CUT` allows (a stretch
+    without such a place, a long text without spaces, is masked whole). Every whitespace run
+    collapses to a space, which is what the signature does whenever a run other than a lone
+    space exists (otherwise collapsing changes nothing).
+    """
+    pending = ""
+    scanned = 0  # pending[:scanned] holds no place to cut
+    started = False  # the signature's leading whitespace is trimmed
+    held = ""  # trailing whitespace, kept until more text follows it
+    for piece in itertools.chain(line, [None]):
+        if piece is not None:
+            pending += piece
+            if len(pending) < _PIECE:
+                continue
+            cut = _last_cut(pending, max(0, scanned - 1))
+            if not cut:
+                scanned = len(pending)
+                continue
+            stretch, pending = pending[:cut], pending[cut:]
+            scanned = len(pending)
+        else:
+            stretch, pending = pending, ""
+        out = _sub(_WS_RUN, " ", _masked(stretch))
+        if not started:
+            out = trim_start(out)
+            started = bool(out)
+        body = trim_end(out)
+        if body:
+            yield held + body
+            held = ""
+        held += out[len(body) :]
+
+
+def _last_cut(text: str, start: int) -> int:
+    """The end of the last :data:`_CUT` in ``text[start:]`` (0: none), looked for in the
+    last few thousand characters first."""
+    for begin in (max(start, len(text) - 4096), start):
+        cut = 0
+        for match in _CUT.finditer(text, begin):
+            cut = match.end()
+        if cut or begin == start:
+            return cut
+    return 0
+
+
+def trigrams_of_pieces(pieces: Iterable[str]) -> frozenset[str]:
+    """``trigrams("".join(pieces))`` without the joined text. The pieces must be cut where
+    lower-casing a piece alone changes nothing (between whitespace and the rest, as the
+    pieces of :func:`line_signature_pieces` are)."""
+    grams: set[str] = set()
+    tail = "  "
+    for piece in pieces:
+        units = utf16_units(piece.lower())
+        for start in range(0, len(units), _GRAM_BLOCK):
+            block = tail + units[start : start + _GRAM_BLOCK]
+            grams.update(_block_grams(block))
+            tail = block[-2:]
+    grams.update(_block_grams(tail + "  "))
+    return frozenset(grams)
+
+
 #: Texts longer than this are substituted a block of pieces at a time.
-_SUB_LONG = 1 << 16
+_SUB_LONG = 1 << 17
 _SUB_PIECES = 1 << 12
 
 

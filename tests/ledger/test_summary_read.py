@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import loopactors.ledger._summary_read as summary_read
+import loopactors.ledger._text as text_module
 from loopactors.ledger import LedgerError, format_summary, parse_ledger, summarize_attempts
 from loopactors.ledger._cli import main
 from loopactors.ledger._js import write_json
@@ -63,6 +64,11 @@ def both_ways(
             patch.setattr(summary_read, "COMMON_SAMPLE", 3)
             patch.setattr(summary_read, "_MEMO_CHARS", 30)
             assert run(path, as_json, capsys) == want
+            # Attempts past 20 characters read a key at a time, errors past 30 as their
+            # line only, its signature masked a few characters at a time.
+            patch.setattr(summary_read, "_LONG", 20)
+            patch.setattr(text_module, "_PIECE", 5)
+            assert run(path, as_json, capsys) == want
 
 
 values = st.one_of(
@@ -80,6 +86,11 @@ errors = st.sampled_from(
         "Ü 😀 err",
         "",
         None,
+        # Long ones (past the patched memo): masked and grouped from their line alone.
+        "\n \t\n  Error: at 2024-01-02 10:11:12Z /usr/lib/a.py:12:3 0xdeadBEEF  x\t y  \nnext",
+        'Error:    a  b   c "d" e\\f g h i j k l m n o p q r s t u v w \u00e9 \U0001d538 end  ',
+        'Error:    a  b   c "d" e\\f g h i j k l m n o p q r s t u v w \u00e9 \U0001d538 fin',
+        "  \u3000 ΑΣ :12 ok C:\\dir\\file.txt 2024-01-02T01:02:03 x 12 y \u2028z \u3000\n",
     ]
 )
 attempt = st.fixed_dictionaries(

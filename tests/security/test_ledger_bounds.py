@@ -14,6 +14,7 @@ import random
 import string
 import threading
 import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -280,3 +281,58 @@ def test_a_long_text_goes_into_and_out_of_the_flat_buffer_a_block_at_a_time() ->
     _, peak = _peak(lambda: texts.write(1, count))
     assert written == len(text)
     assert peak < 0.25 * len(text), peak  # a decoded copy alone: 4 bytes a character
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_the_summary_of_one_huge_error_holds_one_copy_of_its_line(as_json: bool) -> None:
+    """One 2 MB error of words: the summary held the reader's growing buffer, the decoded
+    error, its signature, and the group's head and sample (~5x the file). Now its string is
+    read a block at a time and only its first line is kept (as UTF-8); the signature is
+    masked, its grams taken and it is printed a stretch at a time. Same output as the parsed
+    ledger's summary."""
+    import io
+    import json
+
+    from loopactors.ledger import format_summary, parse_ledger, summarize_attempts
+    from loopactors.ledger._js import write_json
+    from loopactors.ledger._summary_read import (
+        format_streamed_summary,
+        read_summary,
+        write_summary_json,
+    )
+
+    random.seed(5)
+    words = "".join(random.choice(string.ascii_lowercase + "  ") for _ in range(2_000_000))
+    error = f"Error: at 2026-12-01T10:00:00Z {words} /x/y.js:12:3\n  at f (z.js:1:1)"
+    data = json.dumps(
+        {"goal": "g", "attempts": [{"outcome": "failure", "error": error, "action": "a"}]}
+    ).encode()
+    del words, error
+
+    written = 0
+
+    def count(piece: str) -> None:
+        nonlocal written
+        written += len(piece)
+
+    def summarize(write: Callable[[str], object]) -> None:
+        summary = read_summary(io.BytesIO(data).read)
+        assert summary is not None
+        assert summary.long  # the huge error's line only
+        (write_summary_json if as_json else format_streamed_summary)(summary, write)
+
+    _, peak = _peak(lambda: summarize(count))
+    # The line (~1x), blocks, and the set of its grams (~20,000 of this alphabet, 2-3 MB
+    # with the frozenset made of it); it was about 5x the file.
+    assert peak < len(data) + (4 << 20), peak
+    out = io.StringIO()
+    summarize(out.write)
+    text = out.getvalue()
+    assert written == len(text)
+    expected = summarize_attempts(parse_ledger(data.decode()))
+    if as_json:
+        out = io.StringIO()
+        write_json(expected, out.write)
+        assert text == out.getvalue()
+    else:
+        assert text == format_summary(expected)
