@@ -452,7 +452,7 @@ class NodeClient:
                 sub = self._subscriptions.get(frame.subscription)
                 if isinstance(sub, RemoteSubscription):
                     if isinstance(frame, EventFrame):
-                        sub._offer(frame.event)
+                        sub._offer(frame.event, frame.seq)
                     else:
                         sub._offer(Gap(missed=frame.missed, loop_id=sub.loop_id))
             elif isinstance(frame, Closing):

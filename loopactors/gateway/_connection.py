@@ -337,6 +337,13 @@ class Connection:
                 f"coalesce must be from {MIN_COALESCE:g} to {MAX_COALESCE:g} seconds (or null "
                 f"for every event), got {coalesce!r}",
             )
+        if request.after and not request.replay:
+            raise Refusal(
+                "invalid_request",
+                "after needs replay: it skips that many of the loop's stored events",
+            )
+        if request.after < 0:
+            raise Refusal("invalid_request", f"after must be 0 or more, got {request.after}")
         if coalesce is not None and request.replay:
             raise Refusal(
                 "invalid_request",
@@ -359,6 +366,13 @@ class Connection:
             except BaseException:
                 sub.close()
                 raise
+            if request.after > len(stored):
+                sub.close()
+                raise Refusal(
+                    "invalid_request",
+                    f"after {request.after} is past the {len(stored)} events stored for "
+                    f"{request.loop_id}",
+                )
         sid = f"s{next(self._sub_ids)}"
         scope = trio.CancelScope()
         self._subs[sid] = (sub, scope)
@@ -366,7 +380,9 @@ class Connection:
 
         def start_pump() -> None:  # after the reply is queued: no event before "subscribed"
             assert self._nursery is not None
-            self._nursery.start_soon(self._pump, sid, sub, scope, stored)
+            self._nursery.start_soon(
+                self._pump, sid, sub, scope, stored, request.after if request.replay else None
+            )
 
         return Subscribed(subscription=sid, loop_id=request.loop_id), start_pump
 
@@ -439,17 +455,31 @@ class Connection:
         await self._send.send(frame_text(frame))
 
     async def _pump(
-        self, sid: str, sub: Subscription, scope: trio.CancelScope, stored: list[AnyEvent]
+        self,
+        sid: str,
+        sub: Subscription,
+        scope: trio.CancelScope,
+        stored: list[AnyEvent],
+        after: int | None,
     ) -> None:
+        """Send the stored events past ``after``, then the live ones; with ``after`` (a
+        replay) each numbered by its place in the loop's log."""
         with scope:
-            for event in stored:
-                await self._send.send(frame_text(EventFrame(subscription=sid, event=event)))
+            seq = after
+            for event in stored[after or 0 :]:
+                if seq is not None:
+                    seq += 1
+                frame = EventFrame(subscription=sid, event=event, seq=seq)
+                await self._send.send(frame_text(frame))
                 self._delivered[sid] += 1
             seen = set(stored)
+            seq = None if seq is None else len(stored)
             async for item in sub:
                 if item in seen:
                     continue
                 if isinstance(item, Gap):
+                    if seq is not None:  # the missed events of this loop had their places
+                        seq += item.missed
                     self.gateway.gaps += 1
                     self.gateway.events_dropped += item.missed
                     if self.settings.slow_subscriber == "disconnect":
@@ -461,7 +491,10 @@ class Connection:
                     text = frame_text(GapFrame(subscription=sid, missed=item.missed))
                     await self._send.send(text)
                     continue
-                await self._send.send(frame_text(EventFrame(subscription=sid, event=item)))
+                if seq is not None:
+                    seq += 1
+                frame = EventFrame(subscription=sid, event=item, seq=seq)
+                await self._send.send(frame_text(frame))
                 self._delivered[sid] += 1
 
     async def _write_loop(self) -> None:

@@ -214,11 +214,18 @@ class Subscribe(_Request, frozen=True, kw_only=True, tag="subscribe"):
     ``STATES_PER_FRAME`` loops each) with the latest state of each loop that changed since
     the last one. A view of thousands of loops (the dashboard) stays live this way at a cost
     bounded by the loops that changed, not by their events, and never misses a change.
+
+    With ``replay``, every event frame carries ``seq``, the event's place in the loop's log
+    (1, 2, 3, ... as the store keeps it), and ``after`` skips the first ``after`` stored
+    events: a client that reconnects, to this node or to the one that took its store over,
+    subscribes again with ``after`` = the last ``seq`` it got, and misses nothing and sees
+    nothing twice.
     """
 
     loop_id: str | None = None
     replay: bool = False
     coalesce: float | None = None
+    after: int = 0
 
 
 class Unsubscribe(_Request, frozen=True, kw_only=True, tag="unsubscribe"):
@@ -383,6 +390,8 @@ class Error(msgspec.Struct, frozen=True, kw_only=True, tag="error", tag_field="t
 class EventFrame(msgspec.Struct, frozen=True, kw_only=True, tag="event", tag_field="type"):
     subscription: str
     event: AnyEvent
+    #: The event's place in its loop's log, on a ``replay`` subscription (else null).
+    seq: int | None = None
 
 
 class GapFrame(msgspec.Struct, frozen=True, kw_only=True, tag="gap", tag_field="type"):

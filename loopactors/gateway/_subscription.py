@@ -79,19 +79,29 @@ class RemoteSubscription(_Remote):
         self.queue_size = queue_size
         self._send, self._recv = trio.open_memory_channel[AnyEvent | Gap](queue_size + 1)
         self.missed = 0
-        # With replay, what was seen is skipped when a reconnect replays the loop again.
+        #: With replay: the place in the loop's log of the last event received. A reconnect
+        #: subscribes again after it, so nothing is missed or repeated.
+        self.seq = 0
+        # A node that numbers no events (an older one) replays them all on a reconnect:
+        # then what was seen is skipped here.
         self._seen: set[AnyEvent] | None = set() if replay else None
 
     def _subscribe_request(self) -> Subscribe:
-        return Subscribe(id=0, loop_id=self.loop_id, replay=self.replay)
+        after = self.seq if self.replay else 0
+        return Subscribe(id=0, loop_id=self.loop_id, replay=self.replay, after=after)
 
-    def _offer(self, item: AnyEvent | Gap) -> None:
+    def _offer(self, item: AnyEvent | Gap, seq: int | None = None) -> None:
         if self.closed:
             return
         if isinstance(item, Gap):
             self.missed += item.missed
             return
-        if self._seen is not None:
+        if seq is not None:
+            if seq <= self.seq:
+                return
+            self.seq = seq
+            self._seen = None
+        elif self._seen is not None:
             if item in self._seen:
                 return
             self._seen.add(item)
