@@ -16,15 +16,15 @@ kind accepts plus its own (``CliAdapter.keys``); ``args=`` takes the rest of the
 from __future__ import annotations
 
 import abc
-import json
 import re
 import shlex
 import time
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
+import msgspec
 
 from ..errors import WorkerSpecError
 from ._kinds import worker_kind, worker_kinds
@@ -32,6 +32,7 @@ from ._kinds import worker_kind, worker_kinds
 __all__ = [
     "COMMON_KEYS",
     "AgentStep",
+    "AnyEvent",
     "CliAdapter",
     "CliCommand",
     "CliOptions",
@@ -66,6 +67,8 @@ COMMON_KEYS: frozenset[str] = frozenset(
         "workspace",
     }
 )
+E = TypeVar("E")
+
 _INT = re.compile(r"[1-9][0-9]*")
 _PROMISE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -202,11 +205,28 @@ class CliStreamParser(abc.ABC):
         """
 
 
-class JsonLinesParser(CliStreamParser):
-    """A CLI that prints one JSON object per line: the preamble every such kind shares.
-    :meth:`feed` skips blank lines, keeps the first line that is not JSON (``unreadable``,
-    for the error its ``finish`` reports), ignores JSON that is not an object, and hands
-    each object to :meth:`event`."""
+class AnyEvent(msgspec.Struct):
+    """Any JSON object: what a CLI printed that its parser does not read (fields ignored)."""
+
+
+_ANY: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+
+
+class JsonLinesParser(CliStreamParser, Generic[E]):
+    """A CLI that prints one JSON object per line, decoded with msgspec into the kind's typed
+    events: the preamble every such kind shares.
+
+    A kind sets :attr:`events`, a decoder of its events (Structs, a union of them tagged by
+    their ``type`` field); :meth:`feed` skips blank lines, hands each event to :meth:`event`
+    and anything else that is a JSON object (another type, a changed shape) to :meth:`other`
+    as :attr:`others` decodes it: CLIs add events, and a round goes on. The first line that is
+    not JSON is kept (``unreadable``) for the error ``finish`` reports; JSON that is not an
+    object is ignored."""
+
+    #: The kind's events.
+    events: ClassVar[msgspec.json.Decoder[Any]]
+    #: What is read of any other object (by default nothing).
+    others: ClassVar[msgspec.json.Decoder[Any]] = msgspec.json.Decoder(AnyEvent)
 
     def __init__(self) -> None:
         #: The start of the first line that was not JSON, if any.
@@ -216,17 +236,34 @@ class JsonLinesParser(CliStreamParser):
         if not line.strip():
             return []
         try:
-            event = json.loads(line)
-        except ValueError:
+            return self.event(self.events.decode(line))
+        except msgspec.ValidationError:
+            pass  # JSON, but not one of the events read: another event, or not an object
+        except msgspec.DecodeError:
             self.unreadable = self.unreadable or line[:200]
             return []
-        if not isinstance(event, dict):
+        try:
+            other = self.others.decode(line)
+        except msgspec.ValidationError:
+            other = None  # not an object, or what `others` reads is of another type
+        except msgspec.DecodeError:  # a type error came first, then the line broke off
+            self.unreadable = self.unreadable or line[:200]
             return []
-        return self.event(event)
+        if other is None:
+            try:
+                _ANY.decode(line)  # the rare path: whether the line is JSON at all
+            except msgspec.DecodeError:
+                self.unreadable = self.unreadable or line[:200]
+            return []
+        return self.other(other)
 
     @abc.abstractmethod
-    def event(self, event: dict[str, Any]) -> list[AgentStep]:
-        """Take one JSON object the CLI printed; return the tool calls it shows."""
+    def event(self, event: E) -> list[AgentStep]:
+        """Take one of the kind's events; return the tool calls it shows."""
+
+    def other(self, event: Any) -> list[AgentStep]:
+        """Take any other object the CLI printed, as :attr:`others` decoded it."""
+        return []
 
 
 class CliAdapter(abc.ABC):

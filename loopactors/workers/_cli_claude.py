@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from typing import Any, ClassVar
 
+import msgspec
+
 from ._cli_adapter import (
     COMMON_KEYS,
     AgentStep,
@@ -49,37 +51,76 @@ QUIET_ENV = {
 }
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
+class _Block(msgspec.Struct):
+    """A block of an assistant message: ``tool_use`` (name, input), ``text``, others."""
+
+    type: str = ""
+    name: str | None = None
+    input: Any = None
+    text: str = ""
 
 
-class _ClaudeStream(JsonLinesParser):
+class _Message(msgspec.Struct):
+    content: list[_Block] = []
+
+
+class _Session(msgspec.Struct):
+    """What every event carries (``system``, ``user``, ...): the session's id."""
+
+    session_id: str | None = None
+
+
+class _Event(_Session, tag_field="type"):
+    pass
+
+
+class _Assistant(_Event, tag="assistant"):
+    message: _Message | None = None
+    is_api_error_message: bool | None = None
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+
+class _Result(_Event, tag="result"):
+    subtype: str | None = None
+    is_error: bool | None = None
+    result: str | None = None
+    total_cost_usd: float | None = None
+    usage: _Usage | None = None
+    errors: list[Any] = []
+    api_error_status: int | None = None
+
+
+class _ClaudeStream(JsonLinesParser[_Assistant | _Result]):
+    events = msgspec.json.Decoder(_Assistant | _Result)
+    others = msgspec.json.Decoder(_Session)
+
     def __init__(self) -> None:
         super().__init__()
         self.session_id: str | None = None
-        self.result: dict[str, Any] | None = None
+        self.result: _Result | None = None
         self.last_error_text: str | None = None
 
-    def event(self, event: dict[str, Any]) -> list[AgentStep]:
-        session = event.get("session_id")
-        if isinstance(session, str) and session:
-            self.session_id = session
-        kind = event.get("type")
-        if kind == "result":
+    def other(self, event: _Session) -> list[AgentStep]:
+        self.session_id = event.session_id or self.session_id
+        return []
+
+    def event(self, event: _Assistant | _Result) -> list[AgentStep]:
+        self.other(event)
+        if isinstance(event, _Result):
             self.result = event
             return []
-        if kind != "assistant":
-            return []
-        message = event.get("message")
-        content = message.get("content") if isinstance(message, dict) else None
         steps = []
-        for block in content if isinstance(content, list) else ():
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "tool_use" and isinstance(block.get("name"), str):
-                steps.append(AgentStep(tool=block["name"], detail=step_detail(block.get("input"))))
-            elif block.get("type") == "text" and event.get("is_api_error_message"):
-                self.last_error_text = str(block.get("text", ""))
+        for block in event.message.content if event.message is not None else ():
+            if block.type == "tool_use" and block.name is not None:
+                steps.append(AgentStep(tool=block.name, detail=step_detail(block.input)))
+            elif block.type == "text" and event.is_api_error_message:
+                self.last_error_text = block.text
         return steps
 
     def finish(self, returncode: int, stderr: str) -> CliOutcome:
@@ -94,28 +135,25 @@ class _ClaudeStream(JsonLinesParser):
                 error=f"claude exited with code {returncode} without a result: {message}",
                 limit=detect_limit(message),
             )
-        usage = result.get("usage") if isinstance(result.get("usage"), dict) else {}
-        assert isinstance(usage, dict)
-        cost = result.get("total_cost_usd")
-        text = result.get("result")
-        reply = text if isinstance(text, str) else ""
-        session = result.get("session_id")
-        is_error = bool(result.get("is_error")) or returncode != 0
+        usage = result.usage or _Usage()
+        cost = result.total_cost_usd
+        reply = result.result or ""
+        is_error = bool(result.is_error) or returncode != 0
         error: str | None = None
         limit: UsageLimit | None = None
-        errors = result.get("errors")
-        listed = (
-            "; ".join(e for e in errors if isinstance(e, str)) if isinstance(errors, list) else ""
-        )
+        listed = "; ".join(e for e in result.errors if isinstance(e, str))
         if is_error:
-            subtype = result.get("subtype")
             error = (
-                reply or listed or self.last_error_text or stderr or f"claude reported {subtype}"
+                reply
+                or listed
+                or self.last_error_text
+                or stderr
+                or f"claude reported {result.subtype}"
             )
             if returncode != 0 and stderr and stderr not in error:
                 error = f"{error} ({stderr[-500:]})"
             limit = detect_limit(reply or error)
-            if limit is None and result.get("api_error_status") == 429:
+            if limit is None and result.api_error_status == 429:
                 limit = UsageLimit(until=None, reason=error[:200])
         else:
             # Claude Code's subscription limit arrives as the whole result text.
@@ -123,12 +161,12 @@ class _ClaudeStream(JsonLinesParser):
             limit = pipe
         return CliOutcome(
             reply=reply,
-            input_tokens=_int(usage.get("input_tokens")),
-            output_tokens=_int(usage.get("output_tokens")),
-            cache_read_tokens=_int(usage.get("cache_read_input_tokens")),
-            cache_write_tokens=_int(usage.get("cache_creation_input_tokens")),
-            cost_usd=float(cost) if isinstance(cost, (int, float)) and cost >= 0 else 0.0,
-            session_id=session if isinstance(session, str) and session else self.session_id,
+            input_tokens=max(0, usage.input_tokens),
+            output_tokens=max(0, usage.output_tokens),
+            cache_read_tokens=max(0, usage.cache_read_input_tokens),
+            cache_write_tokens=max(0, usage.cache_creation_input_tokens),
+            cost_usd=float(cost) if cost is not None and cost >= 0 else 0.0,
+            session_id=result.session_id or self.session_id,
             is_error=is_error,
             error=error,
             limit=limit,

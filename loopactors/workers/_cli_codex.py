@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
+import msgspec
 
 from ._cli_adapter import (
     COMMON_KEYS,
@@ -68,6 +69,23 @@ def codex_home() -> Path:
     return Path(home) if home else Path.home() / ".codex"
 
 
+class _TokenInfo(msgspec.Struct):
+    last_token_usage: dict[str, Any] | None = None
+
+
+class _TokenCount(msgspec.Struct):
+    info: _TokenInfo | None = None
+
+
+class _RolloutLine(msgspec.Struct):
+    """A line of a session's rollout file; read: a ``token_count`` event's usage."""
+
+    payload: _TokenCount | None = None
+
+
+_rollout_line = msgspec.json.Decoder(_RolloutLine)
+
+
 def round_usage(thread_id: str, home: Path | None = None) -> dict[str, int] | None:
     """The usage of the last turn of session ``thread_id``, from its rollout file.
 
@@ -92,18 +110,73 @@ def round_usage(thread_id: str, home: Path | None = None) -> dict[str, int] | No
                     continue
                 if '"token_count"' not in line:
                     continue
-                payload = json.loads(line).get("payload") or {}
-                info = payload.get("info") if isinstance(payload, dict) else None
-                last = info.get("last_token_usage") if isinstance(info, dict) else None
-                if isinstance(last, dict):
-                    for key, value in last.items():
-                        total[key] = total.get(key, 0) + _int(value)
-    except (OSError, ValueError):
+                try:
+                    payload = _rollout_line.decode(line).payload
+                except msgspec.ValidationError:
+                    continue  # "token_count" in another line, of another shape
+                last = payload.info.last_token_usage if payload and payload.info else None
+                for key, value in (last or {}).items():
+                    total[key] = total.get(key, 0) + _int(value)
+    except (OSError, ValueError, msgspec.DecodeError):  # a line that is not JSON
         return None
     return total
 
 
-class _CodexStream(JsonLinesParser):
+class _Change(msgspec.Struct):
+    path: str | None = None
+
+
+class _Item(msgspec.Struct):
+    """A thread item: ``agent_message`` (text), ``command_execution`` (command),
+    ``file_change`` (changes), ``mcp_tool_call`` (server, tool), ``web_search`` (query), ..."""
+
+    type: str = ""
+    text: str | None = None
+    command: str | None = None
+    changes: list[_Change] = []
+    server: str = ""
+    tool: str = ""
+    query: str | None = None
+
+
+class _Event(msgspec.Struct, tag_field="type"):
+    pass
+
+
+class _ThreadStarted(_Event, tag="thread.started"):
+    thread_id: str
+
+
+class _TurnCompleted(_Event, tag="turn.completed"):
+    usage: dict[str, Any]
+
+
+class _Message(msgspec.Struct):
+    message: str | None = None
+
+
+class _TurnFailed(_Event, tag="turn.failed"):
+    error: _Message | None = None
+
+
+class _Error(_Event, tag="error"):
+    message: str
+
+
+class _ItemStarted(_Event, tag="item.started"):
+    item: _Item
+
+
+class _ItemCompleted(_Event, tag="item.completed"):
+    item: _Item
+
+
+_Events = _ThreadStarted | _TurnCompleted | _TurnFailed | _Error | _ItemStarted | _ItemCompleted
+
+
+class _CodexStream(JsonLinesParser[_Events]):
+    events = msgspec.json.Decoder(_Events)
+
     def __init__(self) -> None:
         super().__init__()
         self.thread_id: str | None = None
@@ -116,49 +189,41 @@ class _CodexStream(JsonLinesParser):
         #: a session that holds only the prompt.
         self.answered = False
 
-    def event(self, event: dict[str, Any]) -> list[AgentStep]:
-        kind = event.get("type")
-        if kind == "thread.started" and isinstance(event.get("thread_id"), str):
-            self.thread_id = event["thread_id"]
-        elif kind == "turn.completed" and isinstance(event.get("usage"), dict):
-            self.usage = event["usage"]
-            self.answered = True
-        elif kind == "turn.failed":
-            error = event.get("error")
-            message = error.get("message") if isinstance(error, dict) else None
-            self.failure = str(message or "turn failed")
-        elif kind == "error" and isinstance(event.get("message"), str):
-            self.errors.append(event["message"])
-        elif kind in ("item.started", "item.completed"):
-            return self._item(kind, event.get("item"))
+    def event(self, event: _Events) -> list[AgentStep]:
+        match event:
+            case _ThreadStarted(thread_id=thread_id):
+                self.thread_id = thread_id
+            case _TurnCompleted(usage=usage):
+                self.usage = usage
+                self.answered = True
+            case _TurnFailed(error=error):
+                self.failure = (error.message if error is not None else None) or "turn failed"
+            case _Error(message=message):
+                self.errors.append(message)
+            case _ItemStarted(item=item):
+                return self._item(True, item)
+            case _ItemCompleted(item=item):
+                return self._item(False, item)
         return []
 
-    def _item(self, kind: str, item: Any) -> list[AgentStep]:
-        if not isinstance(item, dict):
-            return []
-        item_type = item.get("type")
-        if item_type != "error":
+    def _item(self, started: bool, item: _Item) -> list[AgentStep]:
+        if item.type != "error":
             self.answered = True
-        if item_type == "agent_message" and kind == "item.completed":
-            self.reply = str(item.get("text") or "")
+        if item.type == "agent_message" and not started:
+            self.reply = item.text or ""
             return []
-        if kind != "item.started" and item_type != "file_change":
+        if not started and item.type != "file_change":
             return []  # a command shows once, when it starts
-        if item_type == "command_execution":
-            return [AgentStep(tool="command", detail=_short(str(item.get("command") or "")))]
-        if item_type == "file_change" and kind == "item.completed":
-            changes = item.get("changes")
-            paths = [
-                str(change.get("path"))
-                for change in (changes if isinstance(changes, list) else [])
-                if isinstance(change, dict) and change.get("path")
-            ]
+        if item.type == "command_execution":
+            return [AgentStep(tool="command", detail=_short(item.command or ""))]
+        if item.type == "file_change" and not started:
+            paths = [change.path for change in item.changes if change.path]
             return [AgentStep(tool="file_change", detail=_short(" ".join(paths)))]
-        if item_type == "mcp_tool_call":
-            name = f"{item.get('server', '')}.{item.get('tool', '')}".strip(".")
+        if item.type == "mcp_tool_call":
+            name = f"{item.server}.{item.tool}".strip(".")
             return [AgentStep(tool=name or "mcp_tool_call")]
-        if item_type == "web_search":
-            return [AgentStep(tool="web_search", detail=_short(str(item.get("query") or "")))]
+        if item.type == "web_search":
+            return [AgentStep(tool="web_search", detail=_short(item.query or ""))]
         return []
 
     def finish(self, returncode: int, stderr: str) -> CliOutcome:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
+import msgspec
 
 from ._cli_adapter import (
     COMMON_KEYS,
@@ -85,57 +86,99 @@ def gemini_limit(text: str, *, now: float | None = None) -> UsageLimit | None:
     return detect_limit(text, now=now)
 
 
-class _GeminiStream(JsonLinesParser):
+class _Event(msgspec.Struct, tag_field="type"):
+    pass
+
+
+class _Init(_Event, tag="init"):
+    session_id: str
+
+
+class _Message(_Event, tag="message"):
+    role: str | None = None
+    content: str | None = None
+    delta: bool | None = None
+
+
+class _ToolUse(_Event, tag="tool_use"):
+    tool_name: str
+    parameters: Any = None
+
+
+class _Error(_Event, tag="error"):
+    severity: str | None = None
+    message: str | None = None
+
+
+class _Stats(msgspec.Struct):
+    #: ``input`` is the uncached input; ``input_tokens`` includes the cached part.
+    input: int | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached: int = 0
+
+
+class _ResultError(msgspec.Struct):
+    message: str | None = None
+
+
+class _Result(_Event, tag="result"):
+    status: str | None = None
+    stats: _Stats | None = None
+    error: _ResultError | None = None
+
+
+_Events = _Init | _Message | _ToolUse | _Error | _Result
+
+
+class _GeminiStream(JsonLinesParser[_Events]):
+    events = msgspec.json.Decoder(_Events)
+
     def __init__(self) -> None:
         super().__init__()
         self.session_id: str | None = None
         self.reply: list[str] = []
-        self.result: dict[str, Any] | None = None
+        self.result: _Result | None = None
         self.errors: list[str] = []
         #: The model answered at least once: only then has the CLI kept a session to resume.
         self.answered = False
 
-    def event(self, event: dict[str, Any]) -> list[AgentStep]:
-        kind = event.get("type")
-        if kind == "init" and isinstance(event.get("session_id"), str):
-            self.session_id = event["session_id"]
-        elif kind == "message" and event.get("role") == "assistant":
-            content = event.get("content")
-            if isinstance(content, str):
+    def event(self, event: _Events) -> list[AgentStep]:
+        match event:
+            case _Init(session_id=session_id):
+                self.session_id = session_id
+            case _Message(role="assistant", content=str(content)):
                 self.answered = True
-                if not event.get("delta"):
+                if not event.delta:
                     self.reply.clear()
                 self.reply.append(content)
-        elif kind == "tool_use" and isinstance(event.get("tool_name"), str):
-            self.reply.clear()  # the reply is what the agent says after its last tool call
-            self.answered = True
-            return [AgentStep(tool=event["tool_name"], detail=_detail(event.get("parameters")))]
-        elif kind == "error" and event.get("severity") == "error":
-            self.errors.append(str(event.get("message") or "error"))
-        elif kind == "result":
-            self.result = event
+            case _ToolUse(tool_name=tool, parameters=parameters):
+                self.reply.clear()  # the reply is what the agent says after its last tool call
+                self.answered = True
+                return [AgentStep(tool=tool, detail=_detail(parameters))]
+            case _Error(severity="error", message=message):
+                self.errors.append(message or "error")
+            case _Result():
+                self.result = event
         return []
 
     def finish(self, returncode: int, stderr: str) -> CliOutcome:
-        result = self.result or {}
-        stats = result.get("stats") if isinstance(result.get("stats"), dict) else {}
-        assert isinstance(stats, dict)
-        cached = _int(stats.get("cached"))
+        result = self.result or _Result()
+        stats = result.stats or _Stats()
+        cached = _int(stats.cached)
         counted = CliOutcome(
             reply="".join(self.reply),
-            # stats.input is the uncached input; input_tokens includes the cached part.
-            input_tokens=_int(stats.get("input"))
-            if "input" in stats
-            else max(0, _int(stats.get("input_tokens")) - cached),
-            output_tokens=_int(stats.get("output_tokens")),
+            input_tokens=_int(stats.input)
+            if stats.input is not None
+            else max(0, _int(stats.input_tokens) - cached),
+            output_tokens=_int(stats.output_tokens),
             cache_read_tokens=cached,
             # A run that failed before the model answered left no session the CLI can resume.
             session_id=self.session_id if self.answered else None,
         )
-        if self.result is not None and result.get("status") == "success" and returncode == 0:
+        if self.result is not None and result.status == "success" and returncode == 0:
             return counted
-        error_field = result.get("error")
-        error = error_field.get("message") if isinstance(error_field, dict) else None
+        error = result.error.message if result.error is not None else None
         if not error and self.errors:
             error = self.errors[-1]
         if not error:

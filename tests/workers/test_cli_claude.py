@@ -121,6 +121,31 @@ def test_no_result_or_unreadable_output_fails_with_the_clis_words() -> None:
     assert "unreadable output: 'this is not json'" in (garbled.error or "")
 
 
+def test_events_of_other_types_or_shapes_are_passed_over() -> None:
+    # CLIs add events and fields: a round reads what it knows and goes on (msgspec decodes
+    # the known events; any other object still gives its session).
+    other_session = "11111111-2222-3333-4444-555555555555"
+    _, first = parse(
+        json.dumps({"type": "rate_limit_event", "session_id": other_session, "x": [1, {}]}),
+    )
+    assert first.session_id == other_session
+    steps, outcome = parse(
+        json.dumps({"type": "rate_limit_event", "session_id": other_session, "x": [1, {}]}),
+        line(type="assistant", message={"content": [{"type": "thinking", "thinking": "..."}]}),
+        line(type="assistant", message={"content": "not a list"}),  # another shape
+        json.dumps([1, 2]),  # JSON, not an object
+        line(type="assistant", message={"content": [{"type": "tool_use", "name": "Read"}]}),
+        returncode=1,
+        stderr="killed",
+    )
+    assert [s.tool for s in steps] == ["Read"]
+    assert outcome.session_id == SESSION  # the last one named
+    assert outcome.error == "claude exited with code 1 without a result: killed"
+    # A line broken off after a field of another type is still unreadable, not skipped.
+    _, broken = parse('{"type": "result", "is_error": "yes", "res', returncode=1)
+    assert "unreadable output" in (broken.error or "")
+
+
 def test_a_spec_for_remote_rounds_is_checked_for_form_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     assert check_worker_spec("claude:model=x", here=False).name == "claude"
