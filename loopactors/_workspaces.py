@@ -2,7 +2,8 @@
 
 An agent (or coding-agent CLI) may write files in its workspace; a ``loopactors.toml`` (or a
 ``pyproject.toml`` with ``[tool.loopactors]``) it leaves there would configure the operator's
-next run: its worker, its node's address and token file (docs/security.md, "Configuration").
+next run: its worker, its node's address and token file (docs/security.md, "Agent tools",
+item 7; docs/configuration.md, "Files").
 So every agent round lists its workspace, with the time it was first seen, in
 ``$XDG_STATE_HOME/loopactors/agent-workspaces``, outside any workspace; and a configuration
 file found by search inside a listed workspace is used only when it has not changed (its

@@ -336,3 +336,19 @@ def test_open_runtime_is_imported_from_one_place() -> None:
     }
     assert imports
     assert {line for _, line in imports} == {"from loopactors import open_runtime"}, imports
+
+
+def test_section_citations_in_the_package_name_sections_that_exist() -> None:
+    # Code cites the docs as (docs/PAGE.md, "Heading"): the heading must be on that page.
+    cited = 0
+    for source in sorted((ROOT / "loopactors").rglob("*.py")):
+        text = re.sub(r"\n\s*(?:#:?)?\s*", " ", source.read_text(encoding="utf-8"))
+        for name, title in re.findall(r"docs/([a-z_-]+\.md), \"([^\"]+)\"", text):
+            headings = [
+                line.lstrip("#").strip()
+                for line in page(f"docs/{name}").splitlines()
+                if line.startswith("#")
+            ]
+            assert any(h == title or h.startswith(title) for h in headings), (source, name, title)
+            cited += 1
+    assert cited >= 20

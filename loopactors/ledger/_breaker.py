@@ -48,7 +48,8 @@ def total_tokens(ledger: Ledger) -> int | float:
 
 
 def trailing_failure_run(attempts: Sequence[Attempt]) -> list[Attempt]:
-    """The newest attempts whose outcome is exactly ``failure``, oldest first (spec §3.6)."""
+    """The newest attempts whose outcome is exactly ``failure``, oldest first (docs/ledger.md,
+    "Trailing failures")."""
     start = len(attempts)
     while start > 0 and attempts[start - 1].outcome == "failure":
         start -= 1
@@ -72,7 +73,7 @@ def _decision(
 def check_circuit_breaker(
     ledger: Ledger, config: BreakerConfig = _DEFAULT_BREAKER, *, validated: bool = False
 ) -> BreakerDecision:
-    """Continue or escalate; the first trigger that fires wins (spec §5).
+    """Continue or escalate; the first trigger that fires wins (docs/ledger.md, "Circuit breaker").
 
     ``validated``: ``config`` has passed :func:`validate_breaker_config` already (the
     runtime checks a loop's config once, then every round against it)."""
@@ -82,7 +83,8 @@ def check_circuit_breaker(
 
 
 def decide(facts: BreakerFacts, config: BreakerConfig = _DEFAULT_BREAKER) -> BreakerDecision:
-    """The breaker's rules on a ledger's facts, for a validated ``config`` (spec §5).
+    """The breaker's rules on a ledger's facts, for a validated ``config`` (docs/ledger.md, "Circuit
+    breaker").
 
     ``facts`` must have been gathered at ``config.similarity_threshold``.
     """
@@ -103,7 +105,8 @@ def utc_day(now: float) -> str:
 
 
 def newest_attempt_tokens(ledger: Ledger) -> int | float:
-    """The daily delta: the newest attempt's ``tokensUsed``, 0 when absent (spec §10.2)."""
+    """The daily delta: the newest attempt's ``tokensUsed``, 0 when absent (docs/ledger.md, "Daily
+    budget")."""
     if not ledger.attempts:
         return 0
     tokens = ledger.attempts[-1].tokens_used
@@ -138,7 +141,8 @@ def encode_daily_spend(state: DailySpend) -> str:
 def apply_daily_budget(
     decision: BreakerDecision, pattern: str, tokens_used_today: int | float, cap: int | float
 ) -> BreakerDecision:
-    """Escalate with ``daily-budget`` when today's spend reached the cap (spec §10.2).
+    """Escalate with ``daily-budget`` when today's spend reached the cap (docs/ledger.md, "Daily
+    budget").
 
     An escalating decision is returned unchanged: the per-run trigger wins.
     """

@@ -220,7 +220,7 @@ def _daily_budget_and_hook(
         reason=reason,
     )
     if opts.daily_pattern:
-        # Recorded even when a per-run trigger already escalated (spec §10.2).
+        # Recorded even when a per-run trigger already escalated (docs/ledger.md, "Daily budget").
         from ._cli_budget import resolve_daily_cap  # noqa: PLC0415
         from ._cli_daily import add_daily_spend  # noqa: PLC0415
 

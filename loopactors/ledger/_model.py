@@ -65,7 +65,7 @@ class Attempt(msgspec.Struct, gc=False, frozen=True, kw_only=True, rename="camel
     timestamp: Any = UNSET
     action: str | UnsetType | None = UNSET
     #: ``success``, ``failure`` or ``noop``; other values are kept (each function reads them
-    #: its own way, spec §1.2).
+    #: its own way, docs/ledger.md, "Attempts").
     outcome: str | UnsetType | None = UNSET
     error: str | UnsetType | None = UNSET
     tokens_used: int | float | UnsetType | None = UNSET
@@ -129,7 +129,8 @@ class AttemptSummary(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 
 
 def parse_ledger(text: str | bytes) -> Ledger:
-    """Read ledger JSON as the reference does (spec §9.4): strict JSON, so no ``NaN``."""
+    """Read ledger JSON as the reference does (docs/ledger.md, "Reading a ledger"): strict JSON, so
+    no ``NaN``."""
     raw = text.encode() if isinstance(text, str) else text
     if not raw.decode(errors="replace").strip(WHITESPACE):
         raise LedgerError(_NO_LEDGER)
@@ -147,12 +148,12 @@ def parse_ledger(text: str | bytes) -> Ledger:
 
 
 def validate_breaker_config(config: BreakerConfig) -> None:
-    """Spec §4.3: the first failing check raises :class:`ConfigError`."""
+    """The first failing check raises :class:`ConfigError` (docs/ledger.md, "Config checks")."""
     check_limits(config)
 
 
 def validate_prune_config(config: PruneConfig) -> None:
-    """Spec §4.4."""
+    """The prune config's checks, in order (docs/ledger.md, "Config checks")."""
     assert_positive_integer(config.max_trace_lines, "maxTraceLines")
     assert_positive_integer(config.window, "window")
     assert_similarity_threshold(config.similarity_threshold)

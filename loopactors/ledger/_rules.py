@@ -74,7 +74,8 @@ class BreakerLimits:
 
 
 def assert_similarity_threshold(value: object, label: str = "similarityThreshold") -> None:
-    """Rule 4.1: a number with ``0 < value <= 1``; the message hints at percentages."""
+    """A similarity threshold (docs/ledger.md, "Config checks"): a number with ``0 < value <= 1``;
+    the message hints at percentages."""
     if is_number(value) and 0 < value <= 1:
         return
     why = ""
@@ -93,7 +94,8 @@ def assert_similarity_threshold(value: object, label: str = "similarityThreshold
 
 
 def assert_positive_integer(value: object, label: str) -> None:
-    """Rule 4.2: an integral number of at least 1 (so not NaN, Infinity or 2.5)."""
+    """A limit (docs/ledger.md, "Config checks"): an integral number of at least 1 (so not NaN,
+    Infinity or 2.5)."""
     if is_integer(value) and value >= 1:
         return
     raise ConfigError(
@@ -103,7 +105,7 @@ def assert_positive_integer(value: object, label: str) -> None:
 
 
 def check_limits(config: Limits) -> None:
-    """Spec §4.3: the first failing check raises :class:`ConfigError`."""
+    """The first failing check raises :class:`ConfigError` (docs/ledger.md, "Config checks")."""
     assert_positive_integer(config.max_iterations, "maxIterations")
     assert_positive_integer(config.stagnation_threshold, "stagnationThreshold")
     assert_positive_integer(config.frustration_threshold, "frustrationThreshold")

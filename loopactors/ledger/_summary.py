@@ -64,7 +64,7 @@ def prune_ledger(ledger: Ledger, config: PruneConfig = _DEFAULT_PRUNE) -> Ledger
 
 
 def summarize_attempts(ledger: Ledger, similarity_threshold: float = 0.85) -> AttemptSummary:
-    """Counts, tokens, grouped errors and the actions tried (spec §7)."""
+    """Counts, tokens, grouped errors and the actions tried (docs/ledger.md, "Summary")."""
     assert_similarity_threshold(similarity_threshold)
     successes = noops = failures = 0
     actions: dict[str | None, None] = {}
@@ -139,7 +139,8 @@ def build_context_injection(
     breaker: BreakerConfig = _DEFAULT_BREAKER,
     prune: PruneConfig = _DEFAULT_PRUNE,
 ) -> str:
-    """The markdown block to prepend to the next prompt (spec §8), without a final newline."""
+    """The markdown block to prepend to the next prompt (docs/ledger.md, "Context injection"),
+    without a final newline."""
     summary = summarize_attempts(ledger, breaker.similarity_threshold)
     decision = check_circuit_breaker(ledger, breaker)
     pruned = prune_ledger(ledger, prune)

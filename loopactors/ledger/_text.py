@@ -44,7 +44,7 @@ def _basename(match: re.Match[str]) -> str:
 
 
 def error_signature(error: str) -> str:
-    """Reduce an error or stack trace to a stable key (spec §3.1)."""
+    """Reduce an error or stack trace to a stable key (docs/ledger.md, "Error signatures")."""
     sig = _masked(trim(_first_line(error)))
     if _WS_CHANGE.search(sig):
         sig = _sub(_WS_RUN, " ", sig)
@@ -234,14 +234,16 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 def calculate_similarity(a: str, b: str) -> float:
-    """Jaccard similarity of the trigram sets, 1.0 for identical strings (spec §3.2)."""
+    """Jaccard similarity of the trigram sets, 1.0 for identical strings (docs/ledger.md,
+    "Similarity")."""
     if a == b:
         return 1.0
     return jaccard(trigrams(a), trigrams(b))
 
 
 def prune_stack_trace(trace: str, max_lines: int) -> str:
-    """Keep the first ``max_lines`` lines and say how many were cut (spec §3.3)."""
+    """Keep the first ``max_lines`` lines and say how many were cut (docs/ledger.md, "Stack
+    traces")."""
     lines = trace.split("\n")
     limit = int(max_lines)  # a validated limit may be an integral float such as 2.0
     if len(lines) <= limit:
