@@ -2,6 +2,13 @@
 
     python bench/node.py           # status requests over 1 and 50 connections, fan-out to 200
     python bench/node.py --quick   # a smoke run (CI)
+    python bench/node.py --glob    # /healthz and stop while an agent runs the worst glob
+
+``--glob`` (issue 27, item 5): a loop's agent, driven by a chat-completions server on loopback
+that answers every request with a ``glob`` call of ``*a`` x 24 + ``*b``, globs a workspace of
+names of 40 a's (Python's ``re`` backtracked on each for minutes and held the GIL: the node
+froze). While the agent globs, ``/healthz`` is asked every 50 ms, then the loop is stopped;
+prints how long each took.
 
 The node runs as its own process (`loopactors node`, memory store, the per-connection rate
 limit raised so that it does not cap the measurement); the clients run in this process, with
@@ -20,7 +27,10 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -181,10 +191,145 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             proc.wait(timeout=30)
 
 
+#: Issue 27's worst glob and the name it backtracked on.
+WORST_GLOB = "*a" * 24 + "*b"
+VICTIM = "a" * 40
+
+
+class GlobModel:
+    """A chat-completions server on loopback whose every reply asks for the worst glob."""
+
+    def __init__(self) -> None:
+        #: When each request came (perf_counter): between two, the agent ran one glob.
+        self.requests: list[float] = []
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                model.requests.append(time.perf_counter())
+                call = {"id": f"g{len(model.requests)}", "type": "function",
+                        "function": {"name": "glob",
+                                     "arguments": json.dumps({"pattern": WORST_GLOB})}}  # fmt: skip
+                message = {"role": "assistant", "content": None, "tool_calls": [call]}
+                data = json.dumps({
+                    "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+                }).encode()  # fmt: skip
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:
+                    pass  # the loop was stopped while it asked
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+
+async def healthz(url: str) -> tuple[float, bytes]:
+    """One ``GET /healthz`` on a new connection: seconds until the whole answer, its status."""
+    host, port = url.removeprefix("ws://").split("/")[0].rsplit(":", 1)
+    start = time.perf_counter()
+    stream = await trio.open_tcp_stream(host, int(port))
+    async with stream:
+        await stream.send_all(f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = await stream.receive_some()
+            if not chunk:
+                break
+            answer += chunk
+    return time.perf_counter() - start, answer.split(b"\r\n", 1)[0]
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    """Polls: the model server's thread cannot set a trio event."""
+    while not predicate():  # noqa: ASYNC110
+        await trio.sleep(0.001)
+
+
+async def glob_stop(args: argparse.Namespace) -> dict[str, Any]:
+    """/healthz and ``stop`` while a loop's agent globs the worst pattern (see the module)."""
+    names = 2000 if args.quick else args.glob_names
+    with tempfile.TemporaryDirectory() as tmp:
+        workspace = Path(tmp) / "workspace"
+        workspace.mkdir()
+        for n in range(names):
+            (workspace / f"{VICTIM}{n:06}").write_bytes(b"")
+        (workspace / VICTIM).write_bytes(b"")
+        state = Path(tmp) / "state"
+        state.mkdir()
+        model = GlobModel()
+        proc, url, token = start_node(state)
+        try:
+            async with connect(url, token=token) as node:
+                worker = (
+                    f"agent:model=m,base_url={model.base_url},workspace={workspace},stream=false"
+                )
+                loop_id = (await node.start("|loop:50| list the files", worker=worker)).loop_id
+                with trio.fail_after(60):  # two globs answered: the agent is in its loop
+                    await until(lambda: len(model.requests) >= 3)
+                latencies: list[float] = []
+                statuses: set[bytes] = set()
+                end = trio.current_time() + (1.0 if args.quick else 5.0)
+                while trio.current_time() < end:
+                    seconds, status = await healthz(url)
+                    latencies.append(seconds)
+                    statuses.add(status)
+                    await trio.sleep(0.05)
+                asked = len(model.requests)
+                # Stop a fifth of a glob after the model asked for one: mid-glob.
+                await until(lambda: len(model.requests) > asked)
+                gaps = [b - a for a, b in zip(model.requests, model.requests[1:], strict=False)]
+                await trio.sleep(sorted(gaps)[len(gaps) // 2] / 5)
+                into_glob = time.perf_counter() - model.requests[-1]
+                start = time.perf_counter()
+                stopped = await node.stop(loop_id)
+                stop_reply = time.perf_counter() - start
+                final = await node.get(loop_id)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            model.server.shutdown()
+    latencies.sort()
+    return {
+        "names": names + 1,
+        "globs_during_healthz": asked,
+        "glob_seconds_median": sorted(gaps)[len(gaps) // 2],
+        "stop_sent_s_into_glob": into_glob,
+        "healthz_requests": len(latencies),
+        "healthz_statuses": sorted(s.decode() for s in statuses),
+        "healthz_p50_s": latencies[len(latencies) // 2],
+        "healthz_max_s": latencies[-1],
+        "stop_reply_s": stop_reply,
+        "phase_after_stop": str(final.phase),
+        "stop_reply_phase": str(stopped.phase),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--glob", action="store_true", help="only the worst-glob case")
+    parser.add_argument("--glob-names", type=int, default=20000, help="names the glob meets")
     args = parser.parse_args()
+    if args.glob:
+        report_glob(trio.run(glob_stop, args))
+        return
     results = trio.run(run, args)
     fan = results["fanout"]
     rows = [
@@ -220,6 +365,32 @@ def main() -> None:
     print(json.dumps(results))
     if fan["events"] != fan["expected"]:
         raise SystemExit("fan-out lost events")
+
+
+def report_glob(result: dict[str, Any]) -> None:
+    print(
+        f"worst glob ({WORST_GLOB!r}) over {result['names']:,} names of 40+ a's: "
+        f"one glob call {result['glob_seconds_median']:.3f} s (median, between model requests)"
+    )
+    print(
+        f"/healthz while the agent globs: {result['healthz_requests']} requests, "
+        f"p50 {result['healthz_p50_s'] * 1000:.1f} ms, max {result['healthz_max_s'] * 1000:.1f} ms,"
+        f" {', '.join(result['healthz_statuses'])}"
+    )
+    print(
+        f"stop {result['stop_sent_s_into_glob']:.3f} s into a glob: answered in "
+        f"{result['stop_reply_s'] * 1000:.1f} ms "
+        f"({result['stop_reply_phase']}; then {result['phase_after_stop']})"
+    )
+    result["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load": os.getloadavg(),
+    }
+    print(json.dumps({"bench": "node-glob", **result}))
+    if result["healthz_max_s"] >= 1.0 or result["stop_reply_s"] >= 1.0:
+        raise SystemExit("over 1 s: the node did not answer in time")
 
 
 if __name__ == "__main__":
