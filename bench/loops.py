@@ -23,6 +23,7 @@ import math
 import os
 import platform
 import resource
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -175,6 +176,56 @@ async def bare_baseline_case(loops: int) -> dict[str, Any]:
             previous_end = time.perf_counter()
 
     return await _timed_loops(loops, one_loop, gaps)
+
+
+async def sqlite_floor_case(loops: int) -> dict[str, Any]:
+    """The durable floor: the bare baseline's rounds, each committed as one row in its own
+    SQLite transaction before the next round starts, with the SQLite store's pragmas (WAL,
+    ``synchronous = NORMAL``), on the event loop's thread as the store commits. The issue's
+    yardstick for the SQLite store: "a plain trio + sqlite3 loop that commits one row per
+    round with the same pragmas"."""
+    worker = parse_worker("scripted")
+    gaps: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        conn = sqlite3.connect(Path(tmp) / "floor.db", isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(
+            "CREATE TABLE rounds (loop_id TEXT, round INTEGER, output TEXT, "
+            "PRIMARY KEY (loop_id, round))"
+        )
+
+        async def one_loop(i: int) -> None:
+            state = LoopState(loop_id=f"l{i}", spec=LoopSpec(task=f"task {i}", rounds=ROUNDS))
+            previous_end = None
+            for number in range(1, ROUNDS + 1):
+                now = time.perf_counter()
+                if previous_end is not None:
+                    gaps.append(now - previous_end)
+                prompt = build_prompt(state)
+                request = RoundRequest(
+                    loop_id=state.loop_id, round=number, rounds=ROUNDS, mode="fresh",
+                    prompt=prompt.text, task=state.spec.task, worker="scripted",
+                )  # fmt: skip
+                result = await worker.run(request, None)
+                conn.execute("BEGIN")
+                conn.execute(
+                    "INSERT INTO rounds VALUES (?, ?, ?)", (state.loop_id, number, result.output)
+                )
+                conn.execute("COMMIT")
+                state = LoopState(
+                    loop_id=state.loop_id, spec=state.spec, round=number + 1,
+                    completed_rounds=state.completed_rounds + 1, last_output=result.output,
+                )  # fmt: skip
+                previous_end = time.perf_counter()
+
+        try:
+            result = await _timed_loops(loops, one_loop, gaps)
+            (count,) = conn.execute("SELECT count(*) FROM rounds").fetchone()
+            assert count == loops * ROUNDS, count
+        finally:
+            conn.close()
+    return result
 
 
 async def baseline_case(loops: int) -> dict[str, Any]:  # noqa: PLR0915 - one loop, in order
@@ -389,6 +440,8 @@ def run_case(case: str, loops: int) -> dict[str, Any]:
         result = trio.run(baseline_case, loops)
     elif case == "bare":
         result = trio.run(bare_baseline_case, loops)
+    elif case == "sqlite-floor":
+        result = trio.run(sqlite_floor_case, loops)
     elif case == "floor":
         result = trio.run(floor_case, loops)
     else:
@@ -415,8 +468,8 @@ def main() -> None:
     parser.add_argument(
         "--case",
         choices=[
-            "embedded-memory", "embedded-sqlite", "memory", "sqlite", "baseline", "bare", "stop",
-            "floor",
+            "embedded-memory", "embedded-sqlite", "memory", "sqlite", "baseline", "bare",
+            "sqlite-floor", "stop", "floor",
         ],
     )  # fmt: skip
     args = parser.parse_args()
@@ -429,6 +482,7 @@ def main() -> None:
         "embedded-sqlite": in_subprocess("embedded-sqlite", args.loops),
         "baseline": in_subprocess("baseline", args.loops),
         "bare": in_subprocess("bare", args.loops),
+        "sqlite-floor": in_subprocess("sqlite-floor", args.loops),
         "memory": in_subprocess("memory", args.loops),
         "sqlite": in_subprocess("sqlite", args.loops),
         "stop": in_subprocess("stop", args.stop_loops),
@@ -454,6 +508,7 @@ def main() -> None:
         "embedded-sqlite": "start+wait per task, SQLite",
         "baseline": "baseline (same work)",
         "bare": "bare baseline (worker calls)",
+        "sqlite-floor": "trio + sqlite3, commit a round",
         "memory": "loopactors, memory store",
         "sqlite": "loopactors, SQLite store",
     }
@@ -465,6 +520,12 @@ def main() -> None:
             f"{r['peak_rss_mb']:>9.0f}{r['rounds_per_s'] / base:>13.2f}"
             f"{r['rounds_per_s'] / bare:>9.2f}"
         )
+    floor_rate = results["sqlite-floor"]["rounds_per_s"]
+    print(
+        "SQLite store against trio + sqlite3 committing each round (goal >= 0.5): "
+        f"one subscription {results['sqlite']['rounds_per_s'] / floor_rate:.2f}, "
+        f"start+wait per task {results['embedded-sqlite']['rounds_per_s'] / floor_rate:.2f}"
+    )
     stop = results["stop"]
     print(
         f"stop-to-cancelled over {args.stop_loops:,} loops mid-round: "

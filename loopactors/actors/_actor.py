@@ -62,7 +62,10 @@ class _Cell:
         "capacity",
         "current",
         "deferred",
+        "dormant",
+        "exit_hook",
         "exit_reason",
+        "home",
         "killed",
         "mailbox",
         "name",
@@ -94,6 +97,12 @@ class _Cell:
         self.killed = False
         self.actor: Actor[Any] | None = None
         self.ref: ActorRef[Any] = ActorRef(self)
+        # For an actor that holds no task while idle (Actor.task_while_idle = False): whether
+        # it waits without one now, the nursery its next spell runs in, and run_actor's exit
+        # hook, called when the last spell ends it.
+        self.dormant = False
+        self.home: trio.Nursery | None = None
+        self.exit_hook: ExitHook | None = None
 
     def request_stop(self) -> None:
         """Ask the actor to exit after the message it is handling (a graceful stop)."""
@@ -109,6 +118,37 @@ class _Cell:
         self.killed = True
         if self.scope is not None:
             self.scope.cancel()
+        elif self.dormant:
+            self.end_dormant("was killed", ran=True)
+
+    def sleep(self) -> None:
+        """Wait for the next message without a task (the mailbox is empty): it wakes us."""
+        self.dormant = True
+        self.mailbox.sleeper = self
+
+    def wake(self) -> None:
+        """A message arrived while we held no task: run a spell in our home nursery."""
+        self.dormant = False
+        home = self.home
+        try:
+            if home is not None:
+                home.start_soon(_spell, self, name=self.name)
+                return
+        except RuntimeError:  # the nursery is closed: the tree it belonged to is gone
+            pass
+        self.end_dormant("was cancelled", ran=False)
+
+    def end_dormant(self, how: str, *, ran: bool) -> None:
+        """End an incarnation that holds no task now (killed, or its tree cancelled)."""
+        if self.mailbox.sleeper is self:
+            self.mailbox.sleeper = None
+        self.dormant = False
+        self.die(None, how)
+        hook, self.exit_hook = self.exit_hook, None
+        if hook is not None:
+            hook(self, None, ran)
+        self.actor = None
+        self.home = None
 
     def die(self, reason: BaseException | None, how: str) -> None:
         """Mark the incarnation exited and fail every call still waiting on it.
@@ -168,6 +208,14 @@ class Actor(abc.ABC, Generic[M]):
     #: Give this actor a nursery for background tasks (``self.nursery``). Off by default:
     #: a nursery costs ~600 bytes per idle actor, which adds up at 10,000 loops.
     uses_nursery: ClassVar[bool] = False
+    #: Hold a task (parked on the mailbox) while idle. False: an idle actor is only data
+    #: (its instance, cell and mailbox); each message that finds it idle starts a task (a
+    #: "spell", in the nursery it was started in) that drains the mailbox and ends. For
+    #: actors that mostly wait and are many (a loop's runner): an idle task costs ~5 KB and
+    #: a start or recovery of tens of thousands pays for each. Such an actor must be started
+    #: by a :class:`Supervisor` (which ends it if its tree is cancelled while it holds no
+    #: task), have no nursery, and a mailbox of at least one message.
+    task_while_idle: ClassVar[bool] = True
 
     _cell: _Cell
     _nursery: trio.Nursery
@@ -238,27 +286,38 @@ class Actor(abc.ABC, Generic[M]):
         return pending
 
 
-async def _message_loop(cell: _Cell, actor: Actor[Any]) -> None:
+async def _message_loop(cell: _Cell, actor: Actor[Any]) -> bool:
+    """Handle messages until a stop; True when, instead, the actor went to sleep without its
+    task (``task_while_idle = False`` and nothing queued)."""
     receive = cell.mailbox.get
     take = cell.mailbox.take
     handle = actor.handle
     drained_hook = type(actor).on_drained is not Actor.on_drained
+    sleeps = not actor.task_while_idle
     while not cell.stop_requested:
         # The self-queue is filled only by this task (in on_start, a handler or on_drained),
         # so it is looked at before going idle and after each message.
-        message = cell.overflow.popleft() if cell.overflow else await receive()
+        if cell.overflow:
+            message = cell.overflow.popleft()
+        elif sleeps:
+            message = take()
+            if message is EMPTY:
+                cell.sleep()  # no checkpoint since take(): no message can slip in between
+                return True
+        else:
+            message = await receive()
         while True:
             kind = type(message)
             if kind is PendingReply:
                 await _serve_call(cell, handle, message)  # type: ignore[arg-type]
             elif kind is _StopSignal:
-                return
+                return False
             elif kind is _CrashSignal:
                 raise message.error  # type: ignore[attr-defined]
             else:
                 await handle(message)
             if cell.stop_requested:
-                return
+                return False
             if cell.overflow:
                 message = cell.overflow.popleft()  # self-casts first, in order
                 continue
@@ -267,6 +326,7 @@ async def _message_loop(cell: _Cell, actor: Actor[Any]) -> None:
                 break
         if drained_hook:
             await actor.on_drained()
+    return False
 
 
 async def _serve_call(cell: _Cell, handle: Any, pending: PendingReply) -> None:
@@ -343,7 +403,9 @@ async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
     if faults is not None:  # off unless a test or `loopactors stress` turned it on
         faults.arm(actor, cell.name)
     crash: BaseException | None = None
-    started = ran = stop_hook_ran = False
+    started = ran = stop_hook_ran = slept = False
+    if not actor.task_while_idle:
+        cell.exit_hook = on_exit
     try:
         with trio.CancelScope() as scope:
             cell.scope = scope  # the kill switch
@@ -360,18 +422,21 @@ async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
                     raise StartFailed(exc) from exc
                 started = True
                 task_status.started(cell.ref)
+                # Only now: until started(), the task runs in the starter's nursery.
+                cell.home = trio.lowlevel.current_task().parent_nursery
                 try:
-                    await _message_loop(cell, actor)
+                    slept = await _message_loop(cell, actor) and _still_asleep(cell)
                 except Exception as exc:
                     crash = exc
-                # Pending calls fail now, before on_stop, which may take a while.
-                cell.die(crash, "crashed" if crash is not None else "stopped")
-                # on_stop runs while background tasks still live, so it can wind them down
-                # (a supervisor stops its children here, gracefully, in reverse order).
-                stop_hook_ran = True
-                crash = await _on_stop(actor, crash)
-                if nursery is not None:
-                    nursery.cancel_scope.cancel()
+                if not slept:
+                    # Pending calls fail now, before on_stop, which may take a while.
+                    cell.die(crash, "crashed" if crash is not None else "stopped")
+                    # on_stop runs while background tasks still live, so it can wind them
+                    # down (a supervisor stops its children here, gracefully, in reverse order).
+                    stop_hook_ran = True
+                    crash = await _on_stop(actor, crash)
+                    if nursery is not None:
+                        nursery.cancel_scope.cancel()
         ran = started
     except BaseException as exc:
         cause, cancelled = _split_exit(exc)
@@ -397,17 +462,70 @@ async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
         ran = True
     finally:
         cell.scope = None
-        cell.die(None, "was killed")  # a no-op unless a kill interrupted it
-        if on_exit is not None:
-            on_exit(cell, crash, ran)
-        # Let go of the task and the actor: the cell (kept by its refs) would otherwise hold
-        # them in a cycle that only a full garbage collection frees, and a busy node ends
-        # thousands of actors a second.
         cell.task = None
-        cell.actor = None
+        if not slept:  # asleep, it lives on as data; its next message starts a _spell
+            cell.exit_hook = None
+            cell.die(None, "was killed")  # a no-op unless a kill interrupted it
+            if on_exit is not None:
+                on_exit(cell, crash, ran)
+            # Let go of the actor (and the task, above): the cell (kept by its refs) would
+            # otherwise hold them in a cycle that only a full garbage collection frees, and
+            # a busy node ends thousands of actors a second.
+            cell.actor = None
     if not started:
         raise StartFailed(ActorNotRunning(f"actor {cell.name!r} was killed while starting"))
     return crash
+
+
+def _still_asleep(cell: _Cell) -> bool:
+    """After the message loop put the actor to sleep: False if a kill came meanwhile (the
+    kill then found a task, so it only cancelled a scope that no checkpoint saw)."""
+    if not cell.killed:
+        return True
+    cell.mailbox.sleeper = None
+    cell.dormant = False
+    return False
+
+
+async def _spell(cell: _Cell) -> None:
+    """One wake of an actor that holds no task while idle: drain its mailbox in this task,
+    then sleep again or, after a stop, a crash or a kill, end the incarnation as
+    :func:`run_actor` would (``on_stop``, then the exit hook)."""
+    actor = cell.actor
+    if actor is None or not cell.alive:
+        return
+    cell.task = trio.lowlevel.current_task()
+    crash: BaseException | None = None
+    slept = False
+    ran = True
+    try:
+        with trio.CancelScope() as scope:
+            cell.scope = scope  # the kill switch, while this spell runs
+            if cell.killed:  # killed between the wake and now: as if parked when killed
+                return
+            try:
+                slept = await _message_loop(cell, actor) and _still_asleep(cell)
+            except Exception as exc:
+                crash = exc
+            if not slept:
+                cell.die(crash, "crashed" if crash is not None else "stopped")
+                crash = await _on_stop(actor, crash)
+    except BaseException as exc:
+        cause, cancelled = _split_exit(exc)
+        # No nursery: only cancellation from outside and KeyboardInterrupt get here.
+        cell.die(cause, "was cancelled" if cancelled else "was interrupted")
+        ran = False
+        raise
+    finally:
+        cell.scope = None
+        cell.task = None
+        if not slept:
+            cell.die(None, "was killed")  # a no-op unless a kill interrupted it
+            hook, cell.exit_hook = cell.exit_hook, None
+            if hook is not None:
+                hook(cell, crash, ran)
+            cell.actor = None
+            cell.home = None
 
 
 async def _on_stop(actor: Actor[Any], crash: BaseException | None) -> BaseException | None:
@@ -422,4 +540,15 @@ def new_cell(name: str, capacity: float | None, node: Node | None, actor: Actor[
     size = actor.mailbox_size if capacity is None else capacity
     if not (size == math.inf or (isinstance(size, int) and size >= 0)):
         raise ValueError(f"mailbox size must be an int >= 0 or math.inf, got {size!r}")
+    if not actor.task_while_idle:
+        if actor.uses_nursery:
+            raise ValueError(
+                f"{type(actor).__name__} sets task_while_idle = False and uses_nursery = True:"
+                " a nursery needs a task to hold it; choose one of them"
+            )
+        if size < 1:
+            raise ValueError(
+                f"{type(actor).__name__} sets task_while_idle = False with a mailbox of "
+                f"{size}: a message must be queued to wake it; give it room for one"
+            )
     return _Cell(name, size, node)

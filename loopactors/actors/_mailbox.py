@@ -35,7 +35,7 @@ _current_task = trio.lowlevel.current_task
 class Mailbox:
     """Messages for one actor, in the order they were put."""
 
-    __slots__ = ("_queue", "_receiver", "_senders", "capacity", "closed")
+    __slots__ = ("_queue", "_receiver", "_senders", "capacity", "closed", "sleeper")
 
     def __init__(self, capacity: float) -> None:
         self.capacity = capacity
@@ -44,6 +44,9 @@ class Mailbox:
         # Senders waiting for room, oldest first, with the message each one brings.
         self._senders: dict[trio.lowlevel.Task, object] = {}
         self.closed = False
+        #: An actor that holds no task while idle (``Actor.task_while_idle = False``) waits
+        #: here instead of a parked receiver: the first message wakes it (``wake()``).
+        self.sleeper: Any = None
 
     # -- senders -----------------------------------------------------------------------------
 
@@ -60,6 +63,10 @@ class Mailbox:
             _reschedule(receiver, outcome.Value(message))
         elif len(self._queue) < self.capacity:
             self._queue.append(message)
+            sleeper = self.sleeper
+            if sleeper is not None:
+                self.sleeper = None
+                sleeper.wake()
         else:
             raise trio.WouldBlock
 

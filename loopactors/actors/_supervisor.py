@@ -187,6 +187,7 @@ class Supervisor(Actor[Any]):
         self._children: dict[str, _Child] = {}
         self._restart_times: collections.deque[float] = collections.deque()
         self._restarts_total = 0
+        self._keeping_sleepers = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -339,12 +340,28 @@ class Supervisor(Actor[Any]):
                 node.registry.register(spec.name, cell)
         except Exception as exc:
             raise StartFailed(exc) from exc
+        if not actor.task_while_idle and not self._keeping_sleepers:
+            self._keeping_sleepers = True
+            self.nursery.start_soon(self._end_sleepers_with_us)
         child.incarnation += 1
         child.is_supervisor = isinstance(actor, Supervisor)
         child.stopping = False
         child.exited = None
         child.cell = cell
         return actor, cell
+
+    async def _end_sleepers_with_us(self) -> None:
+        """Children that hold no task while idle (``task_while_idle = False``) are not
+        cancelled with this nursery, having no task in it: when it is cancelled (a hard
+        kill, or this tree cancelled from outside), they end here, as a cancelled task
+        would. A graceful stop has stopped every child before."""
+        try:
+            await trio.sleep_forever()
+        finally:
+            for child in self._children.values():
+                cell = child.cell
+                if cell is not None and cell.dormant:
+                    cell.end_dormant("was cancelled", ran=False)
 
     async def _stop_child(self, child: _Child) -> None:
         """Graceful stop within the child's grace, then hard cancel. Idempotent."""

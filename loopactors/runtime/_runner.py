@@ -166,6 +166,10 @@ class Resumed(msgspec.Struct, gc=False, frozen=True):
 
 class LoopRunner(Actor[Any]):
     mailbox_size = 64
+    #: A loop that waits (for its round, its delay, a retry) is data, not a parked task: its
+    #: timers are in the node's one Timers heap, its round in a Dispatcher task only while
+    #: it runs, and a message that finds the runner idle runs it in a short task.
+    task_while_idle = False
 
     def __init__(
         self,
