@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -226,6 +227,68 @@ async def sqlite_floor_case(loops: int) -> dict[str, Any]:
         finally:
             conn.close()
     return result
+
+
+def rss_now_mb() -> float:
+    """The process's resident set now (not its peak), from /proc."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+async def idle_case(loops: int) -> dict[str, Any]:
+    """Idle live loops: each runs its first round, then waits an hour for the next (an
+    inter-round delay), on SQLite (which keeps rounds and events on disk, so what stays in
+    the process is the runtime's own): the resident set per waiting loop, after a garbage
+    collection, against the runtime open with no loop."""
+    waiting = 0
+    all_waiting = trio.Event()
+
+    def observe(event: AnyEvent) -> None:
+        nonlocal waiting
+        if isinstance(event, RoundFinished) and event.round == 1:
+            waiting += 1
+            if waiting == loops:
+                all_waiting.set()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = RuntimeConfig(
+            store="sqlite",
+            state_dir=Path(tmp),
+            max_live_loops=loops,
+            max_concurrent_rounds=loops,
+            inter_round_delay=3600.0,
+            event_queue_size=loops * 4,
+        )
+        async with open_runtime(config, observer=observe) as rt:
+            gc.collect()
+            before = rss_now_mb()
+            limiter = trio.CapacityLimiter(200)  # as bench/recovery.py starts them
+
+            async def start(i: int) -> None:
+                async with limiter:
+                    await rt.start(f"|loop:{ROUNDS},fresh| task {i}")
+
+            started = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for i in range(loops):
+                    nursery.start_soon(start, i)
+            await all_waiting.wait()
+            await trio.sleep(0.2)  # the last runners schedule their wake-ups
+            seconds = time.perf_counter() - started
+            gc.collect()
+            after = rss_now_mb()
+            result = {
+                "loops": loops,
+                "rss_before_mb": before,
+                "rss_after_mb": after,
+                "bytes_per_idle_loop": (after - before) * 2**20 / loops,
+                "seconds": seconds,
+                "peak_rss_mb": peak_rss_mb(),
+            }
+            # Stopping tens of thousands of loops is not what is measured: leave at once.
+            print(json.dumps(result), flush=True)
+            os._exit(0)
+    raise AssertionError("unreachable")
 
 
 async def baseline_case(loops: int) -> dict[str, Any]:  # noqa: PLR0915 - one loop, in order
@@ -440,6 +503,8 @@ def run_case(case: str, loops: int) -> dict[str, Any]:
         result = trio.run(baseline_case, loops)
     elif case == "bare":
         result = trio.run(bare_baseline_case, loops)
+    elif case == "idle":
+        trio.run(idle_case, loops)  # prints its own result and exits
     elif case == "sqlite-floor":
         result = trio.run(sqlite_floor_case, loops)
     elif case == "floor":
@@ -469,7 +534,7 @@ def main() -> None:
         "--case",
         choices=[
             "embedded-memory", "embedded-sqlite", "memory", "sqlite", "baseline", "bare",
-            "sqlite-floor", "stop", "floor",
+            "sqlite-floor", "stop", "floor", "idle",
         ],
     )  # fmt: skip
     args = parser.parse_args()

@@ -124,7 +124,8 @@ class _Cell:
     def sleep(self) -> None:
         """Wait for the next message without a task (the mailbox is empty): it wakes us."""
         self.dormant = True
-        self.mailbox.sleeper = self
+        self.overflow = None  # empty now: its deque is made again on the next self-cast
+        self.mailbox.sleep(self)
 
     def wake(self) -> None:
         """A message arrived while we held no task: run a spell in our home nursery."""

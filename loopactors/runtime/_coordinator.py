@@ -86,7 +86,8 @@ class CoordinatorLimits:
 class _Live:
     parent_id: str | None
     task: str
-    children: set[str] = attrs.field(factory=set)
+    #: Made with the first child: most loops have none, and an empty set is 216 bytes.
+    children: set[str] | None = None
 
 
 class Coordinator(Actor[Any]):
@@ -385,7 +386,7 @@ class Coordinator(Actor[Any]):
             loop = self._live.get(todo.pop())
             if loop is not None:
                 size += 1
-                todo.extend(loop.children)
+                todo.extend(loop.children or ())
         return size
 
     def _runner_spec(
@@ -461,7 +462,7 @@ class Coordinator(Actor[Any]):
     def _descendants(self, loop_id: str) -> list[str]:
         """Live descendants, deepest first."""
         found: list[str] = []
-        for child in self._live[loop_id].children:
+        for child in self._live[loop_id].children or ():
             if child in self._live:
                 found.extend(self._descendants(child))
                 found.append(child)
@@ -481,13 +482,17 @@ class Coordinator(Actor[Any]):
     def _index(self, state: LoopState) -> None:
         parent_id = state.spec.parent_id
         self._live[state.loop_id] = _Live(parent_id=parent_id, task=state.spec.task)
-        if parent_id is not None and parent_id in self._live:
-            self._live[parent_id].children.add(state.loop_id)
+        parent = self._live.get(parent_id) if parent_id is not None else None
+        if parent is not None:
+            if parent.children is None:
+                parent.children = set()
+            parent.children.add(state.loop_id)
 
     def _forget(self, loop_id: str) -> None:
         loop = self._live.pop(loop_id, None)
-        if loop is not None and loop.parent_id in self._live:
-            self._live[loop.parent_id].children.discard(loop_id)
+        parent = self._live.get(loop.parent_id) if loop and loop.parent_id is not None else None
+        if parent is not None and parent.children:
+            parent.children.discard(loop_id)
 
     def statistics(self) -> dict[str, int]:
         return {"live_loops": len(self._live)}

@@ -227,7 +227,7 @@ class LoopRunner(Actor[Any]):
 
     async def _start(self) -> None:
         self.svc = services_of(self.node)
-        state = self._initial
+        state, self._initial = self._initial, None  # kept by nothing else: let it go
         resumed = self._resumed
         if state is None or (self.recovered and resumed is None):
             # A recovery's snapshot may be stale: the loop's previous runner may have
@@ -435,7 +435,8 @@ class LoopRunner(Actor[Any]):
     async def _schedule(self, deadline: float, message: Watchdog | Advance) -> None:
         # Waits only when the Timers mailbox is full (a burst of starts): backpressure, where
         # cast_nowait would crash this runner and, repeated, end its loop in error.
-        await self.svc.timers.cast(Schedule(deadline, runner_name(self.loop_id), message))
+        # Its own name (the registered string): not one more copy per timer.
+        await self.svc.timers.cast(Schedule(deadline, self.name, message))
 
     async def _commit(self, save: effects.Save) -> None:
         """Hand a step to the Store; with ``save.wait``, return only once it is durable.
