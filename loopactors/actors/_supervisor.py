@@ -277,6 +277,7 @@ class Supervisor(Actor[Any]):
         pass, where one ``nursery.start`` after another would take a pass each."""
         results: list[ActorRef[Any] | BaseException | None] = [None] * len(specs)
         batch = _BatchStart(results)
+        sleepers: list[tuple[_Child, Actor[Any], _Cell, int]] = []
         for index, spec in enumerate(specs):
             if spec.id in self._children:
                 results[index] = SupervisorError(
@@ -292,9 +293,14 @@ class Supervisor(Actor[Any]):
                 continue
             self._children[spec.id] = child
             batch.waiting += 1
-            self.nursery.start_soon(
-                self._run_batched, child, actor, cell, batch, index, name=cell.name
-            )
+            if actor.task_while_idle:
+                self.nursery.start_soon(
+                    self._run_batched, child, actor, cell, batch, index, name=cell.name
+                )
+            else:
+                sleepers.append((child, actor, cell, index))
+        if sleepers:
+            self.nursery.start_soon(self._run_sleepers, sleepers, batch, name=self.name)
         if batch.waiting:
             await batch.all_reported.wait()
         for index, result in enumerate(results):
@@ -311,6 +317,17 @@ class Supervisor(Actor[Any]):
         except StartFailed as failure:
             child.cell = None
             batch.report(index, failure)
+
+    async def _run_sleepers(
+        self, sleepers: list[tuple[_Child, Actor[Any], _Cell, int]], batch: _BatchStart
+    ) -> None:
+        """Start children that hold no task while idle one after another in this one task:
+        each returns from :func:`run_actor` once it sleeps, so a task apiece would only be
+        spawned to end at once (recovering 50,000 loops spawned 50,000 such tasks). One
+        that does not sleep at once (a handler that waits) holds up those after it, not
+        their start's outcome."""
+        for child, actor, cell, index in sleepers:
+            await self._run_batched(child, actor, cell, batch, index)
 
     async def _start(self, child: _Child) -> ActorRef[Any]:
         """Start one incarnation and return its ref once its ``on_start`` returned.

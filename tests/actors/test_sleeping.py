@@ -159,3 +159,42 @@ def test_a_sleeper_needs_a_mailbox_and_no_nursery() -> None:
                 await node.start_child(ChildSpec("b", NoRoom))
 
     trio.run(main)
+
+
+async def test_sleepers_started_in_a_batch_all_start_and_sleep() -> None:
+    log: list[tuple[str, str]] = []
+    async with open_node() as node:
+        results = await node.supervisor.start_children(
+            [ChildSpec(f"s{i}", lambda i=i: Sleeper(f"s{i}", log), name=f"s{i}") for i in range(5)]
+        )
+        await settle()
+        for result in results:
+            assert not isinstance(result, BaseException)
+            assert cell_of(result).dormant
+        assert [await ref.call(Ping(i)) for i, ref in enumerate(results)] == [
+            Ping(i) for i in range(5)
+        ]
+    assert sorted(log) == sorted([(f"s{i}", e) for i in range(5) for e in ("start", "stop")])
+
+
+async def test_a_sleeper_killed_mid_message_is_restarted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A kill while a spell runs ends that spell's task: the handler is cancelled, the
+    supervisor restarts the child, and other sleepers' spells go on."""
+    log: list[tuple[str, str]] = []
+    async with open_node() as node:
+        ref = await node.start_child(ChildSpec("s", lambda: Sleeper("s", log), name="s"))
+        other = await node.start_child(ChildSpec("o", lambda: Sleeper("o", log), name="o"))
+        await ref.cast(Sleep(100.0))
+        await settle()
+        cell_of(ref).kill()
+        await settle()
+        assert not ref.alive
+        again = node.whereis("s")
+        assert again is not None
+        assert again != ref
+        assert await again.call(Ping(1)) == Ping(1)
+        assert await other.call(Ping(2)) == Ping(2)
+    assert ("s", "crash") not in log
+    assert log.count(("s", "start")) == 2
