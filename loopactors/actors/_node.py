@@ -70,7 +70,7 @@ class Node:
 
 
 @asynccontextmanager
-async def open_node(  # noqa: PLR0915 - one lifecycle, read top to bottom
+async def open_node(
     children: Sequence[ChildSpec] = (),
     *,
     name: str = "node",
@@ -140,6 +140,16 @@ async def open_node(  # noqa: PLR0915 - one lifecycle, read top to bottom
                         await tree_done.wait()
                     tree_scope.cancel()
                     await tree_done.wait()
+    _raise_outcome(name, start_error, failure, body_error)
+
+
+def _raise_outcome(
+    name: str,
+    start_error: BaseException | None,
+    failure: BaseException | None,
+    body_error: BaseException | None,
+) -> None:
+    """What a node's block ends with: its start failure, then the tree's, then the body's."""
     if isinstance(start_error, ChildStartError):
         raise start_error from start_error.__cause__
     if start_error is not None:

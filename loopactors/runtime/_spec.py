@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import msgspec
 
 from ..errors import LoopSyntaxError
@@ -46,26 +47,7 @@ def build_spec(
         raise LoopSyntaxError(
             f"unknown loop option(s) {', '.join(unknown)}; accepted: {', '.join(sorted(known))}"
         )
-    fields: dict[str, Any] = {
-        "worker": config.worker,
-        "round_timeout": config.round_timeout,
-        "inter_round_delay": config.inter_round_delay,
-        "seed_cap": config.seed_cap,
-        "max_consecutive_failures": config.breaker.max_consecutive_failures,
-        "stale_rounds_limit": config.breaker.stale_rounds_limit,
-        "max_tokens": config.breaker.max_tokens,
-        "max_seconds": config.breaker.max_seconds,
-        "stagnation_threshold": config.breaker.stagnation_threshold,
-        "frustration_threshold": config.breaker.frustration_threshold,
-        "similarity_threshold": config.breaker.similarity_threshold,
-        "max_cost_usd": config.breaker.max_cost_usd,
-        "max_unverified_claims": config.breaker.max_unverified_claims,
-        "until": config.until,
-        "until_timeout": config.until_timeout,
-        "notify": config.notify.urls,
-        "notify_on": config.notify.events,
-        "notify_check_failures": config.notify.check_failures,
-    }
+    fields = _defaults(config)
     if isinstance(loop, LoopSpec):
         blank = LoopSpec(task=loop.task)
         fields.update(
@@ -115,6 +97,23 @@ def build_spec(
     if options.get("max_cost_usd") is not None:  # the loop's own, not the node's default
         _check_cost_reported(spec.worker)
     return spec
+
+
+def _defaults(config: RuntimeConfig) -> dict[str, Any]:
+    """The runtime's loop defaults, by ``LoopSpec`` field: the ``[breaker]`` table's keys
+    are the spec's own, so it is taken whole."""
+    return {
+        "worker": config.worker,
+        "round_timeout": config.round_timeout,
+        "inter_round_delay": config.inter_round_delay,
+        "seed_cap": config.seed_cap,
+        **attrs.asdict(config.breaker),
+        "until": config.until,
+        "until_timeout": config.until_timeout,
+        "notify": config.notify.urls,
+        "notify_on": config.notify.events,
+        "notify_check_failures": config.notify.check_failures,
+    }
 
 
 def _check_cost_reported(worker: str) -> None:
