@@ -3,7 +3,7 @@
 Everything that can change a loop (a round's result, a stop, a pause, a timer) arrives as a
 message, so the mailbox serialises it: no lock, no pending queue, no sweeper (rolebox's W6/W7).
 Every message that refers to a round carries its number, and every timer an epoch: stale ones
-are ignored. What to do about a message is decided by a pure function of ``loops/_steps.py``
+are ignored. What to do about a message is decided by a pure function of ``loops/steps.py``
 (after a round, on finish, on a command, on recovery), which returns the runner's new
 knowledge and the effects to perform; this actor performs them, in order. Each step is
 committed before its side effect: the intent to run round k (key ``loop_id:k``) before the
