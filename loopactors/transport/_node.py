@@ -10,7 +10,10 @@ flag with an expiry catches a stopped round a worker has not taken yet.
 A node that restarts dispatches its rounds in flight again under the same keys; an order
 whose key already has one on its stream (``order_key``: a worker still runs it, or it waits)
 is not published again: the node waits for that one, so a round is never run by two workers
-at once because its node was killed.
+at once because its node was killed. A report that arrived while no node waited (the round
+ended while its node was down) is held for a while instead of dropped, and before it
+publishes anything a node reads every report waiting on the stream: a round already
+reported is taken from there, not run again.
 
 While Redis is unreachable every operation retries with backoff: rounds wait in
 ``awaiting_worker`` and nothing is lost. If Redis comes back without its data (restarted with
@@ -51,6 +54,7 @@ from ._wire import (
     NODE_GROUP,
     RESULTS_STREAM,
     RoundOrder,
+    RoundReport,
     StopOrder,
     cancelled_key,
     decode_report,
@@ -71,6 +75,10 @@ CONTROL_MAXLEN = 10_000
 BLOCK_MS = 1000
 #: Seconds between the node's sweeps for dead workers (live workers sweep too).
 SWEEP_SECONDS = 5.0
+#: How long, and how many, reports nobody waited for are held for a round dispatched again
+#: (a node back after a restart or a takeover); past either the oldest go.
+HELD_SECONDS = 600.0
+HELD_MAX = 10_000
 
 
 #: Publish a round's order, unless the latest order published for its key is still on the
@@ -123,6 +131,10 @@ class RedisTransport(RemoteTransport):
         self._stops: list[str] = []
         self._stops_wake = trio.Event()
         self.reports_dropped = 0
+        #: Reports nobody waited for, by round key, with when they came (monotonic).
+        self._held: dict[str, tuple[RoundResult, float]] = {}
+        # Set once the reports waiting on the stream at start-up are read (and held).
+        self._drained = trio.Event()
 
     def __repr__(self) -> str:
         return f"RedisTransport({redact_url(self.url)!r})"
@@ -163,7 +175,15 @@ class RedisTransport(RemoteTransport):
         )
         try:
             await self._connected.wait()
+            await self._drained.wait()
+            earlier = self._held.pop(key, None)
+            if earlier is not None:
+                log.info("round %s was reported while no node waited: taken, not run again", key)
+                return earlier[0]
             await self._publish(waiter)
+            late = self._held.pop(key, None)  # a report read before the publish returned
+            if late is not None:
+                return late[0]
             await waiter.done.wait()
             assert waiter.result is not None
             return waiter.result
@@ -187,7 +207,11 @@ class RedisTransport(RemoteTransport):
             return None
 
     def statistics(self) -> dict[str, int]:
-        return {"awaited": len(self._waiting), "reports_dropped": self.reports_dropped}
+        return {
+            "awaited": len(self._waiting),
+            "reports_dropped": self.reports_dropped,
+            "reports_held": len(self._held),
+        }
 
     async def _publish(self, waiter: _Waiter, *, adopt: bool = True) -> None:
         key = waiter.order.request.key
@@ -216,12 +240,14 @@ class RedisTransport(RemoteTransport):
                     await self._republish_lost()
                     outage = False
                 await self._ensure_group()
+                # No blocking until the reports waiting at start-up are all read.
+                drained = self._drained.is_set()
                 reply = await client.xreadgroup(
                     NODE_GROUP,
                     self._consumer,
                     streams={RESULTS_STREAM: start},
                     count=256,
-                    block=None if start == "0" else BLOCK_MS,
+                    block=None if start == "0" or not drained else BLOCK_MS,
                 )
             except NO_GROUP:
                 continue  # created again on the next pass
@@ -236,6 +262,9 @@ class RedisTransport(RemoteTransport):
             entries = reply.get(RESULTS_STREAM, ()) if reply else ()
             if start == "0" and not entries:
                 start = ">"
+                continue
+            if not entries and not drained:
+                self._drained.set()
                 continue
             done: list[str] = []
             for entry in entries:
@@ -262,8 +291,8 @@ class RedisTransport(RemoteTransport):
             log.warning("dropped an unreadable round report")
             return
         waiter = self._waiting.get(report.key)
-        if waiter is None:
-            self.reports_dropped += 1  # nobody waits for it any more: drop it safely
+        if waiter is None or waiter.entry_id is None:  # nobody waits, or not yet published
+            self._hold(report)
             return
         if report.entry_id and report.entry_id not in waiter.entry_ids:
             # An order of this key published before, and gone from its stream when this
@@ -274,6 +303,25 @@ class RedisTransport(RemoteTransport):
         del self._waiting[report.key]
         waiter.result = report.result
         waiter.done.set()
+
+    def _hold(self, report: RoundReport) -> None:
+        """Keep a report nobody waits for: the node may be back after its round ended (a
+        restart, a takeover), and dispatch it again. A cancelled run is no result of the
+        round: dropped, as is a report of a loop stopped or of a round reported twice
+        (after a reclaim), once it is too old or too many others came after it."""
+        if report.result.status == "cancelled":
+            self.reports_dropped += 1
+            return
+        now = time.monotonic()
+        held = self._held
+        held.pop(report.key, None)
+        held[report.key] = (report.result, now)
+        while held:
+            oldest = next(iter(held))
+            if len(held) <= HELD_MAX and now - held[oldest][1] <= HELD_SECONDS:
+                break
+            del held[oldest]
+            self.reports_dropped += 1
 
     async def _ensure_group(self) -> None:
         await create_group(self._client, RESULTS_STREAM, NODE_GROUP)

@@ -21,7 +21,7 @@ from loopactors.loops import RoundWaiting
 from loopactors.runtime import BreakerSettings, Runtime, RuntimeConfig, _dispatcher, open_runtime
 from loopactors.transport._redis import NO_GROUP, open_redis
 from loopactors.transport._status import collect, unserved
-from loopactors.transport._wire import WORKER_GROUP, rounds_stream
+from loopactors.transport._wire import RESULTS_STREAM, WORKER_GROUP, rounds_stream
 from tests.hang import HANG
 from tests.processes import alive
 
@@ -421,3 +421,44 @@ async def test_the_until_check_runs_on_the_worker_with_the_documented_environmen
     assert [c.output.strip() if c else None for c in checks] == [
         f"loop={loop.loop_id} round={n}" for n in (1, 2)
     ]
+
+
+async def test_a_round_reported_while_no_node_waited_is_taken_not_run_again(
+    tmp_path: Path, redis_server: RedisServer, workers: Workers
+) -> None:
+    """The node goes while a worker runs round 1, and the worker reports it before any node
+    is back. The next node (after a restart, or the one that took the store over) takes
+    that report for round 1 instead of running the round again."""
+    url = redis_server.url()
+    await workers.start(url, "w1")
+    marks = tmp_path / "marks"
+    slow = command(
+        f'echo "start $LOOPACTORS_ROUND" >> {marks}; sleep 1; echo "ran $LOOPACTORS_ROUND"'
+    )
+    config = RuntimeConfig(
+        store="sqlite",
+        state_dir=tmp_path / "state",
+        transport=url,
+        breaker=BreakerSettings(stale_rounds_limit=100),
+    )
+    async with open_runtime(config) as rt:
+        loop = await rt.start("|loop:2,fresh| work", worker=slow)
+
+        async def held() -> bool:
+            return await pending(url, "command") == 1
+
+        await wait_until(held)
+
+    async def reported() -> bool:  # round 1's report waits on the results stream
+        async with open_redis(url, name="loopactors-test") as client:
+            return int(await client.xlen(RESULTS_STREAM)) == 1
+
+    await wait_until(reported)
+    async with open_runtime(config) as rt:
+        with trio.fail_after(HANG):
+            final = await rt.handle(loop.loop_id).wait()
+        rounds = await rt.history(loop.loop_id)
+    assert final.phase == "complete"
+    assert [(r.round, r.status) for r in rounds] == [(1, "completed"), (2, "completed")]
+    assert rounds[0].output.startswith("ran 1")
+    assert marks.read_text().splitlines() == ["start 1", "start 2"]  # round 1 ran once
