@@ -20,7 +20,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,21 +34,18 @@ from ..loops import (
     Notification,
     RoundRecord,
     RoundSummary,
-    event_decoder,
 )
 from ._base import (
     PRUNE_BATCH,
     PRUNE_SCAN,
     NodeLease,
     PruneReport,
-    QueuedNotification,
-    StoreBackend,
-    StoreStatistics,
     Write,
     check_limit,
     queued_by,
 )
 from ._kinds import StoreKind, StoreUrl
+from ._sql import SqlBackend, latest_rows
 
 if TYPE_CHECKING:
     import psycopg
@@ -175,11 +172,14 @@ def _psycopg() -> Any:
     return psycopg
 
 
-class PostgresBackend(StoreBackend):
+class PostgresBackend(SqlBackend):
     """A store in one PostgreSQL database (the schema its connection's ``search_path``
     names first); see docs/multinode.md."""
 
     kind = "postgresql"
+    placeholder = "%s"
+    live_loops_sql = "phase <> ALL(%s)"
+    live_loops_params = (_TERMINAL,)
 
     def __init__(
         self,
@@ -278,20 +278,11 @@ class PostgresBackend(StoreBackend):
         except self._error as exc:
             raise StoreError(f"cannot set up the store {self.shown}: {exc}") from None
 
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[None]:
-        try:
-            yield
-        except (self._error, msgspec.DecodeError) as exc:
-            raise StoreError(f"cannot read the store {self.shown}: {exc}") from None
-
     def commit(self, writes: Sequence[Write]) -> None:
         if not writes:
             return
         encode = self._encoder.encode
-        # Last state of each loop wins, as does the last record of each round: one row each.
-        states = {w.state.loop_id: w.state for w in writes}
-        records = {(r.loop_id, r.round): r for w in writes if (r := w.round) is not None}
+        states, records = latest_rows(writes)
         counts: dict[str, int] = dict.fromkeys(states, 0)
         numbered: list[tuple[str, int, AnyEvent]] = []
         for write in writes:
@@ -343,32 +334,6 @@ class PostgresBackend(StoreBackend):
             )
         self._commits += 1
         self._writes += len(writes)
-
-    def due_notifications(self, now: float, *, limit: int) -> list[QueuedNotification]:
-        decode = self._notification_decoder.decode
-        query = (
-            "SELECT id, notification, next_at, attempts FROM notifications "
-            "WHERE next_at <= %s ORDER BY next_at, id LIMIT %s"
-        )
-        with self._reading():
-            return [
-                QueuedNotification(id=i, notification=decode(n), next_at=at, attempts=attempts)
-                for i, n, at, attempts in self._conn.execute(query, (now, limit))
-            ]
-
-    def next_notification_at(self) -> float | None:
-        with self._reading():
-            row = self._conn.execute("SELECT min(next_at) FROM notifications").fetchone()
-        return None if row is None or row[0] is None else float(row[0])
-
-    def notification_done(self, notification_id: int) -> None:
-        self._write_queue("DELETE FROM notifications WHERE id = %s", (notification_id,))
-
-    def notification_retry(self, notification_id: int, next_at: float, attempts: int) -> None:
-        self._write_queue(
-            "UPDATE notifications SET next_at = %s, attempts = %s WHERE id = %s",
-            (next_at, attempts, notification_id),
-        )
 
     def _write_queue(self, statement: str, params: tuple[Any, ...]) -> None:
         try:
@@ -446,12 +411,6 @@ class PostgresBackend(StoreBackend):
             rows = self._conn.execute(query, (len(suffix), suffix, limit))
             return [loop_id for (loop_id,) in rows]
 
-    def rounds(self, loop_id: str) -> list[RoundRecord]:
-        decode = self._round_decoder.decode
-        query = "SELECT record FROM rounds WHERE loop_id = %s ORDER BY round"
-        with self._reading():
-            return [decode(record) for (record,) in self._conn.execute(query, (loop_id,))]
-
     def round_summaries(self, loop_ids: Sequence[str]) -> dict[str, tuple[RoundSummary, ...]]:
         decode = self._summary_decoder.decode
         found: dict[str, list[RoundSummary]] = {}
@@ -460,12 +419,6 @@ class PostgresBackend(StoreBackend):
             for loop_id, record in self._conn.execute(query, (list(loop_ids),)):
                 found.setdefault(loop_id, []).append(decode(record))
         return {loop_id: tuple(summaries) for loop_id, summaries in found.items()}
-
-    def events(self, loop_id: str) -> list[AnyEvent]:
-        decode = event_decoder.decode
-        query = "SELECT event FROM events WHERE loop_id = %s ORDER BY seq"
-        with self._reading():
-            return [decode(event) for (event,) in self._conn.execute(query, (loop_id,))]
 
     def prune_batch(
         self,
@@ -541,29 +494,6 @@ class PostgresBackend(StoreBackend):
                 )
                 for node_id, host, pid, state, left, by in self._conn.execute(query)
             ]
-
-    def statistics(self) -> StoreStatistics:
-        query = """SELECT (SELECT count(*) FROM loops),
-            (SELECT count(*) FROM loops WHERE phase <> ALL(%s)),
-            (SELECT count(*) FROM rounds), (SELECT count(*) FROM events),
-            (SELECT count(*) FROM notifications)"""
-        with self._reading():
-            row = self._conn.execute(query, (_TERMINAL,)).fetchone()
-            assert row is not None
-            loops, live, rounds, events, queued = row
-            phases = dict(
-                self._conn.execute("SELECT phase, count(*) FROM loops GROUP BY phase").fetchall()
-            )
-        return StoreStatistics(
-            loops=loops,
-            live_loops=live,
-            rounds=rounds,
-            events=events,
-            commits=self._commits,
-            writes=self._writes,
-            phases=phases,
-            notifications=queued,
-        )
 
     def close(self) -> None:
         # Under the connection's lock: a close from another thread waits for the call in

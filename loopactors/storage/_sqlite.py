@@ -27,21 +27,18 @@ from ..loops import (
     Notification,
     RoundRecord,
     RoundSummary,
-    event_decoder,
 )
 from ._base import (
     DB_FILENAME,
     PRUNE_BATCH,
     PRUNE_SCAN,
     PruneReport,
-    QueuedNotification,
-    StoreBackend,
-    StoreStatistics,
     Write,
     check_limit,
     queued_by,
 )
 from ._kinds import StoreKind, StoreUrl
+from ._sql import SqlBackend, latest_rows
 
 __all__ = ["KIND", "SqliteBackend"]
 
@@ -174,15 +171,20 @@ def _event_type(event: AnyEvent) -> str:
     return str(type(event).__struct_config__.tag)
 
 
-class SqliteBackend(StoreBackend):
+class SqliteBackend(SqlBackend):
     """A store in one SQLite file; see DESIGN.md section 4 for the durability contract."""
 
     kind = "sqlite"
+    placeholder = "?"
+    live_loops_sql = _NOT_TERMINAL
+    live_loops_params = _TERMINAL
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         """Open (and create, migrate) the file; ``read_only`` opens it only to read: nothing
         is created, migrated or written, so a store on a read-only disk can be read."""
         self.path = path
+        self.shown = str(path)
+        self._error = sqlite3.Error
         self.read_only = read_only
         self._encoder = msgspec.json.Encoder()
         self._state_decoder = msgspec.json.Decoder(LoopState)
@@ -286,20 +288,11 @@ class SqliteBackend(StoreBackend):
                     conn.execute("ROLLBACK")
             raise
 
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[None]:
-        try:
-            yield
-        except (sqlite3.Error, msgspec.DecodeError) as exc:
-            raise StoreError(f"cannot read the store {self.path}: {exc}") from exc
-
     def commit(self, writes: Sequence[Write]) -> None:
         if not writes:
             return
         encode = self._encoder.encode
-        # Last state of each loop wins, as does the last record of each round: one row each.
-        states = {w.state.loop_id: w.state for w in writes}
-        records = {(r.loop_id, r.round): r for w in writes if (r := w.round) is not None}
+        states, records = latest_rows(writes)
         try:
             with self._transaction():
                 # Generators, not lists: rows are encoded as SQLite consumes them.
@@ -332,32 +325,6 @@ class SqliteBackend(StoreBackend):
             ) from exc
         self._commits += 1
         self._writes += len(writes)
-
-    def due_notifications(self, now: float, *, limit: int) -> list[QueuedNotification]:
-        decode = self._notification_decoder.decode
-        query = (
-            "SELECT id, notification, next_at, attempts FROM notifications "
-            "WHERE next_at <= ? ORDER BY next_at, id LIMIT ?"
-        )
-        with self._reading():
-            return [
-                QueuedNotification(id=i, notification=decode(n), next_at=at, attempts=attempts)
-                for i, n, at, attempts in self._conn.execute(query, (now, limit))
-            ]
-
-    def next_notification_at(self) -> float | None:
-        with self._reading():
-            row = self._conn.execute("SELECT min(next_at) FROM notifications").fetchone()
-        return None if row is None or row[0] is None else float(row[0])
-
-    def notification_done(self, notification_id: int) -> None:
-        self._write_queue("DELETE FROM notifications WHERE id = ?", (notification_id,))
-
-    def notification_retry(self, notification_id: int, next_at: float, attempts: int) -> None:
-        self._write_queue(
-            "UPDATE notifications SET next_at = ?, attempts = ? WHERE id = ?",
-            (next_at, attempts, notification_id),
-        )
 
     def _write_queue(self, statement: str, params: tuple[Any, ...]) -> None:
         try:
@@ -449,12 +416,6 @@ class SqliteBackend(StoreBackend):
             rows = self._conn.execute(query, (-len(suffix), suffix, limit))
             return [loop_id for (loop_id,) in rows]
 
-    def rounds(self, loop_id: str) -> list[RoundRecord]:
-        decode = self._round_decoder.decode
-        query = "SELECT record FROM rounds WHERE loop_id = ? ORDER BY round"
-        with self._reading():
-            return [decode(record) for (record,) in self._conn.execute(query, (loop_id,))]
-
     def round_summaries(self, loop_ids: Sequence[str]) -> dict[str, tuple[RoundSummary, ...]]:
         decode = self._summary_decoder.decode
         found: dict[str, list[RoundSummary]] = {}
@@ -468,12 +429,6 @@ class SqliteBackend(StoreBackend):
                 for loop_id, record in self._conn.execute(query, chunk):
                     found.setdefault(loop_id, []).append(decode(record))
         return {loop_id: tuple(summaries) for loop_id, summaries in found.items()}
-
-    def events(self, loop_id: str) -> list[AnyEvent]:
-        decode = event_decoder.decode
-        query = "SELECT event FROM events WHERE loop_id = ? ORDER BY seq"
-        with self._reading():
-            return [decode(event) for (event,) in self._conn.execute(query, (loop_id,))]
 
     def prune_batch(
         self,
@@ -514,27 +469,6 @@ class SqliteBackend(StoreBackend):
         if sum(1 for _, is_due in scanned if is_due) > len(taken):
             return report, taken[-1]  # the due loops after it are taken by the next batch
         return report, (scanned[-1][0] if len(scanned) == PRUNE_SCAN else None)
-
-    def statistics(self) -> StoreStatistics:
-        query = f"""SELECT (SELECT count(*) FROM loops),
-            (SELECT count(*) FROM loops WHERE {_NOT_TERMINAL}),
-            (SELECT count(*) FROM rounds), (SELECT count(*) FROM events),
-            (SELECT count(*) FROM notifications)"""
-        with self._reading():
-            loops, live, rounds, events, queued = self._conn.execute(query, _TERMINAL).fetchone()
-            phases = dict(
-                self._conn.execute("SELECT phase, count(*) FROM loops GROUP BY phase").fetchall()
-            )
-        return StoreStatistics(
-            loops=loops,
-            live_loops=live,
-            rounds=rounds,
-            events=events,
-            commits=self._commits,
-            writes=self._writes,
-            phases=phases,
-            notifications=queued,
-        )
 
     def close(self) -> None:
         self._conn.close()
