@@ -139,7 +139,7 @@ async def embedded_case(loops: int, store: str) -> dict[str, Any]:
         async with open_runtime(config) as rt:
 
             async def one_loop(i: int) -> None:
-                handle = await rt.start(f"|loop:{ROUNDS},fresh| task {i}")
+                handle = rt.handle(await rt.start(f"|loop:{ROUNDS},fresh| task {i}"))
                 final = await handle.wait()
                 if final.phase != "complete":
                     raise RuntimeError(f"loop {handle.loop_id} ended {final.phase}")
@@ -404,7 +404,7 @@ async def stop_case(loops: int) -> dict[str, Any]:
     config = RuntimeConfig(store="memory", max_live_loops=loops, max_concurrent_rounds=loops)
     async with open_runtime(config) as rt:
         handles = [
-            await rt.start(f"|loop:5| stop me {i}", worker="scripted:latency=60")
+            rt.handle(await rt.start(f"|loop:5| stop me {i}", worker="scripted:latency=60"))
             for i in range(loops)
         ]
         await trio.sleep(0.5)

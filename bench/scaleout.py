@@ -72,7 +72,7 @@ async def measure(url: str, state: Path, case: Case) -> float:
     async with open_runtime(config) as rt:
         started = time.perf_counter()
         text = f"|loop:{ROUNDS},fresh| bench"
-        handles = [await rt.start(text, worker=case.spec) for _ in range(case.loops)]
+        handles = [rt.handle(await rt.start(text, worker=case.spec)) for _ in range(case.loops)]
         phases = [(await h.wait()).phase for h in handles]
         elapsed = time.perf_counter() - started
     assert phases == ["complete"] * case.loops, sorted(set(phases))

@@ -68,8 +68,8 @@ async def main(kind: str, where: str | None) -> int:
                 )
 
         async with open_runtime(store="memory", observer=show) as rt:
-            handle = await rt.start(TASK, worker=worker)
-            final = await handle.wait()
+            started = await rt.start(TASK, worker=worker)
+            final = await rt.wait(started.loop_id)
         print(f"loop {final.phase}: {final.reason or ''} (total ${final.cost_usd:.4f})")
         test = await trio.run_process(
             [sys.executable, "test_calc.py"], cwd=project, capture_stdout=True, check=False

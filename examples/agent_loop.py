@@ -52,9 +52,9 @@ async def main(workspace: Path) -> None:
     (workspace / "test_calc.py").write_text(TEST)
     worker = f"agent:workspace={workspace},max_iterations=30"
     async with open_runtime(store="memory") as rt:
-        handle = await rt.start(TASK, worker=worker)
-        final = await handle.wait()
-        for record in await handle.history():
+        started = await rt.start(TASK, worker=worker)
+        final = await rt.wait(started.loop_id)
+        for record in await rt.history(started.loop_id):
             answer = (record.output or record.error or "").strip().splitlines() or [""]
             print(f"round {record.round}: {record.status}, {record.tokens} tokens: {answer[0]}")
     print(f"loop {final.phase}; test passes: {'yes' if tests_pass(workspace) else 'no'}")

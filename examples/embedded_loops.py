@@ -25,6 +25,7 @@ async def main() -> list[str]:
     lines: list[str] = []
     async with open_runtime(store="memory") as rt:
         # A loop whose worker is a function of this program (any importable async callable).
+        # `start` returns the loop's first state; the other verbs take its id.
         writer = await rt.start("|loop:4| extend the draft", worker="python:__main__:improve")
         # A slower loop on the scripted worker, to pause, resume and stop.
         slow = await rt.start("|loop:10,fresh| poll the build", worker="scripted:latency=0.05")
@@ -33,23 +34,23 @@ async def main() -> list[str]:
 
             async def follow_writer() -> None:
                 # From the loop's first event on, even those before this line ran.
-                async for event in writer.history_and_events():
+                async for event in rt.handle(writer).history_and_events():
                     if isinstance(event, RoundFinished):
                         lines.append(f"writer: {event.note()}")
 
             nursery.start_soon(follow_writer)
-            final = await writer.wait()
+            final = await rt.wait(writer.loop_id)
 
         lines.append(f"writer finished: {final.phase}, last output {final.last_output!r}")
 
-        await slow.pause()  # the round in flight finishes, then nothing more is dispatched
-        state = await slow.wait_phase("paused")
+        await rt.pause(slow.loop_id)  # the round in flight finishes, then nothing is dispatched
+        state = await rt.handle(slow).wait_phase("paused")
         lines.append(f"slow loop {state.phase} after {state.completed_rounds} round(s)")
-        await slow.resume()
+        await rt.resume(slow.loop_id)
         await trio.sleep(0.12)
-        stopped = await slow.stop()
+        stopped = await rt.stop(slow.loop_id)
         lines.append(f"slow loop stopped: {stopped.phase}")
-        history = await slow.history()
+        history = await rt.history(slow.loop_id)
         lines.append("slow loop rounds: " + ", ".join(f"{r.round}:{r.status}" for r in history))
     return lines
 

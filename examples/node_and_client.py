@@ -22,13 +22,13 @@ async def client(url: str, token: str) -> None:
     async with connect(url, token=token) as node:
         print(f"connected to node {node.info.node_id} (protocol {node.info.protocol})")
         state = await node.start("|loop:3,fresh| name a tree", worker="scripted")
-        async with await node.subscribe(state.loop_id, replay=True) as events:
+        async with node.subscribe(state.loop_id, replay=True) as events:
             async for event in events:
                 print(event.note().splitlines()[0])
                 if isinstance(event, LoopFinished):
                     break
         history = await node.history(state.loop_id)
-        print("outputs:", [r.output for r in history.rounds])
+        print("outputs:", [r.output for r in history])
         # A view of many loops: at most every 0.1 s, the latest state of each loop that changed.
         async with await node.watch(every=0.1) as watch:
             started = {(await node.start(f"|loop:2| job {n}")).loop_id for n in range(3)}

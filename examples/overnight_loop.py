@@ -112,7 +112,7 @@ async def main(kind: str, where: str | None) -> int:
         hook = f"json://127.0.0.1:{server.server_address[1]}/overnight"
         try:
             async with open_runtime(store="memory", observer=show) as rt:
-                handle = await rt.start(
+                started = await rt.start(
                     TASK,
                     worker=worker,
                     plan=str(project / "fix_plan.md"),
@@ -121,8 +121,8 @@ async def main(kind: str, where: str | None) -> int:
                     notify=(hook,),
                     notify_on=("loop_finished", "budget_reached"),
                 )
-                final = await handle.wait()
-                rounds = await handle.history()
+                final = await rt.wait(started.loop_id)
+                rounds = await rt.history(started.loop_id)
             for record in rounds:
                 check = getattr(record, "check", None)
                 if check is not None:

@@ -21,11 +21,11 @@ async def main(state_dir: str) -> list[str]:
     lines: list[str] = []
     async with open_runtime(state_dir=state_dir, store="sqlite", retention_days=30) as rt:
         done = [await rt.start(f"|loop:2| task {n}") for n in range(2)]
-        for handle in done:
-            await handle.wait()
+        for state in done:
+            await rt.wait(state.loop_id)
         paused = await rt.start("|loop:5| long task", worker="scripted:latency=0.05")
-        await paused.pause()
-        await paused.wait_phase("paused")
+        await rt.pause(paused.loop_id)
+        await rt.handle(paused).wait_phase("paused")
         await trio.sleep(0.01)  # "older than 0 seconds": let the clock pass the loops' end
 
         lines.append(f"dry run: {(await rt.prune(0, dry_run=True)).note()}")
@@ -34,9 +34,9 @@ async def main(state_dir: str) -> list[str]:
             await rt.history(done[0].loop_id)
         except LoopNotFound:
             lines.append("a pruned loop's history: not found")
-        left = [s.phase for s in await rt.loops()]
+        left = [s.phase for s in await rt.list()]
         lines.append(f"left: {left}")
-        await paused.stop()
+        await rt.stop(paused.loop_id)
     return lines
 
 

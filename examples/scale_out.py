@@ -43,8 +43,8 @@ async def run_loops(url: str) -> list[str]:
         loops = [await rt.start(f"|loop:3,fresh| job {i}", worker=ROUND) for i in range(4)]
         workers_used: set[str] = set()
         for i, loop in enumerate(loops):
-            final = await loop.wait()
-            rounds = await loop.history()
+            final = await rt.wait(loop.loop_id)
+            rounds = await rt.history(loop.loop_id)
             workers_used.update(r.output.strip().removeprefix("on ") for r in rounds)
             lines.append(f"job {i}: {final.phase}, {len(rounds)} rounds")
         lines.append(f"rounds ran on: {', '.join(sorted(workers_used))}")

@@ -6,7 +6,7 @@ async with connect("ws://127.0.0.1:8765", token=token) as node:
 """
 
 from .errors import ConnectionLost, RemoteError
-from .gateway import NodeClient, RemoteStates, RemoteSubscription, connect
+from .gateway import NodeClient, RemoteStates, RemoteSubscription, Subscribing, connect
 
 __all__ = [
     "ConnectionLost",
@@ -14,5 +14,6 @@ __all__ = [
     "RemoteError",
     "RemoteStates",
     "RemoteSubscription",
+    "Subscribing",
     "connect",
 ]

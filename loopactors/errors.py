@@ -41,6 +41,7 @@ __all__ = [
     "NameTaken",
     "OrchestrationError",
     "RemoteError",
+    "RemoteLoopNotFound",
     "ReplayError",
     "RestartIntensityExceeded",
     "SelfReviewRefused",
@@ -212,6 +213,19 @@ class RemoteError(LoopactorsError):
         super().__init__(f"{message} ({code})")
         self.code = code
         self.message = message
+
+    @staticmethod
+    def for_code(code: str, message: str) -> RemoteError:
+        """The error a node's refusal is raised as: its code, and the loop error it stands
+        for where there is one (``not_found``: a :class:`LoopNotFound` too)."""
+        if code == LoopNotFound.protocol_code:
+            return RemoteLoopNotFound(code, message)
+        return RemoteError(code, message)
+
+
+class RemoteLoopNotFound(RemoteError, LoopNotFound):
+    """A node has no loop by that id (code ``not_found``): a :class:`LoopNotFound` too, as an
+    embedded runtime's would be (docs/architecture.md, "One loop vocabulary")."""
 
 
 class ConnectionLost(LoopactorsError):

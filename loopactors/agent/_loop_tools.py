@@ -1,10 +1,10 @@
 """Tools that let an agent start and steer child loops, and run a sub-agent.
 
 Loop tools (``loop_start``, ``loop_status``, ``loop_list``, ``loop_history``, ``loop_output``,
-``loop_cancel``) work through a :class:`ChildLoops`, which the agent worker builds from the
-round's context: a child loop lives in its parent loop's scope (stopping the parent stops it)
-and counts against the runtime's tree cap. An agent sees and steers only its own loop's
-children.
+``loop_cancel``) work through a ``loops.LoopControl``, the one loop vocabulary, which the
+agent worker builds from the round's context over its own loop's children: a child loop lives
+in its parent loop's scope (stopping the parent stops it) and counts against the runtime's tree
+cap. An agent sees and steers only its own loop's children.
 
 The sub-agent tool (``agent``) runs a child agent with a fresh transcript and a budget of
 ``SUBAGENT_MAX_ITERATIONS`` model calls, in the same workspace; the call waits for its answer
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
 from ..errors import LoopactorsError
-from ..loops import LoopState, RoundRecord
+from ..loops import LoopControl, LoopState
 from ._core_tools import core_tools
 from ._llm import ChatModel
 from ._loop import SUBAGENT_MAX_ITERATIONS, AgentConfig, AgentResult, run_agent
@@ -35,23 +35,9 @@ __all__ = ["ChildLoops", "SubAgentRun", "SubAgentStarter", "loop_tools", "subage
 _HEAD = 200
 
 
-class ChildLoops(Protocol):
-    """The child loops of the round's loop, which an agent round may start and steer
-    (implemented by the agent worker over ``workers.RoundContext``). Not the command line's
-    ``LoopControl``: it sees only its own loop's children, in that loop's scope
-    (docs/architecture.md, "Two ways to act on loops")."""
-
-    async def start_child(self, text: str, worker: str | None) -> LoopState: ...
-
-    async def children(self) -> Sequence[LoopState]: ...
-
-    async def child(self, loop_id: str) -> LoopState:
-        """The child's state; raises for a loop that is not a child of this one."""
-        ...
-
-    async def history(self, loop_id: str) -> Sequence[RoundRecord]: ...
-
-    async def stop(self, loop_id: str) -> LoopState: ...
+#: Deprecated name (kept for one release) of what the loop tools take: ``loops.LoopControl``
+#: over the round's own loop's children (``get`` raises for any other loop).
+ChildLoops = LoopControl
 
 
 @attrs.frozen(kw_only=True)
@@ -84,7 +70,7 @@ def _head(text: str) -> str:
 
 @attrs.frozen
 class _LoopTools:
-    control: ChildLoops
+    control: LoopControl
 
     async def start(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
         task = str(arguments.get("task", "")).strip()
@@ -99,7 +85,7 @@ class _LoopTools:
         worker = arguments.get("worker")
         text = f"|loop:{rounds},{mode}| {task}"
         try:
-            state = await self.control.start_child(text, str(worker) if worker else None)
+            state = await self.control.start(text, worker=str(worker) if worker else None)
         except LoopactorsError as exc:
             raise ToolError(f"loop not started: {exc}") from None
         return "started " + _describe(state)
@@ -108,7 +94,7 @@ class _LoopTools:
         return _describe(await self._child(arguments))
 
     async def list(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
-        children = await self.control.children()
+        children = await self.control.list()
         return "\n".join(_describe(s) for s in children) if children else "no child loops"
 
     async def history(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
@@ -141,7 +127,7 @@ class _LoopTools:
     async def _child(self, arguments: Mapping[str, Any]) -> LoopState:
         loop_id = str(arguments.get("loop_id", ""))
         try:
-            return await self.control.child(loop_id)
+            return await self.control.get(loop_id)
         except LoopactorsError as exc:
             raise ToolError(str(exc)) from None
 
@@ -153,8 +139,8 @@ def _params(required: list[str], **properties: dict[str, Any]) -> dict[str, Any]
 _ID = {"type": "string", "description": "a child loop's id"}
 
 
-def loop_tools(control: ChildLoops) -> list[Tool]:
-    """The six loop tools, bound to one round's :class:`ChildLoops`."""
+def loop_tools(control: LoopControl) -> list[Tool]:
+    """The six loop tools, bound to one round's view of its loop's children."""
     tools = _LoopTools(control)
     return [
         Tool(

@@ -31,7 +31,7 @@ from ._loop_control import StoredLoops, run_offline
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..loops import LoopState
-    from ..runtime import LoopHandle, Runtime, RuntimeConfig
+    from ..runtime import RuntimeConfig
     from ._progress import JsonLines, Progress
 
 EXIT_OK = 0
@@ -490,9 +490,9 @@ def _config(args: argparse.Namespace, **flags: Any) -> RuntimeConfig:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from ..runtime import new_loop_id, open_runtime  # noqa: PLC0415 - see the note on imports
+    from ..runtime import open_runtime  # noqa: PLC0415 - see the note on the imports
     from ..workers import in_workspace, worker_kind  # noqa: PLC0415
-    from ._follow import PHASE_EXIT, ctrl_c_leaves  # noqa: PLC0415
+    from ._follow import PHASE_EXIT, ctrl_c_leaves, start_and_follow  # noqa: PLC0415
     from ._progress import JsonLines, Progress  # noqa: PLC0415
 
     config = _config(
@@ -507,25 +507,26 @@ async def _run(args: argparse.Namespace) -> int:
     elif (kind := worker_kind(worker or config.worker)) and kind.workspace == "round":
         # Pinned at start, so a `resume` from another directory works in the same place.
         worker = in_workspace(worker or config.worker, Path.cwd())
+    options = _loop_options(args)
     async with ctrl_c_leaves(), open_runtime(config) as rt:
-        loop_id = new_loop_id()
         display: JsonLines | Progress = JsonLines() if args.json else Progress()
         if worker is None and (default := worker_kind(config.worker)) and default.stand_in:
             display.note(
                 "(no --worker given: this loop uses the scripted worker, a stand-in that needs "
                 "no model; --worker SPEC runs a real one)"
             )
-        with rt.subscribe(loop_id) as events:  # before start: no event can be missed
-            handle = await rt.start(
-                args.text, worker=worker, loop_id=loop_id, **_loop_options(args)
-            )
-            final = await _follow(rt, [handle], events, display)
-        return PHASE_EXIT[final[0].phase]
+        final = await start_and_follow(
+            rt,
+            lambda chosen: rt.start(args.text, worker=worker, loop_id=chosen, **options),
+            display,
+            on_node=False,
+        )
+        return PHASE_EXIT[final.phase]
 
 
 async def _resume(args: argparse.Namespace) -> int:
     from ..runtime import open_runtime  # noqa: PLC0415 - see the note on the imports
-    from ._follow import PHASE_EXIT, ctrl_c_leaves  # noqa: PLC0415
+    from ._follow import PHASE_EXIT, ctrl_c_leaves, follow  # noqa: PLC0415
     from ._progress import JsonLines, Progress  # noqa: PLC0415
 
     config = _config(args)
@@ -542,12 +543,11 @@ async def _resume(args: argparse.Namespace) -> int:
     _refuse_unbuildable(live, config)
     display.note(f"resuming {len(live)} loop(s) from {config.state_dir}")
     async with ctrl_c_leaves(), open_runtime(config) as rt:
-        with rt.subscribe() as events:
-            handles = [rt.handle(state.loop_id) for state in live]
-            for state, handle in zip(live, handles, strict=True):
+        async with rt.subscribe() as events:
+            for state in live:
                 if state.phase == "paused":  # `resume` means all of them, paused ones too
-                    await handle.resume()
-            final = await _follow(rt, handles, events, display)
+                    await rt.resume(state.loop_id)
+            final = await follow([state.loop_id for state in live], events, display, rt)
         return max((PHASE_EXIT[s.phase] for s in final), key=_severity)
 
 
@@ -584,15 +584,6 @@ def _severity(code: int) -> int:
 
     phase = next(p for p, c in PHASE_EXIT.items() if c == code)
     return _SEVERITY.index(phase)
-
-
-async def _follow(
-    rt: Runtime, handles: list[LoopHandle], events: Any, display: JsonLines | Progress
-) -> list[LoopState]:
-    from ._follow import follow  # noqa: PLC0415 - see the note on the imports
-
-    loop_ids = [h.loop_id for h in handles]
-    return await follow(loop_ids, events, display, get=rt.get, stop=rt.stop)
 
 
 def _export_ledger(args: argparse.Namespace) -> int:

@@ -39,9 +39,9 @@ async def run_demo(fast: bool = False) -> int:
             with rt.subscribe() as events:
                 for text, worker, _ in LOOPS:
                     spec = worker.format(lat=latency, slow=max(latency, 0.3))
-                    handle = await rt.start(text, worker=spec)
-                    progress.track(await handle.status())
-                    handles.append(handle)
+                    state = await rt.start(text, worker=spec)
+                    progress.track(state)
+                    handles.append(rt.handle(state))
                 crashed = stopped = False
                 finished = 0
                 with progress:

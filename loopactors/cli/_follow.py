@@ -1,4 +1,5 @@
-"""Following loops on a display until they end: shared by `run`, `resume` and `run --connect`."""
+"""Following loops on a display until they end: `run`, `replay` and `resume`, here or on a
+node (``--connect``), written once over the one loop vocabulary (``loops.LoopControl``)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from typing import Any, NoReturn
 
 import trio
 
-from ..loops import Gap, LoopFinished, LoopState, Phase
+from ..loops import Gap, LoopControl, LoopFinished, LoopState, Phase
+from ..runtime import new_loop_id
 from ..workers import kill_worker_groups
 from ._progress import JsonLines, Progress, final_table
 from ._tables import print_rows
 
-__all__ = ["PHASE_EXIT", "ctrl_c_leaves", "follow"]
+__all__ = ["PHASE_EXIT", "ctrl_c_leaves", "follow", "start_and_follow"]
 
 #: The exit code of a loop's final phase; `resume` returns the most severe of its loops'.
 PHASE_EXIT: dict[Phase, int] = {
@@ -49,20 +51,30 @@ async def ctrl_c_leaves() -> AsyncIterator[None]:
             nursery.cancel_scope.cancel()
 
 
-async def follow(
-    loop_ids: list[str],
-    events: Any,
+async def start_and_follow(
+    control: LoopControl,
+    start: Callable[[str], Awaitable[LoopState]],
     display: JsonLines | Progress,
     *,
-    get: Callable[[str], Awaitable[LoopState]],
-    stop: Callable[[str], Awaitable[object]],
+    on_node: bool,
+) -> LoopState:
+    """`run` and `replay`: start a loop under an id chosen here (``start`` is given it) and
+    follow it until it ends; its final state."""
+    loop_id = new_loop_id()
+    # Subscribed before the start, so that no event is missed: to the loop's own events
+    # here; a node takes subscriptions to the loops it has only, so there to every loop's.
+    async with control.subscribe(None if on_node else loop_id) as events:
+        state = await start(loop_id)
+        [final] = await follow([state.loop_id], events, display, control)
+    return final
+
+
+async def follow(
+    loop_ids: list[str], events: Any, display: JsonLines | Progress, control: LoopControl
 ) -> list[LoopState]:
     """Show events until every loop in ``loop_ids`` finished; Ctrl-C stops them, a second
-    Ctrl-C leaves at once (what was committed stays committed and resumable).
-
-    ``get`` and ``stop`` act on a loop: a ``LoopControl``'s (cli/_loop_control.py), of an
-    embedded runtime or of a node over the wire.
-    """
+    Ctrl-C leaves at once (what was committed stays committed and resumable)."""
+    get, stop = control.get, control.stop
     pending = set(loop_ids)
     for loop_id in loop_ids:
         state = await get(loop_id)

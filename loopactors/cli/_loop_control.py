@@ -1,19 +1,17 @@
-"""One :class:`LoopControl` for every command and REPL action on loops, wherever they live.
+"""The loop commands (``status``, ``history``, ``stop``, ``pause``, ``resume LOOP_ID``), once
+for every place loops live, in the one loop vocabulary (``loops.LoopReader``).
 
 ``Runtime`` (an embedded node), ``NodeClient`` (a node over the wire: ``--connect``) and
-:class:`StoredLoops` (a state directory no runtime runs, read and changed in its store)
-implement it, so ``status``, ``history``, ``stop``, ``pause`` and ``resume LOOP_ID`` are each
-written once, below, for every target; the REPL's actions are written once over it too
-(``_repl_targets``). :class:`StoredLoops` never waits on anything: the quick commands run on it
-through :func:`run_offline`, without trio (tests/cli/test_imports.py keeps it so).
-
-The agent's loop tools do not use this protocol: a worker reaches the runtime only through
-``workers.RoundContext`` (docs/architecture.md, "Two ways to act on loops").
+:class:`StoredLoops` (a store no runtime runs, read and changed in place) implement
+:class:`LoopCommands`. :class:`StoredLoops` is the offline view: it never waits on anything, so
+the quick commands run on it through :func:`run_offline`, without trio
+(tests/cli/test_imports.py keeps it so); what needs a running loop it refuses, saying so.
 """
 
 from __future__ import annotations
 
 import argparse
+import builtins
 import contextlib
 import sys
 import time
@@ -25,7 +23,16 @@ import msgspec
 
 from .._util import terminal_safe
 from ..errors import ConfigError, LoopNotFound, StoreError
-from ..loops import LoopState, RoundRecord, cancel_loop, output_heads, replay_pair, round_of, shown
+from ..loops import (
+    LoopReader,
+    LoopState,
+    RoundRecord,
+    cancel_loop,
+    output_heads,
+    replay_pair,
+    round_of,
+    shown,
+)
 from ..storage import StoreUrl, Write, parse_store, store_kind
 
 # The runtime, client, rich and the agent load where they are used (see cli/_commands.py).
@@ -36,7 +43,7 @@ if TYPE_CHECKING:
     from ..storage import NodeLease, StoreBackend
 
 __all__ = [
-    "LoopControl",
+    "LoopCommands",
     "StoredLoops",
     "pause_loop",
     "print_history",
@@ -55,21 +62,14 @@ _json = msgspec.json.Encoder()
 _OUTPUT_SHOWN = 200
 
 
-class LoopControl(Protocol):
-    """A node's loops: embedded (``Runtime``), over the wire (``NodeClient``), or in a state
-    directory no runtime runs (:class:`StoredLoops`). Loop ids may be a unique prefix where
-    the target resolves them (a node, a state directory)."""
+class LoopCommands(LoopReader, Protocol):
+    """A node's loops as the commands see them: embedded (``Runtime``), over the wire
+    (``NodeClient``), or in a store no runtime runs (:class:`StoredLoops`): the vocabulary's
+    reads and commands, every loop page by page, and one round's whole output."""
 
-    async def get(self, loop_id: str) -> LoopState: ...
-    async def loops(
-        self, *, live_only: bool = False, limit: int | None = None
-    ) -> list[LoopState]: ...
     def loop_pages(
         self, *, live_only: bool = False, page: int | None = None
     ) -> AsyncIterator[list[LoopState]]: ...
-    async def recorded(
-        self, loop_id: str, *, output_head: int | None = None
-    ) -> tuple[LoopState, list[RoundRecord]]: ...
     async def output(self, loop_id: str, round: int) -> RoundRecord: ...
     async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState: ...
     async def pause(self, loop_id: str) -> LoopState: ...
@@ -77,8 +77,8 @@ class LoopControl(Protocol):
 
 
 if TYPE_CHECKING:  # all three implement it (checked by mypy)
-    _embedded: type[LoopControl] = Runtime
-    _remote: type[LoopControl] = NodeClient
+    _embedded: type[LoopCommands] = Runtime
+    _remote: type[LoopCommands] = NodeClient
 
 
 class StoredLoops:
@@ -99,24 +99,32 @@ class StoredLoops:
         with self._reading() as backend:
             return self._find(backend, loop_id)
 
-    async def loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
+    async def list(
+        self, *, live_only: bool = False, limit: int | None = None
+    ) -> builtins.list[LoopState]:
         with self._reading() as backend:
             if backend is None:
                 return []
-            loops: list[LoopState] = backend.list_loops(live_only=live_only, limit=limit)
+            loops: builtins.list[LoopState] = backend.list_loops(live_only=live_only, limit=limit)
             return loops
 
     async def loop_pages(
         self, *, live_only: bool = False, page: int | None = None
-    ) -> AsyncIterator[list[LoopState]]:
-        yield await self.loops(live_only=live_only)  # one read: the store is on this disk
+    ) -> AsyncIterator[builtins.list[LoopState]]:
+        yield await self.list(live_only=live_only)  # one read: the store is on this disk
+
+    async def history(
+        self, loop_id: str, *, output_head: int | None = None
+    ) -> builtins.list[RoundRecord]:
+        return (await self.recorded(loop_id, output_head=output_head))[1]
 
     async def recorded(
         self, loop_id: str, *, output_head: int | None = None
-    ) -> tuple[LoopState, list[RoundRecord]]:
+    ) -> tuple[LoopState, builtins.list[RoundRecord]]:
+        """The loop and its rounds (one read of the store)."""
         with self._reading() as backend:
             state = self._find(backend, loop_id)
-            rounds: list[RoundRecord] = backend.rounds(state.loop_id)
+            rounds: builtins.list[RoundRecord] = backend.rounds(state.loop_id)
         return output_heads(state, rounds, output_head)
 
     async def output(self, loop_id: str, round: int) -> RoundRecord:
@@ -193,7 +201,7 @@ class StoredLoops:
 
         return open_backend(self._url().text, self.state_dir)
 
-    async def nodes(self) -> list[NodeLease]:
+    async def nodes(self) -> builtins.list[NodeLease]:
         """The node incarnations that held the store (a shared store's leases)."""
         with self._reading() as backend:
             return [] if backend is None else list(backend.nodes())
@@ -225,7 +233,7 @@ class StoredLoops:
 
 
 if TYPE_CHECKING:
-    _stored: type[LoopControl] = StoredLoops
+    _stored: type[LoopCommands] = StoredLoops
 
 
 class _Reading:
@@ -267,7 +275,7 @@ def run_offline(command: Coroutine[Any, Any, T]) -> T:
 
 
 async def show_status(
-    control: LoopControl,
+    control: LoopCommands,
     args: argparse.Namespace,
     *,
     empty: str,
@@ -315,7 +323,7 @@ async def show_status(
 
 
 async def _spent_today(
-    control: LoopControl, states: list[LoopState], budget: BudgetSettings
+    control: LoopCommands, states: list[LoopState], budget: BudgetSettings
 ) -> list[str]:
     """What each account spent in the current budget day, from the stored rounds, against
     the daily budgets (docs/loops.md, Daily budgets); nothing when none is set."""
@@ -328,7 +336,7 @@ async def _spent_today(
     for state in states:
         if state.updated_at < day or not state.cost_usd:
             continue
-        _, rounds = await control.recorded(state.loop_id, output_head=0)
+        rounds = await control.history(state.loop_id, output_head=0)
         for record in rounds:
             if record.account and record.cost_usd > 0 and record.started_at >= day:
                 spent[record.account] = spent.get(record.account, 0.0) + record.cost_usd
@@ -345,7 +353,7 @@ async def _spent_today(
     return lines
 
 
-def _status_title(control: LoopControl, states: list[LoopState]) -> str:
+def _status_title(control: LoopCommands, states: list[LoopState]) -> str:
     """What the table lists: how many loops, how many still live, and where."""
     live = sum(not s.terminal for s in states)
     where = f" in {control.state_dir}" if isinstance(control, StoredLoops) else ""
@@ -361,7 +369,7 @@ def _node_line(lease: NodeLease) -> str:
 
 
 async def show_history(
-    control: LoopControl, args: argparse.Namespace, *, output_head: int | None = None
+    control: LoopCommands, args: argparse.Namespace, *, output_head: int | None = None
 ) -> int:
     """``history LOOP_ID``: its rounds, as a table (with ``--transcript``) or JSON; with
     ``--round N``, that round's whole output (its record, with ``--json``); with
@@ -370,10 +378,12 @@ async def show_history(
         state = await control.get(args.loop_id)
         record = await control.output(state.loop_id, args.round)
         return print_round(args, record)
-    state, rounds = await control.recorded(args.loop_id, output_head=output_head)
+    state = await control.get(args.loop_id)
+    rounds = await control.history(state.loop_id, output_head=output_head)
     compare = getattr(args, "compare", None)
     if compare is not None:
-        replay_state, replay_rounds = await control.recorded(compare, output_head=output_head)
+        replay_state = await control.get(compare)
+        replay_rounds = await control.history(replay_state.loop_id, output_head=output_head)
         original, replayed = replay_pair(state, rounds, replay_state, replay_rounds)
         return print_comparison(args, (state, original), (replay_state, replayed))
     return print_history(args, state, rounds)
@@ -456,7 +466,7 @@ def print_comparison(
     return 0
 
 
-async def stop_loop(control: LoopControl, args: argparse.Namespace) -> int:
+async def stop_loop(control: LoopCommands, args: argparse.Namespace) -> int:
     state = await control.stop(args.loop_id, after_round=args.after_round)
     if args.json:
         print(_json.encode(shown(state)).decode())
@@ -469,7 +479,7 @@ async def stop_loop(control: LoopControl, args: argparse.Namespace) -> int:
     return 0
 
 
-async def pause_loop(control: LoopControl, args: argparse.Namespace) -> int:
+async def pause_loop(control: LoopCommands, args: argparse.Namespace) -> int:
     state = await control.pause(args.loop_id)
     if args.json:
         print(_json.encode(shown(state)).decode())
@@ -485,7 +495,7 @@ async def pause_loop(control: LoopControl, args: argparse.Namespace) -> int:
     return 0
 
 
-async def resume_loop(control: LoopControl, args: argparse.Namespace) -> int:
+async def resume_loop(control: LoopCommands, args: argparse.Namespace) -> int:
     state = await control.resume(args.loop_id)
     if args.json:
         print(_json.encode(shown(state)).decode())

@@ -13,7 +13,7 @@ from typing import Any
 from .._logs import add_log_format, configure_logging
 from ..errors import ConfigError, ConnectionLost
 from ._loop_control import (
-    LoopControl,
+    LoopCommands,
     pause_loop,
     resume_loop,
     show_history,
@@ -129,7 +129,7 @@ async def on_node(args: argparse.Namespace, token: str) -> int:
 
 
 def loop_command(
-    control: LoopControl, args: argparse.Namespace, *, local: RuntimeConfig | None = None
+    control: LoopCommands, args: argparse.Namespace, *, local: RuntimeConfig | None = None
 ) -> Coroutine[Any, Any, int]:
     """The loop command ``args`` names, on ``control``: a node's client, or (with the
     ``local`` configuration) the state directory's ``StoredLoops``. The command is the same
@@ -159,18 +159,21 @@ def loop_command(
 async def remote_run(args: argparse.Namespace, token: str, options: dict[str, Any]) -> int:
     """Start a loop on a node and follow it here; Ctrl-C stops it on the node."""
     from ..client import connect  # noqa: PLC0415 - see the note on the imports
-    from ._follow import PHASE_EXIT, follow  # noqa: PLC0415
+    from ..loops import LoopState  # noqa: PLC0415
+    from ._follow import PHASE_EXIT, start_and_follow  # noqa: PLC0415
 
     display: JsonLines | Progress = JsonLines() if args.json else Progress()
     loop_id: str | None = None
     try:
-        async with (
-            connect(args.connect, token=token, client_name="loopactors run") as node,
-            await node.subscribe() as events,
-        ):
-            state = await node.start(args.text, worker=args.worker, **options)
-            loop_id = state.loop_id
-            final = await follow([loop_id], events, display, get=node.get, stop=node.stop)
+        async with connect(args.connect, token=token, client_name="loopactors run") as node:
+
+            async def start(chosen: str) -> LoopState:
+                nonlocal loop_id
+                state = await node.start(args.text, worker=args.worker, loop_id=chosen, **options)
+                loop_id = state.loop_id
+                return state
+
+            final = await start_and_follow(node, start, display, on_node=True)
     except* ConnectionLost as lost:
         if loop_id is None:
             raise
@@ -181,4 +184,4 @@ async def remote_run(args: argparse.Namespace, token: str, options: dict[str, An
             f"{args.connect}` (or `history`), stop it with `loopactors stop {loop_id} "
             f"--connect {args.connect}`"
         ) from None
-    return PHASE_EXIT[final[0].phase]
+    return PHASE_EXIT[final.phase]

@@ -24,13 +24,13 @@ from prompt_toolkit.patch_stdout import patch_stdout
 from .._util import count_of, terminal_safe
 from ..client import connect
 from ..errors import CodeLoopError, ConnectionLost, LoopactorsError
-from ..loops import LoopFinished, LoopStarted, LoopState, WorkerSpec
+from ..loops import AnyEvent, LoopFinished, LoopStarted, LoopState, WorkerSpec
 from ..runtime import NODE_URL_FILE, Gap, RuntimeConfig, open_runtime
 from ..storage import store_kind
 from ..workers import check_worker_spec, in_workspace, worker_kind
 from ._remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
-from ._repl_targets import EmbeddedTarget, RemoteTarget, Target
+from ._repl_place import Place, embedded, on_node
 
 __all__ = ["run_repl"]
 
@@ -59,10 +59,14 @@ class _LoopIds(Completer):
 
 
 class Repl:
-    def __init__(self, target: Target, worker: str | None, default_worker: str) -> None:
-        self.target = target
+    #: ``/loops`` shows at most this many.
+    LIST_LIMIT = 100
+
+    def __init__(self, place: Place, worker: str | None) -> None:
+        self.place = place
+        self.loops = place.control
         self.worker = worker  # None: the node's default
-        self.default_worker = default_worker
+        self.default_worker = place.default_worker
         self.current: str | None = None
         self.completer = _LoopIds()
         self._said_scripted = False
@@ -82,22 +86,26 @@ class Repl:
         try:
             await self._show_events()
         except ConnectionLost as exc:
-            reason = getattr(self.target, "closing_reason", None) or str(exc)
+            reason = self.place.closing_reason() or str(exc)
             self.lost = reason
             self.quit = True
             self.say(f"the connection to the node is lost ({reason}); leaving")
             self.on_lost()
 
     async def _show_events(self) -> None:
-        async for event in self.target.events():
-            if isinstance(event, Gap):
-                self.say(f"[{event.missed} progress lines skipped: the display fell behind]")
-                continue
-            if isinstance(event, LoopStarted):
-                self._remember(event.loop_id)
-            self.say(f"{event.loop_id} {event.note()}")
-            if isinstance(event, LoopFinished) and event.loop_id == self.current:
-                self.say(f"(loop {event.loop_id} is {event.phase})")
+        async with self.loops.subscribe() as events:
+            async for event in events:
+                self._show(event)
+
+    def _show(self, event: AnyEvent | Gap) -> None:
+        if isinstance(event, Gap):
+            self.say(f"[{event.missed} progress lines skipped: the display fell behind]")
+            return
+        if isinstance(event, LoopStarted):
+            self._remember(event.loop_id)
+        self.say(f"{event.loop_id} {event.note()}")
+        if isinstance(event, LoopFinished) and event.loop_id == self.current:
+            self.say(f"(loop {event.loop_id} is {event.phase})")
 
     def _remember(self, loop_id: str) -> None:
         if loop_id not in self.completer.ids:
@@ -135,30 +143,34 @@ class Repl:
         elif name == "/loop":
             await self._code_round(continuous=bool(args))
         elif name == "/loops":
-            for state in await self.target.loops():
+            for state in await self.loops.list(limit=self.LIST_LIMIT):
                 self._remember(state.loop_id)
                 self.say(_line(state))
-            self.say(f"({self.target.where})")
+            self.say(f"({self.place.where})")
         elif name == "/history":
-            for record in await self.target.history(args[0]):
+            for record in await self.loops.history(args[0], output_head=60):
                 head = " ".join((record.output or record.error or "").split())[:60]
                 self.say(f"  round {record.round}: {record.status} {head}")
         elif name == "/output":
             await self._output(args[0], int(args[1]))
         elif name == "/status" and not args and self.current is None:
-            for state in await self.target.loops(live_only=True) or await self.target.loops():
+            for state in await self.loops.list(
+                live_only=True, limit=self.LIST_LIMIT
+            ) or await self.loops.list(limit=self.LIST_LIMIT):
                 self.say(_line(state))
         else:
             loop_id = args[0] if args else await self._which(name)
             if loop_id is None:
                 return
+            # A unique prefix of an id will do: `get` resolves it, wherever the loops are.
+            state = await self.loops.get(loop_id)
             action = {
-                "/stop-loop": self.target.stop,
-                "/pause": self.target.pause,
-                "/resume": self.target.resume,
-                "/status": self.target.get,
-            }[name]
-            state = await action(loop_id)
+                "/stop-loop": self.loops.stop,
+                "/pause": self.loops.pause,
+                "/resume": self.loops.resume,
+            }.get(name)
+            if action is not None:
+                state = await action(state.loop_id)
             self.say(_line(state))
             if name == "/pause" and not state.terminal:
                 self.say(_pause_note(state))
@@ -168,7 +180,7 @@ class Repl:
         if worker is None and _stand_in(self.default_worker) and not self._said_scripted:
             self._said_scripted = True
             self.say("(no worker configured: new loops use the scripted worker; /worker SPEC)")
-        state = await self.target.start(text, worker)
+        state = await self.loops.start(text, worker=worker)
         self.current = state.loop_id
         self._remember(state.loop_id)
         self.say(
@@ -180,12 +192,12 @@ class Repl:
         action, rest = args[0], args[1:]
         if action == "use":
             chosen, repo = rest[0], rest[1] if len(rest) > 1 else "."
-            result = await self.target.code("status", slug=chosen, repo=repo)
+            result = await self.place.code("status", slug=chosen, repo=repo)
             self.code_loop = (chosen, repo)
             self.say(f"code loop {chosen} chosen: /loop runs one round, /loop continuous more")
         else:
             slug, repo = self._code_loop(rest[0] if rest else None, action)
-            result = await self.target.code(action, slug=slug, repo=repo)
+            result = await self.place.code(action, slug=slug, repo=repo)
         if result.message:
             self.say(result.message)
         for status in result.loops:
@@ -211,7 +223,7 @@ class Repl:
                 "(start an iteration loop with |loop:N| task)"
             )
         slug, repo = self.code_loop
-        result = await self.target.code(
+        result = await self.place.code(
             "run", slug=slug, repo=repo, rounds=None if continuous else 1
         )
         self.say(f"code loop {slug}: {result.message}")
@@ -221,7 +233,7 @@ class Repl:
             self.say(f"new loops use: {self.worker or self.default_worker}")
             return
         spec = args[0]
-        if not self.target.keeps_running:  # embedded: check now
+        if not self.place.keeps_running:  # embedded: check now
             if check_worker_spec(spec).workspace == "round":
                 # A coding-agent CLI works here, wherever later rounds run from.
                 spec = in_workspace(spec, Path.cwd())
@@ -231,20 +243,19 @@ class Repl:
         self.say(f"new loops use: {self.worker}")
 
     async def _output(self, loop_id: str, round_number: int) -> None:
-        for stored in await self.target.history(loop_id):
+        state = await self.loops.get(loop_id)
+        for stored in await self.loops.history(state.loop_id, output_head=0):
             if stored.round == round_number:
-                record = stored
-                if isinstance(self.target, RemoteTarget):  # its history holds output heads only
-                    record = await self.target.node.output(loop_id, round_number)
+                record = await self.place.output(state.loop_id, round_number)
                 self.say(record.output or f"(no output; {record.status}: {record.error})")
                 return
         self.say(f"error: loop {loop_id} has no round {round_number}")
 
     async def _which(self, name: str) -> str | None:
         """The loop a command without an id means: the current one, or the only live one."""
-        if self.current is not None and not (await self.target.get(self.current)).terminal:
+        if self.current is not None and not (await self.loops.get(self.current)).terminal:
             return self.current
-        live = await self.target.loops(live_only=True)
+        live = await self.loops.list(live_only=True, limit=self.LIST_LIMIT)
         if len(live) == 1:
             return live[0].loop_id
         if not live:
@@ -269,7 +280,7 @@ class Repl:
         )
 
     async def live_count(self) -> int:
-        return len(await self.target.loops(live_only=True))
+        return len(await self.loops.list(live_only=True, limit=self.LIST_LIMIT))
 
 
 def _stand_in(spec: str) -> bool:
@@ -306,7 +317,7 @@ def run_repl(args: argparse.Namespace, config: RuntimeConfig) -> int:
 
 
 @asynccontextmanager
-async def _target(args: argparse.Namespace, config: RuntimeConfig) -> AsyncIterator[Target]:
+async def _place(args: argparse.Namespace, config: RuntimeConfig) -> AsyncIterator[Place]:
     url = args.connect or _serving_node(config)
     async with AsyncExitStack() as stack:
         if url:
@@ -320,9 +331,9 @@ async def _target(args: argparse.Namespace, config: RuntimeConfig) -> AsyncItera
                     raise
                 # The node that wrote node.url is gone (killed): run a runtime here.
             else:
-                yield RemoteTarget(node)
+                yield on_node(node)
                 return
-        yield EmbeddedTarget(await stack.enter_async_context(open_runtime(config)))
+        yield embedded(await stack.enter_async_context(open_runtime(config)))
 
 
 def _serving_node(config: RuntimeConfig) -> str | None:
@@ -341,24 +352,20 @@ async def _main(args: argparse.Namespace, config: RuntimeConfig) -> int:
     state_dir = trio.Path(config.state_dir)
     await state_dir.mkdir(parents=True, exist_ok=True)
     session: PromptSession[str] = PromptSession(history=FileHistory(str(state_dir / HISTORY_FILE)))
-    async with _target(args, config) as target:
-        default = (
-            target.node.info.default_worker if isinstance(target, RemoteTarget) else config.worker
-        )
-        repl = Repl(target, args.worker if args.connect else None, default)
+    async with _place(args, config) as place:
+        repl = Repl(place, args.worker if args.connect else None)
         repl.on_lost = functools.partial(_end_prompt, session)
-        if isinstance(target, RemoteTarget) and not args.connect:
+        if place.keeps_running and not args.connect:
             repl.say(
-                f"a node serves {config.state_dir}: connected to it at {target.node.url} "
+                f"a node serves {config.state_dir}: connected to it at {place.url} "
                 "(from its node.url); loops started here run there"
             )
-        repl.say(f"loopactors repl on {target.where}; /help for the commands")
+        repl.say(f"loopactors repl on {place.where}; /help for the commands")
         # While the editor waits for a line, Ctrl-C is a key it handles; between lines it is
         # a signal, and it cancels the command being run instead of ending the session.
         with trio.open_signal_receiver(signal.SIGINT) as sigint, patch_stdout(raw=True):
             async with trio.open_nursery() as nursery:
-                if isinstance(target, EmbeddedTarget):
-                    target.background = nursery
+                place.background = nursery
                 nursery.start_soon(repl.show_events)
                 nursery.start_soon(_cancel_commands, sigint, repl)
                 await _read_lines(session, repl)
@@ -407,9 +414,9 @@ async def _confirm_quit(session: PromptSession[str], repl: Repl) -> bool:
         return True
     if not live:
         return True
-    if repl.target.keeps_running:
+    if repl.place.keeps_running:
         question = f"{live} loop(s) are live; they keep running in the node. Quit? [y/N] "
-    elif isinstance(repl.target, EmbeddedTarget) and repl.target.keeps_nothing:
+    elif repl.place.keeps_nothing:
         question = (
             f"{live} loop(s) are live; they stop with this embedded node and are lost (the "
             "memory store keeps nothing). Quit? [y/N] "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import ConnectionLost
@@ -11,6 +12,7 @@ from ._progress import JsonLines, Progress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ..loops import LoopControl, LoopState
     from ..runtime import RuntimeConfig
 
 __all__ = ["add_parser", "replay"]
@@ -46,46 +48,56 @@ def replay(args: argparse.Namespace, config: RuntimeConfig, token: str | None) -
     return trio.run(_here, args, config)
 
 
-async def _here(args: argparse.Namespace, config: RuntimeConfig) -> int:
-    from ..runtime import new_loop_id, open_runtime  # noqa: PLC0415
-    from ._follow import PHASE_EXIT, ctrl_c_leaves, follow  # noqa: PLC0415
+async def _replay(
+    control: LoopControl,
+    replay: Callable[..., Awaitable[LoopState]],
+    args: argparse.Namespace,
+    *,
+    on_node: bool,
+    started: list[str],
+) -> LoopState:
+    """The replay, started by ``replay`` (``Runtime.replay`` or ``NodeClient.replay``) and
+    followed to its end on ``control``; its id goes into ``started`` once it started."""
+    from ._follow import start_and_follow  # noqa: PLC0415 - see the note on the imports
 
     display: JsonLines | Progress = JsonLines() if args.json else Progress()
+
+    async def start(chosen: str) -> LoopState:
+        state = await replay(args.loop_id, args.round, worker=args.worker, new_loop_id=chosen)
+        started.append(state.loop_id)
+        _say(display, args, state.loop_id)
+        return state
+
+    return await start_and_follow(control, start, display, on_node=on_node)
+
+
+async def _here(args: argparse.Namespace, config: RuntimeConfig) -> int:
+    from ..runtime import open_runtime  # noqa: PLC0415
+    from ._follow import PHASE_EXIT, ctrl_c_leaves  # noqa: PLC0415
+
     async with ctrl_c_leaves(), open_runtime(config) as rt:
-        loop_id = new_loop_id()
-        with rt.subscribe(loop_id) as events:  # before the start: no event can be missed
-            handle = await rt.replay(
-                args.loop_id, args.round, worker=args.worker, new_loop_id=loop_id
-            )
-            _say(display, args, handle.loop_id)
-            final = await follow([handle.loop_id], events, display, get=rt.get, stop=rt.stop)
-    return PHASE_EXIT[final[0].phase]
+        final = await _replay(rt, rt.replay, args, on_node=False, started=[])
+    return PHASE_EXIT[final.phase]
 
 
 async def _on_node(args: argparse.Namespace, token: str) -> int:
     from ..client import connect  # noqa: PLC0415
-    from ._follow import PHASE_EXIT, follow  # noqa: PLC0415
+    from ._follow import PHASE_EXIT  # noqa: PLC0415
 
-    display: JsonLines | Progress = JsonLines() if args.json else Progress()
-    loop_id: str | None = None
+    started: list[str] = []
     try:
-        async with (
-            connect(args.connect, token=token, client_name="loopactors replay") as node,
-            await node.subscribe() as events,
-        ):
-            state = await node.replay(args.loop_id, args.round, worker=args.worker)
-            loop_id = state.loop_id
-            _say(display, args, loop_id)
-            final = await follow([loop_id], events, display, get=node.get, stop=node.stop)
+        async with connect(args.connect, token=token, client_name="loopactors replay") as node:
+            final = await _replay(node, node.replay, args, on_node=True, started=started)
     except* ConnectionLost as lost:
-        if loop_id is None:
+        if not started:
             raise
+        loop_id = started[0]
         raise ConnectionLost(
             f"lost the node at {args.connect} ({lost.exceptions[0]}); replay {loop_id} stays "
             f"on the node: compare with `loopactors history {args.loop_id} --compare "
             f"{loop_id} --connect {args.connect}`"
         ) from None
-    return PHASE_EXIT[final[0].phase]
+    return PHASE_EXIT[final.phase]
 
 
 def _say(display: JsonLines | Progress, args: argparse.Namespace, loop_id: str) -> None:

@@ -339,7 +339,7 @@ class CodeLoop:
                 objective=first.state.objective,
                 round_timeout=round_timeout,
             )
-            handle = await runtime.start(spec)
+            handle = runtime.handle(await runtime.start(spec))
             if on_round is not None:
                 async for event in handle.history_and_events():
                     if isinstance(event, RoundFinished):

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._client import NodeClient as NodeClient
     from ._client import RemoteStates as RemoteStates
     from ._client import RemoteSubscription as RemoteSubscription
+    from ._client import Subscribing as Subscribing
     from ._client import connect as connect
     from ._door import Door as Door
     from ._door import open_door as open_door
@@ -55,6 +56,7 @@ __all__ = [
     "Refusal",
     "RemoteStates",
     "RemoteSubscription",
+    "Subscribing",
     "connect",
     "forget_node_request",
     "gateway_settings",
@@ -80,6 +82,7 @@ _HOMES = {
     "Refusal": "_errors",
     "RemoteStates": "_client",
     "RemoteSubscription": "_client",
+    "Subscribing": "_client",
     "TOKEN_FILENAME": "_auth",
     "connect": "_client",
     "forget_node_request": "_extensions",

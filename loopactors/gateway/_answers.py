@@ -134,7 +134,7 @@ async def _status(request: Status, gateway: Gateway) -> LoopStatus:
             f"limit must be from 1 to {settings.max_status_loops}, got {limit}",
         )
     after = _cursor(request.after) if request.after is not None else None
-    loops = await rt.loops(live_only=request.live_only, limit=limit + 1, after=after)
+    loops = await rt.list(live_only=request.live_only, limit=limit + 1, after=after)
     page = loops[:limit]
     more = len(loops) > limit
     return LoopStatus(
@@ -152,16 +152,16 @@ async def _ping(request: Any, gateway: Gateway) -> Pong:
 
 
 async def _stop(request: Stop, gateway: Gateway) -> LoopState:
-    handle = gateway.runtime.handle(await _loop_id(request.loop_id, gateway))
-    return shown(await handle.stop(after_round=request.after_round))
+    loop_id = await _loop_id(request.loop_id, gateway)
+    return shown(await gateway.runtime.stop(loop_id, after_round=request.after_round))
 
 
 async def _pause(request: Pause, gateway: Gateway) -> LoopState:
-    return shown(await gateway.runtime.handle(await _loop_id(request.loop_id, gateway)).pause())
+    return shown(await gateway.runtime.pause(await _loop_id(request.loop_id, gateway)))
 
 
 async def _resume(request: Resume, gateway: Gateway) -> LoopState:
-    return shown(await gateway.runtime.handle(await _loop_id(request.loop_id, gateway)).resume())
+    return shown(await gateway.runtime.resume(await _loop_id(request.loop_id, gateway)))
 
 
 async def _statistics(request: Any, gateway: Gateway) -> NodeStatistics:
@@ -180,24 +180,24 @@ async def _start(request: Start, gateway: Gateway) -> LoopState:
         )
     loop = request.text if request.text is not None else request.spec
     assert loop is not None
-    handle = await gateway.runtime.start(
+    state = await gateway.runtime.start(
         loop, worker=request.worker, loop_id=request.loop_id, **request.options
     )
-    return shown(await handle.status())
+    return shown(state)
 
 
 async def _replay(request: Replay, gateway: Gateway) -> LoopState:
     reserved = sorted(set(request.options) & _RESERVED_OPTIONS)
     if reserved:
         raise Refusal("invalid_request", f"options may not set {', '.join(reserved)}")
-    handle = await gateway.runtime.replay(
+    state = await gateway.runtime.replay(
         await _loop_id(request.loop_id, gateway),
         request.round,
         worker=request.worker,
         new_loop_id=request.loop_id_new,
         **request.options,
     )
-    return shown(await handle.status())
+    return shown(state)
 
 
 def _cursor(text: str) -> tuple[float, str]:

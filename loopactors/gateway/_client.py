@@ -2,19 +2,25 @@
 
 async with connect("ws://127.0.0.1:8765", token=token) as node:
     state = await node.start("|loop:3| review this module")
-    async with await node.subscribe(state.loop_id) as events:
+    async with node.subscribe(state.loop_id) as events:
         async for event in events:
             print(event.note())
+
+``NodeClient`` speaks the one vocabulary of ``loops.LoopControl`` (``start``, ``get``, ``list``,
+``history``, ``stop``, ``pause``, ``resume``, ``subscribe``, ``wait``), as an embedded
+``Runtime`` does.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import itertools
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import trio
@@ -28,7 +34,7 @@ from trio_websocket import (
 
 from .._util import backoff_delay
 from ..errors import ConnectionLost, RemoteError
-from ..loops import LoopFinished, LoopSpec, LoopState, RoundRecord
+from ..loops import LoopControl, LoopFinished, LoopSpec, LoopState, RoundRecord
 from ..runtime import Gap
 from . import _pong  # noqa: F401 - no Pong after our Close (see the module)
 from ._protocol import (
@@ -60,7 +66,7 @@ from ._protocol import (
 )
 from ._subscription import RemoteStates, RemoteSubscription
 
-__all__ = ["NodeClient", "RemoteStates", "RemoteSubscription", "connect"]
+__all__ = ["NodeClient", "RemoteStates", "RemoteSubscription", "Subscribing", "connect"]
 
 T = TypeVar("T")
 
@@ -179,18 +185,27 @@ class NodeClient:
         return await self._request(Resume(id=0, loop_id=loop_id), LoopState)
 
     async def get(self, loop_id: str) -> LoopState:
+        """The loop's state; a unique prefix of its id will do (the node resolves it)."""
         status = await self._request(Status(id=0, loop_id=loop_id), LoopStatus)
         return status.loops[0]
 
-    async def loops(self, *, live_only: bool = False, limit: int | None = None) -> list[LoopState]:
+    async def list(
+        self, *, live_only: bool = False, limit: int | None = None
+    ) -> builtins.list[LoopState]:
         """Loops in the node's store, newest first: the first ``limit`` (the node's default
         page if None)."""
         request = Status(id=0, live_only=live_only, limit=limit)
         return (await self._request(request, LoopStatus)).loops
 
+    async def loops(
+        self, *, live_only: bool = False, limit: int | None = None
+    ) -> builtins.list[LoopState]:
+        """Deprecated spelling of :meth:`list` (kept for one release)."""
+        return await self.list(live_only=live_only, limit=limit)
+
     async def loop_pages(
         self, *, live_only: bool = False, page: int | None = None
-    ) -> AsyncIterator[list[LoopState]]:
+    ) -> AsyncIterator[builtins.list[LoopState]]:
         """Every loop in the node's store, newest first, one page (``page`` loops, the
         node's default if None) at a time."""
         after: str | None = None
@@ -202,31 +217,40 @@ class NodeClient:
                 return
             after = answer.next
 
-    async def history(self, loop_id: str, *, output_head: int = 200) -> Rounds:
-        return await self._request(History(id=0, loop_id=loop_id, output_head=output_head), Rounds)
-
-    async def recorded(
+    async def history(
         self, loop_id: str, *, output_head: int | None = None
-    ) -> tuple[LoopState, list[RoundRecord]]:
-        """The loop and its rounds, each output cut to ``output_head`` characters (the
-        node's default, 200, if None: a node never sends whole outputs in one frame)."""
+    ) -> builtins.list[RoundRecord]:
+        """The loop's rounds in order, each output cut to ``output_head`` characters (the
+        node's default, 200, if None: a node never sends whole outputs in one frame;
+        :meth:`output` fetches one whole)."""
+        return (await self.history_reply(loop_id, output_head=output_head)).rounds
+
+    async def history_reply(self, loop_id: str, *, output_head: int | None = None) -> Rounds:
+        """The node's whole answer to ``history``: the loop, its rounds (outputs cut as in
+        :meth:`history`) and the breaker's standing."""
         request = History(id=0, loop_id=loop_id)
         if output_head is not None:
             request = History(id=0, loop_id=loop_id, output_head=output_head)
-        answer = await self._request(request, Rounds)
+        return await self._request(request, Rounds)
+
+    async def recorded(
+        self, loop_id: str, *, output_head: int | None = None
+    ) -> tuple[LoopState, builtins.list[RoundRecord]]:
+        """The loop and its rounds, each output cut to ``output_head`` characters (the
+        node's default, 200, if None: a node never sends whole outputs in one frame)."""
+        answer = await self.history_reply(loop_id, output_head=output_head)
         return answer.loop, answer.rounds
 
     async def output(self, loop_id: str, round: int) -> RoundRecord:
         return await self._request(Output(id=0, loop_id=loop_id, round=round), RoundRecord)
 
-    async def subscribe(
+    def subscribe(
         self, loop_id: str | None = None, *, replay: bool = False, queue_size: int = 1000
-    ) -> RemoteSubscription:
+    ) -> Subscribing:
         """Events of one loop, or of every loop (``None``), from now on; with ``replay`` (one
-        loop) its stored events first, so none is missed."""
-        sub = RemoteSubscription(self, loop_id, queue_size, replay=replay)
-        await self._open(sub)
-        return sub
+        loop) its stored events first, so none is missed. ``async with node.subscribe(...)
+        as events``; ``await node.subscribe(...)`` gives the open subscription itself."""
+        return Subscribing(RemoteSubscription(self, loop_id, queue_size, replay=replay))
 
     async def watch(self, loop_id: str | None = None, *, every: float = 0.5) -> RemoteStates:
         """The latest state of each loop that changed (one loop, or every loop), in batches
@@ -248,7 +272,7 @@ class NodeClient:
 
     async def wait(self, loop_id: str) -> LoopState:
         """Wait until the loop is in a terminal phase; its final state."""
-        async with await self.subscribe(loop_id, replay=True) as events:
+        async with self.subscribe(loop_id, replay=True) as events:
             state = await self.get(loop_id)
             while not state.terminal:
                 event = await events.__anext__()
@@ -421,7 +445,7 @@ class NodeClient:
         # watch of states reads again what changed meanwhile.
         nursery.start_soon(self._resubscribe, subs)
 
-    async def _resubscribe(self, subs: list[RemoteSubscription | RemoteStates]) -> None:
+    async def _resubscribe(self, subs: builtins.list[RemoteSubscription | RemoteStates]) -> None:
         for sub in subs:
             try:
                 await self._open(sub)
@@ -462,7 +486,7 @@ class NodeClient:
                 if pending is None:
                     continue  # an answer nobody waits for any more (timed out)
                 if isinstance(frame, Error):
-                    pending.error = RemoteError(frame.code, frame.message)
+                    pending.error = RemoteError.for_code(frame.code, frame.message)
                 else:
                     pending.raw = frame.data
                     if pending.on_ok is not None:
@@ -473,6 +497,39 @@ class NodeClient:
         self._closed = True
         if self._ws is not None:
             await self._ws.aclose()
+
+
+class Subscribing:
+    """A subscription about to be opened on the node (:meth:`NodeClient.subscribe`):
+    ``async with`` opens it and unsubscribes at the end, ``await`` opens it and returns it
+    (then ``async with`` it, or ``aclose()`` it)."""
+
+    __slots__ = ("subscription",)
+
+    def __init__(self, subscription: RemoteSubscription) -> None:
+        self.subscription = subscription
+
+    async def _open(self) -> RemoteSubscription:
+        await self.subscription.client._open(self.subscription)
+        return self.subscription
+
+    def __await__(self) -> Generator[Any, None, RemoteSubscription]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> RemoteSubscription:
+        return await self._open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.subscription.aclose()
+
+
+if TYPE_CHECKING:  # a node's client speaks the one vocabulary (checked by mypy)
+    _control: type[LoopControl] = NodeClient
 
 
 #: How an attempt to connect can fail (or a connection end, for its reader).

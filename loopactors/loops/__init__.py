@@ -4,10 +4,13 @@ phases, events and the per-round rules.
 General layout: ``_syntax`` (parser), ``_model`` (structs and the transition function),
 ``_events`` (typed progress events), ``_notify`` (which events notify whom), ``_plan`` (plan
 files), ``_replay`` (a round run again), ``_rules`` (prompt, next phase), ``_triggers`` (the
-breaker: one ordered table of triggers), ``steps`` (public: the LoopRunner's decisions as pure
-functions, and the effects they return).
+breaker: one ordered table of triggers), ``_control`` (the one vocabulary for acting on loops,
+as protocols), ``steps`` (public: the LoopRunner's decisions as pure functions, and the effects
+they return).
 """
 
+from ._control import LoopControl as LoopControl
+from ._control import LoopReader as LoopReader
 from ._events import AgentStep as AgentStep
 from ._events import AnyEvent as AnyEvent
 from ._events import Gap as Gap
@@ -108,10 +111,12 @@ __all__ = [
     "AnyEvent",
     "CheckRecord",
     "Gap",
+    "LoopControl",
     "LoopEvent",
     "LoopFinished",
     "LoopInterrupted",
     "LoopPaused",
+    "LoopReader",
     "LoopRecovered",
     "LoopResumed",
     "LoopSpec",

@@ -1,17 +1,23 @@
 """The embedding API: open a runtime inside a trio program, start loops, steer them.
 
 async with open_runtime(state_dir=".loopactors") as rt:
-    handle = await rt.start("|loop:3,fresh| review this module", worker="scripted")
-    async for event in handle.history_and_events():  # ends with the loop's last event
+    state = await rt.start("|loop:3,fresh| review this module", worker="scripted")
+    async for event in rt.handle(state).history_and_events():  # ends with its last event
         print(event.note())
-    final = await handle.wait()
+    final = await rt.wait(state.loop_id)
+
+``Runtime`` speaks the one vocabulary of ``loops.LoopControl`` (``start``, ``get``, ``list``,
+``history``, ``stop``, ``pause``, ``resume``, ``subscribe``, ``wait``), as a node's client and a
+round's context do; the older spellings stay for one release (docs/embedding.md).
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -28,6 +34,7 @@ from ..loops import (
     TERMINAL_PHASES,
     AgentStep,
     AnyEvent,
+    LoopControl,
     LoopFinished,
     LoopSpec,
     LoopState,
@@ -123,8 +130,13 @@ class LoopHandle:
     def __repr__(self) -> str:
         return f"<LoopHandle {self.loop_id}>"
 
-    async def status(self) -> LoopState:
+    async def get(self) -> LoopState:
+        """The loop's committed state."""
         return await self.runtime.get(self.loop_id)
+
+    async def status(self) -> LoopState:
+        """Deprecated spelling of :meth:`get` (kept for one release)."""
+        return await self.get()
 
     async def stop(self, *, after_round: bool = False) -> LoopState:
         """Stop now (the round in flight is cancelled), or after the round in flight."""
@@ -182,10 +194,10 @@ class LoopHandle:
         # for an end only needs that event; another phase may follow any event.
         kinds = (LoopFinished,) if wanted <= TERMINAL_PHASES else None
         with self.runtime.bus.watch(self.loop_id, kinds) as watch:
-            state = await self.status()
+            state = await self.get()
             while not reached(state):
                 await watch.wait()
-                state = await self.status()  # the store has the truth
+                state = await self.get()  # the store has the truth
             return state
 
 
@@ -212,8 +224,9 @@ class Runtime:
         parent_id: str | None = None,
         loop_id: str | None = None,
         **options: Any,
-    ) -> LoopHandle:
-        """Start a loop from ``|loop...|`` text or a :class:`LoopSpec`.
+    ) -> LoopState:
+        """Start a loop from ``|loop...|`` text or a :class:`LoopSpec`; its first state, as
+        admitted (``handle(state)`` for a :class:`LoopHandle`).
 
         ``options`` are :class:`LoopSpec` fields (``round_timeout``, ``max_tokens``, ...);
         unset ones come from the runtime's configuration. ``worker`` is a spec, or an async
@@ -237,7 +250,7 @@ class Runtime:
                 message = msgspec.structs.replace(message, check_existing=True)
                 await trio.sleep(0.05)
                 continue
-            return LoopHandle(self, state.loop_id)
+            return state
 
     async def replay(
         self,
@@ -247,10 +260,11 @@ class Runtime:
         worker: str | None = None,
         new_loop_id: str | None = None,
         **options: Any,
-    ) -> LoopHandle:
+    ) -> LoopState:
         """Run round ``round_number`` of loop ``loop_id`` again, its recorded prompt (seed
         included) on ``worker`` (default: the original's), as a new one-round loop whose
-        ``replay_of`` names the original round (docs/replay.md). ``options`` as :meth:`start`.
+        ``replay_of`` names the original round (docs/replay.md); its first state. ``options`` as
+        :meth:`start`.
 
         Raises:
             LoopNotFound: no such loop.
@@ -272,8 +286,9 @@ class Runtime:
         """The :class:`LoopSpec` that :meth:`start` would run, checked."""
         return build_spec(self.config, loop, worker=worker, **options)
 
-    def handle(self, loop_id: str) -> LoopHandle:
-        return LoopHandle(self, loop_id)
+    def handle(self, loop: str | LoopState) -> LoopHandle:
+        """A :class:`LoopHandle` for a loop id (not checked) or a state (``start``'s)."""
+        return LoopHandle(self, loop if isinstance(loop, str) else loop.loop_id)
 
     async def resolve_loop_id(self, given: str) -> str:
         """The id of the one loop whose id is ``given`` or starts with it.
@@ -286,15 +301,38 @@ class Runtime:
         return resolve_loop_id(given, matches, where="this runtime's store")
 
     async def get(self, loop_id: str) -> LoopState:
+        """The loop's state; a unique prefix of its id will do.
+
+        Raises:
+            LoopNotFound: no loop has that id, or an id starting with it.
+            AmbiguousLoopId: several ids start with it (the message lists them).
+        """
         state: LoopState | None = await self._ask(self._store, GetLoop(loop_id))
-        if state is None:
-            raise LoopNotFound(f"no loop {loop_id!r} in this runtime's store")
+        if state is None:  # not a whole id: a prefix, or nothing (asked only then)
+            whole = await self.resolve_loop_id(loop_id)
+            state = await self._ask(self._store, GetLoop(whole))
+            if state is None:  # pruned between the two reads
+                raise LoopNotFound(f"no loop {loop_id!r} in this runtime's store")
         return state
 
-    async def states(self, loop_ids: Sequence[str]) -> list[LoopState]:
+    async def states(self, loop_ids: Sequence[str]) -> builtins.list[LoopState]:
         """The states of these loops, in this order; one not in the store is left out."""
         states: list[LoopState] = await self._ask(self._store, GetLoops(tuple(loop_ids)))
         return states
+
+    async def list(
+        self,
+        *,
+        live_only: bool = False,
+        limit: int | None = None,
+        after: tuple[float, str] | None = None,
+    ) -> builtins.list[LoopState]:
+        """Loops in the store, newest first (only the live ones if ``live_only``); ``after``
+        a loop's ``(created_at, loop_id)``: the ones listed after it (the next page)."""
+        loops: builtins.list[LoopState] = await self._ask(
+            self._store, ListLoops(live_only=live_only, limit=limit, after=after)
+        )
+        return loops
 
     async def loops(
         self,
@@ -302,13 +340,9 @@ class Runtime:
         live_only: bool = False,
         limit: int | None = None,
         after: tuple[float, str] | None = None,
-    ) -> list[LoopState]:
-        """Loops in the store, newest first (only the live ones if ``live_only``); ``after``
-        a loop's ``(created_at, loop_id)``: the ones listed after it (the next page)."""
-        loops: list[LoopState] = await self._ask(
-            self._store, ListLoops(live_only=live_only, limit=limit, after=after)
-        )
-        return loops
+    ) -> builtins.list[LoopState]:
+        """Deprecated spelling of :meth:`list` (kept for one release)."""
+        return await self.list(live_only=live_only, limit=limit, after=after)
 
     async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
         """Stop a loop now, or after the round in flight (as :meth:`LoopHandle.stop`)."""
@@ -320,31 +354,38 @@ class Runtime:
     async def resume(self, loop_id: str) -> LoopState:
         return await self.handle(loop_id).resume()
 
+    async def wait(self, loop_id: str) -> LoopState:
+        """Wait until the loop reaches a terminal phase; its final state (as
+        :meth:`LoopHandle.wait`)."""
+        return await self.handle(loop_id).wait()
+
     async def loop_pages(
         self, *, live_only: bool = False, page: int | None = None
-    ) -> AsyncIterator[list[LoopState]]:
+    ) -> AsyncIterator[builtins.list[LoopState]]:
         """Every loop in the store, newest first, ``page`` loops (all if None) at a time."""
         after: tuple[float, str] | None = None
         while True:
-            loops = await self.loops(live_only=live_only, limit=page, after=after)
+            loops = await self.list(live_only=live_only, limit=page, after=after)
             if loops or after is None:
                 yield loops
             if page is None or len(loops) < page:
                 return
             after = (loops[-1].created_at, loops[-1].loop_id)
 
-    async def history(self, loop_id: str) -> list[RoundRecord]:
-        await self.get(loop_id)  # a clear error for an unknown id
-        rounds: list[RoundRecord] = await self._ask(self._store, GetRounds(loop_id))
-        return rounds
+    async def history(
+        self, loop_id: str, *, output_head: int | None = None
+    ) -> builtins.list[RoundRecord]:
+        """The loop's rounds in order, each output cut to ``output_head`` characters if
+        given; a unique prefix of its id will do (as :meth:`get`)."""
+        return (await self.recorded(loop_id, output_head=output_head))[1]
 
     async def recorded(
         self, loop_id: str, *, output_head: int | None = None
-    ) -> tuple[LoopState, list[RoundRecord]]:
+    ) -> tuple[LoopState, builtins.list[RoundRecord]]:
         """The loop and its rounds as recorded, each output cut to ``output_head``
         characters if given (``loops.output_heads``)."""
-        state = await self.get(loop_id)
-        rounds: list[RoundRecord] = await self._ask(self._store, GetRounds(loop_id))
+        state = await self.get(loop_id)  # a clear error for an unknown id
+        rounds: builtins.list[RoundRecord] = await self._ask(self._store, GetRounds(state.loop_id))
         return output_heads(state, rounds, output_head)
 
     async def output(self, loop_id: str, round: int) -> RoundRecord:
@@ -353,12 +394,13 @@ class Runtime:
         Raises:
             LoopNotFound: no such loop, or it has no such round (the message says which it has).
         """
-        return round_of(loop_id, await self.history(loop_id), round)
+        state, rounds = await self.recorded(loop_id)
+        return round_of(state.loop_id, rounds, round)
 
-    async def stored_events(self, loop_id: str) -> list[AnyEvent]:
+    async def stored_events(self, loop_id: str) -> builtins.list[AnyEvent]:
         """The loop's event log as the store keeps it."""
-        await self.get(loop_id)
-        events: list[AnyEvent] = await self._ask(self._store, GetEvents(loop_id))
+        state = await self.get(loop_id)
+        events: builtins.list[AnyEvent] = await self._ask(self._store, GetEvents(state.loop_id))
         return events
 
     async def store_statistics(self) -> StoreStatistics:
@@ -395,7 +437,8 @@ class Runtime:
     def subscribe(
         self, loop_id: str | None = None, *, queue_size: int | None = None
     ) -> Subscription:
-        """Live events of one loop, or of all loops (``loop_id=None``)."""
+        """Live events of one loop, or of all loops (``loop_id=None``): ``with`` or
+        ``async with`` it, and ``async for`` its events."""
         return self.bus.subscribe(loop_id, queue_size=queue_size)
 
     def changes(self, loop_id: str | None = None) -> Changes:
@@ -403,10 +446,10 @@ class Runtime:
         view of many loops reads their states at its own pace and never falls behind."""
         return self.bus.changes(loop_id, kinds=STATE_EVENTS)
 
-    async def wait_all(self) -> list[LoopState]:
+    async def wait_all(self) -> builtins.list[LoopState]:
         """Wait until no loop is live; return the loops that were live when called, final."""
-        live = await self.loops(live_only=True)
-        return [await self.handle(state.loop_id).wait() for state in live]
+        live = await self.list(live_only=True)
+        return [await self.wait(state.loop_id) for state in live]
 
     async def _control(
         self, loop_id: str, command: Command, stop_mode: StopMode = "now"
@@ -515,7 +558,8 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
 
 class RuntimeRoundContext:
     """The runtime's side of :class:`~loopactors.workers.RoundContext`: what a round may do
-    besides returning output (child loops in its loop's scope, loops, events, compaction)."""
+    besides returning output (the one loop vocabulary, its starts made child loops of the
+    round's loop; events; compaction)."""
 
     __slots__ = ("_bus", "_config", "_groups", "_node", "loop_id", "round")
 
@@ -539,8 +583,51 @@ class RuntimeRoundContext:
         ``RoundContext``: workers of the package use only the protocol."""
         return Runtime(self._node, self._config, self._bus)
 
+    async def start(
+        self,
+        loop: str | LoopSpec,
+        *,
+        worker: str | None = None,
+        loop_id: str | None = None,
+        **options: Any,
+    ) -> LoopState:
+        return await self.runtime.start(
+            loop, worker=worker, loop_id=loop_id, parent_id=self.loop_id, **options
+        )
+
+    async def get(self, loop_id: str) -> LoopState:
+        return await self.runtime.get(loop_id)
+
+    async def list(
+        self, *, live_only: bool = False, limit: int | None = None
+    ) -> builtins.list[LoopState]:
+        return await self.runtime.list(live_only=live_only, limit=limit)
+
+    async def history(
+        self, loop_id: str, *, output_head: int | None = None
+    ) -> builtins.list[RoundRecord]:
+        return await self.runtime.history(loop_id, output_head=output_head)
+
+    async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
+        return await self.runtime.stop(loop_id, after_round=after_round)
+
+    async def pause(self, loop_id: str) -> LoopState:
+        return await self.runtime.pause(loop_id)
+
+    async def resume(self, loop_id: str) -> LoopState:
+        return await self.runtime.resume(loop_id)
+
+    async def wait(self, loop_id: str) -> LoopState:
+        return await self.runtime.wait(loop_id)
+
+    def subscribe(self, loop_id: str | None = None) -> Subscription:
+        return self._bus.subscribe(loop_id)
+
+    # -- the spellings before the one vocabulary, kept for one release ---------------------
+
     async def start_child(self, text: str, **options: Any) -> LoopHandle:
-        return await self.runtime.start(text, parent_id=self.loop_id, **options)
+        _deprecated("start_child", "start (which returns the child's state)")
+        return self.runtime.handle(await self.start(text, **options))
 
     @property
     def child_workers(self) -> tuple[str, ...]:
@@ -551,19 +638,20 @@ class RuntimeRoundContext:
         return tuple(str(Path(path).resolve()) for path in self._config.protected_paths())
 
     async def get_loop(self, loop_id: str) -> LoopState:
-        return await self.runtime.get(loop_id)
+        _deprecated("get_loop", "get")
+        return await self.get(loop_id)
 
-    async def list_loops(self) -> list[LoopState]:
-        return await self.runtime.loops()
+    async def list_loops(self) -> builtins.list[LoopState]:
+        _deprecated("list_loops", "list")
+        return await self.list()
 
-    async def loop_history(self, loop_id: str) -> list[RoundRecord]:
-        return await self.runtime.history(loop_id)
+    async def loop_history(self, loop_id: str) -> builtins.list[RoundRecord]:
+        _deprecated("loop_history", "history")
+        return await self.history(loop_id)
 
     async def stop_loop(self, loop_id: str) -> LoopState:
-        return await self.runtime.handle(loop_id).stop()
-
-    def subscribe(self) -> Subscription:
-        return self._bus.subscribe(None)
+        _deprecated("stop_loop", "stop")
+        return await self.stop(loop_id)
 
     async def apply_compaction(
         self, plan: MicroPlan | FullPlan, view: tuple[Entry, ...]
@@ -590,8 +678,17 @@ class RuntimeRoundContext:
         )
 
 
-if TYPE_CHECKING:  # the runtime implements the workers' protocol (checked by mypy)
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"RoundContext.{old} is deprecated: use {new} (docs/embedding.md)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+if TYPE_CHECKING:  # the runtime implements the workers' protocol and the vocabulary (mypy)
     _context: type[RoundContext] = RuntimeRoundContext
+    _control: type[LoopControl] = Runtime
 
 
 @asynccontextmanager
@@ -679,7 +776,7 @@ async def _daily_budgets(runtime: Runtime, config: RuntimeConfig) -> None:
     if not budgets.any:
         return
     day = budget_day_start(time.time(), budget.reset_hour)
-    for state in await runtime.loops():
+    for state in await runtime.list():
         if state.updated_at < day:
             continue
         for record in await runtime.history(state.loop_id):

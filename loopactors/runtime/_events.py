@@ -134,6 +134,18 @@ class Subscription:
     ) -> None:
         self.close()
 
+    # ``async with`` too: how a node's client subscribes (loops.LoopControl.subscribe).
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
 
 class Watch:
     """Wakes one waiter when an event of a loop (of the given kinds) is published.

@@ -260,7 +260,7 @@ async def _flood(options: FloodOptions, url: str, token: str) -> _Run:
                 state = await owner.get(loop_id)
                 run.states.append((loop_id, state.phase, state.completed_rounds))
                 rounds = await owner.history(loop_id, output_head=0)
-                bad = [f"{r.round} {r.status}" for r in rounds.rounds if r.status != "completed"]
+                bad = [f"{r.round} {r.status}" for r in rounds if r.status != "completed"]
                 if bad:
                     run.round_problems.append(f"{loop_id}: rounds {', '.join(bad)}")
     finally:
@@ -431,7 +431,7 @@ async def _ask_status(url: str, token: str, lost: list[str]) -> None:
         with trio.move_on_after(ATTEMPT_SECONDS):
             try:
                 async with connect(url, token=token, timeout=ATTEMPT_SECONDS) as holder:
-                    await holder.loops(limit=10)
+                    await holder.list(limit=10)
                     return
             except (ConnectionLost, OSError) as exc:
                 lost.append(str(exc) or type(exc).__name__)

@@ -204,7 +204,7 @@ async def _drive(
     progress_interval: float,
 ) -> bool:
     """Start the loops and wait for every loop to end; True if they stalled instead."""
-    resumed = [s.loop_id for s in await rt.loops(live_only=True)]
+    resumed = [s.loop_id for s in await rt.list(live_only=True)]
     tally.expect(set(loop_ids) | set(resumed))
     text = f"|loop:{options.rounds},fresh| stress {options.task_prefix}{{}}"
     pending = iter(enumerate(loop_ids))
@@ -267,7 +267,7 @@ async def _show_progress(tally: Tally, progress: Progress, interval: float) -> N
 
 async def _read_from_runtime(rt: Runtime) -> list[StoredLoop]:
     stored = []
-    for state in await rt.loops():
+    for state in await rt.list():
         rounds = await rt.history(state.loop_id)
         events = await rt.stored_events(state.loop_id)
         stored.append(StoredLoop(state=state, rounds=tuple(rounds), events=tuple(events)))

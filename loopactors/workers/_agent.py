@@ -146,18 +146,18 @@ class _ChildLoopSubAgent:
 
     async def __call__(self, task: str) -> SubAgentRun:
         # One round (a failed round is not retried), the task alone as the prompt.
-        handle = await self.context.start_child(
+        started = await self.context.start(
             f"|loop:1,fresh| {SUBAGENT_PREFIX}{task}", worker=self.spec
         )
         try:
-            state = await handle.wait()
+            state = await self.context.wait(started.loop_id)
         except BaseException:
             # Cancelled (a stop, a round timeout): the child must not outlive the call.
             with trio.move_on_after(_STOP_PATIENCE, shield=True):
                 with contextlib.suppress(LoopactorsError):
-                    await handle.stop()
+                    await self.context.stop(started.loop_id)
             raise
-        rounds = await handle.history()
+        rounds = await self.context.history(started.loop_id)
         last = rounds[-1] if rounds else None
         if state.phase == "complete" and last is not None and last.status == "completed":
             return SubAgentRun(completed=True, output=last.output, tokens=state.tokens_used)

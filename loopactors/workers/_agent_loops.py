@@ -1,24 +1,25 @@
 """The agent worker's window on the runtime: child loops of the round's loop, and their ends.
 
-:class:`RoundLoops` implements the agent's ``ChildLoops`` (loop tools) for one round, limited
-to the direct children of the round's loop, each running the round's own worker spec or one the
-operator allows (``_confine``). From the first child on it also watches them: when
-a child started in this round finishes, a waking ``defer`` message tells the agent, and while
-any is still running the agent's idle wait holds the round open (bounded by the agent's
-``idle_wait``, then a hand-off).
+:class:`RoundLoops` is the one loop vocabulary (``loops.LoopControl``) for the agent's loop
+tools in one round, limited to the direct children of the round's loop, each running the round's
+own worker spec or one the operator allows (``_confine``). From the first child on it also
+watches them: when a child started in this round finishes, a waking ``defer`` message tells the
+agent, and while any is still running the agent's idle wait holds the round open (bounded by
+the agent's ``idle_wait``, then a hand-off).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import builtins
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from ..agent import MessageQueue, QueuedMessage
 from ..errors import LoopNotFound
-from ..loops import Gap, LoopFinished, LoopState, RoundRecord
-from ._base import RoundContext
+from ..loops import Gap, LoopControl, LoopFinished, LoopSpec, LoopState, RoundRecord
+from ._base import LoopEvents, RoundContext
 from ._confine import confined_child_worker
 
 __all__ = ["RoundLoops"]
@@ -45,35 +46,62 @@ class RoundLoops:
     def pending(self) -> bool:
         return bool(self.live)
 
-    async def start_child(self, text: str, worker: str | None) -> LoopState:
+    async def start(
+        self,
+        loop: str | LoopSpec,
+        *,
+        worker: str | None = None,
+        loop_id: str | None = None,
+        **options: Any,
+    ) -> LoopState:
         if not self.watching:  # subscribed before the first child starts: no end is missed
             self.watching = True
             await self.nursery.start(self.watch)
-        chosen = confined_child_worker(self.spec, worker, self.context.child_workers)
-        handle = await self.context.start_child(text, worker=chosen)
-        state = await handle.status()
+        asked = worker if worker is not None or isinstance(loop, str) else loop.worker
+        chosen = confined_child_worker(self.spec, asked, self.context.child_workers)
+        state = await self.context.start(loop, worker=chosen, loop_id=loop_id, **options)
         if not (state.terminal or state.loop_id in self.ended):
             self.live.add(state.loop_id)
         return state
 
-    async def children(self) -> Sequence[LoopState]:
-        loops = await self.context.list_loops()
-        return [state for state in loops if state.spec.parent_id == self.context.loop_id]
-
-    async def child(self, loop_id: str) -> LoopState:
-        state = await self.context.get_loop(loop_id)
+    async def get(self, loop_id: str) -> LoopState:
+        """The child's state; ``LoopNotFound`` for a loop that is not a child of this one."""
+        state = await self.context.get(loop_id)
         if state.spec.parent_id != self.context.loop_id:
             raise LoopNotFound(f"{loop_id!r} is not a child loop of {self.context.loop_id}")
         return state
 
-    async def history(self, loop_id: str) -> Sequence[RoundRecord]:
-        return await self.context.loop_history(loop_id)
+    async def list(
+        self, *, live_only: bool = False, limit: int | None = None
+    ) -> builtins.list[LoopState]:
+        loops = await self.context.list(live_only=live_only)
+        children = [state for state in loops if state.spec.parent_id == self.context.loop_id]
+        return children if limit is None else children[:limit]
 
-    async def stop(self, loop_id: str) -> LoopState:
-        self.stopped.add(loop_id)
-        state = await self.context.stop_loop(loop_id)
-        self.live.discard(loop_id)
+    async def history(
+        self, loop_id: str, *, output_head: int | None = None
+    ) -> builtins.list[RoundRecord]:
+        state = await self.get(loop_id)
+        return await self.context.history(state.loop_id, output_head=output_head)
+
+    async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
+        state = await self.get(loop_id)
+        self.stopped.add(state.loop_id)
+        state = await self.context.stop(state.loop_id, after_round=after_round)
+        self.live.discard(state.loop_id)
         return state
+
+    async def pause(self, loop_id: str) -> LoopState:
+        return await self.context.pause((await self.get(loop_id)).loop_id)
+
+    async def resume(self, loop_id: str) -> LoopState:
+        return await self.context.resume((await self.get(loop_id)).loop_id)
+
+    async def wait(self, loop_id: str) -> LoopState:
+        return await self.context.wait((await self.get(loop_id)).loop_id)
+
+    def subscribe(self, loop_id: str | None = None) -> LoopEvents:
+        return self.context.subscribe(loop_id)
 
     def _finished(self, loop_id: str, text: str) -> None:
         self.live.discard(loop_id)
@@ -82,7 +110,7 @@ class RoundLoops:
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Tell the agent when a child it started finishes (runs until cancelled)."""
-        with self.context.subscribe() as events:
+        async with self.context.subscribe() as events:
             task_status.started()  # subscribed before any child can start
             async for event in events:
                 if isinstance(event, LoopFinished):
@@ -96,11 +124,15 @@ class RoundLoops:
                             + ". Read its result with loop_output.",
                         )
                 elif isinstance(event, Gap):  # events were dropped: ask directly
-                    for loop_id in list(self.live):
-                        state = await self.child(loop_id)
+                    for loop_id in builtins.list(self.live):
+                        state = await self.get(loop_id)
                         if state.terminal:
                             self._finished(
                                 loop_id,
                                 f"Child loop {loop_id} finished: {state.phase}. "
                                 "Read its result with loop_output.",
                             )
+
+
+if TYPE_CHECKING:  # the loop tools' view speaks the one vocabulary (checked by mypy)
+    _control: type[LoopControl] = RoundLoops

@@ -8,6 +8,7 @@ a cancel scope with the round's timeout, measures the duration and turns a timeo
 from __future__ import annotations
 
 import abc
+import builtins
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -18,7 +19,7 @@ import trio
 # At run time, not only for type checkers: msgspec resolves RoundRequest's annotations (so
 # the transport can decode one) in this module.
 from .._workspaces import record_agent_workspace
-from ..loops import CheckRecord, Mode
+from ..loops import CheckRecord, LoopControl, Mode
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -119,7 +120,9 @@ class RoundResult(msgspec.Struct, gc=False, frozen=True, kw_only=True):
 
 
 class ChildLoop(Protocol):
-    """A loop started by a round (the runtime's ``LoopHandle`` is one)."""
+    """A loop started by a round's :meth:`RoundContext.start_child` (the runtime's
+    ``LoopHandle`` is one). Deprecated with it: ``start`` returns the child's state, and the
+    context's ``get``, ``wait``, ``stop`` and ``history`` take its id."""
 
     @property
     def loop_id(self) -> str: ...
@@ -134,7 +137,8 @@ class ChildLoop(Protocol):
 
 
 class LoopEvents(Protocol):
-    """Live events of loops: iterate with ``async for``; close by leaving the ``with``."""
+    """Live events of loops: iterate with ``async for``; close by leaving the ``async with``
+    (or ``with``)."""
 
     def __enter__(self) -> LoopEvents: ...
 
@@ -145,13 +149,27 @@ class LoopEvents(Protocol):
         traceback: TracebackType | None,
     ) -> None: ...
 
+    async def __aenter__(self) -> LoopEvents: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
     def __aiter__(self) -> AsyncIterator[AnyEvent | Gap]: ...
 
 
-class RoundContext(Protocol):
+class RoundContext(LoopControl, Protocol):
     """The one way a worker touches the runtime during a round: typed, implemented by the
     runtime (``runtime/_api.py``). A worker gets ``None`` where there is no runtime (a
     transport's worker process, a code loop's own round). Workers never import the runtime.
+
+    It speaks the one loop vocabulary (``loops.LoopControl``: ``start``, ``get``, ``list``,
+    ``history``, ``stop``, ``pause``, ``resume``, ``wait``, ``subscribe``) over the node's
+    loops; its ``start`` starts a child loop of the round's loop (stopped with its parent,
+    never repeating an ancestor's task).
     """
 
     #: The round's loop and its round number.
@@ -161,9 +179,8 @@ class RoundContext(Protocol):
     @property
     def round(self) -> int: ...
 
-    async def start_child(self, text: str, **options: Any) -> ChildLoop:
-        """Start a child loop of the round's loop (``options``: ``LoopSpec`` fields and
-        ``worker``); it is stopped with its parent and may not repeat an ancestor's task."""
+    def subscribe(self, loop_id: str | None = None) -> LoopEvents:
+        """Live events of one loop, or of every loop, from now on (``async with``)."""
         ...
 
     @property
@@ -179,16 +196,26 @@ class RoundContext(Protocol):
         (docs/security.md, agent tools)."""
         ...
 
-    async def get_loop(self, loop_id: str) -> LoopState: ...
+    # The spellings before the one vocabulary, kept for one release (they warn).
 
-    async def list_loops(self) -> list[LoopState]: ...
+    async def start_child(self, text: str, **options: Any) -> ChildLoop:
+        """Deprecated: :meth:`start` (which returns the child's state)."""
+        ...
 
-    async def loop_history(self, loop_id: str) -> list[RoundRecord]: ...
+    async def get_loop(self, loop_id: str) -> LoopState:
+        """Deprecated: :meth:`get`."""
+        ...
 
-    async def stop_loop(self, loop_id: str) -> LoopState: ...
+    async def list_loops(self) -> builtins.list[LoopState]:
+        """Deprecated: :meth:`list`."""
+        ...
 
-    def subscribe(self) -> LoopEvents:
-        """Live events of every loop from now on."""
+    async def loop_history(self, loop_id: str) -> builtins.list[RoundRecord]:
+        """Deprecated: :meth:`history`."""
+        ...
+
+    async def stop_loop(self, loop_id: str) -> LoopState:
+        """Deprecated: :meth:`stop`."""
         ...
 
     async def apply_compaction(

@@ -66,9 +66,11 @@ async def runtime_round(tmp_path: Path) -> tuple[Transcript, dict[str, int]]:
         SETUP.update(base_url=server.base_url, workspace=tmp_path)
         config = RuntimeConfig(store="memory", shutdown_grace=5.0)
         async with open_runtime(config) as runtime:
-            handle = await runtime.start(
-                "|loop:1| read big.txt",
-                worker="python:tests.agent.test_context_builder:agent_round",
+            handle = runtime.handle(
+                await runtime.start(
+                    "|loop:1| read big.txt",
+                    worker="python:tests.agent.test_context_builder:agent_round",
+                )
             )
             final = await handle.wait()
             history = await handle.history()

@@ -92,7 +92,7 @@ async def test_an_agent_starts_watches_and_cancels_child_loops(tmp_path: Path) -
         spec = f"agent:model=m,base_url={server.base_url},workspace={tmp_path}"
         async with open_runtime(config) as runtime:
             with runtime.subscribe() as events:
-                parent = await runtime.start("|loop:1| orchestrate", worker=spec)
+                parent = runtime.handle(await runtime.start("|loop:1| orchestrate", worker=spec))
                 parents.append(parent.loop_id)  # not a child of itself
                 async for event in events:
                     if isinstance(event, LoopFinished):
@@ -148,7 +148,7 @@ async def test_loop_tools_refuse_bad_arguments_and_the_tree_cap(tmp_path: Path) 
     with ChatServer(replies) as server:
         spec = f"agent:model=m,base_url={server.base_url},workspace={tmp_path}"
         async with open_runtime(config) as runtime:
-            parent = await runtime.start("|loop:1| try", worker=spec)
+            parent = runtime.handle(await runtime.start("|loop:1| try", worker=spec))
             await parent.wait()
             history = await parent.history()
             assert len(await runtime.loops()) == 1  # nothing was started
@@ -242,7 +242,7 @@ async def test_a_round_waits_for_its_child_loop_and_is_told_when_it_ends(tmp_pat
     with ChatServer(replies) as server:
         spec = f"agent:model=m,base_url={server.base_url},workspace={tmp_path}"
         async with open_runtime(config) as runtime:
-            parent = await runtime.start("|loop:1| delegate", worker=spec)
+            parent = runtime.handle(await runtime.start("|loop:1| delegate", worker=spec))
             final = await parent.wait()
             history = await parent.history()
     assert final.phase == "complete"

@@ -45,7 +45,7 @@ async def test_a_sub_agent_is_a_child_loop_and_its_tokens_count(
     with ChatServer(replies) as server:
         spec = f"agent:model=m,base_url={server.base_url},workspace={tmp_path},context_window=64000"
         async with open_runtime(CONFIG) as runtime:
-            parent = await runtime.start("|loop:1| delegate", worker=spec)
+            parent = runtime.handle(await runtime.start("|loop:1| delegate", worker=spec))
             final = await parent.wait()
             history = await parent.history()
             (child,) = await children_of(runtime, parent.loop_id)
@@ -87,7 +87,7 @@ async def test_a_failed_sub_agent_is_a_tool_error_and_its_loop_ends(tmp_path: Pa
     with ChatServer(replies) as server:
         spec = f"agent:model=m,base_url={server.base_url},workspace={tmp_path}"
         async with open_runtime(CONFIG) as runtime:
-            parent = await runtime.start("|loop:1| delegate", worker=spec)
+            parent = runtime.handle(await runtime.start("|loop:1| delegate", worker=spec))
             final = await parent.wait()
             history = await parent.history()
             (child,) = await children_of(runtime, parent.loop_id)
@@ -115,7 +115,7 @@ async def test_stopping_the_parent_loop_cancels_the_sub_agent_loop(tmp_path: Pat
     with ChatServer(replies) as server:
         spec = f"agent:model=m,base_url={server.base_url},workspace={tmp_path}"
         async with open_runtime(CONFIG) as runtime:
-            parent = await runtime.start("|loop:1| delegate", worker=spec)
+            parent = runtime.handle(await runtime.start("|loop:1| delegate", worker=spec))
             with trio.fail_after(HANG):
                 while not await pid_file.exists() or not (await pid_file.read_text()).strip():
                     await trio.sleep(0.01)

@@ -164,8 +164,10 @@ async def test_three_agent_rounds_in_inherit_mode(tmp_path: Path) -> None:
         async with open_runtime(config) as runtime:
             loop_id = "agent-steps"
             with runtime.subscribe(loop_id) as events:  # before the start: nothing is missed
-                handle = await runtime.start(
-                    "|loop:3| fix the failing test", worker=spec, loop_id=loop_id
+                handle = runtime.handle(
+                    await runtime.start(
+                        "|loop:3| fix the failing test", worker=spec, loop_id=loop_id
+                    )
                 )
                 seen = []
                 async for event in events:
@@ -213,7 +215,7 @@ def test_history_shows_the_transcript(tmp_path: Path, capsys: pytest.CaptureFixt
         async def one_loop() -> str:
             config = RuntimeConfig(store="sqlite", state_dir=tmp_path / "state")
             async with open_runtime(config) as runtime:
-                handle = await runtime.start("|loop:1| say done", worker=spec)
+                handle = runtime.handle(await runtime.start("|loop:1| say done", worker=spec))
                 await handle.wait()
                 return handle.loop_id
 
@@ -303,7 +305,7 @@ async def test_stopping_an_agent_loop_in_a_catastrophic_grep(tmp_path: Path) -> 
     with ChatServer([grep, grep, completion("never asked")]) as server:
         spec = f"agent:model=m,base_url={server.base_url},workspace={workspace},stream=false"
         async with open_runtime(config) as runtime:
-            handle = await runtime.start("|loop:1| find it", worker=spec)
+            handle = runtime.handle(await runtime.start("|loop:1| find it", worker=spec))
             with trio.fail_after(HANG):
                 while not server.requests:  # the model has been asked: its answer is a grep
                     await trio.sleep(0.01)
@@ -320,7 +322,9 @@ async def test_stopping_an_agent_loop_in_a_catastrophic_grep(tmp_path: Path) -> 
             await trio.sleep(0.2)
             assert len(server.requests) == 1  # its result never went to the model
 
-            timed = await runtime.start("|loop:1| find it again", worker=spec, round_timeout=1.0)
+            timed = runtime.handle(
+                await runtime.start("|loop:1| find it again", worker=spec, round_timeout=1.0)
+            )
             started_at = time.monotonic()
             with trio.fail_after(HANG):
                 timed_state = await timed.wait()

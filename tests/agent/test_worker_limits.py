@@ -111,7 +111,7 @@ async def test_a_loop_waits_out_the_limit_then_runs_the_round_again(tmp_path: Pa
     config = RuntimeConfig(store="sqlite", state_dir=tmp_path / "state", shutdown_grace=5.0)
     with ChatServer(script) as server:
         async with open_runtime(config, observer=seen.append) as rt:
-            handle = await rt.start("|loop:1| answer", worker=spec(server, tmp_path))
+            handle = rt.handle(await rt.start("|loop:1| answer", worker=spec(server, tmp_path)))
             final = await handle.wait()
             history = await handle.history()
     assert final.phase == "complete", final.reason

@@ -76,9 +76,11 @@ async def test_inherit_loop_edits_a_git_workspace_resumes_its_session_and_counts
     ]
     seen: list[object] = []
     async with open_runtime(config(tmp_path), observer=seen.append) as rt:
-        handle = await rt.start(
-            '|loop:3 objective="a.txt and b.txt exist"| create the files',
-            worker=f"claude:workspace={ws}",
+        handle = rt.handle(
+            await rt.start(
+                '|loop:3 objective="a.txt and b.txt exist"| create the files',
+                worker=f"claude:workspace={ws}",
+            )
         )
         final = await handle.wait()
         history = await handle.history()
@@ -131,10 +133,12 @@ async def test_a_mentioned_promise_does_not_end_the_loop(
         Turn(text="All tests pass now.\n\n<promise>DONE</promise>\n"),
     ]
     async with open_runtime(config(tmp_path)) as rt:
-        handle = await rt.start(
-            '|loop:5 objective="the tests pass"| fix the tests',
-            worker=f"claude:workspace={ws}",
-            stale_rounds_limit=5,  # the replies change no file
+        handle = rt.handle(
+            await rt.start(
+                '|loop:5 objective="the tests pass"| fix the tests',
+                worker=f"claude:workspace={ws}",
+                stale_rounds_limit=5,  # the replies change no file
+            )
         )
         final = await handle.wait()
     assert final.phase == "complete", final.reason
@@ -162,10 +166,12 @@ async def test_each_inherit_round_costs_what_its_own_requests_cost(
         Turn(text="three", usage={"input_tokens": 500, "output_tokens": 50}),
     ]
     async with open_runtime(config(tmp_path)) as rt:
-        handle = await rt.start(
-            "|loop:3| go on",
-            worker=f"claude:workspace={ws},model=claude-sonnet-4-5",
-            stale_rounds_limit=5,
+        handle = rt.handle(
+            await rt.start(
+                "|loop:3| go on",
+                worker=f"claude:workspace={ws},model=claude-sonnet-4-5",
+                stale_rounds_limit=5,
+            )
         )
         final = await handle.wait()
         history = await handle.history()
@@ -187,7 +193,9 @@ async def test_fresh_mode_starts_a_new_session_each_round(
     ws = git_workspace(tmp_path / "ws")
     anthropic.turns = [Turn(text="reply-one-xyzzy"), Turn(text="reply-two")]
     async with open_runtime(config(tmp_path)) as rt:
-        handle = await rt.start("|loop:2,fresh| look around", worker=f"claude:workspace={ws}")
+        handle = rt.handle(
+            await rt.start("|loop:2,fresh| look around", worker=f"claude:workspace={ws}")
+        )
         final = await handle.wait()
         history = await handle.history()
     assert final.completed_rounds == 2
@@ -221,8 +229,10 @@ async def test_a_rate_limit_defers_the_round_then_it_completes(
     ]
     seen: list[object] = []
     async with open_runtime(config(tmp_path), observer=seen.append) as rt:
-        handle = await rt.start(
-            "|loop:1| write c", worker=f"claude:workspace={ws},backoff=0.5,max_turns=5"
+        handle = rt.handle(
+            await rt.start(
+                "|loop:1| write c", worker=f"claude:workspace={ws},backoff=0.5,max_turns=5"
+            )
         )
         waiting = await handle.wait_phase("dispatching")
         final = await handle.wait()
@@ -258,7 +268,9 @@ async def test_stop_mid_round_ends_the_cli_and_its_group(
     ws = git_workspace(tmp_path / "ws")
     try:
         async with open_runtime(config(tmp_path)) as rt:
-            handle = await rt.start("|loop:3| think long", worker=f"claude:workspace={ws}")
+            handle = rt.handle(
+                await rt.start("|loop:3| think long", worker=f"claude:workspace={ws}")
+            )
             with trio.fail_after(HANG):
                 await answered.wait()
             pids = _processes_of(handle.loop_id)
@@ -340,10 +352,14 @@ async def test_one_limit_holds_back_the_other_loops_of_the_same_account(
     ws_a, ws_b = git_workspace(tmp_path / "a"), git_workspace(tmp_path / "b")
     seen: list[object] = []
     async with open_runtime(config(tmp_path), observer=seen.append) as rt:
-        first = await rt.start("|loop:1| task alpha", worker=f"claude:workspace={ws_a},backoff=1.5")
+        first = rt.handle(
+            await rt.start("|loop:1| task alpha", worker=f"claude:workspace={ws_a},backoff=1.5")
+        )
         while not any(isinstance(e, RoundDeferred) for e in seen):
             await trio.sleep(0.02)
-        second = await rt.start("|loop:1| task beta", worker=f"claude:workspace={ws_b},backoff=1.5")
+        second = rt.handle(
+            await rt.start("|loop:1| task beta", worker=f"claude:workspace={ws_b},backoff=1.5")
+        )
         finals = [await first.wait(), await second.wait()]
     assert [f.phase for f in finals] == ["complete", "complete"]
     deferrals = [e for e in seen if isinstance(e, RoundDeferred)]
@@ -407,8 +423,8 @@ async def test_the_worker_itself_keeps_claude_code_off_the_network(
     anthropic.turns = [Turn(text="one"), Turn(text="two")]
     binary = traced(claude_bin, log, "connect,sendto,sendmsg,sendmmsg")
     async with open_runtime(config(tmp_path)) as rt:
-        handle = await rt.start(
-            "|loop:2| look around", worker=f"claude:workspace={ws},binary={binary}"
+        handle = rt.handle(
+            await rt.start("|loop:2| look around", worker=f"claude:workspace={ws},binary={binary}")
         )
         final = await handle.wait()
     assert final.completed_rounds == 2, final.reason
@@ -431,7 +447,7 @@ async def test_a_daily_budget_defers_an_accounts_loops_until_the_reset_across_re
     worker = f"claude:workspace={ws},model=claude-sonnet-4-5"
     seen: list[object] = []
     async with open_runtime(config(tmp_path, budget=budget), observer=seen.append) as rt:
-        handle = await rt.start("|loop:3| go on", worker=worker, stale_rounds_limit=5)
+        handle = rt.handle(await rt.start("|loop:3| go on", worker=worker, stale_rounds_limit=5))
         while (await handle.status()).deferred_until is None:
             await trio.sleep(0.05)
         waiting = await handle.status()
@@ -450,7 +466,7 @@ async def test_a_daily_budget_defers_an_accounts_loops_until_the_reset_across_re
     assert waiting.deferred_until == pytest.approx(reset)
     assert len(anthropic.billed) == 2
     async with open_runtime(config(tmp_path, budget=budget)) as rt:
-        other = await rt.start("|loop:1| another", worker=worker)
+        other = rt.handle(await rt.start("|loop:1| another", worker=worker))
         while (await other.status()).deferred_until is None:
             await trio.sleep(0.05)
         assert (await other.status()).deferred_until == pytest.approx(reset)

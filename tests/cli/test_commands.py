@@ -498,7 +498,7 @@ def test_any_unique_id_prefix_names_a_loop_and_an_ambiguous_one_lists_them(
     async def make() -> None:
         async with open_runtime(RuntimeConfig(store="sqlite", state_dir=state)) as rt:
             for loop_id in ("alpha-1", "alpha-2", "beta-7"):
-                await (await rt.start(f"|loop:1| {loop_id}", loop_id=loop_id)).wait()
+                await (rt.handle(await rt.start(f"|loop:1| {loop_id}", loop_id=loop_id))).wait()
             await rt.start("|loop:1| held", loop_id="gamma-3", worker="scripted:latency=60")
 
     trio.run(make)

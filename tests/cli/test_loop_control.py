@@ -24,7 +24,7 @@ async def three_loops(state_dir: Path) -> list[LoopState]:
     """Three finished loops, run by a real runtime on a real SQLite store."""
     async with open_runtime(sqlite(state_dir)) as rt:
         handles = [
-            await rt.start("|loop:2,fresh| write a long answer", loop_id=f"{name}-loop")
+            rt.handle(await rt.start("|loop:2,fresh| write a long answer", loop_id=f"{name}-loop"))
             for name in ("alpha", "beta", "alpine")
         ]
         return [await handle.wait() for handle in handles]
@@ -58,7 +58,7 @@ async def _collect(pages: Any) -> list[list[LoopState]]:
 
 async def test_stop_ends_a_stored_loop_cancelled_and_pause_is_refused(tmp_path: Path) -> None:
     async with open_runtime(sqlite(tmp_path)) as rt:
-        handle = await rt.start("|loop:5,fresh| slow", worker="scripted:latency=30")
+        handle = rt.handle(await rt.start("|loop:5,fresh| slow", worker="scripted:latency=30"))
         await handle.wait_phase("awaiting_worker")
         loop_id = handle.loop_id
     stored = StoredLoops(lambda: sqlite(tmp_path))
@@ -77,13 +77,13 @@ async def test_stop_ends_a_stored_loop_cancelled_and_pause_is_refused(tmp_path: 
 def test_a_state_directory_that_is_missing_or_a_file_is_an_error(tmp_path: Path) -> None:
     missing = StoredLoops(lambda: sqlite(tmp_path / "nowhere"))
     with pytest.raises(StoreError, match="no state directory"):
-        run_offline(missing.loops())
+        run_offline(missing.list())
     assert missing.open_store(missing_ok=True) is None
     (tmp_path / "file").write_text("")
     with pytest.raises(StoreError, match="is not a directory"):
-        run_offline(StoredLoops(lambda: sqlite(tmp_path / "file")).loops())
+        run_offline(StoredLoops(lambda: sqlite(tmp_path / "file")).list())
     empty = StoredLoops(lambda: sqlite(tmp_path))
-    assert run_offline(empty.loops()) == []
+    assert run_offline(empty.list()) == []
     with pytest.raises(LoopNotFound, match=r"no store there"):
         run_offline(empty.stop("x"))
 

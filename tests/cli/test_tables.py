@@ -126,7 +126,10 @@ def test_the_live_table_fits_too(width: int) -> None:
 def test_the_tail_a_table_shows_names_the_loop(tmp_path: Path) -> None:
     async def make() -> list[str]:
         async with open_runtime(RuntimeConfig(store="sqlite", state_dir=tmp_path)) as rt:
-            done = [await rt.start("|loop:1| first"), await rt.start("|loop:1| second")]
+            done = [
+                rt.handle(await rt.start("|loop:1| first")),
+                rt.handle(await rt.start("|loop:1| second")),
+            ]
             for handle in done:
                 await handle.wait()
             ids = [h.loop_id for h in done]

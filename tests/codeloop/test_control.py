@@ -206,7 +206,7 @@ async def test_a_runtime_loop_of_code_rounds_takes_the_lease_per_round(
     """What a runtime that resumed a code loop on its own does: each round takes the lease."""
     loop = await new_loop(repo, "fix")
     spec = LoopSpec(task=str(loop.ledger.dir), rounds=1, worker=CODE_ROUND_WORKER, mode="fresh")
-    final = await (await rt.start(spec)).wait()
+    final = await (rt.handle(await rt.start(spec))).wait()
     assert final.phase == "complete"
     assert loop.state().merged_rounds == 1
     assert read_lease(loop.ledger.dir) is None
@@ -215,7 +215,7 @@ async def test_a_runtime_loop_of_code_rounds_takes_the_lease_per_round(
         owner="someone", host="elsewhere", pid=1, acquired_at=0, expires_at=time.time() + 60
     )
     (loop.ledger.dir / LEASE_FILE).write_bytes(msgspec.json.encode(other))
-    final = await (await rt.start(spec)).wait()
+    final = await (rt.handle(await rt.start(spec))).wait()
     (record,) = await rt.history(final.loop_id)
     assert record.status == "failed"
     assert "LeaseHeld" in (record.error or "")

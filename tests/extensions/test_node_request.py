@@ -30,7 +30,9 @@ async def test_a_registered_request_answers_over_a_websocket(
         connect(gateway.url, token=gateway.token_path.read_text().strip()) as client,
     ):
         assert {"tail", "code"} <= set(client.info.capabilities)
-        handle = await runtime.start("|loop:2,fresh| say", worker="scripted:output=last {round}")
+        handle = runtime.handle(
+            await runtime.start("|loop:2,fresh| say", worker="scripted:output=last {round}")
+        )
         await handle.wait()
         prefix = handle.loop_id[:10]
         tailed = await client.request(Tail(id=0, loop_id=prefix), Tailed)
@@ -40,7 +42,7 @@ async def test_a_registered_request_answers_over_a_websocket(
             await client.request(Tail(id=0, loop_id="nosuchloop"), Tailed)
         assert missing.value.code == "not_found"
 
-        running = await runtime.start("|loop:1| wait", worker="scripted:latency=60")
+        running = runtime.handle(await runtime.start("|loop:1| wait", worker="scripted:latency=60"))
         with pytest.raises(RemoteError) as refused:  # the request's own error class
             await client.request(Tail(id=0, loop_id=running.loop_id), Tailed)
         assert refused.value.code == "rejected"

@@ -43,7 +43,7 @@ def config(tmp_path: Path, **changes: object) -> RuntimeConfig:
 
 async def test_loops_run_on_a_store_registered_from_outside(tmp_path: Path, fake: None) -> None:
     async with open_runtime(config(tmp_path)) as rt:
-        final = await (await rt.start("|loop:3,fresh| hello")).wait()
+        final = await (rt.handle(await rt.start("|loop:3,fresh| hello"))).wait()
         assert final.phase == "complete"
         assert [r.round for r in await rt.history(final.loop_id)] == [1, 2, 3]
     backend = fake_store.OPENED[-1]
@@ -63,7 +63,9 @@ async def test_a_node_killed_mid_loop_resumes_it_from_that_store(
     with trio.CancelScope() as scope:
         async with open_runtime(config(tmp_path, shutdown_grace=0.0)) as rt:
             with rt.subscribe() as events:
-                handle = await rt.start("|loop:4,fresh| survive", worker="scripted:latency=0.05")
+                handle = rt.handle(
+                    await rt.start("|loop:4,fresh| survive", worker="scripted:latency=0.05")
+                )
                 async for event in events:
                     if isinstance(event, RoundStarted) and event.round == 2:
                         scope.cancel()  # the node dies: no graceful stop

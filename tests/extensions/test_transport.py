@@ -19,7 +19,7 @@ async def test_a_loop_runs_on_the_new_kind_over_the_new_transport(
     reverse_kind: str, subproc_transport: str
 ) -> None:
     async with open_runtime(RuntimeConfig(store="memory", transport=subproc_transport)) as rt:
-        handle = await rt.start("|loop:2,fresh| stressed", worker="reverse:shout=yes")
+        handle = rt.handle(await rt.start("|loop:2,fresh| stressed", worker="reverse:shout=yes"))
         final = await handle.wait()
         history = await handle.history()
     assert final.phase == "complete"
@@ -32,7 +32,7 @@ async def test_a_stop_reaches_the_round_on_the_new_transport(
     reverse_kind: str, subproc_transport: str
 ) -> None:
     async with open_runtime(RuntimeConfig(store="memory", transport=subproc_transport)) as rt:
-        handle = await rt.start("|loop:3| x", worker="reverse:sleep=600")
+        handle = rt.handle(await rt.start("|loop:3| x", worker="reverse:sleep=600"))
         with rt.subscribe(handle.loop_id) as events:
             async for event in events:
                 if isinstance(event, RoundStarted):
@@ -51,8 +51,13 @@ async def test_the_round_timeout_holds_on_the_new_transport(
     sleeps far longer whatever the machine's load."""
     config = RuntimeConfig(store="memory", transport=subproc_transport)
     async with open_runtime(config) as rt:
-        handle = await rt.start(
-            "|loop:1| x", worker="reverse:sleep=600", round_timeout=1, max_consecutive_failures=1
+        handle = rt.handle(
+            await rt.start(
+                "|loop:1| x",
+                worker="reverse:sleep=600",
+                round_timeout=1,
+                max_consecutive_failures=1,
+            )
         )
         await handle.wait()
         history = await handle.history()

@@ -16,8 +16,12 @@ async def test_the_new_trigger_escalates_a_loop(long_output_trigger: str) -> Non
     names = [t.name for t in triggers()]
     assert names[-3:] == ["long_output", "stagnation", "frustration"]
     async with open_runtime(RuntimeConfig(store="memory")) as rt:
-        quiet = await rt.start("|loop:3,fresh| x", worker="scripted:output=short {round}")
-        loud = await rt.start("|loop:3,fresh| x", worker="scripted:output=" + "y" * 45 + "{round}")
+        quiet = rt.handle(
+            await rt.start("|loop:3,fresh| x", worker="scripted:output=short {round}")
+        )
+        loud = rt.handle(
+            await rt.start("|loop:3,fresh| x", worker="scripted:output=" + "y" * 45 + "{round}")
+        )
         assert (await quiet.wait()).phase == "complete"
         final = await loud.wait()
         state, records = await rt.recorded(loud.loop_id)

@@ -29,7 +29,7 @@ async def test_a_loop_runs_on_a_kind_registered_by_path(reverse_kind: str) -> No
     assert "reverse" in worker_kinds()
     assert "reverse" not in served_by_default()  # it said so: a worker process runs it if told
     async with open_runtime(RuntimeConfig(store="memory")) as rt:
-        handle = await rt.start("|loop:2,fresh| stressed", worker="reverse:shout=yes")
+        handle = rt.handle(await rt.start("|loop:2,fresh| stressed", worker="reverse:shout=yes"))
         final = await handle.wait()
         history = await handle.history()
     assert final.phase == "complete"

@@ -64,7 +64,9 @@ def promtool(tmp_path: Path, tests: list[dict[str, Any]]) -> subprocess.Complete
 
 async def fresh_node_series(node: LiveNode) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     """What a node serves right after its start, with one loop hanging in its first round."""
-    hanging = await node.runtime.start("|loop:3| hangs", worker="scripted:latency=86400")
+    hanging = node.runtime.handle(
+        await node.runtime.start("|loop:3| hangs", worker="scripted:latency=86400")
+    )
     await hanging.wait_phase("awaiting_worker")
     async with httpx.AsyncClient(timeout=30) as client:
         reply = await client.get(

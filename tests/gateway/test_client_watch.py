@@ -162,7 +162,9 @@ def catch_up_raises(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
 async def test_after_a_reconnect_what_changed_meanwhile_is_read_again(tmp_path: Path) -> None:
     async with reconnecting_client(tmp_path) as (gateway, node):
         runtime = gateway.runtime
-        old = await runtime.start("|loop:1| ended before the watch", worker="scripted")
+        old = runtime.handle(
+            await runtime.start("|loop:1| ended before the watch", worker="scripted")
+        )
         await old.wait()
         shown = await node.start("|loop:1| shown before", worker="scripted:latency=0.01")
         async with await node.watch(every=0.05) as watch:
@@ -171,11 +173,17 @@ async def test_after_a_reconnect_what_changed_meanwhile_is_read_again(tmp_path: 
                 while shown.loop_id not in latest or not latest[shown.loop_id].terminal:
                     take(latest, await watch.__anext__())
             # The gateway goes; meanwhile one loop ends and another starts and ends.
-            slow = await runtime.start("|loop:1| ends while away", worker="scripted:latency=1")
+            slow = runtime.handle(
+                await runtime.start("|loop:1| ends while away", worker="scripted:latency=1")
+            )
             unseen: list[LoopHandle] = []
 
             async def meanwhile() -> None:
-                unseen.append(await runtime.start("|loop:1| all while away", worker="scripted"))
+                unseen.append(
+                    runtime.handle(
+                        await runtime.start("|loop:1| all while away", worker="scripted")
+                    )
+                )
                 for handle in (slow, *unseen):
                     await handle.wait()
 
@@ -204,7 +212,9 @@ async def test_a_catch_up_cut_short_by_a_drop_leaves_the_watch_renewed(
                 while node.reconnects == 0 or watch.subscription not in node._subscriptions:
                     await trio.sleep(0.01)
             # Still live: a loop started now is seen to its end.
-            handle = await gateway.runtime.start("|loop:1| after", worker="scripted")
+            handle = gateway.runtime.handle(
+                await gateway.runtime.start("|loop:1| after", worker="scripted")
+            )
             with trio.fail_after(HANG):
                 async for batch in watch:
                     if any(s.loop_id == handle.loop_id and s.terminal for s in batch):

@@ -32,8 +32,10 @@ async def test_each_changed_loop_comes_once_per_batch_until_its_final_state(
         events_sid = events["data"]["subscription"]
         with live_node.runtime.bus.changes() as published:
             handles = [
-                await live_node.runtime.start(
-                    f"|loop:{ROUNDS},fresh| job {n}", worker="scripted:latency=0.01"
+                live_node.runtime.handle(
+                    await live_node.runtime.start(
+                        f"|loop:{ROUNDS},fresh| job {n}", worker="scripted:latency=0.01"
+                    )
                 )
                 for n in range(LOOPS)
             ]
@@ -75,8 +77,12 @@ async def test_one_loops_states_and_the_limits_in_hello(live_node: LiveNode) -> 
         )
         assert "coalesce" in hello["data"]["capabilities"]
         assert hello["data"]["limits"]["max_status_loops"] == 1000
-        handle = await live_node.runtime.start("|loop:2| one", worker="scripted:latency=0.2")
-        other = await live_node.runtime.start("|loop:2| other", worker="scripted:latency=0.01")
+        handle = live_node.runtime.handle(
+            await live_node.runtime.start("|loop:2| one", worker="scripted:latency=0.2")
+        )
+        other = live_node.runtime.handle(
+            await live_node.runtime.start("|loop:2| other", worker="scripted:latency=0.01")
+        )
         sub = await client.ask(
             {"type": "subscribe", "id": 1, "loop_id": handle.loop_id, "coalesce": 0.05}
         )

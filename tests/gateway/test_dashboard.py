@@ -299,7 +299,7 @@ def test_the_breaker_shows_the_ledgers_counts_and_the_closest_trigger(
     async def standing() -> dict[str, tuple[str, str]]:
         token = (dashboard.node.state / "node.token").read_text().strip()
         async with connect(dashboard.node.url, token=token) as client:
-            rounds = await client.history(loop_id)
+            rounds = await client.history_reply(loop_id)
         assert rounds.breaker is not None
         return {t.trigger: (t.label, f"{t.value:g} / {t.limit:g}") for t in rounds.breaker.triggers}
 

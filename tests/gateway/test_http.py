@@ -92,11 +92,11 @@ async def test_metrics_expose_every_family_with_labels_and_type(
     live_node: LiveNode, http: httpx.AsyncClient
 ) -> None:
     runtime = live_node.runtime
-    done = await runtime.start("|loop:2,fresh| counted", worker="scripted:tokens=7")
+    done = runtime.handle(await runtime.start("|loop:2,fresh| counted", worker="scripted:tokens=7"))
     await done.wait()
-    failing = await runtime.start("|loop:1| fails", worker="scripted:fail_every=1")
+    failing = runtime.handle(await runtime.start("|loop:1| fails", worker="scripted:fail_every=1"))
     await failing.wait()
-    paused = await runtime.start("|loop:50| waits", worker="scripted:latency=0.05")
+    paused = runtime.handle(await runtime.start("|loop:50| waits", worker="scripted:latency=0.05"))
     await paused.pause()
     await paused.wait_phase("paused")
 
@@ -283,7 +283,9 @@ async def test_websocket_upgrades_work_on_any_path(live_node: LiveNode) -> None:
 
 
 async def test_statistics_request_reports_the_node(live_node: LiveNode) -> None:
-    handle = await live_node.runtime.start("|loop:2| stats", worker="scripted:tokens=3")
+    handle = live_node.runtime.handle(
+        await live_node.runtime.start("|loop:2| stats", worker="scripted:tokens=3")
+    )
     await handle.wait()
     async with open_raw(live_node) as client:
         reply = await client.ask({"type": "statistics", "id": 1})

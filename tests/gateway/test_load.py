@@ -34,7 +34,10 @@ async def test_a_slow_subscriber_gets_a_gap_and_never_slows_the_loops(live_node:
         await raw.ask({"type": "hello", "id": 0, "protocol": 1, "token": live_node.token})
         assert (await raw.ask({"type": "subscribe", "id": 1}))["type"] == "ok"
         # The client reads nothing while 40 loops run to the end.
-        handles = [await live_node.runtime.start("|loop:5,fresh| busy") for _ in range(40)]
+        handles = [
+            live_node.runtime.handle(await live_node.runtime.start("|loop:5,fresh| busy"))
+            for _ in range(40)
+        ]
         with trio.fail_after(HANG):
             for handle in handles:
                 assert (await handle.wait()).phase == "complete"
@@ -62,7 +65,7 @@ async def test_disconnect_policy_closes_a_slow_subscriber(tmp_path: Path) -> Non
         raw = RawClient(ws)
         await raw.ask({"type": "hello", "id": 0, "protocol": 1, "token": token})
         await raw.ask({"type": "subscribe", "id": 1})
-        handles = [await runtime.start("|loop:5,fresh| busy") for _ in range(20)]
+        handles = [runtime.handle(await runtime.start("|loop:5,fresh| busy")) for _ in range(20)]
         for handle in handles:
             await handle.wait()
         frames = []

@@ -13,4 +13,4 @@ async def test_start_and_wait_over_the_wire(live_node: LiveNode) -> None:
         assert final.phase == "complete"
         assert final.completed_rounds == 3
         rounds = await node.history(state.loop_id)
-        assert [r.round for r in rounds.rounds] == [1, 2, 3]
+        assert [r.round for r in rounds] == [1, 2, 3]

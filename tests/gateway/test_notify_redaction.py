@@ -18,7 +18,7 @@ async def test_notify_urls_go_over_the_wire_redacted(live_node: LiveNode) -> Non
         started = await node.start("|loop:1| x", worker="scripted", notify=[SECRET_URL])
         assert started.spec.notify == (SHOWN,)
         status = await node.get(started.loop_id)
-        history = await node.history(started.loop_id)
+        history = await node.history_reply(started.loop_id)
     assert status.spec.notify == (SHOWN,)
     assert history.loop.spec.notify == (SHOWN,)
     for seen in (started, status, history.loop):

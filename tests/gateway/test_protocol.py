@@ -51,7 +51,7 @@ async def test_every_request_round_trips(live_node: LiveNode) -> None:
                     break
         final = await node.get(state.loop_id)
         assert final.phase == "cancelled"
-        history = await node.history(state.loop_id, output_head=3)
+        history = await node.history_reply(state.loop_id, output_head=3)
         assert history.loop.loop_id == state.loop_id
         assert all(len(r.output) <= 3 for r in history.rounds)
         first = await node.output(state.loop_id, 1)
@@ -358,7 +358,8 @@ async def test_status_pages_and_heads(live_node: LiveNode) -> None:
     """Status answers come in pages with a cursor, and carry a head of each output only."""
     rt = live_node.runtime
     started = [
-        await rt.start("|loop:1| page me", worker="scripted:output=" + "z" * 500) for _ in range(5)
+        rt.handle(await rt.start("|loop:1| page me", worker="scripted:output=" + "z" * 500))
+        for _ in range(5)
     ]
     for handle in started:
         await handle.wait()
@@ -407,4 +408,4 @@ async def test_a_stop_mid_round_closes_the_round_on_the_stream(live_node: LiveNo
         stats = await node.statistics()
         assert stats.rounds == {"cancelled": 1}
         history = await node.history(state.loop_id)
-        assert [(r.round, r.status) for r in history.rounds] == [(1, "cancelled")]
+        assert [(r.round, r.status) for r in history] == [(1, "cancelled")]

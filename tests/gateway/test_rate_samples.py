@@ -28,7 +28,9 @@ async def test_the_node_samples_rounds_finished_with_no_client_asking(
         nursery.start_soon(metrics.run)
         nursery.start_soon(metrics.sample_rates)
         await trio.testing.wait_all_tasks_blocked()
-        handle = await runtime.start("|loop:6,fresh| steady", worker="scripted:latency=10")
+        handle = runtime.handle(
+            await runtime.start("|loop:6,fresh| steady", worker="scripted:latency=10")
+        )
         await handle.wait()  # a minute of rounds, in virtual time
         await trio.sleep(1.5 * RATE_EVERY)  # past the next sample, never at the same moment
         samples = metrics.rates.samples()

@@ -79,7 +79,7 @@ async def test_a_client_that_never_reads_meets_the_inflight_cap(live_node: LiveN
 
 
 async def test_concurrent_subscribes_respect_the_limit(live_node: LiveNode) -> None:
-    handle = await live_node.runtime.start("|loop:1| one")
+    handle = live_node.runtime.handle(await live_node.runtime.start("|loop:1| one"))
     await handle.wait()
     async with open_raw_ws(live_node) as raw:
         for i in range(40):

@@ -42,7 +42,7 @@ async def test_abrupt_disconnects_are_cleaned_up(live_node: LiveNode) -> None:
     await _wait_connections(live_node, 0)
     stats = await live_node.gateway.statistics()
     assert stats.subscriptions == 0
-    handle = await live_node.runtime.start("|loop:2,fresh| still serving")
+    handle = live_node.runtime.handle(await live_node.runtime.start("|loop:2,fresh| still serving"))
     assert (await handle.wait()).phase == "complete"
     async with connect(live_node.url, token=live_node.token) as node:
         assert await node.ping() > 0

@@ -26,13 +26,11 @@ async def child_a(request: Any, context: Any) -> str:
 
 async def parent_fn(request: Any, context: Any) -> str:
     if request.round == 1:
-        a = await context.start_child(
-            "|loop:5| child A", worker="python:tests.runtime.race_fns:child_a"
-        )
+        a = await context.start("|loop:5| child A", worker="python:tests.runtime.race_fns:child_a")
         STATE["children"].append(a)
         await STATE["a_cancelled"].wait()
         # The parent's round is still running while the coordinator stops its children.
-        b = await context.start_child("|loop:3| child B", worker="scripted:latency=1")
+        b = await context.start("|loop:3| child B", worker="scripted:latency=1")
         STATE["children"].append(b)
     await trio.sleep(1000)
     return "parent"

@@ -43,7 +43,7 @@ async def spend(request: RoundRequest, context: RoundContext | None) -> RoundRes
 async def spawn_child(request: RoundRequest, context: RoundContext | None) -> str:
     assert context is not None
     if request.round == 1:
-        child = await context.start_child("|loop:5| child task", worker="scripted:latency=1")
+        child = await context.start("|loop:5| child task", worker="scripted:latency=1")
         CHILDREN.setdefault(request.loop_id, []).append(child)
     await trio.sleep(1.0)
     return f"parent round {request.round} {'p' * request.round}"
@@ -52,7 +52,7 @@ async def spawn_child(request: RoundRequest, context: RoundContext | None) -> st
 async def spawn_same_task(request: RoundRequest, context: RoundContext | None) -> str:
     assert context is not None
     try:
-        await context.start_child(f"|loop:2| {request.task}", worker="scripted")
+        await context.start(f"|loop:2| {request.task}", worker="scripted")
     except Exception as exc:
         return f"refused: {exc}"
     return "started"
@@ -61,7 +61,7 @@ async def spawn_same_task(request: RoundRequest, context: RoundContext | None) -
 async def spawn_other(request: RoundRequest, context: RoundContext | None) -> str:
     assert context is not None
     try:
-        await context.start_child("|loop:2| a different task", worker="scripted")
+        await context.start("|loop:2| a different task", worker="scripted")
     except Exception as exc:
         return f"refused: {exc}"
     return "started"

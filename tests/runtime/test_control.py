@@ -29,7 +29,7 @@ async def wait_phase(handle: LoopHandle, phase: str, round_number: int | None = 
 async def test_stop_while_a_round_runs_cancels_it_now(
     rt: Runtime, autojump_clock: trio.testing.MockClock
 ) -> None:
-    handle = await rt.start("|loop:5| slow", worker="scripted:latency=10")
+    handle = rt.handle(await rt.start("|loop:5| slow", worker="scripted:latency=10"))
     await wait_phase(handle, "awaiting_worker", 2)
     before = trio.current_time()
     with handle.events() as events:
@@ -51,7 +51,7 @@ async def test_stop_while_a_round_runs_cancels_it_now(
 
 async def test_stop_between_rounds(autojump_clock: trio.testing.MockClock) -> None:
     async with open_runtime(memory_config(inter_round_delay=30.0)) as rt:
-        handle = await rt.start("|loop:5| waits between rounds")
+        handle = rt.handle(await rt.start("|loop:5| waits between rounds"))
         await wait_phase(handle, "dispatching", 2)  # in the inter-round delay
         state = await handle.stop()
         assert state.phase == "cancelled"
@@ -59,7 +59,7 @@ async def test_stop_between_rounds(autojump_clock: trio.testing.MockClock) -> No
 
 
 async def test_stop_while_paused(rt: Runtime, autojump_clock: trio.testing.MockClock) -> None:
-    handle = await rt.start("|loop:5| pausable", worker="scripted:latency=1")
+    handle = rt.handle(await rt.start("|loop:5| pausable", worker="scripted:latency=1"))
     await handle.pause()
     await wait_phase(handle, "paused")
     state = await handle.stop()
@@ -67,14 +67,14 @@ async def test_stop_while_paused(rt: Runtime, autojump_clock: trio.testing.MockC
 
 
 async def test_stop_right_after_start(rt: Runtime) -> None:
-    handle = await rt.start("|loop:5| barely started", worker="scripted:latency=1")
+    handle = rt.handle(await rt.start("|loop:5| barely started", worker="scripted:latency=1"))
     state = await handle.stop()
     assert state.phase == "cancelled"
     assert state.completed_rounds == 0
 
 
 async def test_stop_after_this_round(rt: Runtime, autojump_clock: trio.testing.MockClock) -> None:
-    handle = await rt.start("|loop:5| finish this one", worker="scripted:latency=10")
+    handle = rt.handle(await rt.start("|loop:5| finish this one", worker="scripted:latency=10"))
     await wait_phase(handle, "awaiting_worker", 2)
     state = await handle.stop(after_round=True)
     assert state.phase == "awaiting_worker"
@@ -87,7 +87,7 @@ async def test_stop_after_this_round(rt: Runtime, autojump_clock: trio.testing.M
 async def test_pause_lets_the_round_finish_then_resume_continues(
     rt: Runtime, autojump_clock: trio.testing.MockClock
 ) -> None:
-    handle = await rt.start("|loop:4| pause me", worker="scripted:latency=10")
+    handle = rt.handle(await rt.start("|loop:4| pause me", worker="scripted:latency=10"))
     await wait_phase(handle, "awaiting_worker", 2)
     state = await handle.pause()
     assert state.pause_requested
@@ -106,7 +106,7 @@ async def test_pause_lets_the_round_finish_then_resume_continues(
 async def test_resume_before_the_pause_took_effect_cancels_it(
     rt: Runtime, autojump_clock: trio.testing.MockClock
 ) -> None:
-    handle = await rt.start("|loop:3| changed my mind", worker="scripted:latency=10")
+    handle = rt.handle(await rt.start("|loop:3| changed my mind", worker="scripted:latency=10"))
     await wait_phase(handle, "awaiting_worker", 1)
     await handle.pause()
     state = await handle.resume()
@@ -118,7 +118,7 @@ async def test_pause_between_rounds_takes_effect_at_once(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with open_runtime(memory_config(inter_round_delay=30.0)) as rt:
-        handle = await rt.start("|loop:3| delayed")
+        handle = rt.handle(await rt.start("|loop:3| delayed"))
         await wait_phase(handle, "dispatching", 2)
         state = await handle.pause()
         assert state.phase == "paused"
@@ -148,8 +148,10 @@ async def test_stop_kills_a_subprocess_that_ignores_sigterm(tmp_path: Path) -> N
     async with open_runtime(config) as rt:
         import sys
 
-        handle = await rt.start(
-            "|loop:3| never ends", worker=f"command:{sys.executable} {script} {pgid_file}"
+        handle = rt.handle(
+            await rt.start(
+                "|loop:3| never ends", worker=f"command:{sys.executable} {script} {pgid_file}"
+            )
         )
         while not pgid_file.exists() or not pgid_file.read_text():
             await trio.sleep(0.01)

@@ -83,7 +83,7 @@ def msgspec_replace(state: LoopState, **changes: object) -> LoopState:
 async def test_a_deferred_round_runs_again_at_the_reset_and_is_no_failure() -> None:
     seen: list[object] = []
     async with open_runtime(memory_config(), observer=seen.append) as rt:
-        handle = await rt.start("|loop:2| work", worker=LIMITED_ONCE)
+        handle = rt.handle(await rt.start("|loop:2| work", worker=LIMITED_ONCE))
         final = await handle.wait()
         history = await handle.history()
     deferred = [e for e in seen if isinstance(e, RoundDeferred)]
@@ -101,7 +101,7 @@ async def test_a_deferred_round_runs_again_at_the_reset_and_is_no_failure() -> N
 
 async def test_stop_during_the_wait_acts_at_once() -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:2| work", worker=ALWAYS)
+        handle = rt.handle(await rt.start("|loop:2| work", worker=ALWAYS))
         with rt.subscribe(handle.loop_id) as events:
             async for event in events:
                 if isinstance(event, RoundDeferred):
@@ -118,7 +118,7 @@ async def test_stop_during_the_wait_acts_at_once() -> None:
 async def test_pause_during_the_wait_then_resume_still_waits_for_the_reset() -> None:
     defer_fns.WAIT["seconds"] = 0.6
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:1| work", worker=LIMITED_ONCE)
+        handle = rt.handle(await rt.start("|loop:1| work", worker=LIMITED_ONCE))
         await handle.wait_phase("dispatching")
         while (await handle.status()).deferred_until is None:
             await trio.sleep(0.01)
@@ -135,7 +135,7 @@ async def test_pause_during_the_wait_then_resume_still_waits_for_the_reset() -> 
 async def test_the_wait_survives_a_restart(tmp_path: Path) -> None:
     defer_fns.WAIT["seconds"] = 1.0
     async with open_runtime(sqlite_config(tmp_path)) as rt:
-        handle = await rt.start("|loop:1| work", worker=LIMITED_ONCE)
+        handle = rt.handle(await rt.start("|loop:1| work", worker=LIMITED_ONCE))
         while (await handle.status()).deferred_until is None:
             await trio.sleep(0.01)
         loop_id = handle.loop_id
@@ -152,9 +152,11 @@ async def test_the_wait_survives_a_restart(tmp_path: Path) -> None:
 
 async def test_no_progress_uses_the_workspace_for_agent_kinds() -> None:
     async with open_runtime(memory_config()) as rt:
-        idle = await rt.start("|loop:5| a", worker="python:tests.runtime.defer_fns:idle_agent")
-        busy = await rt.start(
-            "|loop:4| b", worker="python:tests.runtime.defer_fns:committing_agent"
+        idle = rt.handle(
+            await rt.start("|loop:5| a", worker="python:tests.runtime.defer_fns:idle_agent")
+        )
+        busy = rt.handle(
+            await rt.start("|loop:4| b", worker="python:tests.runtime.defer_fns:committing_agent")
         )
         idle_final, busy_final = await idle.wait(), await busy.wait()
     assert idle_final.phase == "escalated"

@@ -30,11 +30,13 @@ async def test_a_full_disk_stops_dispatching_and_resumes_when_space_returns(
     with small_tmpfs(tmp_path / "disk", "3m") as disk:
         config = RuntimeConfig(state_dir=disk / "state", worker="python:tests.runtime.disk_fns:big")
         async with open_runtime(config) as rt:
-            handle = await rt.start(
-                "|loop:40,fresh| fill the disk",
-                # Alike outputs are the point here, not stagnation.
-                stagnation_threshold=1000,
-                stale_rounds_limit=1000,
+            handle = rt.handle(
+                await rt.start(
+                    "|loop:40,fresh| fill the disk",
+                    # Alike outputs are the point here, not stagnation.
+                    stagnation_threshold=1000,
+                    stale_rounds_limit=1000,
+                )
             )
             await wait_for(lambda: "disk full" in caplog.text)
             assert "database or disk is full" in caplog.text

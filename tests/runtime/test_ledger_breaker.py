@@ -19,10 +19,12 @@ from .conftest import memory_config
 
 async def test_the_same_error_again_and_again_escalates_as_stagnation() -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start(
-            "|loop:10| fix the bug",
-            worker="python:tests.runtime.round_fns:same_error",
-            max_consecutive_failures=10,
+        handle = rt.handle(
+            await rt.start(
+                "|loop:10| fix the bug",
+                worker="python:tests.runtime.round_fns:same_error",
+                max_consecutive_failures=10,
+            )
         )
         final = await handle.wait()
     assert final.phase == "escalated"
@@ -34,11 +36,13 @@ async def test_the_same_error_again_and_again_escalates_as_stagnation() -> None:
 
 async def test_the_same_action_again_and_again_escalates_as_frustration() -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start(
-            "|loop:10| fix the parser",
-            worker="python:tests.runtime.round_fns:same_action",
-            max_consecutive_failures=10,
-            frustration_threshold=4,
+        handle = rt.handle(
+            await rt.start(
+                "|loop:10| fix the parser",
+                worker="python:tests.runtime.round_fns:same_action",
+                max_consecutive_failures=10,
+                frustration_threshold=4,
+            )
         )
         final = await handle.wait()
         rounds = await handle.history()
@@ -50,12 +54,14 @@ async def test_the_same_action_again_and_again_escalates_as_frustration() -> Non
 
 async def test_thresholds_come_from_the_loop() -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start(
-            "|loop:10| fix the bug",
-            worker="python:tests.runtime.round_fns:same_error",
-            max_consecutive_failures=10,
-            stagnation_threshold=5,
-            frustration_threshold=10,
+        handle = rt.handle(
+            await rt.start(
+                "|loop:10| fix the bug",
+                worker="python:tests.runtime.round_fns:same_error",
+                max_consecutive_failures=10,
+                stagnation_threshold=5,
+                frustration_threshold=10,
+            )
         )
         final = await handle.wait()
         assert final.trigger == "stagnation"
@@ -64,10 +70,12 @@ async def test_thresholds_come_from_the_loop() -> None:
 
 async def test_the_ledger_block_is_injected_into_prompts_when_asked() -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start(
-            "|loop:3| improve it",
-            worker="python:tests.runtime.round_fns:record",
-            inject_ledger=True,
+        handle = rt.handle(
+            await rt.start(
+                "|loop:3| improve it",
+                worker="python:tests.runtime.round_fns:record",
+                inject_ledger=True,
+            )
         )
         await handle.wait()
     first, second, _ = round_fns.PROMPTS[handle.loop_id]
@@ -81,10 +89,12 @@ async def test_the_breaker_rebuilds_a_ledger_after_a_restart(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with open_runtime(memory_config(inter_round_delay=1.0)) as rt:
-        handle = await rt.start(
-            "|loop:10| fix the bug",
-            worker="python:tests.runtime.round_fns:same_error",
-            max_consecutive_failures=10,
+        handle = rt.handle(
+            await rt.start(
+                "|loop:10| fix the bug",
+                worker="python:tests.runtime.round_fns:same_error",
+                max_consecutive_failures=10,
+            )
         )
         await trio.sleep(1.5)  # two rounds recorded, the third not yet started
         inject_crash(rt.node, "breaker")
@@ -122,14 +132,16 @@ def test_a_ledger_of_a_loop_that_never_started_has_no_started_at() -> None:
 
 async def test_the_breaker_standing_counts_every_trigger_and_names_the_closest() -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start(
-            "|loop:10| fix the parser",
-            worker="python:tests.runtime.round_fns:same_action",
-            max_consecutive_failures=10,
-            frustration_threshold=4,
-            stagnation_threshold=6,
-            max_tokens=500,
-            max_seconds=3600,
+        handle = rt.handle(
+            await rt.start(
+                "|loop:10| fix the parser",
+                worker="python:tests.runtime.round_fns:same_action",
+                max_consecutive_failures=10,
+                frustration_threshold=4,
+                stagnation_threshold=6,
+                max_tokens=500,
+                max_seconds=3600,
+            )
         )
         final = await handle.wait()
         records = await handle.history()

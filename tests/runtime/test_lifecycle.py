@@ -25,7 +25,7 @@ from .conftest import sqlite_config
 
 
 async def test_a_loop_runs_its_rounds_and_completes(rt: Runtime) -> None:
-    handle = await rt.start("|loop:3,fresh| say hi")
+    handle = rt.handle(await rt.start("|loop:3,fresh| say hi"))
     final = await handle.wait()
     assert final.phase == "complete"
     assert final.completed_rounds == 3
@@ -35,7 +35,9 @@ async def test_a_loop_runs_its_rounds_and_completes(rt: Runtime) -> None:
 
 
 async def test_inherit_seeds_each_round_with_the_previous_output(rt: Runtime) -> None:
-    handle = await rt.start("|loop:3| improve it", worker="python:tests.runtime.round_fns:record")
+    handle = rt.handle(
+        await rt.start("|loop:3| improve it", worker="python:tests.runtime.round_fns:record")
+    )
     await handle.wait()
     prompts = round_fns.PROMPTS[handle.loop_id]
     assert prompts[0] == "improve it"
@@ -46,8 +48,8 @@ async def test_inherit_seeds_each_round_with_the_previous_output(rt: Runtime) ->
 
 
 async def test_the_seed_is_tail_capped(rt: Runtime) -> None:
-    handle = await rt.start(
-        "|loop:2| go on", worker="python:tests.runtime.round_fns:record", seed_cap=5
+    handle = rt.handle(
+        await rt.start("|loop:2| go on", worker="python:tests.runtime.round_fns:record", seed_cap=5)
     )
     await handle.wait()
     # "output of round 1: x" keeps its last five characters.
@@ -55,8 +57,8 @@ async def test_the_seed_is_tail_capped(rt: Runtime) -> None:
 
 
 async def test_fresh_mode_sends_the_task_alone(rt: Runtime) -> None:
-    handle = await rt.start(
-        "|loop:3,fresh| start over", worker="python:tests.runtime.round_fns:record"
+    handle = rt.handle(
+        await rt.start("|loop:3,fresh| start over", worker="python:tests.runtime.round_fns:record")
     )
     await handle.wait()
     assert round_fns.PROMPTS[handle.loop_id] == ["start over"] * 3
@@ -64,7 +66,7 @@ async def test_fresh_mode_sends_the_task_alone(rt: Runtime) -> None:
 
 async def test_events_tell_the_story_in_order(rt: Runtime) -> None:
     with rt.subscribe() as events:
-        handle = await rt.start("|loop:2,fresh| watch me")
+        handle = rt.handle(await rt.start("|loop:2,fresh| watch me"))
         seen = []
         async for event in events:
             seen.append(event)
@@ -89,24 +91,24 @@ async def test_events_tell_the_story_in_order(rt: Runtime) -> None:
 
 
 async def test_a_loop_spec_works_like_text(rt: Runtime) -> None:
-    handle = await rt.start(LoopSpec(task="from code", rounds=2, mode="fresh"))
+    handle = rt.handle(await rt.start(LoopSpec(task="from code", rounds=2, mode="fresh")))
     final = await handle.wait()
     assert final.phase == "complete"
     assert final.spec.rounds == 2
 
 
 async def test_any_number_of_loops_per_owner(rt: Runtime) -> None:
-    first = await rt.start("|loop:2| one", owner="alice")
+    first = rt.handle(await rt.start("|loop:2| one", owner="alice"))
     await first.wait()
     # A second loop for the same owner after the first finished, then two at once.
-    again = await rt.start("|loop:2| two", owner="alice")
-    together = await rt.start("|loop:2| three", owner="alice")
+    again = rt.handle(await rt.start("|loop:2| two", owner="alice"))
+    together = rt.handle(await rt.start("|loop:2| three", owner="alice"))
     assert (await again.wait()).phase == "complete"
     assert (await together.wait()).phase == "complete"
 
 
 async def test_finished_loops_leave_memory(rt: Runtime) -> None:
-    handles = [await rt.start(f"|loop:2| task {i}") for i in range(20)]
+    handles = [rt.handle(await rt.start(f"|loop:2| task {i}")) for i in range(20)]
     for handle in handles:
         await handle.wait()
     await trio.testing.wait_all_tasks_blocked()
@@ -161,14 +163,14 @@ async def test_every_entry_path_refuses_rounds_above_the_nodes_cap(rt: Runtime) 
 
 
 async def test_a_finished_loops_id_cannot_be_reused(rt: Runtime) -> None:
-    first = await rt.start("|loop:1| original", loop_id="my-loop")
+    first = rt.handle(await rt.start("|loop:1| original", loop_id="my-loop"))
     await first.wait()
     with pytest.raises(
         AdmissionRefused, match="already used by a loop that is complete with another spec"
     ):
         await rt.start("|loop:2| impostor", loop_id="my-loop")
     # The same start again is a retry: it gets that loop, and starts nothing.
-    again = await rt.start("|loop:1| original", loop_id="my-loop")
+    again = rt.handle(await rt.start("|loop:1| original", loop_id="my-loop"))
     assert again.loop_id == "my-loop"
     assert (await again.status()).phase == "complete"
     assert [r.round for r in await first.history()] == [1]
@@ -176,7 +178,7 @@ async def test_a_finished_loops_id_cannot_be_reused(rt: Runtime) -> None:
 
 
 async def test_commands_on_a_finished_loop_report_its_final_state(rt: Runtime) -> None:
-    handle = await rt.start("|loop:1| once")
+    handle = rt.handle(await rt.start("|loop:1| once"))
     await handle.wait()
     for command in (handle.stop, handle.pause, handle.resume):
         state = await command()
@@ -198,7 +200,7 @@ def test_loop_ids_made_in_the_same_second_do_not_collide() -> None:
 
 
 async def test_waiting_costs_a_watch_not_a_subscription(rt: Runtime) -> None:
-    handle = await rt.start("|loop:3,fresh| slow", worker="scripted:latency=0.2")
+    handle = rt.handle(await rt.start("|loop:3,fresh| slow", worker="scripted:latency=0.2"))
     finals = []
     paused = []
 
@@ -229,31 +231,33 @@ async def test_waiting_costs_a_watch_not_a_subscription(rt: Runtime) -> None:
 
 async def test_the_no_progress_escalation_names_the_setting_that_changes_it(rt: Runtime) -> None:
     counter_only = "scripted:output=step {round} done"
-    escalated = await (await rt.start("|loop:5| toy", worker=counter_only)).wait()
+    escalated = await (rt.handle(await rt.start("|loop:5| toy", worker=counter_only))).wait()
     assert (escalated.phase, escalated.trigger) == ("escalated", "no_progress")
     assert escalated.reason is not None
     assert "stale_rounds_limit is 2: raise it to allow more" in escalated.reason
-    relaxed = await rt.start("|loop:5| toy again", worker=counter_only, stale_rounds_limit=10)
+    relaxed = rt.handle(
+        await rt.start("|loop:5| toy again", worker=counter_only, stale_rounds_limit=10)
+    )
     assert (await relaxed.wait()).phase == "complete"
 
 
-async def test_the_repl_s_embedded_target_takes_id_prefixes(rt: Runtime) -> None:
-    from loopactors.cli._repl_targets import EmbeddedTarget
+async def test_get_and_history_take_a_unique_id_prefix(rt: Runtime) -> None:
     from loopactors.errors import AmbiguousLoopId
 
     for loop_id in ("alpha-1", "alpha-2", "beta-7"):
         await rt.start(f"|loop:3| {loop_id}", loop_id=loop_id, worker="scripted:latency=30")
-    target = EmbeddedTarget(rt)
-    assert (await target.get("bet")).loop_id == "beta-7"
-    assert (await target.pause("beta")).loop_id == "beta-7"
-    assert (await target.stop("b")).phase == "cancelled"
+    assert (await rt.get("bet")).loop_id == "beta-7"
+    assert await rt.history("beta") == await rt.history("beta-7")
+    assert (await rt.pause((await rt.get("beta")).loop_id)).loop_id == "beta-7"
     with pytest.raises(AmbiguousLoopId, match="alpha-1, alpha-2"):
-        await target.stop("alpha")
+        await rt.get("alpha")
+    with pytest.raises(LoopNotFound, match="'gamma'"):
+        await rt.history("gamma")
     assert (await rt.resolve_loop_id("alpha-2")) == "alpha-2"
 
 
 async def test_a_function_given_as_worker_runs_under_its_import_string(rt: Runtime) -> None:
-    handle = await rt.start("|loop:2,fresh| by function", worker=round_fns.record)
+    handle = rt.handle(await rt.start("|loop:2,fresh| by function", worker=round_fns.record))
     final = await handle.wait()
     assert final.phase == "complete"
     assert final.spec.worker == "python:tests.runtime.round_fns:record"  # what is stored
@@ -277,7 +281,7 @@ async def test_a_node_with_a_higher_cap_runs_a_500_round_loop_to_the_end(tmp_pat
         assert runtime.build_spec("|loop:10000| x").rounds == 10_000
         with pytest.raises(LoopSyntaxError, match="cap of 10000 rounds"):
             runtime.build_spec("|loop:10001| x")
-        handle = await runtime.start("|loop:500| a long run", worker="scripted")
+        handle = runtime.handle(await runtime.start("|loop:500| a long run", worker="scripted"))
         final = await handle.wait()
         history = await handle.history()
     assert final.phase == "complete", final.reason

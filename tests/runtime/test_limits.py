@@ -19,12 +19,15 @@ async def test_the_live_loop_cap_refuses_with_a_clear_error(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with open_runtime(memory_config(max_live_loops=3)) as rt:
-        handles = [await rt.start(f"|loop:2| {i}", worker="scripted:latency=1") for i in range(3)]
+        handles = [
+            rt.handle(await rt.start(f"|loop:2| {i}", worker="scripted:latency=1"))
+            for i in range(3)
+        ]
         with pytest.raises(AdmissionRefused, match=r"3 live loops \(max_live_loops = 3\)"):
             await rt.start("|loop:2| one too many")
         await handles[0].wait()
         # A finished loop frees its place.
-        extra = await rt.start("|loop:1| now there is room")
+        extra = rt.handle(await rt.start("|loop:1| now there is room"))
         assert (await extra.wait()).phase == "complete"
 
 
@@ -34,7 +37,11 @@ async def test_concurrency_slots_bound_rounds_in_flight(
     round_fns.RUNNING.update(now=0, peak=0)
     async with open_runtime(memory_config(max_concurrent_rounds=2)) as rt:
         handles = [
-            await rt.start(f"|loop:2| {i}", worker="python:tests.runtime.round_fns:slow_counted")
+            rt.handle(
+                await rt.start(
+                    f"|loop:2| {i}", worker="python:tests.runtime.round_fns:slow_counted"
+                )
+            )
             for i in range(5)
         ]
         for handle in handles:
@@ -47,7 +54,11 @@ async def test_per_kind_slots(autojump_clock: trio.testing.MockClock) -> None:
     config = memory_config(max_concurrent_per_kind={"python": 1})
     async with open_runtime(config) as rt:
         handles = [
-            await rt.start(f"|loop:2| {i}", worker="python:tests.runtime.round_fns:slow_counted")
+            rt.handle(
+                await rt.start(
+                    f"|loop:2| {i}", worker="python:tests.runtime.round_fns:slow_counted"
+                )
+            )
             for i in range(3)
         ]
         for handle in handles:
@@ -58,7 +69,9 @@ async def test_per_kind_slots(autojump_clock: trio.testing.MockClock) -> None:
 async def test_the_no_progress_fuse_escalates(autojump_clock: trio.testing.MockClock) -> None:
     async with open_runtime(memory_config()) as rt:
         # Outputs differ only by round number and time of day: no progress.
-        handle = await rt.start("|loop:10| spin", worker="python:tests.runtime.round_fns:constant")
+        handle = rt.handle(
+            await rt.start("|loop:10| spin", worker="python:tests.runtime.round_fns:constant")
+        )
         final = await handle.wait()
     assert final.phase == "escalated"
     assert final.trigger == "no_progress"
@@ -67,7 +80,7 @@ async def test_the_no_progress_fuse_escalates(autojump_clock: trio.testing.MockC
 
 async def test_consecutive_failures_escalate() -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:10| always fails", worker="scripted:fail_every=1")
+        handle = rt.handle(await rt.start("|loop:10| always fails", worker="scripted:fail_every=1"))
         final = await handle.wait()
         assert final.phase == "escalated"
         assert final.trigger == "consecutive_failures"
@@ -76,7 +89,7 @@ async def test_consecutive_failures_escalate() -> None:
 
 async def test_failed_rounds_are_recorded_and_the_loop_goes_on() -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:4| flaky", worker="scripted:fail_every=2")
+        handle = rt.handle(await rt.start("|loop:4| flaky", worker="scripted:fail_every=2"))
         final = await handle.wait()
         history = await handle.history()
     assert final.phase == "complete"
@@ -86,8 +99,12 @@ async def test_failed_rounds_are_recorded_and_the_loop_goes_on() -> None:
 
 async def test_the_token_budget_escalates() -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start(
-            "|loop:10| expensive", worker="python:tests.runtime.round_fns:spend", max_tokens=1000
+        handle = rt.handle(
+            await rt.start(
+                "|loop:10| expensive",
+                worker="python:tests.runtime.round_fns:spend",
+                max_tokens=1000,
+            )
         )
         final = await handle.wait()
     assert final.phase == "escalated"
@@ -97,7 +114,9 @@ async def test_the_token_budget_escalates() -> None:
 
 async def test_the_round_timeout_is_recorded(autojump_clock: trio.testing.MockClock) -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:1| too slow", worker="scripted:latency=50", round_timeout=5)
+        handle = rt.handle(
+            await rt.start("|loop:1| too slow", worker="scripted:latency=50", round_timeout=5)
+        )
         await handle.wait()
         [record] = await handle.history()
     assert record.status == "timed_out"
@@ -108,8 +127,10 @@ async def test_the_round_timeout_is_recorded(autojump_clock: trio.testing.MockCl
 async def test_the_wall_clock_budget_escalates() -> None:
     # A wall-clock budget survives restarts, so it is measured in real time, not trio's.
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start(
-            "|loop:10| slow and steady", worker="scripted:latency=0.1", max_seconds=0.25
+        handle = rt.handle(
+            await rt.start(
+                "|loop:10| slow and steady", worker="scripted:latency=0.1", max_seconds=0.25
+            )
         )
         final = await handle.wait()
     assert final.phase == "escalated"
@@ -120,12 +141,15 @@ async def test_child_loops_live_in_their_parents_scope(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with open_runtime(memory_config()) as rt:
-        parent = await rt.start(
-            "|loop:3| parent task", worker="python:tests.runtime.round_fns:spawn_child"
+        parent = rt.handle(
+            await rt.start(
+                "|loop:3| parent task", worker="python:tests.runtime.round_fns:spawn_child"
+            )
         )
         while parent.loop_id not in round_fns.CHILDREN:
             await trio.sleep(0.1)
-        [child] = round_fns.CHILDREN[parent.loop_id]
+        [started] = round_fns.CHILDREN[parent.loop_id]
+        child = rt.handle(started)
         child_state = await child.status()
         assert child_state.spec.parent_id == parent.loop_id
         await parent.stop()
@@ -134,8 +158,10 @@ async def test_child_loops_live_in_their_parents_scope(
 
 async def test_a_child_repeating_an_ancestors_task_is_refused() -> None:
     async with open_runtime(memory_config()) as rt:
-        parent = await rt.start(
-            "|loop:1| same thing", worker="python:tests.runtime.round_fns:spawn_same_task"
+        parent = rt.handle(
+            await rt.start(
+                "|loop:1| same thing", worker="python:tests.runtime.round_fns:spawn_same_task"
+            )
         )
         await parent.wait()
         [record] = await parent.history()
@@ -144,8 +170,8 @@ async def test_a_child_repeating_an_ancestors_task_is_refused() -> None:
 
 async def test_the_tree_cap() -> None:
     async with open_runtime(memory_config(max_tree_loops=1)) as rt:
-        parent = await rt.start(
-            "|loop:1| lonely", worker="python:tests.runtime.round_fns:spawn_other"
+        parent = rt.handle(
+            await rt.start("|loop:1| lonely", worker="python:tests.runtime.round_fns:spawn_other")
         )
         await parent.wait()
         [record] = await parent.history()
@@ -158,8 +184,10 @@ async def test_the_watchdog_ends_a_round_that_never_reports(
     # The worker ignores cancellation, so neither the timeout nor a cancel ends it: only the
     # loop's own watchdog does (rolebox's W18: a lost completion must not hang the loop).
     async with open_runtime(memory_config(shutdown_grace=1.0)) as rt:
-        handle = await rt.start(
-            "|loop:1| deaf", worker="python:tests.runtime.round_fns:deaf", round_timeout=10
+        handle = rt.handle(
+            await rt.start(
+                "|loop:1| deaf", worker="python:tests.runtime.round_fns:deaf", round_timeout=10
+            )
         )
         final = await handle.wait()
         [record] = await handle.history()
@@ -176,10 +204,12 @@ async def test_the_watchdog_times_a_later_round_from_its_own_start(
     # A runner keeps one watchdog timer pending rather than one per round: the timer armed
     # in round 1 goes off at 40 s, while round 3 (started at 10 s) is due only at 50 s.
     async with open_runtime(memory_config(shutdown_grace=1.0)) as rt:
-        handle = await rt.start(
-            "|loop:3,fresh| deaf later",
-            worker="python:tests.runtime.round_fns:deaf_from_round_3",
-            round_timeout=10,
+        handle = rt.handle(
+            await rt.start(
+                "|loop:3,fresh| deaf later",
+                worker="python:tests.runtime.round_fns:deaf_from_round_3",
+                round_timeout=10,
+            )
         )
         final = await handle.wait()
         records = await handle.history()
@@ -203,9 +233,11 @@ async def test_one_runtime_per_state_directory(tmp_path: Path) -> None:
 
 async def test_a_worker_can_end_the_loop_when_its_objective_is_met() -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start(
-            '|loop iterations=10 objective="all tests pass"| fix the tests',
-            worker="scripted:done_at=3",
+        handle = rt.handle(
+            await rt.start(
+                '|loop iterations=10 objective="all tests pass"| fix the tests',
+                worker="scripted:done_at=3",
+            )
         )
         final = await handle.wait()
         assert final.phase == "complete"
@@ -224,8 +256,8 @@ async def test_a_command_worker_sees_the_objective_and_can_report_it_met(tmp_pat
     )
     script.chmod(0o755)
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start(
-            '|loop iterations=5 objective="ship it"| go', worker=f"command:{script}"
+        handle = rt.handle(
+            await rt.start('|loop iterations=5 objective="ship it"| go', worker=f"command:{script}")
         )
         final = await handle.wait()
         [record] = await handle.history()

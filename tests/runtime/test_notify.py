@@ -33,7 +33,7 @@ async def test_a_finished_loop_posts_json_to_the_receiver() -> None:
         open_runtime(notify_config(memory_config())) as rt,
     ):
         url = f"json://127.0.0.1:{port}/hook"
-        handle = await rt.start("|loop:2| tidy up", worker="scripted", notify=(url,))
+        handle = rt.handle(await rt.start("|loop:2| tidy up", worker="scripted", notify=(url,)))
         final = await handle.wait()
         await receiver.wait_for(1)
         while (await rt.store_statistics()).notifications:
@@ -57,7 +57,7 @@ async def test_form_and_several_urls_each_get_it() -> None:
         open_runtime(notify_config(memory_config())) as rt,
     ):
         urls = (f"form://127.0.0.1:{port_one}/a", f"json://127.0.0.1:{port_two}/b")
-        handle = await rt.start("|loop:1| x", worker="scripted", notify=urls)
+        handle = rt.handle(await rt.start("|loop:1| x", worker="scripted", notify=urls))
         await handle.wait()
         await one.wait_for(1)
         await two.wait_for(1)
@@ -72,11 +72,13 @@ async def test_a_deferred_round_says_until_when() -> None:
         http_receiver() as (receiver, port),
         open_runtime(notify_config(memory_config())) as rt,
     ):
-        handle = await rt.start(
-            "|loop:1| x",
-            worker="python:tests.runtime.defer_fns:limited_once",
-            notify=(f"json://127.0.0.1:{port}/",),
-            notify_on=("round_deferred",),
+        handle = rt.handle(
+            await rt.start(
+                "|loop:1| x",
+                worker="python:tests.runtime.defer_fns:limited_once",
+                notify=(f"json://127.0.0.1:{port}/",),
+                notify_on=("round_deferred",),
+            )
         )
         assert (await handle.wait()).phase == "complete"
         await receiver.wait_for(1)
@@ -95,7 +97,9 @@ async def test_mail_goes_to_the_smtp_server() -> None:
                 f"mailto://localhost:{port}?smtp=127.0.0.1&mode=insecure"
                 "&from=loops@example.com&to=ops@example.com"
             )
-            handle = await rt.start("|loop:1| write the report", worker="scripted", notify=(url,))
+            handle = rt.handle(
+                await rt.start("|loop:1| write the report", worker="scripted", notify=(url,))
+            )
             await handle.wait()
             await trio.to_thread.run_sync(mailbox.wait_for, 1)
     (mail,) = mailbox.messages
@@ -117,7 +121,7 @@ async def test_a_receiver_that_is_down_gets_it_when_it_comes_back(
     port = free_port()
     url = f"json://hookuser:s3cr3tpass@127.0.0.1:{port}/hook"
     async with open_runtime(notify_config(memory_config())) as rt:
-        handle = await rt.start("|loop:2| x", worker="scripted", notify=(url,))
+        handle = rt.handle(await rt.start("|loop:2| x", worker="scripted", notify=(url,)))
         final = await handle.wait()
         assert final.phase == "complete"  # the loop never waited for its notification
         while (await rt.notifier_statistics()).failed < 2:
@@ -151,7 +155,7 @@ async def test_a_notification_still_undelivered_at_the_end_is_said_once(
     port = free_port()
     url = f"json://hookuser:s3cr3tpass@127.0.0.1:{port}/hook"
     async with open_runtime(notify_config(sqlite_config(tmp_path / "state"))) as rt:
-        handle = await rt.start("|loop:1| x", worker="scripted", notify=(url,))
+        handle = rt.handle(await rt.start("|loop:1| x", worker="scripted", notify=(url,)))
         await handle.wait()
         while (await rt.notifier_statistics()).failed < 1:
             await trio.sleep(0.05)
@@ -178,7 +182,7 @@ async def test_the_queue_survives_a_restart(tmp_path: Path) -> None:
     url = f"json://127.0.0.1:{port}/later"
     config = notify_config(sqlite_config(tmp_path), retry_first=3600.0, retry_max=3600.0)
     async with open_runtime(config) as rt:
-        handle = await rt.start("|loop:1| x", worker="scripted", notify=(url,))
+        handle = rt.handle(await rt.start("|loop:1| x", worker="scripted", notify=(url,)))
         await handle.wait()
         while (await rt.notifier_statistics()).failed < 1:
             await trio.sleep(0.05)
@@ -207,7 +211,7 @@ async def test_an_old_notification_is_dropped_with_a_log_line(
     caplog.set_level(logging.INFO, "loopactors.notify")
     url = f"json://127.0.0.1:{free_port()}/gone"
     async with open_runtime(notify_config(memory_config(), max_age=0.3)) as rt:
-        handle = await rt.start("|loop:1| x", worker="scripted", notify=(url,))
+        handle = rt.handle(await rt.start("|loop:1| x", worker="scripted", notify=(url,)))
         await handle.wait()
         while (await rt.notifier_statistics()).dropped < 1:
             await trio.sleep(0.05)
@@ -229,7 +233,7 @@ async def test_the_node_default_applies_to_loops_that_name_none() -> None:
             assert rt.build_spec("|loop:1| x", notify=("json://127.0.0.1:1/own",)).notify == (
                 "json://127.0.0.1:1/own",
             )
-            handle = await rt.start("|loop:1| x", worker="scripted")
+            handle = rt.handle(await rt.start("|loop:1| x", worker="scripted"))
             await handle.wait()
             await receiver.wait_for(1)
     assert receiver.requests[0][0] == "/default"
@@ -338,21 +342,25 @@ async def test_a_check_failing_rounds_in_a_row_and_a_budget_notify(tmp_path: Pat
         open_runtime(notify_config(memory_config())) as rt,
     ):
         url = f"json://127.0.0.1:{port}/checks"
-        failing = await rt.start(
-            "|loop:4,fresh| fix it",
-            worker="scripted",
-            until="echo 'FAILED test_one'; exit 3",
-            notify=(url,),
-            notify_on=("check_failing",),
-            notify_check_failures=2,
+        failing = rt.handle(
+            await rt.start(
+                "|loop:4,fresh| fix it",
+                worker="scripted",
+                until="echo 'FAILED test_one'; exit 3",
+                notify=(url,),
+                notify_on=("check_failing",),
+                notify_check_failures=2,
+            )
         )
         assert (await failing.wait()).phase == "escalated"
         await receiver.wait_for(1)
-        costly = await rt.start(
-            "|loop:5,fresh| spend",
-            worker="python:tests.runtime.notify_fns:costly",
-            max_cost_usd=0.25,
-            notify=(url,),
+        costly = rt.handle(
+            await rt.start(
+                "|loop:5,fresh| spend",
+                worker="python:tests.runtime.notify_fns:costly",
+                max_cost_usd=0.25,
+                notify=(url,),
+            )
         )
         final = await costly.wait()
         await receiver.wait_for(2)
@@ -377,7 +385,7 @@ async def test_a_mail_server_that_is_down_gets_the_mail_when_it_comes_back() -> 
         "&from=loops@example.com&to=ops@example.com"
     )
     async with open_runtime(notify_config(memory_config())) as rt:
-        handle = await rt.start("|loop:1| nightly", worker="scripted", notify=(url,))
+        handle = rt.handle(await rt.start("|loop:1| nightly", worker="scripted", notify=(url,)))
         assert (await handle.wait()).phase == "complete"
         while (await rt.notifier_statistics()).failed < 1:
             await trio.sleep(0.05)

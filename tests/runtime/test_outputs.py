@@ -36,7 +36,7 @@ async def test_a_long_output_is_cut_and_kept_whole_aside(
         keep_full_outputs=True,
     )
     async with open_runtime(config) as rt:
-        handle = await rt.start("|loop:2| talk a lot")
+        handle = rt.handle(await rt.start("|loop:2| talk a lot"))
         state = await handle.wait()
         rounds = await rt.history(handle.loop_id)
     whole = tmp_path / "outputs" / handle.loop_id / "1.txt"
@@ -115,7 +115,7 @@ async def test_a_command_worker_holds_only_the_kept_tail_while_its_output_stream
         keep_full_outputs=True,
     )
     async with open_runtime(config) as rt:
-        handle = await rt.start("|loop:1| talk a lot")
+        handle = rt.handle(await rt.start("|loop:1| talk a lot"))
         state = await handle.wait()
         (record,) = await rt.history(handle.loop_id)
     assert state.phase == "complete"
@@ -145,7 +145,7 @@ async def test_a_cut_output_without_keep_full_outputs_names_no_file(tmp_path: Pa
         state_dir=tmp_path, worker=f"command:{PRINT_20MB}", max_output_bytes=LIMIT
     )
     async with open_runtime(config) as rt:
-        handle = await rt.start("|loop:1| talk a lot")
+        handle = rt.handle(await rt.start("|loop:1| talk a lot"))
         await handle.wait()
         (record,) = await rt.history(handle.loop_id)
     first, _, rest = record.output.partition("\n")

@@ -35,7 +35,9 @@ def checklist(tmp_path: Path) -> Path:
 async def test_a_checklist_loop_works_task_by_task_until_all_are_done(tmp_path: Path) -> None:
     plan = checklist(tmp_path)
     async with open_runtime(sqlite_config(tmp_path / "state")) as rt:
-        handle = await rt.start("|loop:10| Fix the project.", worker=TICKING, plan=str(plan))
+        handle = rt.handle(
+            await rt.start("|loop:10| Fix the project.", worker=TICKING, plan=str(plan))
+        )
         final = await handle.wait()
         rounds = await handle.history()
     assert final.phase == "complete"
@@ -57,7 +59,9 @@ async def test_a_prd_loop_follows_priorities(tmp_path: Path) -> None:
     ]
     prd.write_text(json.dumps({"project": "app", "userStories": stories}))
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:5,fresh| Build the app.", worker=TICKING, plan=str(prd))
+        handle = rt.handle(
+            await rt.start("|loop:5,fresh| Build the app.", worker=TICKING, plan=str(prd))
+        )
         final = await handle.wait()
     assert final.phase == "complete"
     assert ["US-2: sign up" in plan_fns.PROMPTS[0], "US-1: log in" in plan_fns.PROMPTS[1]] == [
@@ -70,7 +74,7 @@ async def test_a_prd_loop_follows_priorities(tmp_path: Path) -> None:
 async def test_rounds_that_tick_nothing_trip_the_no_progress_fuse(tmp_path: Path) -> None:
     plan = checklist(tmp_path)
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:10| Fix it.", worker=IDLE, plan=str(plan))
+        handle = rt.handle(await rt.start("|loop:10| Fix it.", worker=IDLE, plan=str(plan)))
         final = await handle.wait()
     assert (final.phase, final.trigger) == ("escalated", "no_progress")
     assert (final.tasks_done, final.tasks_total) == (1, 3)
@@ -79,7 +83,7 @@ async def test_rounds_that_tick_nothing_trip_the_no_progress_fuse(tmp_path: Path
 async def test_a_plan_the_agent_breaks_is_reported_in_the_next_prompt(tmp_path: Path) -> None:
     plan = checklist(tmp_path)
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:2| Fix it.", worker=IDLE, plan=str(plan))
+        handle = rt.handle(await rt.start("|loop:2| Fix it.", worker=IDLE, plan=str(plan)))
         await handle.wait_phase("awaiting_worker")
         plan.write_text("the agent replaced the whole file\n")
         final = await handle.wait()
@@ -94,7 +98,7 @@ async def test_a_plan_the_agent_breaks_is_reported_in_the_next_prompt(tmp_path: 
 async def test_rounds_that_run_out_with_tasks_open_escalate(tmp_path: Path) -> None:
     plan = checklist(tmp_path)
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:2| Fix it.", worker=IDLE, plan=str(plan))
+        handle = rt.handle(await rt.start("|loop:2| Fix it.", worker=IDLE, plan=str(plan)))
         final = await handle.wait()
     assert (final.phase, final.trigger) == ("escalated", "plan_not_done")
     assert final.reason == (
@@ -131,10 +135,12 @@ async def test_the_prompt_file_is_read_again_every_round(tmp_path: Path) -> None
     plan_fns.EDIT["path"] = prompt
     async with open_runtime(memory_config()) as rt:
         # The activation alone: the task is the file's.
-        handle = await rt.start(
-            "|loop:3,fresh|",
-            worker="python:tests.runtime.plan_fns:editing_prompt",
-            prompt_file=str(prompt),
+        handle = rt.handle(
+            await rt.start(
+                "|loop:3,fresh|",
+                worker="python:tests.runtime.plan_fns:editing_prompt",
+                prompt_file=str(prompt),
+            )
         )
         final = await handle.wait()
         rounds = await handle.history()
@@ -179,8 +185,10 @@ async def test_with_a_check_the_plan_done_and_the_check_passing_complete_it(
 ) -> None:
     async with open_runtime(memory_config()) as rt:
         # The check passes from the start: the loop still works until every task is done.
-        passing = await rt.start(
-            "|loop:10| Fix it.", worker=TICKING, plan=str(checklist(tmp_path)), until="true"
+        passing = rt.handle(
+            await rt.start(
+                "|loop:10| Fix it.", worker=TICKING, plan=str(checklist(tmp_path)), until="true"
+            )
         )
         final = await passing.wait()
         assert final.phase == "complete"
@@ -189,8 +197,10 @@ async def test_with_a_check_the_plan_done_and_the_check_passing_complete_it(
         # Every task ticked, but the check fails: ticking is a claim it refutes.
         refuted = tmp_path / "refuted"
         refuted.mkdir()
-        failing = await rt.start(
-            "|loop:4| Fix it.", worker=TICKING, plan=str(checklist(refuted)), until="false"
+        failing = rt.handle(
+            await rt.start(
+                "|loop:4| Fix it.", worker=TICKING, plan=str(checklist(refuted)), until="false"
+            )
         )
         final = await failing.wait()
         rounds = await failing.history()

@@ -44,7 +44,7 @@ async def test_a_wrong_option_type_does_not_kill_the_node(
             return  # a clear refusal is fine
         await trio.sleep(30)
         # the node must still serve new loops
-        ok = await rt.start("|loop:1| still alive")
+        ok = rt.handle(await rt.start("|loop:1| still alive"))
         assert (await ok.wait()).phase == "complete"
 
 
@@ -61,11 +61,11 @@ async def test_a_non_string_worker_does_not_crash_the_coordinator(
 # --- 2. reusing the id of a finished loop rewrites its history ----------------------------
 async def test_a_finished_loops_id_cannot_be_reused(autojump_clock: trio.testing.MockClock) -> None:
     async with open_runtime(memory_config()) as rt:
-        first = await rt.start("|loop:3,fresh| first", loop_id="same")
+        first = rt.handle(await rt.start("|loop:3,fresh| first", loop_id="same"))
         assert (await first.wait()).phase == "complete"
         before = await rt.history("same")
         try:
-            second = await rt.start("|loop:1,fresh| second", loop_id="same")
+            second = rt.handle(await rt.start("|loop:1,fresh| second", loop_id="same"))
         except LoopactorsError:
             return
         await second.wait()
@@ -143,7 +143,11 @@ async def test_a_child_of_a_finished_parent_does_not_run_after_restart(
 async def test_waiting_for_a_slot_is_not_a_timeout(autojump_clock: trio.testing.MockClock) -> None:
     async with open_runtime(memory_config(max_concurrent_rounds=1)) as rt:
         handles = [
-            await rt.start(f"|loop:1| slot {i}", worker="scripted:latency=0.9", round_timeout=1.0)
+            rt.handle(
+                await rt.start(
+                    f"|loop:1| slot {i}", worker="scripted:latency=0.9", round_timeout=1.0
+                )
+            )
             for i in range(40)
         ]
         statuses = []
@@ -161,7 +165,9 @@ async def test_stop_as_the_last_round_ends_does_not_crash_the_coordinator(
     async with open_runtime(memory_config()) as rt:
         for i in range(40):
             coord = rt.node.whereis("coordinator")
-            h = await rt.start(f"|loop:1| race {i}", worker="python:tests.runtime.race_fns:timed")
+            h = rt.handle(
+                await rt.start(f"|loop:1| race {i}", worker="python:tests.runtime.race_fns:timed")
+            )
             while h.loop_id not in rv_fns.STATE["started_at"]:
                 await trio.sleep(0.001)
             await trio.sleep_until(rv_fns.STATE["started_at"][h.loop_id] + 1.0)
@@ -174,8 +180,8 @@ async def test_stop_as_the_last_round_ends_does_not_crash_the_coordinator(
 async def test_no_child_outlives_a_stopped_parent(autojump_clock: trio.testing.MockClock) -> None:
     rv_fns.reset()
     async with open_runtime(memory_config()) as rt:
-        parent = await rt.start(
-            "|loop:2| parent task", worker="python:tests.runtime.race_fns:parent_fn"
+        parent = rt.handle(
+            await rt.start("|loop:2| parent task", worker="python:tests.runtime.race_fns:parent_fn")
         )
         while not rv_fns.STATE["children"]:
             await trio.sleep(0.01)
@@ -193,7 +199,7 @@ async def test_no_child_outlives_a_stopped_parent(autojump_clock: trio.testing.M
 # --- 8. stop while the runner restarts after a crash -------------------------------------
 async def test_stop_while_the_runner_restarts(autojump_clock: trio.testing.MockClock) -> None:
     async with open_runtime(memory_config()) as rt:
-        h = await rt.start("|loop:5| crashy", worker="scripted:latency=1")
+        h = rt.handle(await rt.start("|loop:5| crashy", worker="scripted:latency=1"))
         await trio.sleep(1.5)
         coord = rt.node.whereis("coordinator")
         inject_crash(rt.node, runner_name(h.loop_id))
@@ -251,12 +257,15 @@ async def test_a_child_whose_parent_ended_while_the_coordinator_was_down_is_stop
     from loopactors.runtime._messages import Commit
 
     async with open_runtime(memory_config()) as rt:
-        parent = await rt.start(
-            "|loop:3| parent task", worker="python:tests.runtime.round_fns:spawn_child"
+        parent = rt.handle(
+            await rt.start(
+                "|loop:3| parent task", worker="python:tests.runtime.round_fns:spawn_child"
+            )
         )
         while parent.loop_id not in round_fns.CHILDREN:
             await trio.sleep(0.1)
-        [child] = round_fns.CHILDREN[parent.loop_id]
+        [started] = round_fns.CHILDREN[parent.loop_id]
+        child = rt.handle(started)
         # The parent ends without the Coordinator hearing of it (as if it was down then):
         # its runner goes away and its final state is written straight to the store.
         loops = rt.node.whereis("loops")

@@ -36,7 +36,7 @@ async def run_until(
         config = sqlite_config(state_dir, shutdown_grace=0.0, store=store)
         async with open_runtime(config) as rt:
             with rt.subscribe() as events:
-                handle = await rt.start(text, **options)
+                handle = rt.handle(await rt.start(text, **options))
                 loop_id = handle.loop_id
                 async for event in events:
                     started = isinstance(event, RoundStarted) and event.round == 2
@@ -197,7 +197,9 @@ async def test_a_loop_whose_worker_cannot_be_built_waits_then_goes_on(tmp_path: 
     # Round 1 runs the script for real, then the node dies mid-round.
     with trio.CancelScope() as scope:
         async with open_runtime(sqlite_config(tmp_path, shutdown_grace=0.0, kill_grace=0.1)) as rt:
-            handle = await rt.start("|loop:2,fresh| uses a script", worker=f"command:{script}")
+            handle = rt.handle(
+                await rt.start("|loop:2,fresh| uses a script", worker=f"command:{script}")
+            )
             loop_id = handle.loop_id
             while (await handle.status()).phase != "awaiting_worker":
                 await trio.sleep(0.01)

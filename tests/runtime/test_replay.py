@@ -29,17 +29,17 @@ def _seen() -> None:
 
 async def test_a_round_runs_again_on_another_worker_as_a_linked_loop(tmp_path: Path) -> None:
     async with open_runtime(sqlite_config(tmp_path)) as rt:
-        original = await rt.start("|loop:3| improve the text", worker=FIRST)
+        original = rt.handle(await rt.start("|loop:3| improve the text", worker=FIRST))
         await original.wait()
         rounds = await original.history()
-        replay = await rt.replay(original.loop_id[:8], 2, worker=SECOND)
+        replay = rt.handle(await rt.replay(original.loop_id[:8], 2, worker=SECOND))
         final = await replay.wait()
         replayed = await replay.history()
         with pytest.raises(ReplayError, match="has no round 9"):
             await rt.replay(original.loop_id, 9)
         with pytest.raises(LoopNotFound):
             await rt.replay("nosuchloop", 1)
-        same_worker = await rt.replay(original.loop_id, 1)
+        same_worker = rt.handle(await rt.replay(original.loop_id, 1))
         await same_worker.wait()
     assert final.phase == "complete"
     assert final.spec.replay_of == f"{original.loop_id}:2"

@@ -49,7 +49,7 @@ def test_retention_interval() -> None:
 
 
 async def finish_two(rt: Runtime) -> list[str]:
-    done = [await rt.start(f"|loop:2| task {n}") for n in range(2)]
+    done = [rt.handle(await rt.start(f"|loop:2| task {n}")) for n in range(2)]
     for handle in done:
         await handle.wait()
     ended = max([(await handle.status()).updated_at for handle in done])
@@ -60,7 +60,7 @@ async def finish_two(rt: Runtime) -> list[str]:
 
 async def test_prune_removes_finished_loops_and_keeps_live_ones(rt: Runtime) -> None:
     finished = await finish_two(rt)
-    paused = await rt.start("|loop:5| paused", worker="scripted:latency=0.05")
+    paused = rt.handle(await rt.start("|loop:5| paused", worker="scripted:latency=0.05"))
     await paused.pause()
     await paused.wait_phase("paused")
 

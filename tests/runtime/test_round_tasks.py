@@ -34,7 +34,9 @@ async def test_rounds_reuse_tasks_in_fresh_contexts() -> None:
     round_fns.ROUND_TASKS.clear()
     round_fns.ROUND_TASK_NAMES.clear()
     async with open_runtime(memory_config()) as rt:
-        handles = [await rt.start(f"|loop:4,fresh| job {i}", worker=WORKER) for i in range(3)]
+        handles = [
+            rt.handle(await rt.start(f"|loop:4,fresh| job {i}", worker=WORKER)) for i in range(3)
+        ]
         states = [await h.wait() for h in handles]
     assert [s.phase for s in states] == ["complete"] * 3
     assert len(round_fns.SEEN_VAR) == 12
@@ -54,10 +56,10 @@ async def test_a_stop_cancels_a_round_running_in_a_reused_task(
 ) -> None:
     async with open_runtime(memory_config()) as rt:
         # Not a zero-latency worker: its round would run in no task (below).
-        first = await rt.start("|loop:1| warm up", worker="scripted:latency=1")
+        first = rt.handle(await rt.start("|loop:1| warm up", worker="scripted:latency=1"))
         assert (await first.wait()).phase == "complete"
         assert idle_round_tasks(rt) == 1  # the warm-up round's task waits for the next round
-        handle = await rt.start("|loop:3| slow", worker="scripted:latency=60")
+        handle = rt.handle(await rt.start("|loop:3| slow", worker="scripted:latency=60"))
         await trio.testing.wait_all_tasks_blocked()
         assert idle_round_tasks(rt) == 0  # it took the slow round
         with trio.fail_after(1):
@@ -74,7 +76,8 @@ async def test_idle_round_tasks_are_capped_and_end_with_the_runtime(
     with trio.fail_after(60):  # idle tasks that outlived the Dispatcher would hang the exit
         async with open_runtime(memory_config()) as rt:
             handles = [
-                await rt.start(f"|loop:1| burst {i}", worker="scripted:latency=1") for i in range(5)
+                rt.handle(await rt.start(f"|loop:1| burst {i}", worker="scripted:latency=1"))
+                for i in range(5)
             ]
             for h in handles:
                 await h.wait()
@@ -87,7 +90,7 @@ async def test_idle_round_tasks_are_capped_and_end_with_the_runtime(
 async def test_an_idle_round_task_keeps_nothing_of_its_last_round() -> None:
     big_task = "x" * 100_000
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start(f"|loop:1| {big_task}", worker=WORKER)
+        handle = rt.handle(await rt.start(f"|loop:1| {big_task}", worker=WORKER))
         assert (await handle.wait()).phase == "complete"
         await trio.testing.wait_all_tasks_blocked()
         dispatcher = dispatcher_of(rt)
@@ -109,7 +112,9 @@ async def test_a_cancelled_key_is_remembered_for_a_while_only(
         dispatcher = rt.node.ref("dispatcher")
         # A stop that overtook its round's Dispatch: the round is not run when it arrives.
         await dispatcher.cast(CancelRound("early:1"))
-        swallowed = await rt.start("|loop:1| overtaken", loop_id="early", worker="scripted")
+        swallowed = rt.handle(
+            await rt.start("|loop:1| overtaken", loop_id="early", worker="scripted")
+        )
         await swallowed.wait()
         [record] = await rt.history("early")
         assert record.status == "timed_out"  # the runner's watchdog found it lost
@@ -117,7 +122,7 @@ async def test_a_cancelled_key_is_remembered_for_a_while_only(
         # id again (after the first was pruned) runs its rounds.
         await dispatcher.cast(CancelRound("again:1"))
         await trio.sleep(_dispatcher.CANCELLED_TTL + 1)
-        handle = await rt.start("|loop:1| later", loop_id="again", worker="scripted")
+        handle = rt.handle(await rt.start("|loop:1| later", loop_id="again", worker="scripted"))
         await handle.wait()
         [record] = await rt.history("again")
         assert record.status == "completed"
@@ -125,7 +130,7 @@ async def test_a_cancelled_key_is_remembered_for_a_while_only(
 
 async def test_a_round_answered_on_the_spot_runs_in_no_task() -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:3,fresh| at once", worker="scripted:fail_every=2")
+        handle = rt.handle(await rt.start("|loop:3,fresh| at once", worker="scripted:fail_every=2"))
         final = await handle.wait()
         history = await handle.history()
         await trio.testing.wait_all_tasks_blocked()
@@ -141,9 +146,9 @@ async def test_a_round_answered_on_the_spot_waits_for_a_concurrency_slot(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with open_runtime(memory_config(max_concurrent_rounds=1)) as rt:
-        slow = await rt.start("|loop:1| holds the slot", worker="scripted:latency=5")
+        slow = rt.handle(await rt.start("|loop:1| holds the slot", worker="scripted:latency=5"))
         await trio.testing.wait_all_tasks_blocked()
-        fast = await rt.start("|loop:1| at once", worker="scripted")
+        fast = rt.handle(await rt.start("|loop:1| at once", worker="scripted"))
         await trio.testing.wait_all_tasks_blocked()
         assert (await fast.status()).phase == "awaiting_worker"  # queued behind the slow one
         assert (await fast.wait()).phase == "complete"

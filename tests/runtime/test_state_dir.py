@@ -44,7 +44,7 @@ async def test_a_lost_state_directory_stops_the_runtime(
     config = RuntimeConfig(state_dir=state, worker="scripted:latency=0.5")
     with pytest.raises(StateDirectoryLost, match=said) as info:
         async with open_runtime(config) as rt:
-            handle = await rt.start("|loop:50| long work")
+            handle = rt.handle(await rt.start("|loop:50| long work"))
             await trio.sleep(1)
             change(state)  # type: ignore[operator]
             with trio.fail_after(5):  # cancelled by the watch within a second or so

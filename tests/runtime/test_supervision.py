@@ -32,7 +32,7 @@ async def test_a_crash_of_each_runtime_actor_is_survived(
 ) -> None:
     async with open_runtime(memory_config(inter_round_delay=0.5)) as rt:
         handles = [
-            await rt.start(f"|loop:5,fresh| loop {i}", worker="scripted:latency=1")
+            rt.handle(await rt.start(f"|loop:5,fresh| loop {i}", worker="scripted:latency=1"))
             for i in range(3)
         ]
         await trio.sleep(2.2)  # mid-way: about round 2 of each
@@ -56,7 +56,7 @@ async def test_the_coordinator_restarting_adopts_live_runners(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:4| keep going", worker="scripted:latency=1")
+        handle = rt.handle(await rt.start("|loop:4| keep going", worker="scripted:latency=1"))
         await trio.sleep(1.5)
         runner = rt.node.whereis(runner_name(handle.loop_id))
         inject_crash(rt.node, "coordinator")
@@ -64,7 +64,7 @@ async def test_the_coordinator_restarting_adopts_live_runners(
         assert rt.node.whereis(runner_name(handle.loop_id)) == runner  # not restarted
         assert (await handle.wait()).phase == "complete"
         # Commands reach it through the new coordinator.
-        again = await rt.start("|loop:2| after", worker="scripted:latency=1")
+        again = rt.handle(await rt.start("|loop:2| after", worker="scripted:latency=1"))
         await trio.sleep(0.5)
         assert (await again.stop()).phase == "cancelled"
 
@@ -75,8 +75,8 @@ async def test_a_loop_whose_runner_keeps_crashing_ends_in_error(
     from loopactors.runtime._runner import MAX_RUNNER_RESTARTS
 
     async with open_runtime(memory_config()) as rt:
-        victim = await rt.start("|loop:5| poisoned", worker="scripted:latency=100")
-        bystander = await rt.start("|loop:2| healthy", worker="scripted:latency=1")
+        victim = rt.handle(await rt.start("|loop:5| poisoned", worker="scripted:latency=100"))
+        bystander = rt.handle(await rt.start("|loop:2| healthy", worker="scripted:latency=1"))
         for _ in range(MAX_RUNNER_RESTARTS + 1):
             await trio.sleep(0.5)
             inject_crash(rt.node, runner_name(victim.loop_id))
@@ -100,7 +100,7 @@ async def test_a_runner_crashing_because_a_service_is_down_does_not_give_up(
     from loopactors.runtime._runner import MAX_RUNNER_RESTARTS
 
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:3| keep going", worker="scripted:latency=100")
+        handle = rt.handle(await rt.start("|loop:3| keep going", worker="scripted:latency=100"))
         for _ in range(MAX_RUNNER_RESTARTS + 3):
             await trio.sleep(0.5)
             inject_crash(
@@ -124,7 +124,7 @@ async def test_a_recovery_snapshot_that_went_stale_does_not_run_a_round_again(
     from loopactors.loops import RoundFinished
 
     async with open_runtime(memory_config()) as rt:
-        handle = await rt.start("|loop:2| short", worker="scripted:latency=1")
+        handle = rt.handle(await rt.start("|loop:2| short", worker="scripted:latency=1"))
         await trio.sleep(0.5)
         stale = await handle.status()
         assert stale.phase == "awaiting_worker"

@@ -102,8 +102,10 @@ async def test_an_ended_loop_leaves_no_timer_behind(
     config = memory_config(round_timeout=600.0, inter_round_delay=30.0)
     async with open_runtime(config) as rt:
         timers = rt.node.ref("timers")
-        done = await rt.start("|loop:2| finishes", worker="scripted")
-        stopped = await rt.start("|loop:3| stopped mid-round", worker="scripted:latency=100")
+        done = rt.handle(await rt.start("|loop:2| finishes", worker="scripted"))
+        stopped = rt.handle(
+            await rt.start("|loop:3| stopped mid-round", worker="scripted:latency=100")
+        )
         await trio.sleep(1)
         # Each loop has its watchdog pending (and the first its inter-round delay).
         assert (await timers.call(GetTimersStatistics()))["pending"] >= 2
@@ -121,7 +123,7 @@ async def test_a_full_timers_mailbox_holds_runners_back_instead_of_crashing_them
     async with open_runtime(memory_config(inter_round_delay=1.0)) as rt:
         with rt.subscribe() as events:
             handles = [
-                await rt.start(f"|loop:3| burst {i}", worker="scripted:latency=2")
+                rt.handle(await rt.start(f"|loop:3| burst {i}", worker="scripted:latency=2"))
                 for i in range(30)
             ]
             states = [await h.wait() for h in handles]

@@ -55,11 +55,13 @@ async def test_the_check_passing_completes_the_loop_and_its_failures_reach_the_p
     ws.mkdir()
     seen: list[object] = []
     async with open_runtime(sqlite_config(tmp_path / "state"), observer=seen.append) as rt:
-        handle = await rt.start(
-            "|loop:10| make done.txt",
-            worker=writer(ws, 3),
-            until=check_for(ws),
-            stale_rounds_limit=10,
+        handle = rt.handle(
+            await rt.start(
+                "|loop:10| make done.txt",
+                worker=writer(ws, 3),
+                until=check_for(ws),
+                stale_rounds_limit=10,
+            )
         )
         final = await handle.wait()
         history = await handle.history()
@@ -90,11 +92,13 @@ async def test_the_check_passing_completes_the_loop_and_its_failures_reach_the_p
 
 async def test_claims_of_done_the_check_refutes_escalate(tmp_path: Path) -> None:
     async with open_runtime(sqlite_config(tmp_path / "state")) as rt:
-        handle = await rt.start(
-            "|loop:10| claim it",
-            worker="scripted:done_at=2",
-            until="false",
-            max_unverified_claims=3,
+        handle = rt.handle(
+            await rt.start(
+                "|loop:10| claim it",
+                worker="scripted:done_at=2",
+                until="false",
+                max_unverified_claims=3,
+            )
         )
         final = await handle.wait()
         history = await handle.history()
@@ -109,7 +113,7 @@ async def test_claims_of_done_the_check_refutes_escalate(tmp_path: Path) -> None
 
 async def test_rounds_running_out_before_the_check_passes_is_no_success(tmp_path: Path) -> None:
     async with open_runtime(sqlite_config(tmp_path / "state")) as rt:
-        handle = await rt.start("|loop:2| try", worker="scripted", until="exit 1")
+        handle = rt.handle(await rt.start("|loop:2| try", worker="scripted", until="exit 1"))
         final = await handle.wait()
     assert final.phase == "escalated"
     assert final.trigger == "until_not_met"
@@ -120,7 +124,9 @@ async def test_a_check_past_its_timeout_is_ended_and_recorded(tmp_path: Path) ->
     pidfile = tmp_path / "pid"
     check = f"sleep 300 & echo $! > {shlex.quote(str(pidfile))}; wait"
     async with open_runtime(sqlite_config(tmp_path / "state", kill_grace=1.0)) as rt:
-        handle = await rt.start("|loop:1| t", worker="scripted", until=check, until_timeout=0.5)
+        handle = rt.handle(
+            await rt.start("|loop:1| t", worker="scripted", until=check, until_timeout=0.5)
+        )
         final = await handle.wait()
         (record,) = await handle.history()
     assert final.trigger == "until_not_met"
@@ -138,7 +144,9 @@ async def test_a_stop_during_the_check_ends_it_and_the_loop(tmp_path: Path) -> N
         f"touch {shlex.quote(str(started))}; wait"
     )
     async with open_runtime(sqlite_config(tmp_path / "state", kill_grace=1.0)) as rt:
-        handle = await rt.start("|loop:3| t", worker="scripted:latency=0.01", until=check)
+        handle = rt.handle(
+            await rt.start("|loop:3| t", worker="scripted:latency=0.01", until=check)
+        )
         while not started.exists():  # the check is running
             await trio.sleep(0.02)
         final = await handle.stop()
@@ -167,10 +175,12 @@ async def test_a_check_that_cannot_start_is_refused_at_admission(
 
 async def test_a_dollar_budget_stops_the_loop_before_a_round_over_it(tmp_path: Path) -> None:
     async with open_runtime(sqlite_config(tmp_path / "state")) as rt:
-        handle = await rt.start(
-            "|loop:10| spend",
-            worker="python:tests.runtime.round_fns:spend_dollars",
-            max_cost_usd=1.0,
+        handle = rt.handle(
+            await rt.start(
+                "|loop:10| spend",
+                worker="python:tests.runtime.round_fns:spend_dollars",
+                max_cost_usd=1.0,
+            )
         )
         final = await handle.wait()
         history = await handle.history()
@@ -211,7 +221,7 @@ async def test_a_dollar_budget_for_a_worker_that_reports_no_cost_is_refused(
 async def test_a_node_wide_dollar_budget_does_not_refuse_such_loops(tmp_path: Path) -> None:
     config = sqlite_config(tmp_path / "state").replace(breaker={"max_cost_usd": 5.0})
     async with open_runtime(config) as rt:
-        final = await (await rt.start("|loop:1| t", worker="scripted")).wait()
+        final = await (rt.handle(await rt.start("|loop:1| t", worker="scripted"))).wait()
     assert final.phase == "complete"
 
 
@@ -222,8 +232,14 @@ async def test_the_watchdog_gives_a_round_its_checks_time_too(
     # own timeout: the round is not taken for lost, and the check's pass completes the loop.
     monkeypatch.setattr("loopactors.runtime._runner.WATCHDOG_GRACE", 0.3)
     async with open_runtime(sqlite_config(tmp_path / "state")) as rt:
-        handle = await rt.start(
-            "|loop:1| t", worker="scripted", until="sleep 1.5", round_timeout=0.2, until_timeout=30
+        handle = rt.handle(
+            await rt.start(
+                "|loop:1| t",
+                worker="scripted",
+                until="sleep 1.5",
+                round_timeout=0.2,
+                until_timeout=30,
+            )
         )
         final = await handle.wait()
         (record,) = await handle.history()
@@ -243,7 +259,9 @@ async def test_a_check_that_ends_at_sigterm_is_not_waited_for_kill_grace(
     check = f"touch {shlex.quote(str(started))}; exec sleep 300"
     async with open_runtime(sqlite_config(tmp_path / "state", kill_grace=HANG)) as rt:
         timeout = 0.5 if how == "timeout" else HANG
-        handle = await rt.start("|loop:1| t", worker="scripted", until=check, until_timeout=timeout)
+        handle = rt.handle(
+            await rt.start("|loop:1| t", worker="scripted", until=check, until_timeout=timeout)
+        )
         if how == "stop":
             while not started.exists():  # the check is running
                 await trio.sleep(0.02)

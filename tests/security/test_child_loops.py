@@ -64,7 +64,7 @@ async def test_a_model_cannot_start_a_child_loop_that_widens_its_confinement(
             completion("done"),
         )
         async with open_runtime(config) as runtime:
-            parent = await runtime.start("|loop:1| escape", worker=spec)
+            parent = runtime.handle(await runtime.start("|loop:1| escape", worker=spec))
             await parent.wait()
             history = await parent.history()
             loops = await runtime.loops()
@@ -103,7 +103,7 @@ async def test_a_child_loop_runs_the_parents_spec_unless_the_operator_allows_ano
             store="memory", shutdown_grace=5.0, child_workers=("scripted", wider)
         )
         async with open_runtime(config) as runtime:
-            parent = await runtime.start("|loop:1| delegate", worker=spec)
+            parent = runtime.handle(await runtime.start("|loop:1| delegate", worker=spec))
             await parent.wait()
             children = [s for s in await runtime.loops() if s.spec.parent_id == parent.loop_id]
             for child in children:

@@ -109,10 +109,10 @@ async def test_an_inject_ledger_block_is_built_off_the_event_loop_within_a_bound
     monkeypatch.setattr(_context_builder, "build_context_injection", slow)
     try:
         async with open_runtime(memory_config()) as runtime:
-            handle = await runtime.start(
+            handle = runtime.handle(await runtime.start(
                 "|loop:3| improve it", worker="python:tests.runtime.round_fns:record",
                 inject_ledger=True,
-            )  # fmt: skip
+            ))  # fmt: skip
             state = await handle.wait()
     finally:
         release.set()

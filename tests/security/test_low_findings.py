@@ -51,7 +51,7 @@ async def test_ids_in_the_grammar_are_taken(
     autojump_clock: trio.testing.MockClock, loop_id: str
 ) -> None:
     async with open_runtime(memory_config()) as runtime:
-        handle = await runtime.start("|loop:1| x", loop_id=loop_id)
+        handle = runtime.handle(await runtime.start("|loop:1| x", loop_id=loop_id))
         assert (await handle.wait()).phase == "complete"
 
 
@@ -77,7 +77,7 @@ async def test_a_restart_between_rounds_keeps_the_delay(tmp_path: Path) -> None:
     delay = 2.0
     config = sqlite_config(tmp_path / "state", worker="scripted")
     async with open_runtime(config) as runtime:
-        handle = await runtime.start("|loop:2| x", inter_round_delay=delay)
+        handle = runtime.handle(await runtime.start("|loop:2| x", inter_round_delay=delay))
         while len(await handle.history()) < 1 or (await handle.history())[0].status != "completed":
             await trio.sleep(0.01)
         first = (await handle.history())[0]
@@ -140,7 +140,9 @@ async def test_a_new_state_directory_is_private(tmp_path: Path) -> None:
     state = tmp_path / "state"
     config = sqlite_config(state, keep_full_outputs=True, max_output_bytes=10)
     async with open_runtime(config) as runtime:
-        handle = await runtime.start("|loop:1| x", worker="scripted:output=" + "y" * 50)
+        handle = runtime.handle(
+            await runtime.start("|loop:1| x", worker="scripted:output=" + "y" * 50)
+        )
         await handle.wait()
         assert _mode(state / "loopactors.db-wal") == 0o600
     assert _mode(state) == 0o700
@@ -180,8 +182,8 @@ async def test_an_undecodable_row_is_skipped_naming_its_loop(
     state = tmp_path / "state"
     config = sqlite_config(state, worker="scripted:latency=0.05")
     async with open_runtime(config) as runtime:
-        good = await runtime.start("|loop:3| good", loop_id="good-1")
-        bad = await runtime.start("|loop:3| bad", loop_id="bad-1")
+        good = runtime.handle(await runtime.start("|loop:3| good", loop_id="good-1"))
+        bad = runtime.handle(await runtime.start("|loop:3| bad", loop_id="bad-1"))
         await trio.lowlevel.checkpoint()
     assert good.loop_id
     assert bad.loop_id

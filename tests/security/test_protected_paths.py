@@ -316,7 +316,7 @@ async def test_the_runtime_names_its_state_and_token_file_to_the_agents_tools(
     with ChatServer(replies) as server:
         spec = f"agent:model=m,base_url={server.base_url},workspace={workspace},bash=off"
         async with open_runtime(config) as runtime:
-            loop = await runtime.start("|loop:1| look", worker=spec)
+            loop = runtime.handle(await runtime.start("|loop:1| look", worker=spec))
             await loop.wait()
             history = await loop.history()
     results = {
@@ -342,7 +342,7 @@ async def test_a_workspace_list_that_cannot_be_written_is_said_once_and_not_fata
     with ChatServer([completion("one"), completion("two")]) as server:
         spec = f"agent:model=m,base_url={server.base_url},workspace={workspace},bash=off"
         async with open_runtime(RuntimeConfig(store="memory", shutdown_grace=5.0)) as runtime:
-            loop = await runtime.start("|loop:2,fresh| work", worker=spec)
+            loop = runtime.handle(await runtime.start("|loop:2,fresh| work", worker=spec))
             state = await loop.wait()
     assert (state.phase, state.completed_rounds) == ("complete", 2)
     said = [r for r in caplog.records if "cannot list" in r.getMessage()]

@@ -175,7 +175,7 @@ async def test_a_runtime_taken_over_stops_with_lease_lost_and_writes_nothing_mor
     )
     with pytest.raises(LeaseLost, match="taken over by another node"):
         async with open_runtime(config) as rt:
-            handle = await rt.start("|loop:50| long work")
+            handle = rt.handle(await rt.start("|loop:50| long work"))
             with rt.subscribe(handle.loop_id) as events:
                 async for _ in events:
                     break  # it runs

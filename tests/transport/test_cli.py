@@ -111,7 +111,7 @@ async def test_rounds_run_over_tls(tls_redis: LocalRedis, workers: Workers, tmp_
     await workers.start(url, "w1", kinds="scripted")
     config = RuntimeConfig(store="memory", transport=url)
     async with open_runtime(config) as rt:
-        loop = await rt.start("|loop:2,fresh| over tls", worker="scripted")
+        loop = rt.handle(await rt.start("|loop:2,fresh| over tls", worker="scripted"))
         assert (await loop.wait()).phase == "complete"
     assert SECRET not in workers.log("w1")
 

@@ -60,7 +60,7 @@ async def test_a_killed_worker_is_marked_dead_then_removed_once_its_round_moved(
     async with open_runtime(config) as rt:
         await workers.start(url, "doomed", kinds="command")
         slow = command('if [ "$LOOPACTORS_WORKER_NAME" = doomed ]; then sleep 30; fi; echo done')
-        loop = await rt.start("|loop:1| work", worker=slow)
+        loop = rt.handle(await rt.start("|loop:1| work", worker=slow))
 
         async def held() -> bool:
             return await pending(url, "command") == 1
@@ -109,7 +109,7 @@ async def test_the_node_sweeps_when_no_worker_is_left(
     await workers.start(url, "lonely", kinds="scripted")
     config = RuntimeConfig(store="memory", transport=url)
     async with open_runtime(config) as rt:
-        loop = await rt.start("|loop:1| one", worker="scripted")
+        loop = rt.handle(await rt.start("|loop:1| one", worker="scripted"))
         assert (await loop.wait()).phase == "complete"
         assert "lonely" in await consumers(url, "scripted")
         workers.kill("lonely")
@@ -130,7 +130,7 @@ async def test_a_worker_that_stops_says_goodbye_with_its_consumers(
     url = redis_server.url()
     process = await workers.start(url, "polite", kinds="scripted")
     async with open_runtime(RuntimeConfig(store="memory", transport=url)) as rt:
-        loop = await rt.start("|loop:1| one", worker="scripted")
+        loop = rt.handle(await rt.start("|loop:1| one", worker="scripted"))
         assert (await loop.wait()).phase == "complete"
     assert "polite" in await consumers(url, "scripted")  # a consumer once it took an order
 

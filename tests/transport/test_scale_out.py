@@ -71,7 +71,7 @@ async def test_rounds_spread_across_worker_processes(
     async with trio.open_nursery() as nursery:
         for name in sorted(names):
             nursery.start_soon(workers.start, redis_server.url(), name)
-    loops = [await node.start("|loop:2,fresh| work", worker=NAMED) for _ in range(6)]
+    loops = [node.handle(await node.start("|loop:2,fresh| work", worker=NAMED)) for _ in range(6)]
     used: list[str] = []
     for loop in loops:
         final = await loop.wait()
@@ -94,7 +94,7 @@ async def test_a_killed_workers_round_is_reclaimed_and_recorded_once(
         'if [ "$LOOPACTORS_WORKER_NAME" = doomed ]; then sleep 5; fi; '
         'echo "ran on $LOOPACTORS_WORKER_NAME"'
     )
-    loop = await node.start("|loop:2,fresh| work", worker=slow)
+    loop = node.handle(await node.start("|loop:2,fresh| work", worker=slow))
 
     async def held() -> bool:
         return await pending(url, "command") == 1
@@ -120,7 +120,7 @@ async def test_a_round_whose_workers_keep_dying_fails_instead_of_going_round_for
                 functools.partial(workers.start, url, name, options=("--max-deliveries", "2"))
             )
     # The round's command kills the worker process that runs it (its parent).
-    loop = await node.start("|loop:1| poison", worker=command("kill -9 $PPID"))
+    loop = node.handle(await node.start("|loop:1| poison", worker=command("kill -9 $PPID")))
     await loop.wait()
     [record] = await loop.history()
     assert record.status == "failed"
@@ -143,7 +143,7 @@ async def test_stop_reaches_the_remote_round(
         f'trap "echo TERM > {shlex.quote(str(marker))}; exit 1" TERM; '
         f"touch {shlex.quote(str(trapped))}; sleep 3600 & wait"
     )
-    loop = await node.start("|loop:3| wait", worker=command(script))
+    loop = node.handle(await node.start("|loop:3| wait", worker=command(script)))
 
     async def held() -> bool:
         return await pending(url, "command") == 1 and trapped.exists()
@@ -172,7 +172,7 @@ async def test_redis_restarted_mid_run_loses_nothing(
 ) -> None:
     url = redis_server.url()
     await workers.start(url, "w1", slots=2)
-    loops = [await node.start("|loop:4,fresh| work", worker=NAMED) for _ in range(2)]
+    loops = [node.handle(await node.start("|loop:4,fresh| work", worker=NAMED)) for _ in range(2)]
 
     async def some_rounds_done() -> bool:
         states = [await node.get(loop.loop_id) for loop in loops]
@@ -196,8 +196,8 @@ async def test_a_worker_never_takes_a_kind_it_does_not_run(
 ) -> None:
     url = redis_server.url()
     await workers.start(url, "scripted-only", kinds="scripted")
-    loop = await node.start("|loop:1| work", worker=NAMED)
-    quick = await node.start("|loop:1| work", worker="scripted")
+    loop = node.handle(await node.start("|loop:1| work", worker=NAMED))
+    quick = node.handle(await node.start("|loop:1| work", worker="scripted"))
     assert (await quick.wait()).phase == "complete"  # that worker is alive and working
     await trio.sleep(0.5)
     state = await node.get(loop.loop_id)
@@ -222,7 +222,7 @@ async def test_a_node_restarted_mid_round_records_the_round_once(
     )
     slow = command('sleep 1; echo "ran on $LOOPACTORS_WORKER_NAME"')
     async with open_runtime(config) as rt:
-        loop = await rt.start("|loop:2,fresh| work", worker=slow)
+        loop = rt.handle(await rt.start("|loop:2,fresh| work", worker=slow))
 
         async def held() -> bool:
             return await pending(url, "command") == 1
@@ -243,7 +243,7 @@ async def test_a_command_need_only_exist_where_the_rounds_run(
     """With remote workers the node checks a spec's form, not its local resources."""
     tool = tmp_path / "remote-only-tool"
     spec = f"command:{tool} --fast"
-    loop = await node.start("|loop:1| work", worker=spec)  # not on this machine (yet)
+    loop = node.handle(await node.start("|loop:1| work", worker=spec))  # not on this machine (yet)
     assert (await node.get(loop.loop_id)).phase != "error"
     tool.write_text("#!/bin/sh\necho made it\n")
     tool.chmod(0o755)
@@ -321,7 +321,7 @@ async def test_the_next_worker_of_the_machine_ends_a_killed_workers_command_grou
         f'if [ "$LOOPACTORS_WORKER_NAME" = doomed ]; then trap "" TERM; echo $$ > {pid_file}; '
         'sleep 60; fi; echo "ran on $LOOPACTORS_WORKER_NAME"'
     )
-    loop = await node.start("|loop:1| work", worker=stubborn)
+    loop = node.handle(await node.start("|loop:1| work", worker=stubborn))
 
     async def leader_running() -> bool:
         return pid_file.exists() and pid_file.read_text().strip().isdigit()
@@ -363,7 +363,7 @@ async def test_a_round_no_live_worker_serves_is_said_to_wait(
     )
     async with open_runtime(config) as node:
         with node.subscribe() as events:
-            loop = await node.start("|loop:1| work", worker=NAMED)
+            loop = node.handle(await node.start("|loop:1| work", worker=NAMED))
             told = None
             async for event in events:
                 if isinstance(event, RoundWaiting):
@@ -414,7 +414,7 @@ async def test_the_until_check_runs_on_the_worker_with_the_documented_environmen
     # LOOPACTORS_ROUND set, as in the node's own process.
     await workers.start(redis_server.url(), "w1")
     until = 'echo "loop=$LOOPACTORS_LOOP_ID round=$LOOPACTORS_ROUND"; exit 1'
-    loop = await node.start("|loop:2,fresh| work", worker=NAMED, until=until)
+    loop = node.handle(await node.start("|loop:2,fresh| work", worker=NAMED, until=until))
     final = await loop.wait()
     assert final.trigger == "until_not_met"
     checks = [r.check for r in await loop.history()]

@@ -47,7 +47,7 @@ async def forever(request: RoundRequest, context: RoundContext | None) -> str:
 
 async def starts_child(request: RoundRequest, context: RoundContext | None) -> str:
     assert context is not None
-    child = await context.start_child("child task", rounds=2)
+    child = await context.start("child task", rounds=2)
     return f"started {child}"
 
 

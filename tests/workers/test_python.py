@@ -51,12 +51,12 @@ async def test_context_is_passed() -> None:
         def __init__(self) -> None:
             self.started: list[tuple[str, dict[str, Any]]] = []
 
-        async def start_child(self, text: str, **options: Any) -> Any:
-            self.started.append((text, options))
+        async def start(self, loop: str, **options: Any) -> Any:
+            self.started.append((loop, options))
             return "child-1"
 
     context = Context()
-    # Only start_child is used by starts_child: a partial RoundContext is enough.
+    # Only start is used by starts_child: a partial RoundContext is enough.
     round_context = cast(RoundContext, context)
     result = await parse_worker(f"{SAMPLE}:starts_child").run(make_request(), round_context)
     assert result.output == "started child-1"
