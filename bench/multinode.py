@@ -197,7 +197,7 @@ async def rounds_on(
     config = config_for(store, state_dir, loops, 10.0)
     async with open_runtime(config) as rt:
         wall, cpu, server = time.perf_counter(), time.process_time(), _server_cpu(postmaster)
-        handles = [await rt.start(f"|loop:{ROUNDS},fresh| t{i}") for i in range(loops)]
+        handles = [rt.handle(await rt.start(f"|loop:{ROUNDS},fresh| t{i}")) for i in range(loops)]
         for handle in handles:
             await handle.wait()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

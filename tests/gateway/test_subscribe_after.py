@@ -32,7 +32,7 @@ async def test_replayed_and_live_events_carry_their_place_and_after_skips(
     live_node: LiveNode,
 ) -> None:
     runtime = live_node.runtime
-    handle = await runtime.start("|loop:3| count", worker="scripted")
+    handle = runtime.handle(await runtime.start("|loop:3| count", worker="scripted"))
     await handle.wait()
     stored = await runtime.stored_events(handle.loop_id)
     assert len(stored) >= 8
@@ -51,21 +51,25 @@ async def test_replayed_and_live_events_carry_their_place_and_after_skips(
                 "type"
             ] == "ok"
         # Live events go on numbering where the stored ones stopped.
-        live = await runtime.start("|loop:2| more", worker="scripted:latency=0.05")
+        live = runtime.handle(await runtime.start("|loop:2| more", worker="scripted:latency=0.05"))
         request = {"type": "subscribe", "id": 3, "loop_id": live.loop_id, "replay": True}
         assert (await raw.ask(request))["type"] == "ok"
         frames = await _frames_until_finished(raw)
         assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
         assert len(frames) == len(await runtime.stored_events(live.loop_id))
         # Without replay, events are not numbered.
-        other = await runtime.start("|loop:1| plain", worker="scripted:latency=0.05")
+        other = runtime.handle(
+            await runtime.start("|loop:1| plain", worker="scripted:latency=0.05")
+        )
         request = {"type": "subscribe", "id": 4, "loop_id": other.loop_id}
         assert (await raw.ask(request))["type"] == "ok"
         assert all(f.get("seq") is None for f in await _frames_until_finished(raw))
 
 
 async def test_after_out_of_place_is_refused_by_name(live_node: LiveNode) -> None:
-    handle = await live_node.runtime.start("|loop:1| x", worker="scripted")
+    handle = live_node.runtime.handle(
+        await live_node.runtime.start("|loop:1| x", worker="scripted")
+    )
     await handle.wait()
     stored = len(await live_node.runtime.stored_events(handle.loop_id))
     base = {"type": "subscribe", "id": 1, "loop_id": handle.loop_id}
