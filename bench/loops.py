@@ -2,6 +2,7 @@
 
     python bench/loops.py                 # 10,000 loops x 5 rounds (about a minute)
     python bench/loops.py --loops 1000    # smaller
+    python bench/loops.py --durability    # SQLite with durability normal and full, 3 times
 
 Each case runs in a fresh process (so peak RSS is its own). The headline is the natural
 embedding: each loop started and awaited by its own task (``open_runtime``, ``Runtime.start``,
@@ -56,7 +57,7 @@ from loopactors.loops._rules import (
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.runtime._ledger import attempt_of, breaker_config
 from loopactors.runtime._spec import build_spec
-from loopactors.storage import MemoryBackend, Write
+from loopactors.storage import DURABILITIES, MemoryBackend, Write, check_durability
 from loopactors.workers import RoundRequest, parse_worker
 
 ROUNDS = 5
@@ -73,10 +74,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def runtime_case(loops: int, store: str) -> dict[str, Any]:
+async def runtime_case(loops: int, store: str, durability: str = "normal") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         config = RuntimeConfig(
             store=store,
+            durability=check_durability(durability),
             state_dir=Path(tmp),
             max_live_loops=loops,
             max_concurrent_rounds=loops,
@@ -123,15 +125,17 @@ async def runtime_case(loops: int, store: str) -> dict[str, Any]:
         "p99_transition_ms": percentile(gaps, 0.99) * 1000,
         "seconds": elapsed,
         "cpu_seconds": cpu,
+        "commits": stats.commits,
     }
 
 
-async def embedded_case(loops: int, store: str) -> dict[str, Any]:
+async def embedded_case(loops: int, store: str, durability: str = "normal") -> dict[str, Any]:
     """The natural embedding: each loop started and awaited by its own task, through
     ``open_runtime``, ``Runtime.start`` and ``LoopHandle.wait`` only (the headline)."""
     with tempfile.TemporaryDirectory() as tmp:
         config = RuntimeConfig(
             store=store,
+            durability=check_durability(durability),
             state_dir=Path(tmp),
             max_live_loops=loops,
             max_concurrent_rounds=loops,
@@ -148,7 +152,7 @@ async def embedded_case(loops: int, store: str) -> dict[str, Any]:
             stats = await rt.store_statistics()
             assert stats.rounds == loops * ROUNDS, stats
             assert stats.live_loops == 0, stats
-    return result
+    return {**result, "commits": stats.commits}
 
 
 async def bare_baseline_case(loops: int) -> dict[str, Any]:
@@ -492,13 +496,13 @@ def _ms(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.2f}ms"  # NaN: not measured in that case
 
 
-def run_case(case: str, loops: int) -> dict[str, Any]:
+def run_case(case: str, loops: int, durability: str = "normal") -> dict[str, Any]:
     if case in ("embedded-memory", "embedded-sqlite"):
-        result = trio.run(embedded_case, loops, case.removeprefix("embedded-"))
+        result = trio.run(embedded_case, loops, case.removeprefix("embedded-"), durability)
     elif case == "memory":
         result = trio.run(runtime_case, loops, "memory")
     elif case == "sqlite":
-        result = trio.run(runtime_case, loops, "sqlite")
+        result = trio.run(runtime_case, loops, "sqlite", durability)
     elif case == "baseline":
         result = trio.run(baseline_case, loops)
     elif case == "bare":
@@ -515,11 +519,14 @@ def run_case(case: str, loops: int) -> dict[str, Any]:
     return result
 
 
-def in_subprocess(case: str, loops: int, script: str = __file__) -> dict[str, Any]:
+def in_subprocess(
+    case: str, loops: int, script: str = __file__, durability: str = "normal"
+) -> dict[str, Any]:
     """Run ``script --case CASE --loops N`` in a fresh process (its own peak RSS); its last
     line of output is the case's result as JSON."""
+    given = ["--case-durability", durability] if durability != "normal" else []
     out = subprocess.run(
-        [sys.executable, script, "--case", case, "--loops", str(loops)],
+        [sys.executable, script, "--case", case, "--loops", str(loops), *given],
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
@@ -537,9 +544,19 @@ def main() -> None:
             "sqlite-floor", "stop", "floor", "idle",
         ],
     )  # fmt: skip
+    parser.add_argument(
+        "--durability",
+        action="store_true",
+        help="only the SQLite cases, with durability normal and with full, interleaved",
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each (--durability)")
+    parser.add_argument("--case-durability", choices=DURABILITIES, default="normal")
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(run_case(args.case, args.loops)))
+        print(json.dumps(run_case(args.case, args.loops, args.case_durability)))
+        return
+    if args.durability:
+        durability_main(args.loops, args.repeat)
         return
     load_before = os.getloadavg()
     results = {
@@ -605,6 +622,52 @@ def main() -> None:
     )
     load = {"load_before": list(load_before), "load_after": list(load_after)}
     print(json.dumps({"bench": "loops", "loops": args.loops, "rounds": ROUNDS, **load, **results}))
+
+
+def durability_main(loops: int, repeat: int) -> None:
+    """The SQLite store with ``durability = "normal"`` (``synchronous = NORMAL``) and
+    ``"full"`` (``synchronous = FULL``: the WAL synced at every commit), runs interleaved so
+    that both see the same load; the median of ``repeat`` runs of each."""
+    load_before = os.getloadavg()
+    cases = ("sqlite", "embedded-sqlite")
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for _ in range(repeat):
+        for case in cases:
+            for durability in DURABILITIES:
+                result = in_subprocess(case, loops, durability=durability)
+                runs.setdefault((case, durability), []).append(result)
+    load_after = os.getloadavg()
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, SQLite {sqlite3.sqlite_version}; load average before "
+        f"{load_before[0]:.2f}, after {load_after[0]:.2f}"
+    )
+    print(f"{loops:,} concurrent loops x {ROUNDS} rounds, scripted worker, median of {repeat}")
+    header = "{:<30}{:>11}{:>24}{:>10}{:>15}{:>9}".format(
+        "case", "durability", "rounds/s (min-max)", "CPU us/r", "rounds/commit", "peak MB"
+    )
+    print(header)
+    print("-" * len(header))
+    labels = {
+        "sqlite": "loopactors, SQLite store",
+        "embedded-sqlite": "start+wait per task, SQLite",
+    }
+    summary: dict[str, Any] = {}
+    for case in cases:
+        for durability in DURABILITIES:
+            results = runs[(case, durability)]
+            rates = sorted(r["rounds_per_s"] for r in results)
+            middle = sorted(results, key=lambda r: r["rounds_per_s"])[len(results) // 2]
+            print(
+                f"{labels[case]:<30}{durability:>11}"
+                f"{f'{rates[len(rates) // 2]:,.0f} ({rates[0]:,.0f}-{rates[-1]:,.0f})':>24}"
+                f"{middle['cpu_seconds'] / (loops * ROUNDS) * 1e6:>10.1f}"
+                f"{loops * ROUNDS / max(middle['commits'], 1):>15.1f}"
+                f"{middle['peak_rss_mb']:>9.0f}"
+            )
+            summary[f"{case}-{durability}"] = results
+    load = {"load_before": list(load_before), "load_after": list(load_after)}
+    print(json.dumps({"bench": "loops-durability", "loops": loops, **load, **summary}))
 
 
 if __name__ == "__main__":

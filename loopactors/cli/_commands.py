@@ -151,7 +151,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     resume.add_argument("loop_id", nargs="?")
     _state_options(resume, allow_memory=False)
-    _lease_option(resume)
+    _runtime_store_options(resume)
     _connect_options(resume)
 
     status = commands.add_parser("status", help="show loops (or one loop) in a state directory")
@@ -266,17 +266,24 @@ def _state_options(
     )
     parser.add_argument("--config", type=Path, metavar="FILE", help="a loopactors.toml file")
     if allow_memory:  # the commands that run a runtime (run, node, repl)
-        _lease_option(parser)
+        _runtime_store_options(parser)
     if not with_state:
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _lease_option(parser: argparse.ArgumentParser) -> None:
+def _runtime_store_options(parser: argparse.ArgumentParser) -> None:
+    """What a command that runs a runtime (run, node, repl, resume) says of its store."""
     parser.add_argument(
         "--lease-ttl",
         type=float,
         metavar="S",
         help="seconds this node's lease on a PostgreSQL store lasts unless renewed (10)",
+    )
+    parser.add_argument(
+        "--durability",
+        metavar="LEVEL",
+        help="normal (the default: a commit survives a crash of the process) or full (each "
+        "commit synced to disk: it survives an OS crash or power loss too)",
     )
 
 
@@ -484,8 +491,14 @@ def _config(args: argparse.Namespace, **flags: Any) -> RuntimeConfig:
     store = getattr(args, "store", None) or os.environ.get(STORE_ENV) or None
     transport = getattr(args, "transport", None)
     lease_ttl = getattr(args, "lease_ttl", None)
+    durability = getattr(args, "durability", None)
     return config.replace(
-        state_dir=args.state, store=store, transport=transport, lease_ttl=lease_ttl, **flags
+        state_dir=args.state,
+        store=store,
+        transport=transport,
+        lease_ttl=lease_ttl,
+        durability=durability,
+        **flags,
     )
 
 

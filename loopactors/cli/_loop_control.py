@@ -199,7 +199,7 @@ class StoredLoops:
         """The store, opened to change it (under :meth:`lock`)."""
         from ..storage import open_backend  # noqa: PLC0415 - see the note on the imports
 
-        return open_backend(self._url().text, self.state_dir)
+        return open_backend(self._url().text, self.state_dir, durability=self._config().durability)
 
     async def nodes(self) -> builtins.list[NodeLease]:
         """The node incarnations that held the store (a shared store's leases)."""

@@ -499,7 +499,7 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
     else:
 
         def backend() -> StoreBackend:
-            return open_backend(config.store, Path(config.state_dir))
+            return open_backend(config.store, Path(config.state_dir), durability=config.durability)
 
     limits = CoordinatorLimits(
         max_live_loops=config.max_live_loops, max_tree_loops=config.max_tree_loops

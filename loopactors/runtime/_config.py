@@ -29,7 +29,7 @@ from ..loops import (
     SIMILARITY_DEFAULT,
     redact_notify_url,
 )
-from ..storage import check_store
+from ..storage import DURABILITIES, Durability, check_store
 from ._transports import check_transport, redact_url
 
 __all__ = [
@@ -106,6 +106,13 @@ def _transport(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
 
 def _store(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     check_store(value)
+
+
+def _durability(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in DURABILITIES:
+        raise ValueError(
+            f"{attribute.name} must be one of {', '.join(DURABILITIES)}, got {value!r}"
+        )
 
 
 def _redacted(url: str) -> str:
@@ -209,6 +216,9 @@ class RuntimeConfig:
     #: ``memory`` (nothing kept after exit), ``postgresql://USER:PASSWORD@HOST/DB`` (a
     #: database several nodes share, docs/multinode.md) or a registered scheme.
     store: str = attrs.field(default="sqlite", validator=_store, repr=_redacted)
+    #: How hard each commit is pushed to disk: ``normal`` survives a crash or SIGKILL of the
+    #: process, ``full`` an OS crash or power loss too (docs/loops.md, "Durability").
+    durability: Durability = attrs.field(default="normal", validator=_durability)
     #: Seconds a node's lease on a shared store (PostgreSQL) lasts unless renewed; renewed
     #: every fifth of it (docs/multinode.md).
     lease_ttl: float = attrs.field(default=10.0, validator=_positive)
@@ -337,19 +347,29 @@ def _bool(value: Any, _: Any) -> bool:
 _converter.register_structure_hook(bool, _bool)
 
 
-class _NotAList(TypeError):
-    """Said as it is (cattrs' own wording would be "expected tuple")."""
+class _Said(TypeError):
+    """Said as it is (cattrs' own wording would be "expected tuple", "expected Literal")."""
 
 
 def _strings(value: Any, _: Any) -> tuple[str, ...]:
     # A bare TOML string is iterable too: cattrs would take it letter by letter. The value
     # is not shown: it may be a notification URL with its secret.
     if not isinstance(value, list | tuple):
-        raise _NotAList(f'expected a list of strings, e.g. ["..."], got {type(value).__name__}')
+        raise _Said(f'expected a list of strings, e.g. ["..."], got {type(value).__name__}')
     return tuple(_strict(str, (str,))(item, str) for item in value)
 
 
 _converter.register_structure_hook_func(lambda type_: type_ == tuple[str, ...], _strings)
+
+
+def _durability_value(value: Any, _: Any) -> str:
+    # A string, its value checked by the field's validator: both name the accepted values.
+    if not isinstance(value, str):
+        raise _Said(f"expected one of {', '.join(DURABILITIES)}, got {type(value).__name__}")
+    return value
+
+
+_converter.register_structure_hook_func(lambda type_: type_ == Durability, _durability_value)
 _converter.register_structure_hook(Path, lambda value, _: Path(_strict(str, (str,))(value, _)))
 
 
@@ -360,7 +380,7 @@ def _describe(exc: BaseException, type_: type | None) -> str:
     # carries the only text that names the offending key: keep it.
     if isinstance(exc, ValueError) and type_ is None and str(exc):
         return str(exc)
-    if isinstance(exc, _NotAList):
+    if isinstance(exc, _Said):
         return str(exc)
     return format_exception(exc, type_)
 

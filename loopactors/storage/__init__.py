@@ -26,8 +26,11 @@ from ._base import Write as Write
 from ._base import summary_of as summary_of
 from ._copy import CopyReport as CopyReport
 from ._copy import copy_loops as copy_loops
+from ._kinds import DURABILITIES as DURABILITIES
+from ._kinds import Durability as Durability
 from ._kinds import StoreKind as StoreKind
 from ._kinds import StoreUrl as StoreUrl
+from ._kinds import check_durability as check_durability
 from ._kinds import check_store as check_store
 from ._kinds import open_store as open_store
 from ._kinds import parse_store as parse_store
@@ -40,9 +43,11 @@ from ._sqlite import SqliteBackend as SqliteBackend
 __all__ = [
     "COMMIT_BUCKETS",
     "DB_FILENAME",
+    "DURABILITIES",
     "PRUNE_BATCH",
     "CommitLatency",
     "CopyReport",
+    "Durability",
     "MemoryBackend",
     "NodeLease",
     "PruneReport",
@@ -53,6 +58,7 @@ __all__ = [
     "StoreStatistics",
     "StoreUrl",
     "Write",
+    "check_durability",
     "check_store",
     "copy_loops",
     "open_backend",
@@ -65,11 +71,14 @@ __all__ = [
 ]
 
 
-def open_backend(url: str, state_dir: Path | None) -> StoreBackend:
+def open_backend(
+    url: str, state_dir: Path | None, *, durability: Durability = "normal"
+) -> StoreBackend:
     """Open the store ``url`` names for reading and writing (see :func:`open_store`):
     ``memory``, ``sqlite`` (``<state_dir>/loopactors.db``, the directory created if
-    missing), ``sqlite:DIR``, ``postgresql://...`` or a registered scheme."""
-    backend = open_store(url, state_dir)
+    missing), ``sqlite:DIR``, ``postgresql://...`` or a registered scheme; its commits as
+    durable as ``durability`` says."""
+    backend = open_store(url, state_dir, durability=durability)
     assert backend is not None  # only a read-only open finds nothing
     return backend
 

@@ -25,6 +25,7 @@ from ..loops import (
     notifications_for,
     resolve_loop_id,
 )
+from ._kinds import Durability
 
 __all__ = [
     "COMMIT_BUCKETS",
@@ -336,6 +337,10 @@ class StoreBackend(abc.ABC):
 
     @abc.abstractmethod
     def statistics(self) -> StoreStatistics: ...
+
+    def set_durability(self, durability: Durability) -> None:  # noqa: B027 - optional
+        """Push each later commit to disk as ``durability`` says. A store with one way of
+        committing (memory keeps nothing; a server decides for itself) ignores it."""
 
     @abc.abstractmethod
     def close(self) -> None: ...

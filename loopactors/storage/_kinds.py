@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -26,8 +26,11 @@ if TYPE_CHECKING:
     from ._base import StoreBackend
 
 __all__ = [
+    "DURABILITIES",
+    "Durability",
     "StoreKind",
     "StoreUrl",
+    "check_durability",
     "check_store",
     "open_store",
     "parse_store",
@@ -35,6 +38,25 @@ __all__ = [
     "store_kind",
     "unregister_store",
 ]
+
+
+#: How hard a commit is pushed to disk (docs/loops.md, "Durability"): ``normal`` survives a
+#: crash or SIGKILL of the process; ``full`` also an OS crash or power loss, each commit
+#: synced to disk before it is reported done.
+Durability = Literal["normal", "full"]
+DURABILITIES: tuple[Durability, ...] = ("normal", "full")
+
+
+def check_durability(value: object) -> Durability:
+    """``value`` as a :data:`Durability`.
+
+    Raises:
+        ConfigError: naming the value and the accepted ones.
+    """
+    for durability in DURABILITIES:
+        if value == durability:
+            return durability
+    raise ConfigError(f"unknown durability {value!r}; accepted: {', '.join(DURABILITIES)}")
 
 
 class StoreUrl(msgspec.Struct, frozen=True):
@@ -176,11 +198,16 @@ def store_kind(url: str | StoreUrl) -> StoreKind:
 
 
 def open_store(
-    url: str | StoreUrl, state_dir: Path | None, *, read_only: bool = False
+    url: str | StoreUrl,
+    state_dir: Path | None,
+    *,
+    read_only: bool = False,
+    durability: Durability = "normal",
 ) -> StoreBackend | None:
     """Open the store ``url`` names; ``state_dir`` is the node's state directory (where a
     bare ``sqlite`` keeps its file). With ``read_only`` nothing is created, migrated or
-    written, and a store that does not exist yet is ``None``.
+    written, and a store that does not exist yet is ``None``; otherwise its commits are as
+    durable as ``durability`` says (``normal`` or ``full``, docs/loops.md).
 
     Raises:
         ConfigError: the URL is not a store's.
@@ -193,4 +220,12 @@ def open_store(
         raise ConfigError(f"bad store {parsed.redacted!r}: {problem}")
     if kind.local_files and not parsed.rest and state_dir is None:
         raise StoreError(f"the {parsed.scheme} store needs a state directory")
-    return kind.open(parsed, state_dir, read_only)
+    durability = check_durability(durability)
+    backend = kind.open(parsed, state_dir, read_only)
+    if backend is not None and not read_only:
+        try:
+            backend.set_durability(durability)
+        except BaseException:
+            backend.close()
+            raise
+    return backend

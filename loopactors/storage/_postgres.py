@@ -44,7 +44,7 @@ from ._base import (
     check_limit,
     queued_by,
 )
-from ._kinds import StoreKind, StoreUrl
+from ._kinds import Durability, StoreKind, StoreUrl, check_durability
 from ._sql import SqlBackend, latest_rows
 
 if TYPE_CHECKING:
@@ -494,6 +494,18 @@ class PostgresBackend(SqlBackend):
                 )
                 for node_id, host, pid, state, left, by in self._conn.execute(query)
             ]
+
+    def set_durability(self, durability: Durability) -> None:
+        # "normal" keeps the server's synchronous_commit: its default (on) already flushes
+        # the WAL at every commit, and off would lose commits to a crash of the server, a
+        # weaker promise than normal's elsewhere. "full" asks for the flush at every commit
+        # of this session if the server was set to skip it (synchronous_commit = off).
+        if check_durability(durability) != "full":
+            return
+        with self._reading():
+            row = self._conn.execute("SHOW synchronous_commit").fetchone()
+            if row is not None and row[0] == "off":
+                self._conn.execute("SET synchronous_commit = on")
 
     def close(self) -> None:
         # Under the connection's lock: a close from another thread waits for the call in

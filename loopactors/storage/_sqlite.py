@@ -37,7 +37,7 @@ from ._base import (
     check_limit,
     queued_by,
 )
-from ._kinds import StoreKind, StoreUrl
+from ._kinds import Durability, StoreKind, StoreUrl, check_durability
 from ._sql import SqlBackend, latest_rows
 
 __all__ = ["KIND", "SqliteBackend"]
@@ -235,6 +235,7 @@ class SqliteBackend(SqlBackend):
             # In WAL mode NORMAL syncs at checkpoints, not at every commit: a committed
             # transaction survives a crash or SIGKILL of this process (it is in the OS's
             # cache); only an OS crash or power loss may drop the last ones, never corrupt.
+            # durability = "full" syncs the WAL at every commit (set_durability).
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = OFF")
             conn.execute("PRAGMA busy_timeout = 5000")
@@ -287,6 +288,14 @@ class SqliteBackend(SqlBackend):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
             raise
+
+    def set_durability(self, durability: Durability) -> None:
+        # A connection's own setting, not the file's: every open says it again.
+        level = "FULL" if check_durability(durability) == "full" else "NORMAL"
+        try:
+            self._conn.execute(f"PRAGMA synchronous = {level}")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot set durability on the store {self.path}: {exc}") from exc
 
     def commit(self, writes: Sequence[Write]) -> None:
         if not writes:
