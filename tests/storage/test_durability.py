@@ -146,6 +146,8 @@ def test_postgresql_full_flushes_every_commit_of_its_session(postgres_url: str) 
         backend = open_backend(postgres_url, None, durability=check_durability(durability))
         try:
             assert isinstance(backend, PostgresBackend)
-            assert backend._conn.execute("SHOW synchronous_commit").fetchone()[0] == expected
+            row = backend._conn.execute("SHOW synchronous_commit").fetchone()
+            assert row is not None
+            assert row[0] == expected
         finally:
             backend.close()
