@@ -20,6 +20,7 @@ share the machine's cores. Prints a table, then one JSON line.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -29,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -58,9 +59,15 @@ def start_node(state: Path) -> tuple[subprocess.Popen[bytes], str, str]:
     raise SystemExit("the node did not start")
 
 
+def node_cpu(pid: int) -> float:
+    """Seconds of CPU (user + system) the node process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def status_rate(
     url: str, token: str, loop_id: str, *, connections: int, inflight: int, seconds: float
-) -> float:
+) -> tuple[float, int]:
     """Status requests answered per second, ``inflight`` outstanding per connection."""
     done = 0
     async with trio.open_nursery() as nursery:
@@ -80,12 +87,12 @@ async def status_rate(
         start = time.perf_counter()
         for _ in range(connections):
             nursery.start_soon(client)
-    return done / (time.perf_counter() - start)
+    return done / (time.perf_counter() - start), done
 
 
 async def raw_status_rate(
     url: str, token: str, loop_id: str, *, connections: int, window: int, seconds: float
-) -> float:
+) -> tuple[float, int]:
     """Like :func:`status_rate`, with a minimal client: pre-encoded requests, ``window`` in
     flight per connection, replies counted but not decoded. What the node can answer when
     the client costs little."""
@@ -112,7 +119,7 @@ async def raw_status_rate(
     async with trio.open_nursery() as nursery:
         for _ in range(connections):
             nursery.start_soon(client)
-    return done / (time.perf_counter() - start)
+    return done / (time.perf_counter() - start), done
 
 
 async def fanout(
@@ -164,25 +171,36 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             async with connect(url, token=token) as node:
                 loop_id = (await node.start("|loop:1| a loop to ask about")).loop_id
             seconds = 1.0 if args.quick else 5.0
-            results: dict[str, Any] = {
-                "status_1_conn_sequential": await status_rate(
-                    url, token, loop_id, connections=1, inflight=1, seconds=seconds
+            cases: dict[str, Callable[[], Awaitable[tuple[float, int]]]] = {
+                "status_1_conn_sequential": functools.partial(
+                    status_rate, url, token, loop_id, connections=1, inflight=1, seconds=seconds
                 ),
-                "status_1_conn_64_inflight": await status_rate(
-                    url, token, loop_id, connections=1, inflight=64, seconds=seconds
+                "status_1_conn_64_inflight": functools.partial(
+                    status_rate, url, token, loop_id, connections=1, inflight=64, seconds=seconds
                 ),
-                "status_50_conn": await status_rate(
-                    url, token, loop_id, connections=50, inflight=1, seconds=seconds
+                "status_50_conn": functools.partial(
+                    status_rate, url, token, loop_id, connections=50, inflight=1, seconds=seconds
                 ),
-                "raw_status_1_conn_16_inflight": await raw_status_rate(
-                    url, token, loop_id, connections=1, window=16, seconds=seconds
+                "raw_status_1_conn_16_inflight": functools.partial(
+                    raw_status_rate, url, token, loop_id, connections=1, window=16, seconds=seconds
                 ),
-                "raw_status_50_conn_4_inflight": await raw_status_rate(
-                    url, token, loop_id, connections=50, window=4, seconds=seconds
+                "raw_status_50_conn_4_inflight": functools.partial(
+                    raw_status_rate, url, token, loop_id, connections=50, window=4, seconds=seconds
                 ),
             }
+            results: dict[str, Any] = {}
+            for name, case in cases.items():
+                cpu = node_cpu(proc.pid)
+                rate, requests = await case()
+                results[name] = rate
+                # The node's own CPU per request answered (the clients' is not in it).
+                results[f"{name}_node_us"] = (node_cpu(proc.pid) - cpu) / requests * 1e6
             subs, loops = (20, 20) if args.quick else (200, 200)
+            cpu = node_cpu(proc.pid)
             results["fanout"] = await fanout(url, token, subs, loops, 2)
+            results["fanout"]["node_us_per_event"] = (
+                (node_cpu(proc.pid) - cpu) / max(results["fanout"]["events"], 1) * 1e6
+            )
             results["fanout"]["subscribers"] = subs
             results["fanout"]["loops"] = loops
             return results
@@ -332,31 +350,22 @@ def main() -> None:
         return
     results = trio.run(run, args)
     fan = results["fanout"]
-    rows = [
-        (
-            "status, 1 connection, one at a time",
-            f"{results['status_1_conn_sequential']:,.0f} req/s",
-        ),
-        (
-            "status, 1 connection, 64 in flight",
-            f"{results['status_1_conn_64_inflight']:,.0f} req/s",
-        ),
-        ("status, 50 connections, one at a time", f"{results['status_50_conn']:,.0f} req/s"),
-        (
-            "status, lean client, 1 conn, 16 in flight",
-            f"{results['raw_status_1_conn_16_inflight']:,.0f} req/s",
-        ),
-        (
-            "status, lean client, 50 conns, 4 in flight",
-            f"{results['raw_status_50_conn_4_inflight']:,.0f} req/s",
-        ),
-        (
-            f"events to {fan['subscribers']} subscribers ({fan['loops']} loops)",
-            f"{fan['events_per_s']:,.0f} ev/s ({fan['events']:,}/{fan['expected']:,})",
-        ),
-    ]
-    for case, rate in rows:
-        print(f"{case:<44} {rate:>28}")
+    labels = {
+        "status_1_conn_sequential": "status, 1 connection, one at a time",
+        "status_1_conn_64_inflight": "status, 1 connection, 64 in flight",
+        "status_50_conn": "status, 50 connections, one at a time",
+        "raw_status_1_conn_16_inflight": "status, lean client, 1 conn, 16 in flight",
+        "raw_status_50_conn_4_inflight": "status, lean client, 50 conns, 4 in flight",
+    }
+    print(f"{'case':<44} {'rate':>28} {'node CPU':>12}")
+    for name, label in labels.items():
+        rate = f"{results[name]:,.0f} req/s"
+        cpu = f"{results[name + '_node_us']:.0f} us/req"
+        print(f"{label:<44} {rate:>28} {cpu:>12}")
+    label = f"events to {fan['subscribers']} subscribers ({fan['loops']} loops)"
+    rate = f"{fan['events_per_s']:,.0f} ev/s ({fan['events']:,}/{fan['expected']:,})"
+    cpu = f"{fan['node_us_per_event']:.0f} us/ev"
+    print(f"{label:<44} {rate:>28} {cpu:>12}")
     results["machine"] = {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
