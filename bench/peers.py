@@ -172,8 +172,8 @@ def loopactors_throughput(state: Path, loops: int, durability: str) -> dict[str,
             meter = Meter()
 
             async def one_loop(i: int) -> None:
-                handle = await rt.start(f"|loop:{ROUNDS},fresh| task {i}", worker="scripted")
-                final = await handle.wait()
+                started = await rt.start(f"|loop:{ROUNDS},fresh| task {i}", worker="scripted")
+                final = await rt.wait(started.loop_id)
                 if final.phase != "complete" or final.round != ROUNDS:
                     raise RuntimeError(f"loop {i} ended {final.phase} at round {final.round}")
 

@@ -128,8 +128,8 @@ async def test_the_embedded_api_sets_it_on_the_runtime_store(
         actor = ref._cell.actor
         assert isinstance(actor, Store)
         assert synchronous(actor.backend) == SYNCHRONOUS[durability]
-        handle = await rt.start("|loop:2,fresh| hello", worker="scripted")
-        final = await handle.wait()
+        started = await rt.start("|loop:2,fresh| hello", worker="scripted")
+        final = await rt.wait(started.loop_id)
         assert final.phase == "complete"
     # What was committed under either setting is there after the runtime is gone.
     with sqlite3.connect(tmp_path / "loopactors.db") as conn:
