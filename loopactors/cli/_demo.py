@@ -63,7 +63,7 @@ async def run_demo(fast: bool = False) -> int:
                             stopped = True
                             progress.note(f"stopping {handles[2].loop_id} mid-way")
                             await handles[2].stop()
-            final = [await h.status() for h in handles]
+            final = [await h.get() for h in handles]
             restarts = (await rt.node.supervisor.statistics()).restarts
             loops = rt.node.whereis("loops")
             if loops is not None:

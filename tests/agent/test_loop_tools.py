@@ -151,7 +151,7 @@ async def test_loop_tools_refuse_bad_arguments_and_the_tree_cap(tmp_path: Path) 
             parent = runtime.handle(await runtime.start("|loop:1| try", worker=spec))
             await parent.wait()
             history = await parent.history()
-            assert len(await runtime.loops()) == 1  # nothing was started
+            assert len(await runtime.list()) == 1  # nothing was started
     results = [
         e.message
         for e in Transcript.from_builtins(history[0].transcript).entries

@@ -29,7 +29,7 @@ def tool_results(transcript: tuple[dict[str, object], ...]) -> list[tuple[str, b
 
 
 async def children_of(runtime: Runtime, parent_id: str) -> list[LoopState]:
-    return [s for s in await runtime.loops() if s.spec.parent_id == parent_id]
+    return [s for s in await runtime.list() if s.spec.parent_id == parent_id]
 
 
 async def test_a_sub_agent_is_a_child_loop_and_its_tokens_count(

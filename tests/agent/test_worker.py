@@ -312,7 +312,7 @@ async def test_stopping_an_agent_loop_in_a_catastrophic_grep(tmp_path: Path) -> 
             await trio.sleep(0.3)  # the grep is under way
             with trio.fail_after(HANG):
                 assert (await runtime.get(handle.loop_id)).phase == "awaiting_worker"
-                assert len(await runtime.loops()) == 1
+                assert len(await runtime.list()) == 1
             assert len(server.requests) == 1  # the grep has not returned
             stopped_at = time.monotonic()
             with trio.fail_after(HANG):
@@ -331,7 +331,7 @@ async def test_stopping_an_agent_loop_in_a_catastrophic_grep(tmp_path: Path) -> 
             took_to_time_out = time.monotonic() - started_at
             timed_rounds = await timed.history()
             with trio.fail_after(HANG):
-                assert len(await runtime.loops()) == 2  # the runtime still answers
+                assert len(await runtime.list()) == 2  # the runtime still answers
     assert state.phase == "cancelled"
     assert [r.status for r in rounds] == ["cancelled"]
     assert took_to_stop < PROMPT, took_to_stop  # the grep alone would take ages

@@ -448,9 +448,9 @@ async def test_a_daily_budget_defers_an_accounts_loops_until_the_reset_across_re
     seen: list[object] = []
     async with open_runtime(config(tmp_path, budget=budget), observer=seen.append) as rt:
         handle = rt.handle(await rt.start("|loop:3| go on", worker=worker, stale_rounds_limit=5))
-        while (await handle.status()).deferred_until is None:
+        while (await handle.get()).deferred_until is None:
             await trio.sleep(0.05)
-        waiting = await handle.status()
+        waiting = await handle.get()
         history = await handle.history()
     assert [(r.round, r.status) for r in history] == [
         (1, "completed"),
@@ -467,7 +467,7 @@ async def test_a_daily_budget_defers_an_accounts_loops_until_the_reset_across_re
     assert len(anthropic.billed) == 2
     async with open_runtime(config(tmp_path, budget=budget)) as rt:
         other = rt.handle(await rt.start("|loop:1| another", worker=worker))
-        while (await other.status()).deferred_until is None:
+        while (await other.get()).deferred_until is None:
             await trio.sleep(0.05)
-        assert (await other.status()).deferred_until == pytest.approx(reset)
+        assert (await other.get()).deferred_until == pytest.approx(reset)
     assert len(anthropic.billed) == 2  # nobody called the model over the budget

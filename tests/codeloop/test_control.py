@@ -102,7 +102,7 @@ async def test_stopping_the_runtime_loop_interrupts_the_round_and_cleans_up(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: loop.run(rt, rounds=1))
         await wait_for(sync / "started-1")
-        (runtime_loop,) = await rt.loops()
+        (runtime_loop,) = await rt.list()
         await rt.handle(runtime_loop.loop_id).stop()
     state = loop.state()
     assert (state.status, state.round) == ("ready", 1)

@@ -58,7 +58,7 @@ async def test_a_round_that_passes_both_gates_lands_on_the_candidate(
     assert "r001: merged" in loop.ledger.lessons()
     assert git(repo, "status", "--porcelain") == ""  # .loop/ is excluded
     # The runtime ran it: one loop, one completed round, recorded by its store.
-    (runtime_loop,) = await rt.loops()
+    (runtime_loop,) = await rt.list()
     assert runtime_loop.spec.task == str(loop.ledger.dir)
     assert [r.status for r in await rt.history(runtime_loop.loop_id)] == ["completed"]
     assert rebuild_state(loop.ledger.read_events()) == loop.state()
@@ -85,7 +85,7 @@ async def test_a_round_that_fails_a_gate_changes_neither_main_nor_the_candidate(
     kept = (await loop.status()).rejected_branches
     assert kept == (() if executor == "noop" else ("loop/fix-calc/r001",))
     assert git(repo, "worktree", "list").count("\n") == 0
-    (runtime_loop,) = await rt.loops()
+    (runtime_loop,) = await rt.list()
     assert [r.status for r in await rt.history(runtime_loop.loop_id)] == ["failed"]
 
 
@@ -119,7 +119,7 @@ async def test_deadline_gate_dispatches_nothing_and_writes_the_handoff(
     loop = await new_loop(repo, attendance="unattended", deadline=past)
     state = await loop.run(rt, rounds=3)
     assert (state.status, state.active_gate, state.round) == ("waiting_review", "deadline", 0)
-    assert await rt.loops() == []  # nothing was dispatched
+    assert await rt.list() == []  # nothing was dispatched
     handoff = loop.ledger.handoff_path.read_text()
     assert "gate deadline" in handoff
     assert "Not pushed, not merged into main." in handoff

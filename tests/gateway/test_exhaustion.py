@@ -41,7 +41,7 @@ async def test_a_token_in_the_upgrade_request_is_never_refused_by_the_hello_cap(
         open_websocket_url(live_node.url),
     ):
         async with connect(live_node.url, token=live_node.token) as node:
-            assert await node.loops() == []
+            assert await node.list() == []
         header = [(b"authorization", f"Bearer {live_node.token}".encode())]
         async with open_websocket_url(live_node.url, extra_headers=header) as ws:
             raw = RawClient(ws)
@@ -115,7 +115,7 @@ async def test_idle_sockets_are_dropped_oldest_first_and_token_holders_get_in(
         idle = [await raw_socket(live_node) for _ in range(12)]
         await trio.sleep(0.1)  # they have all had their chance to send a request
         async with connect(live_node.url, token=live_node.token) as node:
-            assert await node.loops() == []
+            assert await node.list() == []
         assert await closed_by_peer(idle[0])  # the oldest was dropped to make room
         statistics = await live_node.gateway.statistics()
         assert statistics.dropped_connections >= 1

@@ -42,7 +42,7 @@ class EchoRequest:
     reply = Echoed
 
     async def answer(self, request: Any, runtime: Runtime, background: trio.Nursery) -> Echoed:
-        return Echoed(text=request.text.upper(), loops=len(await runtime.loops()))
+        return Echoed(text=request.text.upper(), loops=len(await runtime.list()))
 
 
 async def test_an_added_request_is_served_and_named(tmp_path: Path) -> None:

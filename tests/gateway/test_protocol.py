@@ -56,9 +56,9 @@ async def test_every_request_round_trips(live_node: LiveNode) -> None:
         assert all(len(r.output) <= 3 for r in history.rounds)
         first = await node.output(state.loop_id, 1)
         assert len(first.output) > 3
-        listed = await node.loops()
+        listed = await node.list()
         assert [s.loop_id for s in listed] == [state.loop_id]
-        assert await node.loops(live_only=True) == []
+        assert await node.list(live_only=True) == []
 
 
 async def test_structured_spec_and_breaker_options(live_node: LiveNode) -> None:
@@ -367,7 +367,7 @@ async def test_status_pages_and_heads(live_node: LiveNode) -> None:
         pages = [page async for page in node.loop_pages(page=2)]
         assert [len(page) for page in pages] == [2, 2, 1]
         listed = [state.loop_id for page in pages for state in page]
-        assert listed == [state.loop_id for state in await rt.loops()]  # newest first, once
+        assert listed == [state.loop_id for state in await rt.list()]  # newest first, once
         assert all(len(s.last_output or "") == 200 for page in pages for s in page)
         one = await node.get(started[0].loop_id)
         assert one.last_output == "z" * 200

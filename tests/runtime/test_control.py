@@ -20,7 +20,7 @@ from .conftest import memory_config
 
 async def wait_phase(handle: LoopHandle, phase: str, round_number: int | None = None) -> None:
     while True:
-        state = await handle.status()
+        state = await handle.get()
         if state.phase == phase and (round_number is None or state.round == round_number):
             return
         await trio.sleep(0.01)
@@ -92,11 +92,11 @@ async def test_pause_lets_the_round_finish_then_resume_continues(
     state = await handle.pause()
     assert state.pause_requested
     await wait_phase(handle, "paused")
-    paused = await handle.status()
+    paused = await handle.get()
     assert paused.completed_rounds == 2
     assert paused.round == 3
     await trio.sleep(100)  # nothing is dispatched while paused
-    assert (await handle.status()).completed_rounds == 2
+    assert (await handle.get()).completed_rounds == 2
     await handle.resume()
     final = await handle.wait()
     assert final.phase == "complete"
@@ -123,7 +123,7 @@ async def test_pause_between_rounds_takes_effect_at_once(
         state = await handle.pause()
         assert state.phase == "paused"
         await trio.sleep(100)
-        assert (await handle.status()).phase == "paused"
+        assert (await handle.get()).phase == "paused"
         await handle.resume()
         assert (await handle.wait()).phase == "complete"
 

@@ -106,7 +106,7 @@ async def test_stop_during_the_wait_acts_at_once() -> None:
             async for event in events:
                 if isinstance(event, RoundDeferred):
                     break
-        state = await handle.status()
+        state = await handle.get()
         assert state.deferred_until is not None
         assert state.deferred_until > time.time() + 3000
         with trio.fail_after(HANG):
@@ -120,7 +120,7 @@ async def test_pause_during_the_wait_then_resume_still_waits_for_the_reset() -> 
     async with open_runtime(memory_config()) as rt:
         handle = rt.handle(await rt.start("|loop:1| work", worker=LIMITED_ONCE))
         await handle.wait_phase("dispatching")
-        while (await handle.status()).deferred_until is None:
+        while (await handle.get()).deferred_until is None:
             await trio.sleep(0.01)
         paused = await handle.pause()
         assert paused.phase == "paused"
@@ -136,7 +136,7 @@ async def test_the_wait_survives_a_restart(tmp_path: Path) -> None:
     defer_fns.WAIT["seconds"] = 1.0
     async with open_runtime(sqlite_config(tmp_path)) as rt:
         handle = rt.handle(await rt.start("|loop:1| work", worker=LIMITED_ONCE))
-        while (await handle.status()).deferred_until is None:
+        while (await handle.get()).deferred_until is None:
             await trio.sleep(0.01)
         loop_id = handle.loop_id
     # The runtime is gone (as after a crash, the wait is only in the store).

@@ -117,8 +117,8 @@ async def test_finished_loops_leave_memory(rt: Runtime) -> None:
     from loopactors.actors import SupervisorRef
 
     assert await SupervisorRef(loops).which_children() == []
-    assert len(await rt.loops()) == 20  # history stays in the store
-    assert await rt.loops(live_only=True) == []
+    assert len(await rt.list()) == 20  # history stays in the store
+    assert await rt.list(live_only=True) == []
 
 
 async def test_bad_input_gets_clear_errors(rt: Runtime) -> None:
@@ -144,7 +144,7 @@ async def test_bad_input_gets_clear_errors(rt: Runtime) -> None:
         await rt.get("nope")
     with pytest.raises(LoopNotFound):
         await rt.handle("nope").stop()
-    assert await rt.loops() == []  # nothing was admitted
+    assert await rt.list() == []  # nothing was admitted
 
 
 async def test_every_entry_path_refuses_rounds_above_the_nodes_cap(rt: Runtime) -> None:
@@ -172,9 +172,9 @@ async def test_a_finished_loops_id_cannot_be_reused(rt: Runtime) -> None:
     # The same start again is a retry: it gets that loop, and starts nothing.
     again = rt.handle(await rt.start("|loop:1| original", loop_id="my-loop"))
     assert again.loop_id == "my-loop"
-    assert (await again.status()).phase == "complete"
+    assert (await again.get()).phase == "complete"
     assert [r.round for r in await first.history()] == [1]
-    assert len(await rt.loops()) == 1
+    assert len(await rt.list()) == 1
 
 
 async def test_commands_on_a_finished_loop_report_its_final_state(rt: Runtime) -> None:
@@ -220,7 +220,7 @@ async def test_waiting_costs_a_watch_not_a_subscription(rt: Runtime) -> None:
         await handle.pause()  # after the round in flight
         while not paused:
             await trio.sleep(0.05)
-        assert (await handle.status()).phase == "paused"
+        assert (await handle.get()).phase == "paused"
         await handle.resume()
     assert finals[0].phase == "complete"
     assert finals[0].completed_rounds == 3

@@ -150,7 +150,7 @@ async def test_child_loops_live_in_their_parents_scope(
             await trio.sleep(0.1)
         [started] = round_fns.CHILDREN[parent.loop_id]
         child = rt.handle(started)
-        child_state = await child.status()
+        child_state = await child.get()
         assert child_state.spec.parent_id == parent.loop_id
         await parent.stop()
         assert (await child.wait()).phase == "cancelled"  # stopped with its parent

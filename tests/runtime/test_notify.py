@@ -256,7 +256,7 @@ async def test_notify_on_without_any_url_is_refused_not_ignored() -> None:
             await rt.start("|loop:1| x", notify_on=("loop_finished",))
         assert "--notify URL" in str(info.value)
         assert "[notify] urls" in str(info.value)
-        assert await rt.loops() == []
+        assert await rt.list() == []
     config = memory_config().replace(notify={"urls": ["json://127.0.0.1:1/x"]})
     async with open_runtime(config) as rt:
         spec = rt.build_spec("|loop:1| x", notify_on=("loop_finished",))

@@ -188,11 +188,11 @@ async def test_no_child_outlives_a_stopped_parent(autojump_clock: trio.testing.M
         await trio.sleep(0.5)
         assert (await parent.stop()).phase == "cancelled"
         await trio.sleep(0.5)
-        loops = await rt.loops()
+        loops = await rt.list()
         left = {s.spec.task: s.phase for s in loops}
         live = [s for s in loops if not s.terminal]
         await trio.sleep(10)
-        final = {s.spec.task: s.phase for s in await rt.loops()}
+        final = {s.spec.task: s.phase for s in await rt.list()}
     assert live == [], f"live after parent stop: {left}; later: {final}"
 
 
@@ -246,7 +246,7 @@ async def test_a_failed_start_leaves_no_loop_behind(autojump_clock: trio.testing
                 await trio.lowlevel.checkpoint()
                 inject_crash(rt.node, "coordinator")
             await trio.sleep(5)
-        tasks = {s.spec.task: s.phase for s in await rt.loops()}
+        tasks = {s.spec.task: s.phase for s in await rt.list()}
         ghosts = {t: tasks[t] for t in failed if t in tasks}
     assert ghosts == {}, f"start() raised, yet these loops ran: {ghosts}"
 
@@ -271,9 +271,9 @@ async def test_a_child_whose_parent_ended_while_the_coordinator_was_down_is_stop
         loops = rt.node.whereis("loops")
         assert loops is not None
         await SupervisorRef(loops).terminate_child(parent.loop_id)
-        final = (await parent.status()).moved("cancelled", reason="test")
+        final = (await parent.get()).moved("cancelled", reason="test")
         await rt.node.ref("store").call(Commit(Write(state=final)))
         inject_crash(rt.node, "coordinator")  # it comes back and recovers from the store
         assert (await child.wait()).phase == "cancelled"
         await trio.sleep(30)  # its runner is gone: nothing rewrites the final state
-        assert (await child.status()).phase == "cancelled"
+        assert (await child.get()).phase == "cancelled"

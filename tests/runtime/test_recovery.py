@@ -173,7 +173,7 @@ async def test_a_paused_loop_stays_paused_across_a_restart(tmp_path: Path) -> No
     async with open_runtime(sqlite_config(tmp_path)) as rt:
         handle = rt.handle("paused-one")
         await trio.sleep(0.2)
-        assert (await handle.status()).phase == "paused"
+        assert (await handle.get()).phase == "paused"
         await handle.resume()
         assert (await handle.wait()).phase == "complete"
         assert_each_round_once(await handle.history(), 2)
@@ -201,7 +201,7 @@ async def test_a_loop_whose_worker_cannot_be_built_waits_then_goes_on(tmp_path: 
                 await rt.start("|loop:2,fresh| uses a script", worker=f"command:{script}")
             )
             loop_id = handle.loop_id
-            while (await handle.status()).phase != "awaiting_worker":
+            while (await handle.get()).phase != "awaiting_worker":
                 await trio.sleep(0.01)
             scope.cancel()
     script.unlink()  # the worker is gone when the node comes back
@@ -209,7 +209,7 @@ async def test_a_loop_whose_worker_cannot_be_built_waits_then_goes_on(tmp_path: 
     async with open_runtime(config) as rt:
         handle = rt.handle(loop_id)
         await told_waiting(rt, handle.loop_id)
-        waiting = await handle.status()
+        waiting = await handle.get()
         assert waiting.reason is not None
         # It waits, saying why, in its committed phase: nothing ended, nothing is lost.
         assert waiting.phase in ("activating", "dispatching", "awaiting_worker")
@@ -217,7 +217,7 @@ async def test_a_loop_whose_worker_cannot_be_built_waits_then_goes_on(tmp_path: 
         assert waiting.reason.startswith(f"waiting for its worker: 'command:{script}' cannot")
         assert str(script) in waiting.reason
         await trio.sleep(0.3)  # several looks later, still waiting, and said once
-        assert (await handle.status()).phase == waiting.phase
+        assert (await handle.get()).phase == waiting.phase
         told = [e for e in await rt.stored_events(loop_id) if isinstance(e, LoopWaiting)]
         assert len(told) == 1
         assert told[0].reason == waiting.reason
@@ -250,11 +250,11 @@ async def test_only_a_stop_ends_a_loop_waiting_for_its_worker(tmp_path: Path) ->
     async with open_runtime(sqlite_config(tmp_path, worker_retry=0.05)) as rt:
         handle = rt.handle("waits")
         await told_waiting(rt, handle.loop_id)
-        waiting = await handle.status()
+        waiting = await handle.get()
         assert waiting.reason is not None
         assert waiting.agent_session == "session-1"  # kept while it waits
         await trio.sleep(0.3)  # looked at again and again: still there
-        assert (await handle.status()).phase == "awaiting_worker"
+        assert (await handle.get()).phase == "awaiting_worker"
         stopped = await handle.stop()
         history = await handle.history()
     assert stopped.phase == "cancelled"
@@ -276,7 +276,7 @@ async def test_resume_runs_every_live_loop(tmp_path: Path) -> None:
     # whatever is still live.
     async with open_runtime(sqlite_config(tmp_path)) as rt:
         await rt.wait_all()
-        assert await rt.loops(live_only=True) == []
+        assert await rt.list(live_only=True) == []
         for loop_id in ids:
             assert (await rt.get(loop_id)).phase == "complete"
             assert_each_round_once(await rt.history(loop_id), 3)

@@ -52,7 +52,7 @@ async def finish_two(rt: Runtime) -> list[str]:
     done = [rt.handle(await rt.start(f"|loop:2| task {n}")) for n in range(2)]
     for handle in done:
         await handle.wait()
-    ended = max([(await handle.status()).updated_at for handle in done])
+    ended = max([(await handle.get()).updated_at for handle in done])
     while time.time() <= ended:  # the cutoff is strict: let the wall clock move past the end
         await trio.sleep(0.001)
     return [handle.loop_id for handle in done]
@@ -70,7 +70,7 @@ async def test_prune_removes_finished_loops_and_keeps_live_ones(rt: Runtime) -> 
     dry = await rt.prune(0, dry_run=True)
     assert (dry.loops, dry.rounds, dry.dry_run) == (2, 4, True)
     assert dry.events > 0
-    assert len(await rt.loops()) == 3  # a dry run removes nothing
+    assert len(await rt.list()) == 3  # a dry run removes nothing
 
     report = await rt.prune(0)
     assert (report.loops, report.rounds, report.events) == (dry.loops, dry.rounds, dry.events)
@@ -80,8 +80,8 @@ async def test_prune_removes_finished_loops_and_keeps_live_ones(rt: Runtime) -> 
             await rt.history(loop_id)
         with pytest.raises(LoopNotFound):
             await rt.stored_events(loop_id)
-    assert [s.loop_id for s in await rt.loops()] == [paused.loop_id]
-    assert (await paused.status()).phase == "paused"
+    assert [s.loop_id for s in await rt.list()] == [paused.loop_id]
+    assert (await paused.get()).phase == "paused"
     await paused.resume()
     assert (await paused.wait()).phase == "complete"
     assert len(await paused.history()) == 5
@@ -111,7 +111,7 @@ async def test_retention_prunes_at_start_on_sqlite(
         with trio.fail_after(HANG):
             while (await rt.store_statistics()).loops > 1:
                 await trio.sleep(0.01)
-        assert [s.loop_id for s in await rt.loops()] == ["recent"]
+        assert [s.loop_id for s in await rt.list()] == ["recent"]
         with pytest.raises(LoopNotFound):
             await rt.history("old")
         assert len(await rt.history("recent")) == 1
@@ -129,11 +129,11 @@ async def test_retention_prunes_periodically(
         await store.call(Commit(finished_long_ago("old", 3)))
         await store.call(Commit(finished_long_ago("young", 0.5)))
         await trio.sleep(CHECK_EVERY - 2)
-        assert {s.loop_id for s in await rt.loops()} == {"old", "young"}  # not yet
+        assert {s.loop_id for s in await rt.list()} == {"old", "young"}  # not yet
         await trio.sleep(2)
-        assert [s.loop_id for s in await rt.loops()] == ["young"]
+        assert [s.loop_id for s in await rt.list()] == ["young"]
         await trio.sleep(10 * CHECK_EVERY)  # later prunes find nothing more, say nothing
-        assert [s.loop_id for s in await rt.loops()] == ["young"]
+        assert [s.loop_id for s in await rt.list()] == ["young"]
     lines = [r.getMessage() for r in caplog.records if "retention" in r.getMessage()]
     assert lines == ["retention_days=1: removed 1 loop, 1 round, 1 event"]
 
@@ -176,7 +176,7 @@ async def test_a_large_prune_goes_in_batches_and_the_store_serves_others_between
         assert batches == [3] * 14  # 40 loops, 3 a batch
         # The read, sent after the first batch, was answered long before the last one.
         assert read_after[0] <= 3
-        assert [s.loop_id for s in await rt.loops()] == ["kept"]
+        assert [s.loop_id for s in await rt.list()] == ["kept"]
 
 
 async def test_a_dry_run_goes_in_batches_through_the_store_and_removes_nothing(
@@ -217,14 +217,14 @@ async def test_a_prune_sees_the_writes_queued_before_it(rt: Runtime) -> None:
     await rt.node.ref("store").cast(Commit(finished_long_ago("just queued", 3)))
     report = await rt.prune(DAY)
     assert report.loops == 1
-    assert await rt.loops() == []
+    assert await rt.list() == []
 
 
 async def test_no_retention_keeps_everything(autojump_clock: trio.testing.MockClock) -> None:
     async with open_runtime(memory_config()) as rt:
         await rt.node.ref("store").call(Commit(finished_long_ago("old", 3_000)))
         await trio.sleep(100 * CHECK_EVERY)
-        assert [s.loop_id for s in await rt.loops()] == ["old"]
+        assert [s.loop_id for s in await rt.list()] == ["old"]
 
 
 def fail_once(monkeypatch: pytest.MonkeyPatch) -> list[float]:
@@ -254,7 +254,7 @@ async def test_a_failed_prune_is_refused_and_the_store_goes_on(
     with pytest.raises(StoreError, match="disk on fire"):
         await rt.prune(DAY)
     assert rt.node.whereis("store") is store  # refused, not crashed: no restart
-    assert [s.loop_id for s in await rt.loops()] == ["old"]
+    assert [s.loop_id for s in await rt.list()] == ["old"]
     assert (await rt.prune(DAY)).loops == 1
 
 
@@ -268,9 +268,9 @@ async def test_retention_logs_a_failed_prune_and_tries_again(
     async with open_runtime(memory_config(retention_days=1)) as rt:
         await rt.node.ref("store").call(Commit(finished_long_ago("old", 3)))
         await trio.sleep(1)  # the first prune failed
-        assert [s.loop_id for s in await rt.loops()] == ["old"]
+        assert [s.loop_id for s in await rt.list()] == ["old"]
         await trio.sleep(CHECK_EVERY)
-        assert await rt.loops() == []
+        assert await rt.list() == []
     assert len(calls) == 2
     lines = [r.getMessage() for r in caplog.records if "retention" in r.getMessage()]
     assert lines == [

@@ -150,8 +150,8 @@ async def test_a_round_answered_on_the_spot_waits_for_a_concurrency_slot(
         await trio.testing.wait_all_tasks_blocked()
         fast = rt.handle(await rt.start("|loop:1| at once", worker="scripted"))
         await trio.testing.wait_all_tasks_blocked()
-        assert (await fast.status()).phase == "awaiting_worker"  # queued behind the slow one
+        assert (await fast.get()).phase == "awaiting_worker"  # queued behind the slow one
         assert (await fast.wait()).phase == "complete"
-        assert (await slow.status()).phase == "complete"  # the slot came free first
+        assert (await slow.get()).phase == "complete"  # the slot came free first
         [record] = await fast.history()
     assert record.status == "completed"

@@ -126,7 +126,7 @@ async def test_a_recovery_snapshot_that_went_stale_does_not_run_a_round_again(
     async with open_runtime(memory_config()) as rt:
         handle = rt.handle(await rt.start("|loop:2| short", worker="scripted:latency=1"))
         await trio.sleep(0.5)
-        stale = await handle.status()
+        stale = await handle.get()
         assert stale.phase == "awaiting_worker"
         assert (await handle.wait()).phase == "complete"
         # What the restarted Coordinator does for a loop it read as live and finds no runner
@@ -138,6 +138,6 @@ async def test_a_recovery_snapshot_that_went_stale_does_not_run_a_round_again(
         spec = coordinator._cell.actor._runner_spec(stale, recovered=True)  # type: ignore[union-attr]
         await SupervisorRef(loops).start_child(spec)
         await trio.sleep(10)
-        assert (await handle.status()).phase == "complete"
+        assert (await handle.get()).phase == "complete"
         events = await rt.stored_events(handle.loop_id)
         assert [e.round for e in events if isinstance(e, RoundFinished)] == [1, 2]

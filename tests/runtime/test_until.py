@@ -170,7 +170,7 @@ async def test_a_check_that_cannot_start_is_refused_at_admission(
             await rt.start("|loop:2| t", worker="scripted", until=until)
         with pytest.raises(LoopSyntaxError, match="until_timeout must be a finite number > 0"):
             await rt.start("|loop:2| t", worker="scripted", until="true", until_timeout=0)
-        assert await rt.loops() == []
+        assert await rt.list() == []
 
 
 async def test_a_dollar_budget_stops_the_loop_before_a_round_over_it(tmp_path: Path) -> None:
@@ -211,7 +211,7 @@ async def test_a_dollar_budget_for_a_worker_that_reports_no_cost_is_refused(
     async with open_runtime(sqlite_config(tmp_path / "state")) as rt:
         with pytest.raises(LoopSyntaxError) as info:
             await rt.start("|loop:2| t", worker=worker, max_cost_usd=5.0)
-        assert await rt.loops() == []
+        assert await rt.list() == []
     said = str(info.value)
     assert f"max_cost_usd cannot be kept for a {kind} loop" in said
     assert "--token-budget N" in said

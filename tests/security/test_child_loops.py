@@ -67,7 +67,7 @@ async def test_a_model_cannot_start_a_child_loop_that_widens_its_confinement(
             parent = runtime.handle(await runtime.start("|loop:1| escape", worker=spec))
             await parent.wait()
             history = await parent.history()
-            loops = await runtime.loops()
+            loops = await runtime.list()
     assert [state.loop_id for state in loops] == [parent.loop_id]  # nothing was started
     assert not planted.exists()
     results = tool_results(history[0].transcript)
@@ -105,7 +105,7 @@ async def test_a_child_loop_runs_the_parents_spec_unless_the_operator_allows_ano
         async with open_runtime(config) as runtime:
             parent = runtime.handle(await runtime.start("|loop:1| delegate", worker=spec))
             await parent.wait()
-            children = [s for s in await runtime.loops() if s.spec.parent_id == parent.loop_id]
+            children = [s for s in await runtime.list() if s.spec.parent_id == parent.loop_id]
             for child in children:
                 await runtime.handle(child.loop_id).wait()
             history = await parent.history()

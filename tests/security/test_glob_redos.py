@@ -125,7 +125,7 @@ async def test_an_agent_loop_asking_for_the_worst_glob_finishes_its_round(tmp_pa
         spec = f"agent:model=m,base_url={server.base_url},workspace={workspace},stream=false"
         async with open_runtime(config) as runtime:
             handle = runtime.handle(await runtime.start("|loop:1| find it", worker=spec))
-            assert len(await runtime.loops()) == 1
+            assert len(await runtime.list()) == 1
             state = await handle.wait()
             rounds = await handle.history()
     assert state.phase == "complete", state

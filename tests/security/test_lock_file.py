@@ -54,6 +54,6 @@ async def test_a_lost_lock_file_admits_no_second_runtime_and_stops_the_first(
     assert "stopped taking work" in str(info.value)
     # Once the first has stopped, the directory is free again; the loop is still there.
     async with open_runtime(config) as second:
-        assert [s.loop_id for s in await second.loops()] == [handle.loop_id]
+        assert [s.loop_id for s in await second.list()] == [handle.loop_id]
     assert (state / "runtime.lock").exists()
     assert os.stat(state / "runtime.lock").st_size == 0

@@ -40,7 +40,7 @@ async def test_a_loop_id_outside_the_grammar_is_refused_at_admission(
     async with open_runtime(config) as runtime:
         with pytest.raises(AdmissionRefused, match="is not a valid loop id"):
             await runtime.start("|loop:1| x", loop_id=loop_id, worker="scripted:output=" + "y" * 50)
-        assert await runtime.loops() == []
+        assert await runtime.list() == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state"]  # noqa: ASYNC240
 
 
@@ -192,7 +192,7 @@ async def test_an_undecodable_row_is_skipped_naming_its_loop(
     with caplog.at_level(logging.ERROR):
         async with open_runtime(config) as runtime:
             final = await runtime.handle("good-1").wait()
-            listed = [s.loop_id for s in await runtime.loops()]
+            listed = [s.loop_id for s in await runtime.list()]
     assert final.phase == "complete"
     assert listed == ["good-1"]
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]

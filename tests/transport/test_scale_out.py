@@ -296,7 +296,7 @@ async def test_a_node_sigkilled_mid_round_never_runs_the_round_twice_at_once(
         breaker=BreakerSettings(stale_rounds_limit=100),
     )  # fmt: skip
     async with open_runtime(config) as rt:
-        [loop] = await rt.loops()
+        [loop] = await rt.list()
         with trio.fail_after(HANG):
             final = await rt.handle(loop.loop_id).wait()
         rounds = await rt.history(loop.loop_id)
