@@ -144,9 +144,19 @@ async def test_the_same_scenario_on_every_place_loops_live(place: str, tmp_path:
     assert events.count("round_finished") == 2
 
 
-async def test_a_round_context_s_former_names_still_work_and_warn(tmp_path: Path) -> None:
-    async with embedded(tmp_path) as rt:
+async def test_the_former_names_still_work_and_warn(tmp_path: Path) -> None:
+    async with (
+        embedded(tmp_path) as rt,
+        open_gateway(rt, GatewaySettings(port=0)) as gateway,
+        connect(gateway.url, token=gateway.token_path.read_text().strip()) as node,
+    ):
         parent = await rt.start("|loop:1| parent", worker="scripted:latency=30")
+        with pytest.warns(DeprecationWarning, match=r"Runtime.loops is deprecated: use list"):
+            assert [s.loop_id for s in await rt.loops()] == [parent.loop_id]
+        with pytest.warns(DeprecationWarning, match=r"NodeClient.loops is deprecated: use list"):
+            assert [s.loop_id for s in await node.loops()] == [parent.loop_id]
+        with pytest.warns(DeprecationWarning, match=r"LoopHandle.status is deprecated: use get"):
+            assert (await rt.handle(parent).status()).loop_id == parent.loop_id
         context = RuntimeRoundContext(rt.config, rt.bus, rt.node, parent.loop_id, 1)
         with pytest.warns(DeprecationWarning, match=r"start_child is deprecated: use start"):
             child = await context.start_child("|loop:2| child", worker="scripted")

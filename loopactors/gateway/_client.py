@@ -17,6 +17,7 @@ import builtins
 import contextlib
 import itertools
 import os
+import warnings
 from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -201,6 +202,7 @@ class NodeClient:
         self, *, live_only: bool = False, limit: int | None = None
     ) -> builtins.list[LoopState]:
         """Deprecated spelling of :meth:`list` (kept for one release)."""
+        warnings.warn("NodeClient.loops is deprecated: use list", DeprecationWarning, stacklevel=2)
         return await self.list(live_only=live_only, limit=limit)
 
     async def loop_pages(

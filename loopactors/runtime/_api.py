@@ -136,6 +136,7 @@ class LoopHandle:
 
     async def status(self) -> LoopState:
         """Deprecated spelling of :meth:`get` (kept for one release)."""
+        _deprecated("LoopHandle.status", "get")
         return await self.get()
 
     async def stop(self, *, after_round: bool = False) -> LoopState:
@@ -342,6 +343,7 @@ class Runtime:
         after: tuple[float, str] | None = None,
     ) -> builtins.list[LoopState]:
         """Deprecated spelling of :meth:`list` (kept for one release)."""
+        _deprecated("Runtime.loops", "list")
         return await self.list(live_only=live_only, limit=limit, after=after)
 
     async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
@@ -626,7 +628,7 @@ class RuntimeRoundContext:
     # -- the spellings before the one vocabulary, kept for one release ---------------------
 
     async def start_child(self, text: str, **options: Any) -> LoopHandle:
-        _deprecated("start_child", "start (which returns the child's state)")
+        _deprecated("RoundContext.start_child", "start (which returns the child's state)")
         return self.runtime.handle(await self.start(text, **options))
 
     @property
@@ -638,19 +640,19 @@ class RuntimeRoundContext:
         return tuple(str(Path(path).resolve()) for path in self._config.protected_paths())
 
     async def get_loop(self, loop_id: str) -> LoopState:
-        _deprecated("get_loop", "get")
+        _deprecated("RoundContext.get_loop", "get")
         return await self.get(loop_id)
 
     async def list_loops(self) -> builtins.list[LoopState]:
-        _deprecated("list_loops", "list")
+        _deprecated("RoundContext.list_loops", "list")
         return await self.list()
 
     async def loop_history(self, loop_id: str) -> builtins.list[RoundRecord]:
-        _deprecated("loop_history", "history")
+        _deprecated("RoundContext.loop_history", "history")
         return await self.history(loop_id)
 
     async def stop_loop(self, loop_id: str) -> LoopState:
-        _deprecated("stop_loop", "stop")
+        _deprecated("RoundContext.stop_loop", "stop")
         return await self.stop(loop_id)
 
     async def apply_compaction(
@@ -679,11 +681,8 @@ class RuntimeRoundContext:
 
 
 def _deprecated(old: str, new: str) -> None:
-    warnings.warn(
-        f"RoundContext.{old} is deprecated: use {new} (docs/embedding.md)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
+    """A former spelling, kept for one release (docs/embedding.md, "Former names")."""
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
 
 
 if TYPE_CHECKING:  # the runtime implements the workers' protocol and the vocabulary (mypy)
