@@ -11,6 +11,7 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
+from typing import Self
 
 import trio
 
@@ -51,7 +52,27 @@ STATE_EVENTS: tuple[type, ...] = (
 log = logging.getLogger("loopactors.runtime")
 
 
-class Subscription:
+class _ClosedOnExit:
+    """A ``with`` block closes it."""
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Subscription(_ClosedOnExit):
     """An async iterator of events (and gaps); close it, or use it as a context manager."""
 
     def __init__(self, bus: EventBus, loop_id: str | None, queue_size: int) -> None:
@@ -123,17 +144,6 @@ class Subscription:
         self._send.close()
         self._recv.close()
 
-    def __enter__(self) -> Subscription:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     # ``async with`` too: how a node's client subscribes (loops.LoopControl.subscribe).
     async def __aenter__(self) -> Subscription:
         return self
@@ -147,7 +157,7 @@ class Subscription:
         self.close()
 
 
-class Watch:
+class Watch(_ClosedOnExit):
     """Wakes one waiter when an event of a loop (of the given kinds) is published.
 
     What :meth:`LoopHandle.wait` needs, at a fraction of a subscription's cost: no queue and
@@ -174,19 +184,8 @@ class Watch:
     def close(self) -> None:
         self._bus._unwatch(self)
 
-    def __enter__(self) -> Watch:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class Changes:
+class Changes(_ClosedOnExit):
     """The ids of the loops that had an event since they were last taken: what a view of
     many loops needs (it reads their states), at a cost bounded by the number of loops.
 
@@ -244,17 +243,6 @@ class Changes:
 
     def close(self) -> None:
         self._bus._unchange(self)
-
-    def __enter__(self) -> Changes:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class EventBus:
