@@ -385,37 +385,47 @@ def breaches(before: RepoSnapshot, after: RepoSnapshot, slug: str, *, live: set[
             found.append(f"{name} deleted (was {_short(old)})")
         else:
             found.append(f"{name} moved {_short(old)} -> {_short(new)}")
-    for path in sorted(before.hooks.keys() | after.hooks.keys()):
-        old_hook, new_hook = before.hooks.get(path), after.hooks.get(path)
-        if old_hook != new_hook:
-            what = "created" if old_hook is None else "deleted" if new_hook is None else "changed"
-            found.append(f"hook {Path(path).name} {what}")
+    found += [
+        f"hook {Path(path).name} {what}" for path, what in _changed(before.hooks, after.hooks)
+    ]
     if before.config != after.config:
         found.append(".git/config changed")
-    for path in sorted(before.info.keys() | after.info.keys()):
-        old_file, new_file = before.info.get(path), after.info.get(path)
-        if old_file != new_file:
-            what = "created" if old_file is None else "deleted" if new_file is None else "changed"
-            found.append(f".git/info/{Path(path).name} {what}")
+    found += [
+        f".git/info/{Path(path).name} {what}" for path, what in _changed(before.info, after.info)
+    ]
     if before.alternates != after.alternates:
         found.append(".git/objects/info/alternates changed")
-    for path in sorted(before.user.keys() | after.user.keys()):
-        old_file, new_file = before.user.get(path), after.user.get(path)
-        if old_file != new_file:
-            what = "created" if old_file is None else "deleted" if new_file is None else "changed"
-            found.append(f"the user's git configuration {path} {what}")
-    for name in sorted(before.worktrees.keys() | after.worktrees.keys()):
-        old_tree, new_tree = before.worktrees.get(name), after.worktrees.get(name)
-        if old_tree != new_tree:
-            what = "added" if old_tree is None else "removed" if new_tree is None else "changed"
-            found.append(f"linked worktree {name} {what}")
+    found += [
+        f"the user's git configuration {path} {what}"
+        for path, what in _changed(before.user, after.user)
+    ]
+    found += [
+        f"linked worktree {name} {what}"
+        for name, what in _changed(before.worktrees, after.worktrees, ("added", "removed"))
+    ]
     if before.status != after.status:
         found.append(f"the main checkout changed ({_status_change(before.status, after.status)})")
-    for name in sorted(before.ledger.keys() | after.ledger.keys()):
-        old_mark, new_mark = before.ledger.get(name), after.ledger.get(name)
-        if old_mark != new_mark:
-            what = "created" if old_mark is None else "deleted" if new_mark is None else "changed"
-            found.append(f"ledger file {name} {what} (only the loop writes the ledger)")
+    found += [
+        f"ledger file {name} {what} (only the loop writes the ledger)"
+        for name, what in _changed(before.ledger, after.ledger)
+    ]
+    return found
+
+
+def _changed(
+    before: Mapping[str, object],
+    after: Mapping[str, object],
+    words: tuple[str, str] = ("created", "deleted"),
+) -> list[tuple[str, str]]:
+    """Each key whose value differs, by name, with what happened to it: ``words`` for one
+    that appeared or went, ``changed`` otherwise."""
+    found = []
+    for name in sorted(before.keys() | after.keys()):
+        old, new = before.get(name), after.get(name)
+        if old != new:
+            found.append(
+                (name, words[0] if old is None else words[1] if new is None else "changed")
+            )
     return found
 
 
