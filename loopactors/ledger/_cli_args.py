@@ -13,7 +13,15 @@ from collections.abc import Sequence
 
 from ..errors import LoopactorsError
 from ._js import as_double, trim
-from ._rules import assert_similarity_threshold
+from ._rules import (
+    MAX_ITERATIONS,
+    MAX_TRACE_LINES,
+    NO_PROGRESS_THRESHOLD,
+    SIMILARITY_THRESHOLD,
+    STAGNATION_THRESHOLD,
+    WINDOW,
+    assert_similarity_threshold,
+)
 
 __all__ = ["CliError", "Options", "js_to_number", "parse_args"]
 
@@ -30,13 +38,13 @@ class Options:
     ledger: str | None = None
     json: bool = False
     help: bool = False
-    max_iterations: int = 10
-    stagnation: int = 3
-    no_progress: int = 5
+    max_iterations: int = MAX_ITERATIONS
+    stagnation: int = STAGNATION_THRESHOLD
+    no_progress: int = NO_PROGRESS_THRESHOLD
     token_budget: int | None = None
-    window: int = 5
-    max_trace_lines: int = 8
-    similarity_threshold: float = 0.85
+    window: int = WINDOW
+    max_trace_lines: int = MAX_TRACE_LINES
+    similarity_threshold: float = SIMILARITY_THRESHOLD
     budget_pattern: str | None = None
     #: ``None`` when the flag ended argv; the lookups then use the default.
     budget_level: str | None = "L1"

@@ -15,7 +15,18 @@ from msgspec import UNSET, UnsetType
 
 from ..errors import LoopactorsError
 from ._js import WHITESPACE
-from ._rules import assert_positive_integer, assert_similarity_threshold, check_limits
+from ._rules import (
+    FRUSTRATION_THRESHOLD,
+    MAX_ITERATIONS,
+    MAX_TRACE_LINES,
+    NO_PROGRESS_THRESHOLD,
+    SIMILARITY_THRESHOLD,
+    STAGNATION_THRESHOLD,
+    WINDOW,
+    assert_positive_integer,
+    assert_similarity_threshold,
+    check_limits,
+)
 
 __all__ = [
     "Attempt",
@@ -82,19 +93,19 @@ class Ledger(msgspec.Struct, gc=False, frozen=True, kw_only=True, rename="camel"
 
 
 class BreakerConfig(msgspec.Struct, gc=False, frozen=True, kw_only=True, rename="camel"):
-    max_iterations: int = 10
-    stagnation_threshold: int = 3
-    frustration_threshold: int = 3
-    no_progress_threshold: int = 5
-    similarity_threshold: float = 0.85
+    max_iterations: int = MAX_ITERATIONS
+    stagnation_threshold: int = STAGNATION_THRESHOLD
+    frustration_threshold: int = FRUSTRATION_THRESHOLD
+    no_progress_threshold: int = NO_PROGRESS_THRESHOLD
+    similarity_threshold: float = SIMILARITY_THRESHOLD
     #: ``None``: no cap.
     token_budget: int | None = None
 
 
 class PruneConfig(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    max_trace_lines: int = 8
-    window: int = 5
-    similarity_threshold: float = 0.85
+    max_trace_lines: int = MAX_TRACE_LINES
+    window: int = WINDOW
+    similarity_threshold: float = SIMILARITY_THRESHOLD
 
 
 class BreakerDecision(msgspec.Struct, gc=False, frozen=True, kw_only=True, rename="camel"):

@@ -43,6 +43,17 @@ __all__ = [
 ]
 
 
+#: loop-context's defaults (docs/ledger.md, "Config checks"), written once: BreakerConfig,
+#: PruneConfig, BreakerLimits, the summary and `loopactors context` read them from here.
+MAX_ITERATIONS = 10
+STAGNATION_THRESHOLD = 3
+FRUSTRATION_THRESHOLD = 3
+NO_PROGRESS_THRESHOLD = 5
+SIMILARITY_THRESHOLD = 0.85
+MAX_TRACE_LINES = 8
+WINDOW = 5
+
+
 class BreakerLimits:
     """A breaker config as plain attributes, with :class:`BreakerConfig`'s names and defaults."""
 
@@ -58,11 +69,11 @@ class BreakerLimits:
     def __init__(
         self,
         *,
-        max_iterations: int = 10,
-        stagnation_threshold: int = 3,
-        frustration_threshold: int = 3,
-        no_progress_threshold: int = 5,
-        similarity_threshold: float = 0.85,
+        max_iterations: int = MAX_ITERATIONS,
+        stagnation_threshold: int = STAGNATION_THRESHOLD,
+        frustration_threshold: int = FRUSTRATION_THRESHOLD,
+        no_progress_threshold: int = NO_PROGRESS_THRESHOLD,
+        similarity_threshold: float = SIMILARITY_THRESHOLD,
         token_budget: int | None = None,
     ) -> None:
         self.max_iterations = max_iterations
@@ -88,7 +99,8 @@ def assert_similarity_threshold(value: object, label: str = "similarityThreshold
             percent = format_number(value)
             why += f" If you meant {percent}%, use {format_number(value / 100)}."
     raise ConfigError(
-        f"{label} must be a fraction greater than 0 and at most 1 (default 0.85); "
+        f"{label} must be a fraction greater than 0 and at most 1 (default "
+        f"{SIMILARITY_THRESHOLD}); "
         f"got {js_string(value)}.{why}"
     )
 

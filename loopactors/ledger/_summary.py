@@ -18,6 +18,7 @@ from ._model import (
     assert_similarity_threshold,
     validate_prune_config,
 )
+from ._rules import SIMILARITY_THRESHOLD
 from ._text import calculate_similarity, error_signature, prune_stack_trace
 
 __all__ = ["build_context_injection", "format_summary", "prune_ledger", "summarize_attempts"]
@@ -63,7 +64,9 @@ def prune_ledger(ledger: Ledger, config: PruneConfig = _DEFAULT_PRUNE) -> Ledger
     return Ledger(goal=ledger.goal, started_at=ledger.started_at, attempts=tuple(out))
 
 
-def summarize_attempts(ledger: Ledger, similarity_threshold: float = 0.85) -> AttemptSummary:
+def summarize_attempts(
+    ledger: Ledger, similarity_threshold: float = SIMILARITY_THRESHOLD
+) -> AttemptSummary:
     """Counts, tokens, grouped errors and the actions tried (docs/ledger.md, "Summary")."""
     assert_similarity_threshold(similarity_threshold)
     successes = noops = failures = 0

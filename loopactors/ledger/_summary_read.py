@@ -29,6 +29,7 @@ from ._compact import TextList, TextSet
 from ._facts import _finite, _refuse, _Refused, _unique
 from ._grouping import COMMON_SAMPLE, PartsGrouper, common_grams
 from ._js import WHITESPACE, _encode, as_double, format_number, js_number, trim, truthy_number
+from ._rules import SIMILARITY_THRESHOLD
 from ._text import error_signature, line_signature_pieces, trigrams_of_pieces
 
 TYPE_CHECKING = False  # typing itself is not needed to run
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["StreamedSummary", "format_streamed_summary", "read_summary", "write_summary_json"]
 
 #: The summary's threshold: the command always groups at the default (see ``_cli``).
-_THRESHOLD = 0.85
+_THRESHOLD = SIMILARITY_THRESHOLD
 #: Bytes read at a time.
 _BLOCK = 1 << 16
 #: Characters of error texts whose group is remembered (a ledger often repeats one error);
