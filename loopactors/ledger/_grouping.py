@@ -381,6 +381,25 @@ class PartsGrouper:
         for key in parts.empty_pair_keys(count):
             sure.update(self._index.find(key))
 
+    def _agreeing(
+        self, hits: dict[int, int], parts_by_count: dict[int, _Parts], sure: set[int]
+    ) -> None:
+        """Add to ``sure`` the heads of ``hits`` (agreeing non-empty parts) that agree on
+        two parts, counting one empty part both have."""
+        for group, n in hits.items():
+            if n >= _AGREEING_PARTS:
+                sure.add(group)
+                continue
+            count = self._head_counts[group]
+            parts = parts_by_count.get(count)
+            if parts is None:
+                # Two keys met (an entry tells only 28 bits of a key apart): a head of a
+                # part count no size within reach uses cannot be similar enough.
+                continue
+            empty = self._head_empty[group] if count <= 64 else self._wide_empty[group]
+            if empty & parts.empty:  # one non-empty and one empty part
+                sure.add(group)
+
     def _common_mask(self, grams: frozenset[str]) -> int:
         bits = self._common_bit
         return _mask((bits[gram] for gram in grams if gram in bits), len(bits) // 8 + 1)
@@ -457,14 +476,7 @@ class PartsGrouper:
                     entry = nexts[entry]
             if parts.empty & (parts.empty - 1):  # two or more empty parts
                 self._agreeing_empty_parts(count, parts, sure)
-        for group, n in hits.items():
-            if n >= _AGREEING_PARTS:
-                sure.add(group)
-            else:
-                count = self._head_counts[group]
-                empty = self._head_empty[group] if count <= 64 else self._wide_empty[group]
-                if empty & parts_by_count[count].empty:  # one non-empty and one empty part
-                    sure.add(group)
+        self._agreeing(hits, parts_by_count, sure)
         if len(sure) > _DENSE_AFTER:
             self._dense = _DenseIndex(self)
             return self._add_dense(sig, grams, pieces)
@@ -505,17 +517,19 @@ class PartsGrouper:
     ) -> int:
         dense = self._dense
         assert dense is not None
-        cmask = self._common_mask(grams)
+        cmask = dense.common_mask(grams)
         found = dense.first_similar(grams, cmask)
         if found is not None:
             return found
         group = self._new_head(sig, len(grams), cmask, pieces)
-        dense.add(group, grams)
+        dense.add(group, grams, cmask)
         return group
 
 
 #: Candidates from the parts past which the grouper switches to :class:`_DenseIndex`.
 _DENSE_AFTER = 64
+#: A gram held by fewer heads than this never becomes common in :class:`_DenseIndex`.
+_PROMOTE_MIN = 64
 
 
 class _DenseIndex:
@@ -530,34 +544,78 @@ class _DenseIndex:
     errors whose common grams make most heads candidates for the parts (a long shared text
     with distinct tails just below the threshold): an exact test per pair was quadratic.
     Costs an index entry per uncommon gram of each head (docs/ledger.md).
+
+    Which grams are common is decided again as heads come: a gram held by more than
+    :data:`_PROMOTE_MIN` heads and more than one head in 32 becomes common, its heads' masks
+    get its bit and its entries leave the index (a bit for every head then costs no more
+    than the index's 4-byte entries). The sample of the first errors may have missed a text
+    that later errors all share (the first 2,048 were about something else): counting its
+    grams through the index cost every head per gram, quadratic again.
     """
 
-    __slots__ = ("by_size", "grouper", "postings")
+    __slots__ = ("by_size", "common", "common_bit", "grouper", "postings")
 
     def __init__(self, grouper: PartsGrouper) -> None:
         self.grouper = grouper
         self.postings: dict[str, array[int]] = {}
+        #: The grouper's common grams and those found common since (their bits follow).
+        self.common = set(grouper.common)
+        self.common_bit = dict(grouper._common_bit)
         #: size -> common grams -> heads
         self.by_size: dict[int, dict[int, list[int]]] = {}
         for group in range(len(grouper.heads)):
             self.add(group, grouper.head_grams(group))
 
-    def add(self, group: int, grams: frozenset[str]) -> None:
+    def common_mask(self, grams: frozenset[str]) -> int:
+        bits = self.common_bit
+        return _mask((bits[gram] for gram in grams if gram in bits), len(bits) // 8 + 1)
+
+    def add(self, group: int, grams: frozenset[str], cmask: int | None = None) -> None:
+        """File head ``group``; ``cmask``: its mask over the grams common now, if known."""
         g = self.grouper
-        postings, common = self.postings, g.common
+        postings, common = self.postings, self.common
+        if cmask is None:
+            # A head filed after a promotion (the index is built from the heads in order)
+            # lacks the promoted grams' bits.
+            cmask = g._head_cmasks[group] = self.common_mask(grams)
+            g._head_uncommon[group] = len(grams) - cmask.bit_count()
+        crowded = max(_PROMOTE_MIN, len(g._head_sizes) // 32)
+        promote = []
         for gram in grams:
             if gram not in common:
                 found = postings.get(gram)
                 if found is None:
                     found = postings[gram] = array("i")
                 found.append(group)
+                if len(found) > crowded:
+                    promote.append(gram)
         size = g._head_sizes[group]
         csize = size - g._head_uncommon[group]
         self.by_size.setdefault(size, {}).setdefault(csize, []).append(group)
+        if promote:
+            self._promote(promote)
+
+    def _promote(self, grams: list[str]) -> None:
+        """Make ``grams`` common: a bit in the masks of the heads holding each, out of the
+        index, and the heads filed again by their common count."""
+        g = self.grouper
+        cmasks, uncommons = g._head_cmasks, g._head_uncommon
+        for gram in grams:
+            bit = 1 << len(self.common_bit)
+            self.common_bit[gram] = len(self.common_bit)
+            self.common.add(gram)
+            for group in self.postings.pop(gram):
+                cmasks[group] |= bit
+                uncommons[group] -= 1
+        self.by_size.clear()
+        sizes = g._head_sizes
+        for group in range(len(sizes)):
+            size = sizes[group]
+            self.by_size.setdefault(size, {}).setdefault(size - uncommons[group], []).append(group)
 
     def first_similar(self, grams: frozenset[str], cmask: int) -> int | None:
         g = self.grouper
-        threshold, common, postings = g.threshold, g.common, self.postings
+        threshold, common, postings = g.threshold, self.common, self.postings
         size = len(grams)
         csize = cmask.bit_count()
         uncommon = size - csize

@@ -336,3 +336,48 @@ def test_the_summary_of_one_huge_error_holds_one_copy_of_its_line(as_json: bool)
         assert text == out.getvalue()
     else:
         assert text == format_summary(expected)
+
+
+def _late_shared_text(near: int, seed: int = 1) -> list[str]:
+    """2,100 errors of random words, then ``near`` errors sharing 1,000 characters with
+    distinct 92-letter tails: the common grams, sampled from the first 2,048 distinct
+    errors, miss the shared text."""
+    from loopactors.ledger._text import error_signature
+
+    rng = random.Random(seed)
+    letters = string.ascii_lowercase
+    base = "".join(rng.choice(letters + " ") for _ in range(1000))
+    errors = [
+        "Setup: " + " ".join("".join(rng.choice(letters) for _ in range(7)) for _ in range(8))
+        for _ in range(2100)
+    ]
+    errors += [base + " " + "".join(rng.choice(letters) for _ in range(92)) for _ in range(near)]
+    return list(dict.fromkeys(error_signature(e) for e in errors))
+
+
+def _group_as_the_summary(sigs: list[str]) -> tuple[list[int], _grouping.PartsGrouper]:
+    grouper = _grouping.PartsGrouper(0.85, _grouping.common_grams(sigs[:2048]))
+    return [grouper.add(sig) for sig in sigs], grouper
+
+
+def test_a_key_of_another_part_count_met_in_the_index_is_only_a_candidate() -> None:
+    """Keys are told apart by 28 bits: a head of a part count no size within reach uses
+    can meet a key. It raised ``KeyError`` (found on 2,150 errors); it is no candidate."""
+    sigs = _late_shared_text(50)
+    groups, _ = _group_as_the_summary(sigs)
+    assert groups == _grouping._group_by_prefix(sigs, 0.85)
+
+
+def test_a_shared_text_the_sample_missed_becomes_common_as_heads_come() -> None:
+    """Its grams were counted through the index for every head that holds them (5,000
+    such errors: minutes); a gram held by more than 64 heads (and one in 32) becomes common
+    instead, so no index entry list outgrows that, and the groups stay exact."""
+    sigs = _late_shared_text(400)
+    groups, grouper = _group_as_the_summary(sigs)
+    assert groups == _grouping._group_by_prefix(sigs, 0.85)
+    dense = grouper._dense
+    assert dense is not None  # the counting took over
+    heads = len(grouper.heads)
+    bound = max(_grouping._PROMOTE_MIN, heads // 32)
+    assert max(len(found) for found in dense.postings.values()) <= bound
+    assert len(dense.common) > len(grouper.common) + 500  # the shared text's grams
