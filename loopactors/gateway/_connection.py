@@ -22,7 +22,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from .. import __version__
 from ..errors import ActorNotRunning, CallFailed, CallTimeout, StoreError
-from ..loops import AnyEvent
+from ..loops import AgentStep, AnyEvent, RoundWaiting
 from ..runtime import Changes, Gap, Subscription
 from ._answers import answer, error_frame, headed, is_refusal, kind_of
 from ._auth import token_matches
@@ -77,6 +77,10 @@ _decode_id = msgspec.json.Decoder(_IdOnly).decode
 
 def frame_text(frame: msgspec.Struct) -> str:
     return _encode(frame).decode()
+
+
+#: The events told live but never stored: they have no place in the loop's log.
+_LIVE_ONLY = (AgentStep, RoundWaiting)
 
 
 class Connection:
@@ -491,9 +495,13 @@ class Connection:
                     text = frame_text(GapFrame(subscription=sid, missed=item.missed))
                     await self._send.send(text)
                     continue
-                if seq is not None:
+                place = None
+                if seq is not None and not isinstance(item, _LIVE_ONLY):
+                    # Only stored events have a place: a live-only one (an agent step)
+                    # counted would make a renewal's after skip stored events never seen.
                     seq += 1
-                frame = EventFrame(subscription=sid, event=item, seq=seq)
+                    place = seq
+                frame = EventFrame(subscription=sid, event=item, seq=place)
                 await self._send.send(frame_text(frame))
                 self._delivered[sid] += 1
 

@@ -216,7 +216,8 @@ class Subscribe(_Request, frozen=True, kw_only=True, tag="subscribe"):
     bounded by the loops that changed, not by their events, and never misses a change.
 
     With ``replay``, every event frame carries ``seq``, the event's place in the loop's log
-    (1, 2, 3, ... as the store keeps it), and ``after`` skips the first ``after`` stored
+    (1, 2, 3, ... as the store keeps it; null for the live-only ``agent_step`` and
+    ``round_waiting``, never stored), and ``after`` skips the first ``after`` stored
     events: a client that reconnects, to this node or to the one that took its store over,
     subscribes again with ``after`` = the last ``seq`` it got, and misses nothing and sees
     nothing twice.
@@ -390,7 +391,8 @@ class Error(msgspec.Struct, frozen=True, kw_only=True, tag="error", tag_field="t
 class EventFrame(msgspec.Struct, frozen=True, kw_only=True, tag="event", tag_field="type"):
     subscription: str
     event: AnyEvent
-    #: The event's place in its loop's log, on a ``replay`` subscription (else null).
+    #: The event's place in its loop's log, on a ``replay`` subscription (else null, and
+    #: null for an event never stored: ``agent_step``, ``round_waiting``).
     seq: int | None = None
 
 

@@ -13,6 +13,7 @@ from loopactors.client import connect
 from loopactors.gateway import GatewaySettings, open_gateway
 from loopactors.loops import AnyEvent, LoopFinished, RoundStarted
 from loopactors.runtime import Gap, open_runtime
+from loopactors.workers import RoundContext, RoundRequest
 from tests.hang import HANG
 
 from .conftest import LiveNode, RawClient, node_config, open_raw
@@ -64,6 +65,37 @@ async def test_replayed_and_live_events_carry_their_place_and_after_skips(
         request = {"type": "subscribe", "id": 4, "loop_id": other.loop_id}
         assert (await raw.ask(request))["type"] == "ok"
         assert all(f.get("seq") is None for f in await _frames_until_finished(raw))
+
+
+async def stepping(request: RoundRequest, context: RoundContext | None) -> str:
+    """A round that reports two tool calls live (``agent_step``: never stored)."""
+    assert context is not None
+    await trio.sleep(0.05)  # round 1's steps come after the test subscribed
+    context.agent_step("read", "a.py")
+    context.agent_step("write", "a.py")
+    return f"round {request.round} of {request.rounds}: edited"
+
+
+async def test_live_only_events_take_no_place_in_the_log(live_node: LiveNode) -> None:
+    """Agent steps reach a replay subscriber but are not stored: numbering them too would
+    make a renewal's after skip stored events never received (or be refused as past them)."""
+    runtime = live_node.runtime
+    async with open_raw(live_node) as raw:
+        state = await runtime.start(
+            "|loop:2,fresh| edit",
+            worker="python:tests.gateway.test_subscribe_after:stepping",
+            stale_rounds_limit=100,
+        )
+        request = {"type": "subscribe", "id": 1, "loop_id": state.loop_id, "replay": True}
+        assert (await raw.ask(request))["type"] == "ok"
+        frames = await _frames_until_finished(raw)
+    stored = await runtime.stored_events(state.loop_id)
+    steps = [f for f in frames if f["event"]["type"] == "agent_step"]
+    assert len(steps) == 4
+    assert all(f.get("seq") is None for f in steps)
+    numbered = [f for f in frames if f["event"]["type"] != "agent_step"]
+    assert [f["seq"] for f in numbered] == list(range(1, len(stored) + 1))
+    assert [f["event"]["at"] for f in numbered] == [e.at for e in stored]
 
 
 async def test_after_out_of_place_is_refused_by_name(live_node: LiveNode) -> None:
