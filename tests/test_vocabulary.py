@@ -169,3 +169,16 @@ async def test_the_former_names_still_work_and_warn(tmp_path: Path) -> None:
             assert len(await context.loop_history(child.loop_id)) == 2
         with pytest.warns(DeprecationWarning, match="stop_loop is deprecated: use stop"):
             assert (await context.stop_loop(parent.loop_id)).phase == "cancelled"
+
+
+async def test_a_handle_verb_on_a_started_state_says_where_it_went(tmp_path: Path) -> None:
+    """Code written for the former Runtime.start (a LoopHandle) calls the handle's verbs on
+    what start returns now, a LoopState: the error says how to reach them."""
+    async with embedded(tmp_path) as rt:
+        state = await rt.start("|loop:1| x", worker="scripted")
+        with pytest.raises(AttributeError, match=r"rt\.handle\(state\)\.wait\(") as caught:
+            await state.wait()  # type: ignore[attr-defined]
+        assert caught.value.name == "wait"
+        assert (await rt.handle(state).wait()).phase == "complete"
+        with pytest.raises(AttributeError, match=r"^'LoopState' object has no attribute 'nope'$"):
+            state.nope  # type: ignore[attr-defined]  # noqa: B018

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -298,6 +298,29 @@ class LoopState(msgspec.Struct, gc=False, frozen=True, kw_only=True):
         """A copy in ``phase`` (checked) with ``changes`` applied and ``updated_at`` now."""
         check_transition(self.phase, phase)
         return msgspec.structs.replace(self, phase=phase, updated_at=time.time(), **changes)
+
+    if not TYPE_CHECKING:  # hidden from mypy: it would accept any attribute of a state
+
+        def __getattr__(self, name: str) -> Any:
+            # Only for a name not found. Runtime.start returned a LoopHandle until it
+            # returned this: say how the handle's verbs are reached now.
+            if name in _HANDLE_VERBS:
+                raise AttributeError(
+                    f"a LoopState has no {name!r}: Runtime.start returns the loop's state now, "
+                    f"not a LoopHandle; use rt.handle(state).{name}(...) or the runtime's verb "
+                    "with state.loop_id (docs/embedding.md, Former names)",
+                    name=name,
+                    obj=self,
+                )
+            raise AttributeError(
+                f"'LoopState' object has no attribute {name!r}", name=name, obj=self
+            )
+
+
+#: LoopHandle's verbs, which code written for a former Runtime.start may call on a state.
+_HANDLE_VERBS = frozenset(
+    ("get", "status", "stop", "pause", "resume", "history", "events", "wait", "wait_phase")
+)
 
 
 def round_of(loop_id: str, rounds: Sequence[RoundRecord], number: int) -> RoundRecord:
