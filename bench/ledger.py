@@ -14,7 +14,11 @@ one), and outputs are compared on disk. Cases:
 - ``--check`` on a 10-attempt ledger: the everyday call, so mostly start-up;
 - ``--check`` on 100,000 failed attempts with the same error, and with distinct errors;
 - ``--summary`` on ledgers of distinct errors (the reference groups them quadratically, so it
-  runs only up to ``--reference-max`` errors), with whether both tools print the same.
+  runs only up to ``--reference-max`` errors), with whether both tools print the same;
+- loopactors alone (issue 27): each of ``--huge-ops`` on a ledger of one huge error
+  (``--huge-error-mb``), and ``--summary`` on adversarial distinct errors: near the threshold
+  of each other, the same after 2,100 unrelated errors (the common-gram sample misses their
+  shared text), and with tails of a tiny alphabet. ``--bounds-only`` runs only these.
 
 The machine's load average is printed with the results: on a shared machine compare the two
 sides within one run. Prints one table and, last, one JSON line.
@@ -130,11 +134,41 @@ def near_threshold_ledger(errors: int, seed: int = 1) -> dict[str, Any]:
                          for i in range(errors)]}  # fmt: skip
 
 
+def late_shared_text_ledger(errors: int, unrelated: int = 2100, seed: int = 1) -> dict[str, Any]:
+    """``unrelated`` errors of random words, then ``errors`` near-threshold ones sharing 1,000
+    characters: the common grams, sampled from the first 2,048 distinct errors, miss the
+    shared text (docs/ledger.md)."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    base = "".join(rng.choice(letters + " ") for _ in range(1000))
+    texts = [
+        "Setup: " + " ".join("".join(rng.choice(letters) for _ in range(7)) for _ in range(8))
+        for _ in range(unrelated)
+    ]
+    texts += [base + " " + "".join(rng.choice(letters) for _ in range(92)) for _ in range(errors)]
+    return {"goal": "group these",
+            "attempts": [{"iteration": i + 1, "action": "a", "outcome": "failure", "error": text}
+                         for i, text in enumerate(texts)]}  # fmt: skip
+
+
+def tiny_alphabet_ledger(errors: int, seed: int = 1) -> dict[str, Any]:
+    """Errors sharing 600 characters, each with a tail of 300 letters of 8 kinds: every
+    gram is common, so heads are told apart by a mask test each (docs/ledger.md)."""
+    rng = random.Random(seed)
+    base = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(600))
+    return {"goal": "group these",
+            "attempts": [{"iteration": i + 1, "action": "a", "outcome": "failure",
+                          "error": base + " " + "".join(rng.choice("abcdefgh") for _ in range(300))}
+                         for i in range(errors)]}  # fmt: skip
+
+
 def write_bound_ledgers(directory: Path, megabytes: str, errors: int) -> None:
     (directory / "small.json").write_text(json.dumps(small_ledger()))
     for size in megabytes.split(","):
         (directory / f"huge-error-{size}.json").write_text(json.dumps(huge_error_ledger(int(size))))
     (directory / "near-threshold.json").write_text(json.dumps(near_threshold_ledger(errors)))
+    (directory / "late-shared.json").write_text(json.dumps(late_shared_text_ledger(errors)))
+    (directory / "tiny-alphabet.json").write_text(json.dumps(tiny_alphabet_ledger(errors)))
 
 
 def write_ledgers(directory: Path, attempts: int, summary_sizes: str) -> None:
@@ -358,6 +392,16 @@ def main() -> None:
                     Path(tmp) / "near-threshold.json", ["--summary", "--json"], ours=ours,
                     ref=None,
                     repeats=1)
+        )  # fmt: skip
+        rows.append(
+            measure(f"--summary, 2,100 + {args.near_threshold:,} late shared text",
+                    Path(tmp) / "late-shared.json", ["--summary", "--json"], ours=ours,
+                    ref=None, repeats=1)
+        )  # fmt: skip
+        rows.append(
+            measure(f"--summary, {args.near_threshold:,} tiny-alphabet tails",
+                    Path(tmp) / "tiny-alphabet.json", ["--summary", "--json"], ours=ours,
+                    ref=None, repeats=1)
         )  # fmt: skip
     load_after = os.getloadavg()
 
