@@ -80,10 +80,11 @@ class _Assistant(_Event, tag="assistant"):
 
 
 class _Usage(msgspec.Struct):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
+    # A count left null reads as none: it must not cost the round its result.
+    input_tokens: int | None = 0
+    output_tokens: int | None = 0
+    cache_read_input_tokens: int | None = 0
+    cache_creation_input_tokens: int | None = 0
 
 
 class _Result(_Event, tag="result"):
@@ -92,12 +93,13 @@ class _Result(_Event, tag="result"):
     result: str | None = None
     total_cost_usd: float | None = None
     usage: _Usage | None = None
-    errors: list[Any] = []
+    errors: list[Any] | None = None
     api_error_status: int | None = None
 
 
 class _ClaudeStream(JsonLinesParser[_Assistant | _Result]):
-    events = msgspec.json.Decoder(_Assistant | _Result)
+    # Not strict: a count written as 5.0 (or a number as a string) is still read.
+    events = msgspec.json.Decoder(_Assistant | _Result, strict=False)
     others = msgspec.json.Decoder(_Session)
 
     def __init__(self) -> None:
@@ -141,7 +143,7 @@ class _ClaudeStream(JsonLinesParser[_Assistant | _Result]):
         is_error = bool(result.is_error) or returncode != 0
         error: str | None = None
         limit: UsageLimit | None = None
-        listed = "; ".join(e for e in result.errors if isinstance(e, str))
+        listed = "; ".join(e for e in result.errors or () if isinstance(e, str))
         if is_error:
             error = (
                 reply
@@ -161,10 +163,10 @@ class _ClaudeStream(JsonLinesParser[_Assistant | _Result]):
             limit = pipe
         return CliOutcome(
             reply=reply,
-            input_tokens=max(0, usage.input_tokens),
-            output_tokens=max(0, usage.output_tokens),
-            cache_read_tokens=max(0, usage.cache_read_input_tokens),
-            cache_write_tokens=max(0, usage.cache_creation_input_tokens),
+            input_tokens=max(0, usage.input_tokens or 0),
+            output_tokens=max(0, usage.output_tokens or 0),
+            cache_read_tokens=max(0, usage.cache_read_input_tokens or 0),
+            cache_write_tokens=max(0, usage.cache_creation_input_tokens or 0),
             cost_usd=float(cost) if cost is not None and cost >= 0 else 0.0,
             session_id=result.session_id or self.session_id,
             is_error=is_error,

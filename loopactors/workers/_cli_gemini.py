@@ -113,9 +113,10 @@ class _Error(_Event, tag="error"):
 class _Stats(msgspec.Struct):
     #: ``input`` is the uncached input; ``input_tokens`` includes the cached part.
     input: int | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached: int = 0
+    # A count left null reads as none (_int): it must not cost the round its result.
+    input_tokens: int | None = 0
+    output_tokens: int | None = 0
+    cached: int | None = 0
 
 
 class _ResultError(msgspec.Struct):

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from loopactors.workers import parse_worker
-from loopactors.workers._cli_gemini import gemini_limit
+from loopactors.workers._cli_gemini import GeminiAdapter, gemini_limit
 from tests.hang import HANG
 
 from ._fakes import quiet_env
@@ -240,3 +240,21 @@ def test_nothing_leaves_loopback(
     assert (workspace / "hi.txt").exists()
     assert "127.0.0.1" in log.read_text()
     assert off_loopback(log) == []
+
+
+def test_a_gemini_result_with_null_counts_is_still_the_result() -> None:
+    parser = GeminiAdapter().parser()
+    for text in (
+        json.dumps({"type": "init", "session_id": "s-1"}),
+        json.dumps({"type": "message", "role": "assistant", "content": "done"}),
+        json.dumps(
+            {
+                "type": "result",
+                "status": "success",
+                "stats": {"input_tokens": None, "output_tokens": 7, "cached": None},
+            }
+        ),
+    ):
+        parser.feed(text)
+    outcome = parser.finish(0, "")
+    assert (outcome.reply, outcome.is_error, outcome.output_tokens) == ("done", False, 7)

@@ -146,6 +146,17 @@ def test_events_of_other_types_or_shapes_are_passed_over() -> None:
     assert "unreadable output" in (broken.error or "")
 
 
+def test_a_result_with_a_null_or_odd_count_is_still_the_result() -> None:
+    # A count or list the CLI left null (or wrote as 5.0) is read as nothing: the round's
+    # result stands, as before the stream was decoded with msgspec.
+    usage = {"input_tokens": 5.0, "output_tokens": None, "cache_read_input_tokens": None}
+    _, outcome = parse(result(usage=usage, errors=None, total_cost_usd=None))
+    assert (outcome.reply, outcome.is_error, outcome.error) == ("done", False, None)
+    assert (outcome.input_tokens, outcome.output_tokens, outcome.cache_read_tokens) == (5, 0, 0)
+    _, failed = parse(result(is_error=True, result=None, errors=None, subtype="error_x"))
+    assert failed.error == "claude reported error_x"
+
+
 def test_a_spec_for_remote_rounds_is_checked_for_form_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     assert check_worker_spec("claude:model=x", here=False).name == "claude"
