@@ -30,6 +30,8 @@ EMPTY = _Empty()
 
 #: A sleeping mailbox's queue: empty, and shared (only read while it sleeps).
 _NOTHING: tuple[()] = ()
+#: A sleeping mailbox's senders: none (only read while it sleeps; never written).
+_NO_SENDERS: dict[trio.lowlevel.Task, object] = {}
 
 _reschedule = trio.lowlevel.reschedule
 _current_task = trio.lowlevel.current_task
@@ -66,6 +68,7 @@ class Mailbox:
             _reschedule(receiver, outcome.Value(message))
         elif self.sleeper is not None:  # then nothing is queued either, and no deque kept
             self._queue = collections.deque((message,))
+            self._senders = {}
             sleeper, self.sleeper = self.sleeper, None
             sleeper.wake()
         elif len(self._queue) < self.capacity:
@@ -118,9 +121,10 @@ class Mailbox:
 
     def sleep(self, sleeper: Any) -> None:
         """Wait for the next message without a task: it calls ``sleeper.wake()``. Nothing is
-        queued now, and the empty deque (760 bytes) is let go until then."""
+        queued now, and the empty deque (760 bytes) and dict are let go until then."""
         self.sleeper = sleeper
         self._queue = _NOTHING  # type: ignore[assignment]  # read-only use until woken
+        self._senders = _NO_SENDERS  # nobody waits for room in an empty mailbox
 
     def _receiver_gone(self, _: Any) -> trio.lowlevel.Abort:
         self._receiver = None
