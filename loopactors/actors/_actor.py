@@ -508,9 +508,8 @@ class _Home:
 
     def run(self, cell: _Cell) -> None:
         if self.idle:
-            task = self.idle.pop()
-            task.name = cell.name  # as a new task would be named, for task dumps
-            _reschedule(task, outcome.Value(cell))
+            # (Named after the actor it first ran: renaming it at every wake cost more.)
+            _reschedule(self.idle.pop(), outcome.Value(cell))
         else:
             self.nursery.start_soon(self._spells, cell, name=cell.name)
 
@@ -530,8 +529,14 @@ class _Home:
         # starts another). One scope for the task's life: entering one per spell cost
         # more than the rest of a short spell.
         with trio.CancelScope() as scope:
+            # A new task may start in a nursery being cancelled: its first spell looks. A
+            # task woken from the idle list was not cancelled while idle (its abort would
+            # have taken it off the list), and a cancellation after its wake is met at the
+            # spell's first checkpoint, as a parked actor's task meets it.
+            fresh = True
             while next_cell is not None:
-                await _spell(next_cell, scope)
+                await _spell(next_cell, scope, fresh)
+                fresh = False
                 next_cell = None
                 if scope.cancel_called or len(idle) >= MAX_IDLE_SPELL_TASKS:
                     return
@@ -554,7 +559,7 @@ def _home_of(nursery: trio.Nursery | None) -> _Home | None:
 _reschedule = trio.lowlevel.reschedule
 
 
-async def _spell(cell: _Cell, scope: trio.CancelScope) -> None:
+async def _spell(cell: _Cell, scope: trio.CancelScope, fresh: bool = False) -> None:
     """One wake of an actor that holds no task while idle: drain its mailbox in this task,
     then sleep again or, after a stop, a crash or a kill, end the incarnation as
     :func:`run_actor` would (``on_stop``, then the exit hook).
@@ -573,9 +578,10 @@ async def _spell(cell: _Cell, scope: trio.CancelScope) -> None:
     try:
         if cell.killed:  # killed between the wake and now: as if parked when killed
             return
-        # Its tree cancelled between the wake and now: it ends as a parked task would,
-        # without handling the message (a supervisor stopping may have sent it).
-        await trio.lowlevel.checkpoint_if_cancelled()
+        if fresh:
+            # Its tree cancelled between the wake and now: it ends as a parked task would,
+            # without handling the message (a supervisor stopping may have sent it).
+            await trio.lowlevel.checkpoint_if_cancelled()
         cell.scope = scope
         try:
             slept = await _message_loop(cell, actor) and _still_asleep(cell)
