@@ -20,11 +20,12 @@ afterwards only through the remote-tracking ref it moves.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -221,7 +222,26 @@ def ledger_marks(directory: Path) -> dict[str, str]:
     """A digest of every file of the ledger directory that steers a round (``STATE.json``,
     ``RUNS.jsonl``, ``ORCHESTRATION.md``, ``PLAN.md``, ``LESSONS.md``, ``HANDOFF.md``, the
     receipts under ``rounds/`` and anything else there), by path relative to it."""
+
+    def skipped(entry: Path) -> bool:
+        return entry.name.endswith(".tmp") or (
+            entry.parent == directory and entry.name in _LEDGER_SKIPPED
+        )
+
     marks: dict[str, str] = {}
+    for entry in _walk(directory, skipped):
+        name = str(entry.relative_to(directory))
+        try:
+            marks[name] = _digest(entry)
+        except OSError:
+            marks[name] = "unreadable"
+    return marks
+
+
+def _walk(directory: Path, skipped: Callable[[Path], bool] | None = None) -> Iterator[Path]:
+    """Every file under ``directory`` but those ``skipped`` (and what is below a skipped
+    directory), depth first in sorted order; a symbolic link is a file, never followed, and
+    a directory that cannot be listed is passed over."""
     stack = [directory]
     while stack:
         current = stack.pop()
@@ -230,19 +250,15 @@ def ledger_marks(directory: Path) -> dict[str, str]:
         except OSError:
             continue
         for entry in entries:
-            name = str(entry.relative_to(directory))
-            if (current == directory and entry.name in _LEDGER_SKIPPED) or entry.name.endswith(
-                ".tmp"
-            ):
+            if skipped is not None and skipped(entry):
                 continue
             try:
                 if entry.is_dir() and not entry.is_symlink():
                     stack.append(entry)
                     continue
-                marks[name] = _digest(entry)
             except OSError:
-                marks[name] = "unreadable"
-    return marks
+                pass  # the caller's own read of it fails and says so
+            yield entry
 
 
 def _digest(path: Path) -> str:
@@ -257,25 +273,18 @@ def _digest(path: Path) -> str:
 
 def _files_under(directory: Path) -> dict[str, FileMark]:
     files: dict[str, FileMark] = {}
-    stack = [directory]
-    while stack:
-        current = stack.pop()
-        try:
-            entries = sorted(current.iterdir())
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                info = entry.lstat()
-                if stat.S_ISDIR(info.st_mode):
-                    stack.append(entry)
-                    continue
-                kept = stat.S_ISREG(info.st_mode) and info.st_size <= _HOOKS_CAP
-                data = entry.read_bytes() if kept else None
-                files[str(entry)] = (info.st_mode, info.st_size, info.st_mtime_ns, data)
-            except OSError:
-                continue
+    for entry in _walk(directory):
+        with contextlib.suppress(OSError):
+            files[str(entry)] = _file_mark(entry)
     return files
+
+
+def _file_mark(path: Path) -> FileMark:
+    """Mode, size, mtime and, for a regular file of at most ``_HOOKS_CAP`` bytes, the bytes of
+    ``path`` (a symbolic link not followed); OSError if it cannot be read."""
+    info = path.lstat()
+    kept = stat.S_ISREG(info.st_mode) and info.st_size <= _HOOKS_CAP
+    return (info.st_mode, info.st_size, info.st_mtime_ns, path.read_bytes() if kept else None)
 
 
 def _worktrees(directory: Path) -> dict[str, str]:
@@ -337,13 +346,8 @@ def _hook_files(root: Path, config: bytes | None) -> dict[str, FileMark]:
         except OSError:
             continue
         for entry in entries:
-            try:
-                info = entry.lstat()
-                kept = stat.S_ISREG(info.st_mode) and info.st_size <= _HOOKS_CAP
-                data = entry.read_bytes() if kept else None
-                files[str(entry)] = (info.st_mode, info.st_size, info.st_mtime_ns, data)
-            except OSError:
-                continue
+            with contextlib.suppress(OSError):
+                files[str(entry)] = _file_mark(entry)
     return files
 
 
