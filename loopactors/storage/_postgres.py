@@ -19,33 +19,24 @@ import os
 import secrets
 import socket
 import threading
-import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import msgspec
 
 from ..errors import ConfigError, LeaseLost, StoreError
 from ..loops import (
     TERMINAL_PHASES,
     AnyEvent,
     LoopState,
-    Notification,
-    RoundRecord,
     RoundSummary,
 )
 from ._base import (
-    PRUNE_BATCH,
-    PRUNE_SCAN,
     NodeLease,
-    PruneReport,
     Write,
-    check_limit,
     queued_by,
 )
 from ._kinds import Durability, StoreKind, StoreUrl, check_durability
-from ._sql import SqlBackend, latest_rows
+from ._sql import SqlBackend, event_type, latest_rows
 
 if TYPE_CHECKING:
     import psycopg
@@ -158,10 +149,6 @@ SELECT (SELECT count(*) FROM lease), (SELECT count(*) FROM s), (SELECT count(*) 
 _TERMINAL = sorted(TERMINAL_PHASES)
 
 
-def _event_type(event: AnyEvent) -> str:
-    return str(type(event).__struct_config__.tag)
-
-
 def _psycopg() -> Any:
     try:
         import psycopg  # noqa: PLC0415 - ~0.7 s: only when a PostgreSQL store is opened
@@ -180,6 +167,8 @@ class PostgresBackend(SqlBackend):
     placeholder = "%s"
     live_loops_sql = "phase <> ALL(%s)"
     live_loops_params = (_TERMINAL,)
+    no_limit = None
+    schema = len(_MIGRATIONS)
 
     def __init__(
         self,
@@ -198,13 +187,7 @@ class PostgresBackend(SqlBackend):
         self.shown = shown or url
         self.read_only = read_only
         self._error: type[Exception] = pg.Error
-        self._encoder = msgspec.json.Encoder()
-        self._state_decoder = msgspec.json.Decoder(LoopState)
-        self._round_decoder = msgspec.json.Decoder(RoundRecord)
-        self._summary_decoder = msgspec.json.Decoder(RoundSummary)
-        self._notification_decoder = msgspec.json.Decoder(Notification)
-        self._commits = 0
-        self._writes = 0
+        self._start_codecs()
         self.exists = True
         self.node_id = node_id or ""
         self._own_lease: Lease | None = None
@@ -244,13 +227,6 @@ class PostgresBackend(SqlBackend):
         self._check_version(version)
         return version
 
-    def _check_version(self, version: int) -> None:
-        if version > len(_MIGRATIONS):
-            raise StoreError(
-                f"the store {self.shown} was written by a newer loopactors "
-                f"(schema {version}, this one reads up to {len(_MIGRATIONS)})"
-            )
-
     def _migrate(self) -> None:
         """Apply the pending migrations in one transaction, one node at a time."""
         conn = self._conn
@@ -278,9 +254,7 @@ class PostgresBackend(SqlBackend):
         except self._error as exc:
             raise StoreError(f"cannot set up the store {self.shown}: {exc}") from None
 
-    def commit(self, writes: Sequence[Write]) -> None:
-        if not writes:
-            return
+    def _commit(self, writes: Sequence[Write]) -> None:
         encode = self._encoder.encode
         states, records = latest_rows(writes)
         counts: dict[str, int] = dict.fromkeys(states, 0)
@@ -316,7 +290,7 @@ class PostgresBackend(SqlBackend):
                 [loop_id for loop_id, _, _ in numbered],
                 [n for _, n, _ in numbered],
                 [counts[loop_id] for loop_id, _, _ in numbered],
-                [_event_type(e) for _, _, e in numbered],
+                [event_type(e) for _, _, e in numbered],
                 [encode(e) for _, _, e in numbered],
                 [n.loop_id for n in notifications],
                 [n.at for n in notifications],
@@ -332,8 +306,6 @@ class PostgresBackend(SqlBackend):
                 f"the lease of {self.node_id} on the store {self.shown} has ended (expired, "
                 f"or another node took the store over): {len(writes)} writes not committed"
             )
-        self._commits += 1
-        self._writes += len(writes)
 
     def _write_queue(self, statement: str, params: tuple[Any, ...]) -> None:
         try:
@@ -366,120 +338,24 @@ class PostgresBackend(SqlBackend):
             ).fetchone()
             return None if row is None else self._state_decoder.decode(row[0])
 
-    def list_loops(
-        self,
-        *,
-        live_only: bool = False,
-        limit: int | None = None,
-        after: tuple[float, str] | None = None,
-    ) -> list[LoopState]:
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must be None or >= 0, not {limit}")
-        conditions = ["phase <> ALL(%s)"] if live_only else []
-        params: list[Any] = [_TERMINAL] if live_only else []
-        if after is not None:
-            conditions.append("(created_at, loop_id) < (%s, %s)")
-            params += after
-        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-        params.append(limit)
-        query = f"SELECT state FROM loops {where} ORDER BY created_at DESC, loop_id DESC LIMIT %s"
+    def _states(self, rows: Iterable[tuple[str, Any]]) -> list[LoopState]:
         decode = self._state_decoder.decode
-        with self._reading():
-            return [decode(state) for (state,) in self._conn.execute(query, params)]
-
-    def live_loops(self) -> list[LoopState]:
-        decode = self._state_decoder.decode
-        query = "SELECT state FROM loops WHERE phase <> ALL(%s)"
-        with self._reading():
-            return [decode(state) for (state,) in self._conn.execute(query, (_TERMINAL,))]
-
-    def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:
-        # A range on the primary key ("C" collation: by bytes; nothing sorts after
-        # U+10FFFF): an index seek, as in SQLite.
-        query = (
-            "SELECT loop_id FROM loops WHERE loop_id >= %s AND loop_id < %s "
-            "ORDER BY loop_id LIMIT %s"
-        )
-        with self._reading():
-            rows = self._conn.execute(query, (prefix, prefix + "\U0010ffff", limit))
-            return [loop_id for (loop_id,) in rows]
+        return [decode(state) for _, state in rows]
 
     def find_loop_ids_ending(self, suffix: str, *, limit: int) -> list[str]:
         # A scan of the ids (no index serves a tail): asked only when no id starts with it.
         query = "SELECT loop_id FROM loops WHERE right(loop_id, %s) = %s ORDER BY loop_id LIMIT %s"
-        with self._reading():
-            rows = self._conn.execute(query, (len(suffix), suffix, limit))
-            return [loop_id for (loop_id,) in rows]
+        return self._loop_ids(query, (len(suffix), suffix, limit))
 
     def round_summaries(self, loop_ids: Sequence[str]) -> dict[str, tuple[RoundSummary, ...]]:
-        decode = self._summary_decoder.decode
-        found: dict[str, list[RoundSummary]] = {}
         query = "SELECT loop_id, record FROM rounds WHERE loop_id = ANY(%s) ORDER BY loop_id, round"
-        with self._reading():
-            for loop_id, record in self._conn.execute(query, (list(loop_ids),)):
-                found.setdefault(loop_id, []).append(decode(record))
-        return {loop_id: tuple(summaries) for loop_id, summaries in found.items()}
+        return self._summaries([(query, (list(loop_ids),))])
 
-    def prune_batch(
-        self,
-        before: float,
-        *,
-        after: str = "",
-        limit: int = PRUNE_BATCH,
-        dry_run: bool = False,
-        deadline: float | None = None,
-    ) -> tuple[PruneReport, str | None]:
-        check_limit(limit)
-        conn = self._conn
-        taken: list[str] = []
-        rounds = events = 0
-        scan = (
-            "SELECT loop_id, phase = ANY(%s) AND updated_at < %s FROM loops "
-            "WHERE loop_id > %s ORDER BY loop_id LIMIT %s"
-        )
-        try:
-            scanned = conn.execute(scan, (_TERMINAL, before, after, PRUNE_SCAN)).fetchall()
-            due = [loop_id for loop_id, is_due in scanned if is_due][:limit]
-            with contextlib.nullcontext() if dry_run else conn.transaction():
-                if not dry_run and due:
-                    self._lock_lease()
-                for loop_id in due:
-                    if taken and deadline is not None and time.perf_counter() > deadline:
-                        break
-                    if dry_run:
-                        row = conn.execute(
-                            "SELECT (SELECT count(*) FROM rounds WHERE loop_id = %s), "
-                            "(SELECT count(*) FROM events WHERE loop_id = %s)",
-                            (loop_id, loop_id),
-                        ).fetchone()
-                        assert row is not None
-                        counts = [row[0], row[1]]
-                    else:
-                        counts = [
-                            conn.execute(
-                                f"DELETE FROM {table} WHERE loop_id = %s", (loop_id,)
-                            ).rowcount
-                            for table in ("rounds", "events")
-                        ]
-                        # A loop that came back to life meanwhile (another node) stays.
-                        conn.execute(
-                            "DELETE FROM loops WHERE loop_id = %s AND phase = ANY(%s)",
-                            (loop_id, _TERMINAL),
-                        )
-                    rounds += counts[0]
-                    events += counts[1]
-                    taken.append(loop_id)
-        except LeaseLost:
-            raise
-        except self._error as exc:
-            action = "count what to prune in" if dry_run else "prune"
-            raise StoreError(f"cannot {action} the store {self.shown}: {exc}") from None
-        report = PruneReport(
-            before=before, dry_run=dry_run, loops=len(taken), rounds=rounds, events=events
-        )
-        if sum(1 for _, is_due in scanned if is_due) > len(taken):
-            return report, taken[-1]
-        return report, (scanned[-1][0] if len(scanned) == PRUNE_SCAN else None)
+    @contextlib.contextmanager
+    def _prune_transaction(self) -> Iterator[None]:
+        with self._conn.transaction():
+            self._lock_lease()
+            yield
 
     def nodes(self) -> list[NodeLease]:
         query = (

@@ -11,8 +11,7 @@ import logging
 import os
 import sqlite3
 import stat
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +21,16 @@ from .._util import private_dirs
 from ..errors import StoreError
 from ..loops import (
     TERMINAL_PHASES,
-    AnyEvent,
     LoopState,
-    Notification,
-    RoundRecord,
     RoundSummary,
 )
 from ._base import (
     DB_FILENAME,
-    PRUNE_BATCH,
-    PRUNE_SCAN,
-    PruneReport,
     Write,
-    check_limit,
     queued_by,
 )
 from ._kinds import Durability, StoreKind, StoreUrl, check_durability
-from ._sql import SqlBackend, latest_rows
+from ._sql import SqlBackend, event_type, latest_rows
 
 __all__ = ["KIND", "SqliteBackend"]
 
@@ -130,19 +122,6 @@ _APPEND_EVENT = "INSERT INTO events (loop_id, type, event) VALUES (?, ?, ?)"
 _QUEUE_NOTIFICATION = "INSERT INTO notifications (loop_id, next_at, notification) VALUES (?, ?, ?)"
 _TERMINAL = tuple(sorted(TERMINAL_PHASES))
 _NOT_TERMINAL = f"phase NOT IN ({', '.join('?' * len(_TERMINAL))})"
-# The loops a prune batch looks at: the next ones by primary key from the cursor, each with
-# whether it is due (finished, and last changed before the cutoff). A batch reads at most
-# PRUNE_SCAN rows, however few of them are due.
-_PRUNE_SCAN = (
-    f"SELECT loop_id, phase IN ({', '.join('?' * len(_TERMINAL))}) AND updated_at < ? "
-    "FROM loops WHERE loop_id > ? ORDER BY loop_id LIMIT ?"
-)
-# A loop's rounds and events: counted by a dry run, removed by a prune.
-_COUNT_ROWS = (
-    "SELECT count(*) FROM rounds WHERE loop_id = ?",
-    "SELECT count(*) FROM events WHERE loop_id = ?",
-)
-_DELETE_ROWS = ("DELETE FROM rounds WHERE loop_id = ?", "DELETE FROM events WHERE loop_id = ?")
 #: Loop ids per query of round_summaries: below SQLITE_MAX_VARIABLE_NUMBER of every version.
 _IDS_PER_QUERY = 500
 
@@ -167,10 +146,6 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
 
 
-def _event_type(event: AnyEvent) -> str:
-    return str(type(event).__struct_config__.tag)
-
-
 class SqliteBackend(SqlBackend):
     """A store in one SQLite file; see DESIGN.md section 4 for the durability contract."""
 
@@ -178,6 +153,8 @@ class SqliteBackend(SqlBackend):
     placeholder = "?"
     live_loops_sql = _NOT_TERMINAL
     live_loops_params = _TERMINAL
+    no_limit = -1
+    schema = len(_MIGRATIONS)
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         """Open (and create, migrate) the file; ``read_only`` opens it only to read: nothing
@@ -186,14 +163,7 @@ class SqliteBackend(SqlBackend):
         self.shown = str(path)
         self._error = sqlite3.Error
         self.read_only = read_only
-        self._encoder = msgspec.json.Encoder()
-        self._state_decoder = msgspec.json.Decoder(LoopState)
-        self._round_decoder = msgspec.json.Decoder(RoundRecord)
-        # A record's summary fields only: the output and transcript are skipped, not built.
-        self._summary_decoder = msgspec.json.Decoder(RoundSummary)
-        self._notification_decoder = msgspec.json.Decoder(Notification)
-        self._commits = 0
-        self._writes = 0
+        self._start_codecs()
         #: Loops whose row did not decode, each said once.
         self._undecodable: set[str] = set()
         if path.exists():
@@ -253,13 +223,6 @@ class SqliteBackend(SqlBackend):
                 raise StoreError(f"{self.path} is not an SQLite database") from exc
             raise StoreError(f"cannot read the store {self.path}: {exc}") from exc
 
-    def _check_version(self, version: int) -> None:
-        if version > len(_MIGRATIONS):
-            raise StoreError(
-                f"the store {self.path} was written by a newer loopactors "
-                f"(schema {version}, this one reads up to {len(_MIGRATIONS)})"
-            )
-
     def _migrate(self) -> None:
         """Apply the pending migrations in one transaction: a file is at one version or the next."""
         conn = self._conn
@@ -297,9 +260,7 @@ class SqliteBackend(SqlBackend):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot set durability on the store {self.path}: {exc}") from exc
 
-    def commit(self, writes: Sequence[Write]) -> None:
-        if not writes:
-            return
+    def _commit(self, writes: Sequence[Write]) -> None:
         encode = self._encoder.encode
         states, records = latest_rows(writes)
         try:
@@ -322,7 +283,7 @@ class SqliteBackend(SqlBackend):
                 )
                 executemany(
                     _APPEND_EVENT,
-                    ((e.loop_id, _event_type(e), encode(e)) for w in writes for e in w.events),
+                    ((e.loop_id, event_type(e), encode(e)) for w in writes for e in w.events),
                 )
                 executemany(
                     _QUEUE_NOTIFICATION,
@@ -332,8 +293,6 @@ class SqliteBackend(SqlBackend):
             raise StoreError(
                 f"cannot commit {len(writes)} writes to the store {self.path}: {exc}"
             ) from exc
-        self._commits += 1
-        self._writes += len(writes)
 
     def _write_queue(self, statement: str, params: tuple[Any, ...]) -> None:
         try:
@@ -374,110 +333,28 @@ class SqliteBackend(SqlBackend):
                 )
             return None
 
-    def list_loops(
-        self,
-        *,
-        live_only: bool = False,
-        limit: int | None = None,
-        after: tuple[float, str] | None = None,
-    ) -> list[LoopState]:
-        if limit is not None and limit < 0:
-            raise ValueError(f"limit must be None or >= 0, not {limit}")
-        conditions = [_NOT_TERMINAL] if live_only else []
-        params: list[Any] = list(_TERMINAL) if live_only else []
-        if after is not None:
-            conditions.append("(created_at, loop_id) < (?, ?)")
-            params += after
-        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-        params.append(-1 if limit is None else limit)
-        query = (
-            f"SELECT loop_id, state FROM loops {where} "
-            "ORDER BY created_at DESC, loop_id DESC LIMIT ?"
-        )
-        with self._reading():
-            rows = self._conn.execute(query, params)
-            found = [self._decode_state(loop_id, state) for loop_id, state in rows]
+    def _states(self, rows: Iterable[tuple[str, Any]]) -> list[LoopState]:
+        found = [self._decode_state(loop_id, state) for loop_id, state in rows]
         return [state for state in found if state is not None]
-
-    def live_loops(self) -> list[LoopState]:
-        # No ORDER BY: SQLite's sorter would copy every row, state included (40% of the
-        # read for 50,000 loops).
-        query = f"SELECT loop_id, state FROM loops WHERE {_NOT_TERMINAL}"
-        with self._reading():
-            rows = self._conn.execute(query, _TERMINAL)
-            found = [self._decode_state(loop_id, state) for loop_id, state in rows]
-        return [state for state in found if state is not None]
-
-    def find_loop_ids(self, prefix: str, *, limit: int) -> list[str]:
-        # A range on the primary key (text compares by its UTF-8 bytes, and no character
-        # sorts after U+10FFFF): an index seek, not a scan of every id.
-        query = (
-            "SELECT loop_id FROM loops WHERE loop_id >= ? AND loop_id < ? ORDER BY loop_id LIMIT ?"
-        )
-        with self._reading():
-            rows = self._conn.execute(query, (prefix, prefix + "\U0010ffff", limit))
-            return [loop_id for (loop_id,) in rows]
 
     def find_loop_ids_ending(self, suffix: str, *, limit: int) -> list[str]:
         # A scan of the ids (no index serves a tail): asked only when no id starts with it.
         query = "SELECT loop_id FROM loops WHERE substr(loop_id, ?) = ? ORDER BY loop_id LIMIT ?"
-        with self._reading():
-            rows = self._conn.execute(query, (-len(suffix), suffix, limit))
-            return [loop_id for (loop_id,) in rows]
+        return self._loop_ids(query, (-len(suffix), suffix, limit))
 
     def round_summaries(self, loop_ids: Sequence[str]) -> dict[str, tuple[RoundSummary, ...]]:
-        decode = self._summary_decoder.decode
-        found: dict[str, list[RoundSummary]] = {}
-        with self._reading():
-            for first in range(0, len(loop_ids), _IDS_PER_QUERY):
-                chunk = loop_ids[first : first + _IDS_PER_QUERY]
-                query = (
-                    "SELECT loop_id, record FROM rounds "
-                    f"WHERE loop_id IN ({', '.join('?' * len(chunk))}) ORDER BY loop_id, round"
-                )
-                for loop_id, record in self._conn.execute(query, chunk):
-                    found.setdefault(loop_id, []).append(decode(record))
-        return {loop_id: tuple(summaries) for loop_id, summaries in found.items()}
-
-    def prune_batch(
-        self,
-        before: float,
-        *,
-        after: str = "",
-        limit: int = PRUNE_BATCH,
-        dry_run: bool = False,
-        deadline: float | None = None,
-    ) -> tuple[PruneReport, str | None]:
-        check_limit(limit)
-        execute = self._conn.execute
-        taken: list[str] = []
-        rounds = events = 0
-        try:
-            scanned = execute(_PRUNE_SCAN, (*_TERMINAL, before, after, PRUNE_SCAN)).fetchall()
-            due = [loop_id for loop_id, is_due in scanned if is_due][:limit]
-            # Loop by loop, so that a deadline can end the batch early: a loop with many
-            # thousands of events takes milliseconds on its own.
-            with contextlib.nullcontext() if dry_run else self._transaction():
-                for loop_id in due:
-                    if taken and deadline is not None and time.perf_counter() > deadline:
-                        break
-                    if dry_run:
-                        counts = [execute(sql, (loop_id,)).fetchone()[0] for sql in _COUNT_ROWS]
-                    else:
-                        counts = [execute(sql, (loop_id,)).rowcount for sql in _DELETE_ROWS]
-                        execute("DELETE FROM loops WHERE loop_id = ?", (loop_id,))
-                    rounds += counts[0]
-                    events += counts[1]
-                    taken.append(loop_id)
-        except sqlite3.Error as exc:
-            action = "count what to prune in" if dry_run else "prune"
-            raise StoreError(f"cannot {action} the store {self.path}: {exc}") from exc
-        report = PruneReport(
-            before=before, dry_run=dry_run, loops=len(taken), rounds=rounds, events=events
+        chunks = (loop_ids[i : i + _IDS_PER_QUERY] for i in range(0, len(loop_ids), _IDS_PER_QUERY))
+        return self._summaries(
+            (
+                "SELECT loop_id, record FROM rounds "
+                f"WHERE loop_id IN ({', '.join('?' * len(chunk))}) ORDER BY loop_id, round",
+                chunk,
+            )
+            for chunk in chunks
         )
-        if sum(1 for _, is_due in scanned if is_due) > len(taken):
-            return report, taken[-1]  # the due loops after it are taken by the next batch
-        return report, (scanned[-1][0] if len(scanned) == PRUNE_SCAN else None)
+
+    def _prune_transaction(self) -> contextlib.AbstractContextManager[None]:
+        return self._transaction()
 
     def close(self) -> None:
         self._conn.close()

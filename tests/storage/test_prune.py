@@ -20,7 +20,7 @@ from loopactors.loops._model import (
     RoundRecord,
 )
 from loopactors.storage import PruneReport, SqliteBackend, StoreBackend, Write, open_backend
-from loopactors.storage import _sqlite as sqlite_backend
+from loopactors.storage import _sql as sql_backend
 
 from ..postgres import STORES, store_url
 
@@ -264,7 +264,7 @@ def test_sqlite_many_loops_in_one_prune(tmp_path: Path) -> None:
 def test_sqlite_a_batch_reads_a_bounded_number_of_loops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_backend, "PRUNE_SCAN", 5)
+    monkeypatch.setattr(sql_backend, "PRUNE_SCAN", 5)
     store = SqliteBackend(tmp_path / "loopactors.db")
     try:
         for n in range(12):  # recent finished loops, not due, before the due ones in id order
