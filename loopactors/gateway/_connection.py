@@ -1,10 +1,11 @@
 """One websocket client of the node: handshake, requests, subscriptions, backpressure.
 
 Each connection runs three kinds of task in its own nursery: the reader (frames in, one task
-per request being answered), the writer (frames out, in order, each within ``send_timeout``),
-and one pump per subscription (events from the runtime's bounded queue to the writer). A
-client that stops reading fills its subscriptions' queues, never the loops: the runtime counts
-what it could not queue and the pump sends that count as a ``gap`` frame.
+per request being answered), the writer (frames out, in order, what is queued at once in one
+write, each write within ``send_timeout``), and one pump per subscription (events from the
+runtime's bounded queue to the writer). A client that stops reading fills its subscriptions'
+queues, never the loops: the runtime counts what it could not queue and the pump sends that
+count as a ``gap`` frame.
 """
 
 from __future__ import annotations
@@ -81,6 +82,50 @@ def frame_text(frame: msgspec.Struct) -> str:
 
 #: The events told live but never stored: they have no place in the loop's log.
 _LIVE_ONLY = (AgentStep, RoundWaiting)
+
+
+#: The most queued frames one write sends together (the writer's queue holds 64).
+WRITE_BATCH = 64
+
+SendFrames = Callable[[list[str]], Awaitable[None]]
+
+
+def frames_sender(ws: WebSocketConnection) -> SendFrames:
+    """What sends several text frames in one write to the socket: one system call and one
+    pass through the stream for a burst of replies or events, where ``send_message`` makes
+    one of each per frame (most of the node's CPU per event, docs/benchmarks.md). The frames
+    are made by the connection's own wsproto state (so a negotiated extension applies) and
+    written under its send lock, as ``send_message`` does; a websocket without those parts
+    (another version of trio-websocket) gets one ``send_message`` per frame."""
+    proto = getattr(ws, "_wsproto", None)
+    lock = getattr(ws, "_stream_lock", None)
+    stream = getattr(ws, "_stream", None)
+    abort = getattr(ws, "_abort_web_socket", None)
+    if proto is None or lock is None or stream is None or abort is None:
+
+        async def one_by_one(texts: list[str]) -> None:
+            for text in texts:
+                await ws.send_message(text)
+
+        return one_by_one
+
+    from wsproto.events import TextMessage  # noqa: PLC0415 - trio-websocket's own wsproto
+
+    async def batched(texts: list[str]) -> None:
+        if len(texts) == 1:
+            await ws.send_message(texts[0])
+            return
+        if ws.closed is not None:
+            raise ConnectionClosed(ws.closed)
+        data = b"".join(proto.send(TextMessage(data=text)) for text in texts)
+        async with lock:
+            try:
+                await stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await abort()
+                raise ConnectionClosed(ws.closed) from None
+
+    return batched
 
 
 class Connection:
@@ -506,10 +551,16 @@ class Connection:
                 self._delivered[sid] += 1
 
     async def _write_loop(self) -> None:
+        send = frames_sender(self.ws)
         async for text in self._recv:
+            texts = [text]
+            # What else is queued already goes in the same write, still in order.
+            with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel):
+                while len(texts) < WRITE_BATCH:
+                    texts.append(self._recv.receive_nowait())
             with trio.move_on_after(self.settings.send_timeout) as scope:
                 try:
-                    await self.ws.send_message(text)
+                    await send(texts)
                 except ConnectionClosed:
                     break
             if scope.cancelled_caught:
@@ -518,7 +569,7 @@ class Connection:
                 )
                 await self.close(CLOSE_POLICY, "too slow to read")
                 break
-            self.gateway.frames_out += 1
+            self.gateway.frames_out += len(texts)
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
 

@@ -68,7 +68,8 @@ class GatewaySettings:
     #: the connection (a half-open peer is found and cleaned up).
     ping_interval: float = attrs.field(default=20.0, validator=positive_setting)
     ping_timeout: float = attrs.field(default=20.0, validator=positive_setting)
-    #: A client that takes longer than this to accept one frame is disconnected.
+    #: A client that takes longer than this to accept one write (a frame, or the frames
+    #: queued for it at once) is disconnected.
     send_timeout: float = attrs.field(default=30.0, validator=positive_setting)
 
     def replace(self, **changes: Any) -> GatewaySettings:
