@@ -13,6 +13,10 @@ function calls, no actors. The baseline does the runtime's work for the same rou
 breaker checks, prompt, records and events in the in-memory store backend, each round in its
 own cancel scope); the bare baseline only calls the worker. Last, stop-to-cancelled latency
 and the scheduling floor. Prints one table and, last, one JSON line.
+
+Also ``sqlite-floor`` (in the full run): plain trio + sqlite3 committing one row per round,
+the SQLite store's yardstick; and ``idle`` (only with ``--case idle``): the resident set per
+loop waiting for its next round.
 """
 
 from __future__ import annotations
