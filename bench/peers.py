@@ -2,7 +2,7 @@
 
     pip install -e '.[bench]'              # LangGraph, its SQLite checkpointer, DBOS
     python bench/peers.py                  # 500 loops x 5 rounds, 3 interleaved runs each; recovery
-                                           # of 1,000 live loops (about 5 minutes)
+                                           # of 1,000 live loops (5-10 minutes)
     python bench/peers.py --quick          # a smoke run: 50 loops, one run each
 
 The work: L loops, each running 5 rounds of a trivial function (it returns a short string),
