@@ -19,7 +19,7 @@ import abc
 import re
 import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -43,8 +43,10 @@ __all__ = [
     "UsageLimit",
     "cli_adapter",
     "cli_kinds",
+    "count_of",
     "detect_limit",
     "parse_cli_options",
+    "short_detail",
     "step_detail",
 ]
 
@@ -128,17 +130,27 @@ _DETAIL_FIELDS = ("file_path", "command", "pattern", "path", "url", "query", "de
 _DETAIL = 120
 
 
-def step_detail(tool_input: Any) -> str:
-    """An ``agent_step``'s detail: the one input field that says most (a path, a command
-    line, a pattern), on one line, at most ``_DETAIL`` characters."""
+def step_detail(tool_input: Any, fields: Sequence[str] = _DETAIL_FIELDS) -> str:
+    """An ``agent_step``'s detail: the first of the input ``fields`` that is set (the one
+    that says most: a path, a command line, a pattern), shortened by :func:`short_detail`."""
     if not isinstance(tool_input, dict):
         return ""
-    for name in _DETAIL_FIELDS:
+    for name in fields:
         value = tool_input.get(name)
         if isinstance(value, str) and value:
-            text = " ".join(value.split())
-            return text if len(text) <= _DETAIL else text[: _DETAIL - 1] + "…"
+            return short_detail(value)
     return ""
+
+
+def short_detail(text: str) -> str:
+    """``text`` on one line, at most ``_DETAIL`` characters (an ``agent_step``'s detail)."""
+    text = " ".join(text.split())
+    return text if len(text) <= _DETAIL else text[: _DETAIL - 1] + "…"
+
+
+def count_of(value: Any) -> int:
+    """A count as a CLI reported it (tokens): a whole number, or 0 for anything else."""
+    return value if isinstance(value, int) and value >= 0 else 0
 
 
 @attrs.frozen
@@ -231,6 +243,14 @@ class JsonLinesParser(CliStreamParser, Generic[E]):
     def __init__(self) -> None:
         #: The start of the first line that was not JSON, if any.
         self.unreadable: str | None = None
+
+    def unreported_error(self, kind: str, stderr: str, ended: str) -> str:
+        """The error of a run whose events said none: the first line that was not JSON, or
+        how the run ended (``ended``) with the tail of ``stderr``."""
+        if self.unreadable:
+            return f"{kind} printed unreadable output: {self.unreadable!r}"
+        tail = stderr.strip()[-500:]
+        return ended + (f": {tail}" if tail else "")
 
     def feed(self, line: str) -> list[AgentStep]:
         if not line.strip():

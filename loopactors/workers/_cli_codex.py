@@ -36,7 +36,9 @@ from ._cli_adapter import (
     CliStreamParser,
     JsonLinesParser,
     UsageLimit,
+    count_of,
     detect_limit,
+    short_detail,
 )
 from ._cli_worker import cli_worker_kind
 
@@ -45,18 +47,8 @@ __all__ = ["KIND", "CodexAdapter"]
 SANDBOXES = ("bypass", "workspace-write", "read-only", "danger-full-access")
 #: The provider the worker defines when a base URL is given (``-c model_providers.<id>...``).
 PROVIDER = "loopactors"
-_DETAIL = 120
 #: "You've hit your usage limit. ... try again at 4:40 AM." (ChatGPT plans, codex-rs).
 _TRY_AGAIN_AT = re.compile(r"try again at ([0-9]{1,2}(?::[0-9]{2})?\s*[AaPp][Mm])")
-
-
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _DETAIL else text[: _DETAIL - 1] + "…"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
 
 
 def _toml_string(value: str) -> str:
@@ -116,7 +108,7 @@ def round_usage(thread_id: str, home: Path | None = None) -> dict[str, int] | No
                     continue  # "token_count" in another line, of another shape
                 last = payload.info.last_token_usage if payload and payload.info else None
                 for key, value in (last or {}).items():
-                    total[key] = total.get(key, 0) + _int(value)
+                    total[key] = total.get(key, 0) + count_of(value)
     except (OSError, ValueError, msgspec.DecodeError):  # a line that is not JSON
         return None
     return total
@@ -215,15 +207,15 @@ class _CodexStream(JsonLinesParser[_Events]):
         if not started and item.type != "file_change":
             return []  # a command shows once, when it starts
         if item.type == "command_execution":
-            return [AgentStep(tool="command", detail=_short(item.command or ""))]
+            return [AgentStep(tool="command", detail=short_detail(item.command or ""))]
         if item.type == "file_change" and not started:
             paths = [change.path for change in item.changes if change.path]
-            return [AgentStep(tool="file_change", detail=_short(" ".join(paths)))]
+            return [AgentStep(tool="file_change", detail=short_detail(" ".join(paths)))]
         if item.type == "mcp_tool_call":
             name = f"{item.server}.{item.tool}".strip(".")
             return [AgentStep(tool=name or "mcp_tool_call")]
         if item.type == "web_search":
-            return [AgentStep(tool="web_search", detail=_short(item.query or ""))]
+            return [AgentStep(tool="web_search", detail=short_detail(item.query or ""))]
         return []
 
     def finish(self, returncode: int, stderr: str) -> CliOutcome:
@@ -233,27 +225,24 @@ class _CodexStream(JsonLinesParser[_Events]):
             if own:
                 usage = own
         usage = usage or {}
-        cached = _int(usage.get("cached_input_tokens"))
+        cached = count_of(usage.get("cached_input_tokens"))
         counted = CliOutcome(
             reply=self.reply or "",
             # OpenAI counts cached input inside input_tokens; the outcome keeps them apart.
-            input_tokens=max(0, _int(usage.get("input_tokens")) - cached),
-            output_tokens=_int(usage.get("output_tokens")),
+            input_tokens=max(0, count_of(usage.get("input_tokens")) - cached),
+            output_tokens=count_of(usage.get("output_tokens")),
             cache_read_tokens=cached,
-            cache_write_tokens=_int(usage.get("cache_write_input_tokens")),
+            cache_write_tokens=count_of(usage.get("cache_write_input_tokens")),
             session_id=self.thread_id if self.answered else None,
         )
         if self.failure is None and returncode == 0 and self.reply is not None:
             return counted
         error = self.failure or (self.errors[-1] if self.errors else None)
         if error is None:
-            tail = stderr.strip()[-500:]
-            if self.unreadable:
-                error = f"codex printed unreadable output: {self.unreadable!r}"
-            elif returncode != 0:
-                error = f"codex exited with code {returncode}" + (f": {tail}" if tail else "")
-            else:
-                error = "codex finished without a reply" + (f": {tail}" if tail else "")
+            ended = (
+                f"exited with code {returncode}" if returncode != 0 else "finished without a reply"
+            )
+            error = self.unreported_error("codex", stderr, f"codex {ended}")
         return attrs.evolve(counted, is_error=True, error=error, limit=codex_limit(error))
 
 
@@ -264,9 +253,9 @@ def codex_limit(text: str, *, now: float | None = None) -> UsageLimit | None:
         if match is not None:
             # detect_limit reads "limit reached ... resets <clock time>" as the next such time.
             return detect_limit(f"usage limit reached, resets {match[1]}", now=now) or (
-                UsageLimit(until=None, reason=_short(text))
+                UsageLimit(until=None, reason=short_detail(text))
             )
-        return UsageLimit(until=None, reason=_short(text))
+        return UsageLimit(until=None, reason=short_detail(text))
     return detect_limit(text, now=now)
 
 

@@ -37,7 +37,10 @@ from ._cli_adapter import (
     CliStreamParser,
     JsonLinesParser,
     UsageLimit,
+    count_of,
     detect_limit,
+    short_detail,
+    step_detail,
 )
 from ._cli_worker import cli_worker_kind
 
@@ -45,7 +48,7 @@ __all__ = ["KIND", "GeminiAdapter", "gemini_limit"]
 
 APPROVAL_MODES = ("yolo", "auto_edit", "plan", "default")
 _SETTINGS = Path(__file__).with_name("gemini-settings")
-_DETAIL = 120
+#: The tool parameter that says most about a call (Gemini CLI's tools).
 _DETAIL_FIELDS = ("file_path", "command", "pattern", "dir_path", "path", "url", "query")
 #: "...\nSuggested retry after 3600s." / "Please retry in 37.5s" (Gemini API quota errors).
 _RETRY_AFTER = re.compile(r"(?:Suggested retry after|Please retry in) ([0-9.]+)(ms|s)\b")
@@ -54,35 +57,16 @@ _QUOTA = re.compile(
 )
 
 
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _DETAIL else text[: _DETAIL - 1] + "…"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
-def _detail(parameters: Any) -> str:
-    if not isinstance(parameters, dict):
-        return ""
-    for name in _DETAIL_FIELDS:
-        value = parameters.get(name)
-        if isinstance(value, str) and value:
-            return _short(value)
-    return ""
-
-
 def gemini_limit(text: str, *, now: float | None = None) -> UsageLimit | None:
     """A quota or rate limit in a Gemini CLI error (forms in docs/agent-clis.md)."""
     match = _RETRY_AFTER.search(text)
     if match is not None and _QUOTA.search(text):
         seconds = float(match[1]) / (1000.0 if match[2] == "ms" else 1.0)
         return UsageLimit(
-            until=(time.time() if now is None else now) + seconds, reason=_short(text)
+            until=(time.time() if now is None else now) + seconds, reason=short_detail(text)
         )
     if _QUOTA.search(text):
-        return detect_limit(text, now=now) or UsageLimit(until=None, reason=_short(text))
+        return detect_limit(text, now=now) or UsageLimit(until=None, reason=short_detail(text))
     return detect_limit(text, now=now)
 
 
@@ -156,7 +140,7 @@ class _GeminiStream(JsonLinesParser[_Events]):
             case _ToolUse(tool_name=tool, parameters=parameters):
                 self.reply.clear()  # the reply is what the agent says after its last tool call
                 self.answered = True
-                return [AgentStep(tool=tool, detail=_detail(parameters))]
+                return [AgentStep(tool=tool, detail=step_detail(parameters, _DETAIL_FIELDS))]
             case _Error(severity="error", message=message):
                 self.errors.append(message or "error")
             case _Result():
@@ -166,13 +150,13 @@ class _GeminiStream(JsonLinesParser[_Events]):
     def finish(self, returncode: int, stderr: str) -> CliOutcome:
         result = self.result or _Result()
         stats = result.stats or _Stats()
-        cached = _int(stats.cached)
+        cached = count_of(stats.cached)
         counted = CliOutcome(
             reply="".join(self.reply),
-            input_tokens=_int(stats.input)
+            input_tokens=count_of(stats.input)
             if stats.input is not None
-            else max(0, _int(stats.input_tokens) - cached),
-            output_tokens=_int(stats.output_tokens),
+            else max(0, count_of(stats.input_tokens) - cached),
+            output_tokens=count_of(stats.output_tokens),
             cache_read_tokens=cached,
             # A run that failed before the model answered left no session the CLI can resume.
             session_id=self.session_id if self.answered else None,
@@ -183,13 +167,8 @@ class _GeminiStream(JsonLinesParser[_Events]):
         if not error and self.errors:
             error = self.errors[-1]
         if not error:
-            tail = stderr.strip()[-500:]
-            if self.unreadable:
-                error = f"gemini printed unreadable output: {self.unreadable!r}"
-            else:
-                error = f"gemini exited with code {returncode} without a result" + (
-                    f": {tail}" if tail else ""
-                )
+            ended = f"gemini exited with code {returncode} without a result"
+            error = self.unreported_error("gemini", stderr, ended)
         return attrs.evolve(
             counted, is_error=True, error=str(error), limit=gemini_limit(str(error))
         )
