@@ -468,41 +468,42 @@ def print_comparison(
 
 async def stop_loop(control: LoopCommands, args: argparse.Namespace) -> int:
     state = await control.stop(args.loop_id, after_round=args.after_round)
-    if args.json:
-        print(_json.encode(shown(state)).decode())
-    elif state.phase == "cancelled":
-        print(f"{state.loop_id}: cancelled after {state.completed_rounds} completed round(s)")
+    if state.phase == "cancelled":
+        done = f"cancelled after {state.completed_rounds} completed round(s)"
     elif state.stop_requested == "after_round":
-        print(f"{state.loop_id}: stops after the round in flight (round {state.round})")
+        done = f"stops after the round in flight (round {state.round})"
     else:
-        print(f"{state.loop_id}: already {state.phase}")
-    return 0
+        done = f"already {state.phase}"
+    return _print_done(args, state, done)
 
 
 async def pause_loop(control: LoopCommands, args: argparse.Namespace) -> int:
     state = await control.pause(args.loop_id)
-    if args.json:
-        print(_json.encode(shown(state)).decode())
-    elif state.phase == "paused":
-        print(f"{state.loop_id}: paused at round {state.round}")
+    if state.phase == "paused":
+        done = f"paused at round {state.round}"
     elif state.pause_requested:
-        print(
-            f"{state.loop_id}: pauses once round {state.round} (running now) is recorded; "
+        done = (
+            f"pauses once round {state.round} (running now) is recorded; "
             "no next round is dispatched"
         )
     else:
-        print(f"{state.loop_id}: already {state.phase}")
-    return 0
+        done = f"already {state.phase}"
+    return _print_done(args, state, done)
 
 
 async def resume_loop(control: LoopCommands, args: argparse.Namespace) -> int:
     state = await control.resume(args.loop_id)
-    if args.json:
-        print(_json.encode(shown(state)).decode())
-    elif state.terminal:
-        print(f"{state.loop_id}: already {state.phase}")
+    if state.terminal:
+        done = f"already {state.phase}"
     else:
-        print(f"{state.loop_id}: {state.phase}, round {state.round} (resumed)")
+        done = f"{state.phase}, round {state.round} (resumed)"
+    return _print_done(args, state, done)
+
+
+def _print_done(args: argparse.Namespace, state: LoopState, done: str) -> int:
+    """What a stop, pause or resume did: the loop's state as JSON with ``--json``, else
+    ``done`` after the loop's id."""
+    print(_json.encode(shown(state)).decode() if args.json else f"{state.loop_id}: {done}")
     return 0
 
 
