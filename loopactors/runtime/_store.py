@@ -293,10 +293,10 @@ class Store(Actor[Any]):
         # same for 10 writes as for 1,000 on nearby pages. Nobody has been told "done" yet,
         # so the wait loses nothing.
         self._flush_due = True
-        self.nursery.start_soon(self._flush_soon)
+        self.nursery.start_soon(self._flush_after, COMMIT_DELAY)
 
-    async def _flush_soon(self) -> None:
-        await trio.sleep(COMMIT_DELAY)
+    async def _flush_after(self, seconds: float) -> None:
+        await trio.sleep(seconds)
         with contextlib.suppress(ActorError):
             await self.ref.cast(_FlushNow())
 
@@ -366,12 +366,7 @@ class Store(Actor[Any]):
             )
         if not self._flush_due:
             self._flush_due = True
-            self.nursery.start_soon(self._retry_later)
-
-    async def _retry_later(self) -> None:
-        await trio.sleep(DISK_FULL_RETRY)
-        with contextlib.suppress(ActorError):
-            await self.ref.cast(_FlushNow())
+            self.nursery.start_soon(self._flush_after, DISK_FULL_RETRY)
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self._blocking:
