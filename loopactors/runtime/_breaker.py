@@ -14,9 +14,17 @@ from ..ledger import (
     check_circuit_breaker,
     validate_breaker_config,
 )
-from ..loops import LoopState, RoundRecord, Verdict, check_before_round
+from ..loops import LoopState, RoundRecord, Verdict, build_prompt, check_before_round
 from ._ledger import attempt_of, breaker_config
-from ._messages import BuildPrompt, CheckRound, Escalate, ForgetLedger, GetRounds, RecordAttempt
+from ._messages import (
+    BuildPrompt,
+    CheckRound,
+    Escalate,
+    ForgetLedger,
+    GetRounds,
+    PromptReady,
+    RecordAttempt,
+)
 from ._wiring import CONTEXT_BUILDER, STORE, deliver, runner_name
 
 __all__ = ["Breaker"]
@@ -24,8 +32,10 @@ __all__ = ["Breaker"]
 
 class Breaker(Actor[Any]):
     """Checks a loop before each round: escalate (told to the loop's runner), or go on (the
-    loop is passed to the ContextBuilder). A pipeline of casts, so a busy runtime handles these in
-    batches and a runner is woken once, with the outcome.
+    round's prompt to the runner, built here from the state alone, or the loop passed to the
+    ContextBuilder when its prompt reads files or carries the ledger's block). A pipeline of
+    casts, so a busy runtime handles these in batches and a runner is woken once, with the
+    outcome.
 
     It keeps each live loop's run ledger (one attempt per finished round, sent by the
     runner) and applies loop-context's breaker to it after the runtime's own checks. After a
@@ -66,9 +76,19 @@ class Breaker(Actor[Any]):
         if verdict is not None:
             escalate = Escalate(state.round, message.epoch, verdict)
             await deliver(self.node, runner_name(state.loop_id), escalate)
-        else:
+        elif (
+            state.spec.inject_ledger
+            or state.spec.plan is not None
+            or state.spec.prompt_file is not None
+        ):
             injected = ledger if state.spec.inject_ledger else None
             await deliver(self.node, CONTEXT_BUILDER, BuildPrompt(state, message.epoch, injected))
+        else:
+            # A prompt from the state alone (pure: no file read, no ledger block) is built
+            # here and goes straight to the runner: a hop through the ContextBuilder would
+            # only cost a wake-up a round (it is for what reads files or waits).
+            ready = PromptReady(state.round, message.epoch, build_prompt(state))
+            await deliver(self.node, runner_name(state.loop_id), ready)
         return None
 
     async def _ledger(self, state: LoopState) -> Ledger:

@@ -209,7 +209,8 @@ class ApplyCompaction(msgspec.Struct, frozen=True):
 
 
 class GetContextBuilderStatistics(msgspec.Struct, frozen=True):
-    """The ContextBuilder's counters since it (re)started, by name: ``prompts_built`` and
+    """The ContextBuilder's counters since it (re)started, by name: ``prompts_built`` (the
+    prompts that read files or carry the ledger's block; the Breaker builds the others) and
     ``compactions_applied``."""
 
 

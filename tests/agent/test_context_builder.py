@@ -93,7 +93,8 @@ async def local_round(tmp_path: Path, prompt: str) -> Transcript:
 
 async def test_the_context_builder_applies_an_agent_rounds_micro_compaction(tmp_path: Path) -> None:
     transcript, statistics = await runtime_round(tmp_path)
-    assert statistics == {"prompts_built": 1, "compactions_applied": 1}
+    # A plain prompt is built by the Breaker: the ContextBuilder only applied the plan.
+    assert statistics == {"prompts_built": 0, "compactions_applied": 1}
     tool_result = transcript.entries[3]
     assert tool_result.truncated
     assert tool_result.message.content.endswith("b" * 8000)  # the stored message is whole
@@ -110,7 +111,7 @@ async def test_an_apply_that_fails_in_the_context_builder_is_refused_and_done_by
     monkeypatch.setattr(_context_builder, "apply_plan", broken)
     transcript, statistics = await runtime_round(tmp_path)
     # Not crashed (a crash would restart the dispatcher and its rounds): same incarnation.
-    assert statistics == {"prompts_built": 1, "compactions_applied": 0}
+    assert statistics == {"prompts_built": 0, "compactions_applied": 0}
     assert transcript.entries[3].truncated
     local = await local_round(tmp_path, transcript.entries[1].message.content)
     assert local.to_builtins() == transcript.to_builtins()
