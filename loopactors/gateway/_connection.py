@@ -527,8 +527,8 @@ class Connection:
                 if item in seen:
                     continue
                 if isinstance(item, Gap):
-                    if seq is not None:  # the missed events of this loop had their places
-                        seq += item.missed
+                    if seq is not None:  # the missed stored events had their places
+                        seq += item.missed - item.unstored
                     self.gateway.gaps += 1
                     self.gateway.events_dropped += item.missed
                     if self.settings.slow_subscriber == "disconnect":

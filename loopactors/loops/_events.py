@@ -40,6 +40,8 @@ class Gap(msgspec.Struct, frozen=True, kw_only=True, tag="gap", tag_field="type"
 
     missed: int
     loop_id: str | None = None
+    #: Of the ``missed``, those never stored (``agent_step``, ``round_waiting``).
+    unstored: int = 0
 
     @property
     def type(self) -> str:

@@ -83,23 +83,27 @@ class Subscription(_ClosedOnExit):
         # must go in together, or a subscriber of queue_size 1 would only ever get gaps.
         self._send, self._recv = trio.open_memory_channel[AnyEvent | Gap](queue_size + 1)
         self.missed = 0
+        #: Of the missed events, those never stored (agent steps): a gap says how many, so a
+        #: replay's numbering of the loop's log moves by the others only.
+        self.unstored = 0
         self.delivered = 0
         self._queued = 0  # items in the channel (cheaper than its statistics() per event)
 
     def _offer(self, event: AnyEvent) -> None:
         if self._queued >= self.queue_size:
-            self.missed += 1
+            self._drop(event)
             return
         try:
             if self.missed:
-                self._send.send_nowait(Gap(missed=self.missed, loop_id=self.loop_id))
+                gap = Gap(missed=self.missed, loop_id=self.loop_id, unstored=self.unstored)
+                self._send.send_nowait(gap)
                 self._queued += 1
-                self.missed = 0
+                self.missed = self.unstored = 0
             self._send.send_nowait(event)
             self._queued += 1
             self.delivered += 1
         except trio.WouldBlock:
-            self.missed += 1
+            self._drop(event)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._bus._remove(self)
 
@@ -134,9 +138,14 @@ class Subscription(_ClosedOnExit):
         # than only when a later event comes (there may be none, e.g. after a loop's end).
         return self.missed > 0 and self._queued == 0
 
+    def _drop(self, event: AnyEvent) -> None:
+        self.missed += 1
+        if not isinstance(event, STATE_EVENTS):
+            self.unstored += 1
+
     def _take_gap(self) -> Gap:
-        gap = Gap(missed=self.missed, loop_id=self.loop_id)
-        self.missed = 0
+        gap = Gap(missed=self.missed, loop_id=self.loop_id, unstored=self.unstored)
+        self.missed = self.unstored = 0
         return gap
 
     def close(self) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import pytest
 import trio
 
 from loopactors.client import connect
@@ -96,6 +98,44 @@ async def test_live_only_events_take_no_place_in_the_log(live_node: LiveNode) ->
     numbered = [f for f in frames if f["event"]["type"] != "agent_step"]
     assert [f["seq"] for f in numbered] == list(range(1, len(stored) + 1))
     assert [f["event"]["at"] for f in numbered] == [e.at for e in stored]
+
+
+async def flurry(request: RoundRequest, context: RoundContext | None) -> str:
+    """A round that reports many tool calls at once: more than a small queue holds."""
+    assert context is not None
+    await trio.sleep(0.05)  # round 1's steps come after the test subscribed
+    for n in range(20 if request.round == 1 else 0):  # round 2's end is not dropped
+        context.agent_step("read", f"f{n}.py")
+    return f"round {request.round} of {request.rounds}: read"
+
+
+@pytest.mark.parametrize("gateway_settings", [GatewaySettings(port=0, subscriber_queue=4)])
+async def test_a_gap_of_live_only_events_moves_no_place(live_node: LiveNode) -> None:
+    """Steps dropped for a slow subscriber are counted in its gap, but only the stored
+    events it missed move the numbering: the next frame's seq is still its place."""
+    runtime = live_node.runtime
+    async with open_raw(live_node) as raw:
+        state = await runtime.start(
+            "|loop:2,fresh| read",
+            worker="python:tests.gateway.test_subscribe_after:flurry",
+            stale_rounds_limit=100,
+        )
+        request = {"type": "subscribe", "id": 1, "loop_id": state.loop_id, "replay": True}
+        assert (await raw.ask(request))["type"] == "ok"
+        frames: list[dict[str, Any]] = []
+        with trio.fail_after(HANG):
+            while not frames or frames[-1].get("event", {}).get("type") != "loop_finished":
+                frames.append(await raw.receive())
+    assert any(f["type"] == "gap" for f in frames)
+    stored = await runtime.stored_events(state.loop_id)
+
+    def key(event: dict[str, Any]) -> tuple[Any, ...]:
+        return event["type"], event.get("round"), event["at"]
+
+    log = [key(msgspec.to_builtins(e)) for e in stored]
+    numbered = [f for f in frames if f.get("seq") is not None]
+    assert numbered
+    assert [f["seq"] for f in numbered] == [log.index(key(f["event"])) + 1 for f in numbered]
 
 
 async def test_after_out_of_place_is_refused_by_name(live_node: LiveNode) -> None:
