@@ -38,15 +38,20 @@ def _leave_now() -> NoReturn:
 async def ctrl_c_leaves() -> AsyncIterator[None]:
     """Around a runtime's whole life: a Ctrl-C that :func:`follow` does not read (while the
     runtime starts, or stops after its loops ended: a worker may still be in its grace period)
-    leaves at once, exit 130."""
-    with trio.open_signal_receiver(signal.SIGINT) as sigint:
+    leaves at once, exit 130. So do SIGTERM and SIGHUP (the terminal closed) at any time:
+    by default they would end the process and leave the workers' process groups running."""
+    with (
+        trio.open_signal_receiver(signal.SIGINT) as sigint,
+        trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as ended,
+    ):
         async with trio.open_nursery() as nursery:
 
-            async def on_ctrl_c() -> None:
-                async for _ in sigint:
+            async def on_signal(signals: AsyncIterator[int]) -> None:
+                async for _ in signals:
                     _leave_now()
 
-            nursery.start_soon(on_ctrl_c)
+            nursery.start_soon(on_signal, sigint)
+            nursery.start_soon(on_signal, ended)
             yield
             nursery.cancel_scope.cancel()
 

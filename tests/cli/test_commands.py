@@ -172,6 +172,30 @@ def test_a_second_ctrl_c_leaves_at_once_while_a_worker_ignores_sigterm(tmp_path:
     assert gone(pid)  # and the worker did not outlive it
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_a_closed_terminal_leaves_no_worker_behind(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """`kill PID` or the terminal closing (SIGHUP) ended `run` at once and left the round's
+    agent running, unseen, until the next `resume`: now both leave as a second Ctrl-C does,
+    the worker's group killed, the loop resumable."""
+    ready = tmp_path / "ready"
+    script = (
+        "import os, pathlib, time; "
+        f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); time.sleep(7200)"
+    )
+    worker = "command:" + shlex.join([sys.executable, "-c", script])
+    proc = start_run(tmp_path / "state", "--worker", worker)
+    pid = int(wait_for_file(ready))
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 130, err
+    assert gone(pid)
+    loop_id = json_lines(out)[0]["loop_id"]
+    status = cli("status", loop_id, "--state", str(tmp_path / "state"), "--json")
+    assert json.loads(status.stdout)["phase"] == "awaiting_worker"  # resumable
+
+
 def test_killed_run_resumes_and_status_and_history_read_it(tmp_path: Path) -> None:
     # Rounds of 2 s: the kill lands seconds before the loop could end, however loaded.
     proc = start_run(tmp_path, "--worker", "scripted:latency=2")
