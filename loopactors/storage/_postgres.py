@@ -593,13 +593,16 @@ async def _hold(url: StoreUrl, ttl: float, stop_margin: float) -> AsyncIterator[
     except Exception as exc:
         # The runtime failed before the keeper's next renewal: its commits were fenced (the
         # Store crashed on LeaseLost until its supervisor gave up)? Then that is the reason.
-        if lost or not await trio.to_thread.run_sync(_taken_over, lease):
-            raise
-        # Said as the keeper says it: which of the two notices first is a race.
-        lost.append(
-            f"the lease of {lease.node_id} on the store {url.redacted} "
-            "was taken over by another node"
-        )
+        # So it is when the keeper had already found the lease lost: a node paused past its
+        # lease wakes up to connections the server ended, and fails on them as it stops.
+        if not lost:
+            if not await trio.to_thread.run_sync(_taken_over, lease):
+                raise
+            # Said as the keeper says it: which of the two notices first is a race.
+            lost.append(
+                f"the lease of {lease.node_id} on the store {url.redacted} "
+                "was taken over by another node"
+            )
         log.error("%s: stopping (nothing more is committed)", lost[0])  # noqa: TRY400 - the cause is raised
         raise LeaseLost(lost[0]) from exc
     finally:

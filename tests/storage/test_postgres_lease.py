@@ -16,8 +16,8 @@ import trio
 from loopactors.errors import LeaseLost, StoreError
 from loopactors.loops import LoopSpec, LoopState
 from loopactors.runtime import RuntimeConfig, open_runtime
-from loopactors.storage import Write, open_store
-from loopactors.storage._postgres import Lease, PostgresBackend
+from loopactors.storage import Write, open_store, parse_store
+from loopactors.storage._postgres import Lease, PostgresBackend, _hold
 
 
 def state(loop_id: str, rnd: int) -> LoopState:
@@ -197,6 +197,23 @@ async def test_a_runtime_taken_over_stops_with_lease_lost_and_writes_nothing_mor
     reader.close()
     async with open_runtime(config.replace(lease_ttl=10.0)) as rt:
         assert (await rt.get(handle.loop_id)).round >= 1
+
+
+async def test_a_runtime_failing_as_it_stops_for_its_lost_lease_says_lease_lost(
+    postgres_url: str,
+) -> None:
+    """A node paused past its lease wakes up to connections the server ended: what fails
+    on them while its runtime stops is not the reason it stops."""
+    with pytest.raises(LeaseLost, match="taken over by another node") as caught:
+        async with _hold(parse_store(postgres_url), ttl=1.0, stop_margin=0.0):
+            await trio.to_thread.run_sync(
+                sql, postgres_url, "UPDATE nodes SET state = 'dead' WHERE state = 'live'"
+            )
+            try:
+                await trio.sleep_forever()  # cancelled by the lease keeper's next renewal
+            finally:
+                raise StoreError("server closed the connection unexpectedly")
+    assert "server closed the connection" in repr(caught.value.__cause__)
 
 
 async def test_a_second_runtime_on_the_store_is_refused(postgres_url: str, tmp_path: Path) -> None:
