@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import secrets
 import socket
@@ -147,6 +148,21 @@ SELECT (SELECT count(*) FROM lease), (SELECT count(*) FROM s), (SELECT count(*) 
     (SELECT count(*) FROM e), (SELECT count(*) FROM n)
 """
 _TERMINAL = sorted(TERMINAL_PHASES)
+
+# TEST ONLY, never set in use: LOOPACTORS_TEST_UNFENCED=1 turns fencing off, so that the chaos
+# test (tests/storage/test_postgres_chaos.py) can show it catches what fencing prevents.
+# Commits and queue changes then skip the lease check, and a node whose lease was taken over
+# (or could not be renewed) keeps running instead of stopping: a zombie that writes.
+_UNFENCED_VARIABLE = "LOOPACTORS_TEST_UNFENCED"
+_LEASE_CHECK = """SELECT 1 FROM nodes WHERE node_id = %s AND state = 'live'
+        AND expires_at > clock_timestamp()
+    FOR SHARE"""
+_COMMIT_UNFENCED = _COMMIT.replace(_LEASE_CHECK, "SELECT 1 WHERE %s::text IS NOT NULL")
+assert _COMMIT_UNFENCED != _COMMIT
+
+
+def _unfenced() -> bool:
+    return os.environ.get(_UNFENCED_VARIABLE) == "1"
 
 
 def _psycopg() -> Any:
@@ -296,7 +312,8 @@ class PostgresBackend(SqlBackend):
                 [n.at for n in notifications],
                 [encode(n) for n in notifications],
             )
-            row = self._conn.execute(_COMMIT, params).fetchone()
+            statement = _COMMIT_UNFENCED if _unfenced() else _COMMIT
+            row = self._conn.execute(statement, params).fetchone()
         except Exception as exc:
             raise StoreError(
                 f"cannot commit {len(writes)} writes to the store {self.shown}: {exc}"
@@ -320,6 +337,8 @@ class PostgresBackend(SqlBackend):
     def _lock_lease(self) -> None:
         """In a transaction: lock this node's lease as a commit does (FOR SHARE), or raise
         :class:`LeaseLost` and write nothing."""
+        if _unfenced():
+            return
         row = self._conn.execute(
             "SELECT 1 FROM nodes WHERE node_id = %s AND state = 'live' "
             "AND expires_at > clock_timestamp() FOR SHARE",
@@ -555,6 +574,10 @@ async def _hold(url: StoreUrl, ttl: float, stop_margin: float) -> AsyncIterator[
     # Counted from when a renewal was sent, on the monotonic clock: the database set the
     # expiry later than that, so this end is never after the database's.
     valid_for = max(ttl * 0.8 - stop_margin, ttl * 0.4)
+    unfenced = _unfenced()
+    if unfenced:
+        log.warning("%s=1: fencing is off (test only), this node never stops", _UNFENCED_VARIABLE)
+        valid_for = math.inf
     try:
         async with trio.open_nursery() as nursery:
 
@@ -571,6 +594,8 @@ async def _hold(url: StoreUrl, ttl: float, stop_margin: float) -> AsyncIterator[
                         except StoreError as exc:
                             log.warning("%s; retrying", exc)
                             continue
+                        if not renewed and unfenced:
+                            continue  # a zombie, on purpose: what fencing must catch
                         if not renewed:
                             lost.append(
                                 f"the lease of {lease.node_id} on the store {url.redacted} "
