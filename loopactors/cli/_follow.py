@@ -16,7 +16,7 @@ from ..workers import kill_worker_groups
 from ._progress import JsonLines, Progress, final_table
 from ._tables import print_rows
 
-__all__ = ["PHASE_EXIT", "ctrl_c_leaves", "follow", "start_and_follow"]
+__all__ = ["PHASE_EXIT", "ctrl_c_leaves", "follow", "leave_now", "start_and_follow"]
 
 #: The exit code of a loop's final phase; `resume` returns the most severe of its loops'.
 PHASE_EXIT: dict[Phase, int] = {
@@ -28,7 +28,7 @@ PHASE_EXIT: dict[Phase, int] = {
 }
 
 
-def _leave_now() -> NoReturn:
+def leave_now() -> NoReturn:
     # No grace for workers still being stopped: SIGKILL their process groups, then leave.
     kill_worker_groups()
     raise KeyboardInterrupt
@@ -48,7 +48,7 @@ async def ctrl_c_leaves() -> AsyncIterator[None]:
 
             async def on_signal(signals: AsyncIterator[int]) -> None:
                 async for _ in signals:
-                    _leave_now()
+                    leave_now()
 
             nursery.start_soon(on_signal, sigint)
             nursery.start_soon(on_signal, ended)
@@ -95,7 +95,7 @@ async def follow(
                 async for _ in sigint:
                     presses += 1
                     if presses > 1:
-                        _leave_now()
+                        leave_now()
                     display.note("stopping (press Ctrl-C again to leave at once)")
                     for loop_id in loop_ids:
                         # Not awaited here: a stop waits out a worker's grace period, and

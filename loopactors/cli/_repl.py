@@ -28,6 +28,7 @@ from ..loops import AnyEvent, LoopFinished, LoopStarted, LoopState, WorkerSpec
 from ..runtime import NODE_URL_FILE, Gap, RuntimeConfig, open_runtime
 from ..storage import store_kind
 from ..workers import check_worker_spec, in_workspace, worker_kind
+from ._follow import leave_now
 from ._remote import read_token
 from ._repl_commands import COMMANDS, WORDS, Command, help_text, parse_line
 from ._repl_place import Place, embedded, on_node
@@ -363,14 +364,25 @@ async def _main(args: argparse.Namespace, config: RuntimeConfig) -> int:
         repl.say(f"loopactors repl on {place.where}; /help for the commands")
         # While the editor waits for a line, Ctrl-C is a key it handles; between lines it is
         # a signal, and it cancels the command being run instead of ending the session.
-        with trio.open_signal_receiver(signal.SIGINT) as sigint, patch_stdout(raw=True):
+        with (
+            trio.open_signal_receiver(signal.SIGINT) as sigint,
+            trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as ended,
+            patch_stdout(raw=True),
+        ):
             async with trio.open_nursery() as nursery:
                 place.background = nursery
                 nursery.start_soon(repl.show_events)
                 nursery.start_soon(_cancel_commands, sigint, repl)
+                # By default they would end the process and leave rounds' workers running.
+                nursery.start_soon(_leave_on, ended)
                 await _read_lines(session, repl)
                 nursery.cancel_scope.cancel()
     return 0 if repl.lost is None else 1
+
+
+async def _leave_on(signals: AsyncIterator[int]) -> None:
+    async for _ in signals:
+        leave_now()
 
 
 async def _cancel_commands(sigint: AsyncIterator[int], repl: Repl) -> None:

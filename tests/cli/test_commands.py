@@ -141,6 +141,12 @@ def wait_for_file(path: Path, timeout: float = HANG) -> str:
     return path.read_text()
 
 
+def listed(state: Path, pid: int) -> None:
+    """Wait until the runtime knows the worker's process group (it lists it in the state
+    directory then): a signal before that may find it not yet known."""
+    wait_for_file(state / "groups" / f"{pid}.json")
+
+
 def gone(pid: int, timeout: float = HANG) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -187,6 +193,7 @@ def test_sigterm_or_a_closed_terminal_leaves_no_worker_behind(
     worker = "command:" + shlex.join([sys.executable, "-c", script])
     proc = start_run(tmp_path / "state", "--worker", worker)
     pid = int(wait_for_file(ready))
+    listed(tmp_path / "state", pid)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 130, err

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
 import termios
@@ -16,6 +18,7 @@ import pytest
 
 from loopactors.cli._repl_commands import Command, parse_line
 from loopactors.errors import LoopSyntaxError
+from tests.cli.test_commands import gone, listed, wait_for_file
 from tests.codeloop.toyrepo import VALIDATE, git, make_repo, worker
 from tests.gateway.test_cli_node import NodeProcess
 from tests.hang import HANG
@@ -150,6 +153,33 @@ def test_ctrl_d_asks_when_loops_are_live(repl: pexpect.spawn) -> None:
     repl.expect("Quit")
     repl.sendline("y")
     repl.expect(pexpect.EOF)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_a_closed_terminal_leaves_no_worker_behind(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """An embedded REPL ended by SIGTERM or its terminal closing (SIGHUP) left its rounds'
+    agents running; it now leaves as `run` does: their groups killed, loops resumable."""
+    ready = tmp_path / "ready"
+    script = (
+        "import os, pathlib, time; "
+        f"pathlib.Path({str(ready)!r}).write_text(str(os.getpid())); time.sleep(7200)"
+    )
+    child = _spawn(tmp_path / "state")
+    try:
+        child.sendline("/worker command:" + shlex.join([sys.executable, "-c", script]))
+        child.expect("new loops use")
+        child.sendline("|loop:2| busy")
+        child.expect(r"started \S+: 2 rounds")
+        pid = int(wait_for_file(ready))
+        listed(tmp_path / "state", pid)
+        child.kill(signum)
+        child.expect(pexpect.EOF)
+        child.wait()
+        assert gone(pid)
+    finally:
+        child.close(force=True)
 
 
 def test_repl_drives_a_remote_node(tmp_path: Path) -> None:
