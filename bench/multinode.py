@@ -213,7 +213,9 @@ async def rounds_on(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--loops", type=int, default=1_000)
     parser.add_argument("--ttl", type=float, default=3.0, help="lease seconds (3)")
     parser.add_argument("--store", help="a postgresql:// URL (default: a throwaway server)")

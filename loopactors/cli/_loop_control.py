@@ -308,13 +308,14 @@ async def show_status(
     if states:
         print_rows(console, final_table(states, title=_status_title(control, states)))
     else:
-        console.print(empty)
+        # A path as given: never markup (a "[b]" in it is text), never wrapped.
+        console.print(empty, markup=False, highlight=False, soft_wrap=True)
     if isinstance(control, StoredLoops) and args.loop_id is None:
         for lease in await control.nodes():
             console.print(_node_line(lease), markup=False, highlight=False, soft_wrap=True)
     if budget is not None and args.loop_id is None:
         for line in await _spent_today(control, states, budget):
-            console.print(line, markup=False, highlight=False)
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if transport is not None:
         from ..transport import print_status  # noqa: PLC0415 - see the note
 

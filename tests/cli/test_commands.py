@@ -424,6 +424,11 @@ def test_status_of_a_path_that_is_no_state_directory_is_an_error(
     (tmp_path / "empty").mkdir()
     assert main(["status", "--state", str(tmp_path / "empty")]) == 0
     assert f"no loops in {tmp_path / 'empty'}" in capsys.readouterr().out
+    # Shown as given, on one line, however long, whatever brackets it holds.
+    odd = tmp_path / ("[b]x" + "y" * 120)
+    odd.mkdir()
+    assert main(["status", "--state", str(odd)]) == 0
+    assert capsys.readouterr().out == f"no loops in {odd}\n"
 
 
 def test_status_and_history_read_a_store_on_a_read_only_disk(
