@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ._cli_args import Options, parse_args
-from ._facts import BreakerFacts, read_breaker_facts
+from ._facts import SMALL_LEDGER_BYTES, BreakerFacts, read_breaker_facts
 from ._js import encode_plain_json, is_integer
 from ._rules import BreakerLimits, breaker_verdict, check_limits
 
@@ -245,7 +245,7 @@ def _run(opts: Options) -> int:
         token_budget = resolve_run_budget(opts)
     if opts.operation == "check":
         # The breaker reads only what its rules need, straight from the JSON (see _facts).
-        facts = read_breaker_facts(_read_bytes(opts.ledger), opts.similarity_threshold)
+        facts = _check_facts(opts)
         answer = _check(facts, _limits(opts, token_budget), opts)
         if opts.json:
             _write(encode_plain_json(answer))
@@ -264,6 +264,10 @@ def _run(opts: Options) -> int:
         summarize_attempts,
     )
 
+    if opts.operation == "status":
+        done = _streamed_status(opts, token_budget)
+        if done is not None:
+            return done
     ledger = _read_ledger(opts.ledger)
     breaker, prune = _configs(opts, token_budget)
     if opts.operation == "prune":
@@ -278,6 +282,59 @@ def _run(opts: Options) -> int:
     verdict = "ESCALATE" if decision.escalate else "CONTINUE"
     _write(f"{text}\n\nCircuit breaker: {verdict} [{decision.trigger}]\n  {decision.reason}")
     return EXIT_ESCALATE if decision.escalate else EXIT_CONTINUE
+
+
+def _large_file(handle: BinaryIO) -> bool:
+    """Whether ``handle`` is a regular file above the small-ledger size (read again is safe)."""
+    info = os.fstat(handle.fileno())
+    return stat.S_ISREG(info.st_mode) and info.st_size > SMALL_LEDGER_BYTES
+
+
+def _check_facts(opts: Options) -> BreakerFacts:
+    """The breaker's facts for ``--check``: a large file with a huge attempt is read a block
+    at a time (``_facts_read.read_file_facts``), anything else whole."""
+    if opts.ledger:
+        with _open(opts.ledger) as handle:
+            if _large_file(handle):
+                from ._facts_read import read_file_facts  # noqa: PLC0415 - loads msgspec
+
+                return read_file_facts(
+                    _node_errors(handle.read), handle.seek, opts.similarity_threshold
+                )
+    return read_breaker_facts(_read_bytes(opts.ledger), opts.similarity_threshold)
+
+
+def _streamed_status(opts: Options, token_budget: int | float | None) -> int | None:
+    """``--status`` of a large file, read twice a block at a time (the breaker's facts, then
+    the summary; never both held: docs/ledger.md); None leaves the ledger to the whole read
+    (a pipe, a small file, input the block reader gives up on)."""
+    if not opts.ledger:
+        return None
+    with _open(opts.ledger) as handle:
+        if not _large_file(handle):
+            return None
+        from ._facts_stream import read_streamed_facts  # noqa: PLC0415 - not needed by --check
+        from ._summary_read import format_streamed_summary, read_summary  # noqa: PLC0415
+
+        read = _node_errors(handle.read)
+        facts = read_streamed_facts(read, opts.similarity_threshold)
+        if facts is None:
+            return None
+        limits = _limits(opts, token_budget)
+        check_limits(limits)  # after the ledger, as the whole read checks them
+        trigger, reason = breaker_verdict(facts, limits)
+        del facts
+        handle.seek(0)
+        summary = read_summary(read)
+    if summary is None:
+        return None
+    # The summary always groups at the default 0.85, as summarize_attempts(ledger) does.
+    format_streamed_summary(summary, sys.stdout.write)
+    del summary
+    escalate = trigger != "ok"
+    verdict = "ESCALATE" if escalate else "CONTINUE"
+    _write(f"\n\nCircuit breaker: {verdict} [{trigger}]\n  {reason}")
+    return EXIT_ESCALATE if escalate else EXIT_CONTINUE
 
 
 def _summary(opts: Options) -> int:

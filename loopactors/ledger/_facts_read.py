@@ -17,7 +17,11 @@ from msgspec import UNSET
 from ._facts import BreakerFacts, _facts, _token, _Walk, breaker_facts
 from ._model import Attempt, parse_ledger
 
-__all__ = ["read_large_facts"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["read_file_facts", "read_large_facts"]
 
 
 class _SplitLedger(msgspec.Struct, kw_only=True, rename="camel"):
@@ -35,19 +39,52 @@ _ATTEMPTS = msgspec.json.Decoder(list[Attempt])
 _CHUNK = 512
 _TOKENS = attrgetter("tokens_used")
 _EXACT = 2**53
+#: An attempt longer than this (in bytes) sends the file to ``_facts_stream``, which reads
+#: it a block at a time: here the file, the attempt's bytes and its decoded error would be
+#: held at once (~4x the file on one huge error).
+_LONG_ATTEMPT = 1 << 18
 
 
-def read_large_facts(data: bytes, threshold: float) -> BreakerFacts:
+def read_file_facts(
+    read: Callable[[int], bytes], rewind: Callable[[int], object], threshold: float
+) -> BreakerFacts:
+    """The facts of a regular file's ledger JSON (``read(n)`` reads it, ``rewind(0)`` goes
+    back to its start): :func:`read_large_facts`, or, for a ledger with an attempt longer
+    than 256 KiB, ``_facts_stream``'s block reader (the file's bytes freed first)."""
+    data = read(-1)
+    try:
+        raws: list[msgspec.Raw] | None = _SPLIT.decode(data).attempts
+    except msgspec.MsgspecError:
+        raws = None  # read_large_facts raises the reference's message
+    if raws and max(map(len, raws)) > _LONG_ATTEMPT:
+        del raws, data
+        from ._facts_stream import read_streamed_facts  # noqa: PLC0415 - a rare ledger
+
+        rewind(0)
+        facts = read_streamed_facts(read, threshold)
+        if facts is not None:
+            return facts
+        rewind(0)
+        data = read(-1)
+        raws = None
+    return read_large_facts(data, threshold, raws)
+
+
+def read_large_facts(
+    data: bytes, threshold: float, raws: list[msgspec.Raw] | None = None
+) -> BreakerFacts:
     """:func:`_facts.read_breaker_facts` with msgspec; whenever msgspec refuses the input,
     :func:`parse_ledger` reads it, which raises the reference's message (and also serves
-    text that is only valid once bad UTF-8 bytes are replaced).
+    text that is only valid once bad UTF-8 bytes are replaced). ``raws``: the attempts of
+    ``data`` if already split.
     """
     # Each chunk's tokens as decoded, newest chunk first.
     tokens: list[list[Any]] = []
     walk = _Walk(threshold)
     newest: object = None
     try:
-        raws = _SPLIT.decode(data).attempts
+        if raws is None:
+            raws = _SPLIT.decode(data).attempts
         for end in range(len(raws), 0, -_CHUNK):
             chunk = _ATTEMPTS.decode(b"[" + b",".join(raws[max(0, end - _CHUNK) : end]) + b"]")
             tokens.append(list(map(_TOKENS, chunk)))

@@ -532,15 +532,16 @@ def read_summary(read: Callable[[int], bytes]) -> StreamedSummary | None:
     text = _Text(read)
     summary = StreamedSummary()
     try:
-        _read_ledger(text, summary)
+        _read_ledger(text, summary.add)
     except _GiveUp:
         return None
     summary.finish()
     return summary
 
 
-def _read_ledger(text: _Text, summary: StreamedSummary) -> None:
-    """``{"goal": "...", "attempts": [...]}`` with any other keys, each key once."""
+def _read_ledger(text: _Text, add: Callable[[dict[str, Any]], None]) -> None:
+    """``{"goal": "...", "attempts": [...]}`` with any other keys, each key once; ``add``
+    takes each attempt (and raises :class:`_GiveUp` for one it refuses)."""
     if text.char() != "{":
         raise _GiveUp
     seen: set[str] = set()
@@ -551,7 +552,7 @@ def _read_ledger(text: _Text, summary: StreamedSummary) -> None:
             raise _GiveUp
         seen.add(key)
         if key == "attempts":
-            _read_attempts(text, summary)
+            _read_attempts(text, add)
         elif key == "goal":
             goal = text.value()
         else:
@@ -565,13 +566,12 @@ def _read_ledger(text: _Text, summary: StreamedSummary) -> None:
         raise _GiveUp
 
 
-def _read_attempts(text: _Text, summary: StreamedSummary) -> None:
+def _read_attempts(text: _Text, add: Callable[[dict[str, Any]], None]) -> None:
     if text.char() != "[":
         raise _GiveUp
     if text.peek() == "]":
         text.char()
         return
-    add = summary.add
     while True:
         for attempt in text.items():
             if type(attempt) is not dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from typing import Any
@@ -11,6 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import loopactors.ledger._facts_read as facts_read
+import loopactors.ledger._summary_read as summary_read
 from loopactors.ledger import BreakerConfig, LedgerError, check_circuit_breaker, parse_ledger
 from loopactors.ledger._breaker import decide
 from loopactors.ledger._facts import (
@@ -19,7 +21,8 @@ from loopactors.ledger._facts import (
     breaker_facts,
     read_breaker_facts,
 )
-from loopactors.ledger._facts_read import read_large_facts
+from loopactors.ledger._facts_read import read_file_facts, read_large_facts
+from loopactors.ledger._facts_stream import read_streamed_facts
 
 from .edge_ledgers import EDGE_LEDGERS
 
@@ -29,12 +32,15 @@ def _both(data: bytes, threshold: float = 0.85) -> tuple[Any, Any]:
 
     The bytes are read by every quick path, which must agree: the standard library's (for a
     small ledger), msgspec's in chunks of 512 and msgspec's in chunks of 3 (so a short ledger
-    crosses chunk boundaries).
+    crosses chunk boundaries), and the block reader of a file with a huge attempt (with
+    blocks of 7 bytes and every error past 4 characters kept as its first line only).
     """
     readers: list[Callable[[bytes, float], BreakerFacts]] = [
         read_breaker_facts,
         read_large_facts,
         _in_chunks_of_3,
+        _streamed,
+        _streamed_in_tiny_blocks,
     ]
     answers: list[Any] = []
     for read in readers:
@@ -42,8 +48,8 @@ def _both(data: bytes, threshold: float = 0.85) -> tuple[Any, Any]:
             answers.append(read(data, threshold))
         except (LedgerError, RecursionError) as exc:  # msgspec's own limit on nesting
             answers.append(("error", str(exc)))
-    assert answers[1] == answers[0]
-    assert answers[2] == answers[0]
+    for answer in answers[1:]:
+        assert answer == answers[0]
     try:
         ledger = parse_ledger(data.decode("utf-8", errors="replace"))
         slow: Any = breaker_facts(ledger.attempts, threshold)
@@ -59,6 +65,27 @@ def _in_chunks_of_3(data: bytes, threshold: float) -> BreakerFacts:
         return read_large_facts(data, threshold)
     finally:
         facts_read._CHUNK = chunk
+
+
+def _streamed(data: bytes, threshold: float) -> BreakerFacts:
+    """The block reader as ``--check`` runs it on a file with a huge attempt."""
+    long_attempt = facts_read._LONG_ATTEMPT
+    facts_read._LONG_ATTEMPT = -1  # every ledger goes to the block reader
+    try:
+        handle = io.BytesIO(data)
+        return read_file_facts(handle.read, handle.seek, threshold)
+    finally:
+        facts_read._LONG_ATTEMPT = long_attempt
+
+
+def _streamed_in_tiny_blocks(data: bytes, threshold: float) -> BreakerFacts:
+    saved = summary_read._BLOCK, summary_read._MEMO_CHARS, summary_read._LONG
+    summary_read._BLOCK, summary_read._MEMO_CHARS, summary_read._LONG = 7, 4, 20
+    try:
+        facts = read_streamed_facts(io.BytesIO(data).read, threshold)
+    finally:
+        summary_read._BLOCK, summary_read._MEMO_CHARS, summary_read._LONG = saved
+    return read_large_facts(data, threshold) if facts is None else facts
 
 
 values = st.one_of(

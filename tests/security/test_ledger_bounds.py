@@ -381,3 +381,55 @@ def test_a_shared_text_the_sample_missed_becomes_common_as_heads_come() -> None:
     bound = max(_grouping._PROMOTE_MIN, heads // 32)
     assert max(len(found) for found in dense.postings.values()) <= bound
     assert len(dense.common) > len(grouper.common) + 500  # the shared text's grams
+
+
+@pytest.mark.parametrize("operation", ["--check", "--status"])
+def test_check_and_status_of_one_huge_error_hold_one_copy_of_it(
+    operation: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One 2 MB error: ``--check`` held the file, the attempt's bytes joined for its decode,
+    the decoded error and its signature (~4x the file), ``--status`` the decoded text, the
+    parsed ledger, the summary's and the breaker's signatures and the output too (7-10x).
+    Now the file's bytes are freed once a huge attempt is seen and the ledger is read a block
+    at a time (the breaker's facts, then for ``--status`` the summary): the error's first line
+    is held once. Same output as the whole read's."""
+    import json
+
+    from loopactors.ledger import (
+        BreakerConfig,
+        check_circuit_breaker,
+        format_summary,
+        parse_ledger,
+        summarize_attempts,
+    )
+    from loopactors.ledger._cli import main
+
+    random.seed(7)
+    words = "".join(random.choice(string.ascii_lowercase + "  ") for _ in range(2_000_000))
+    error = f"Error: at 2026-12-01T10:00:00Z {words} /x/y.js:12:3\n  at f (z.js:1:1)"
+    attempts = [
+        {"outcome": "success", "action": "b", "tokensUsed": 3},
+        {"outcome": "failure", "error": error, "action": "a", "tokensUsed": 7},
+    ]
+    data = json.dumps({"goal": "g", "attempts": attempts}).encode()
+    del words, error, attempts
+    path = tmp_path / "ledger.json"
+    path.write_bytes(data)
+
+    args = [operation, "--ledger", str(path), "--no-progress", "1"]
+    code, peak = _peak(lambda: main(args))
+    out = capsys.readouterr().out
+    # The line (~1x), the reader's blocks and the set of the line's grams (2-3 MB); the
+    # file's bytes, held while msgspec splits the attempts, are freed before the line is read.
+    assert peak < len(data) + (4 << 20), peak
+    ledger = parse_ledger(data.decode())
+    decision = check_circuit_breaker(ledger, BreakerConfig(no_progress_threshold=1))
+    assert decision.escalate
+    verdict = "ESCALATE" if decision.escalate else "CONTINUE"
+    if operation == "--check":
+        assert out == f"{verdict} [{decision.trigger}] \u2014 {decision.reason}\n"
+    else:
+        text = format_summary(summarize_attempts(ledger))
+        expected = f"{text}\n\nCircuit breaker: {verdict} [{decision.trigger}]\n  {decision.reason}"
+        assert out == expected + "\n"
+    assert code == (2 if decision.escalate else 0)
