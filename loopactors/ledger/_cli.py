@@ -298,9 +298,8 @@ def _check_facts(opts: Options) -> BreakerFacts:
             if _large_file(handle):
                 from ._facts_read import read_file_facts  # noqa: PLC0415 - loads msgspec
 
-                return read_file_facts(
-                    _node_errors(handle.read), handle.seek, opts.similarity_threshold
-                )
+                # A failed read raises an OSError: worded as _node_errors words it (_main).
+                return read_file_facts(handle, opts.similarity_threshold)
     return read_breaker_facts(_read_bytes(opts.ledger), opts.similarity_threshold)
 
 

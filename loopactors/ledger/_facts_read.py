@@ -7,6 +7,8 @@ huge ledger is never held as objects, and the walk of ``_facts`` takes a chunk a
 
 from __future__ import annotations
 
+import mmap
+import os
 from functools import reduce
 from operator import add, attrgetter
 from typing import Any
@@ -19,7 +21,7 @@ from ._model import Attempt, parse_ledger
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from typing import BinaryIO
 
 __all__ = ["read_file_facts", "read_large_facts"]
 
@@ -45,13 +47,11 @@ _EXACT = 2**53
 _LONG_ATTEMPT = 1 << 18
 
 
-def read_file_facts(
-    read: Callable[[int], bytes], rewind: Callable[[int], object], threshold: float
-) -> BreakerFacts:
-    """The facts of a regular file's ledger JSON (``read(n)`` reads it, ``rewind(0)`` goes
-    back to its start): :func:`read_large_facts`, or, for a ledger with an attempt longer
-    than 256 KiB, ``_facts_stream``'s block reader (the file's bytes freed first)."""
-    data = read(-1)
+def read_file_facts(handle: BinaryIO, threshold: float) -> BreakerFacts:
+    """The facts of a regular file's ledger JSON, read from its start:
+    :func:`read_large_facts`, or, for a ledger with an attempt longer than 256 KiB,
+    ``_facts_stream``'s block reader (the file's bytes freed first)."""
+    data = _read_all(handle)
     try:
         raws: list[msgspec.Raw] | None = _SPLIT.decode(data).attempts
     except msgspec.MsgspecError:
@@ -60,18 +60,34 @@ def read_file_facts(
         del raws, data
         from ._facts_stream import read_streamed_facts  # noqa: PLC0415 - a rare ledger
 
-        rewind(0)
-        facts = read_streamed_facts(read, threshold)
+        handle.seek(0)
+        facts = read_streamed_facts(handle.read, threshold)
         if facts is not None:
             return facts
-        rewind(0)
-        data = read(-1)
+        handle.seek(0)
+        data = _read_all(handle)
         raws = None
     return read_large_facts(data, threshold, raws)
 
 
+def _read_all(handle: BinaryIO) -> bytes | mmap.mmap:
+    """The rest of the file, in an anonymous mapping rather than a bytes object: freeing a
+    block of up to 32 MiB from malloc raises glibc's mmap threshold to its size, and the
+    block reader's growing buffers then fragment the heap (~2x the file on one 20 MB
+    error, docs/benchmarks.md); a mapping is returned to the system as it is."""
+    size = os.fstat(handle.fileno()).st_size
+    if size <= 0:
+        return handle.read()
+    buffer = mmap.mmap(-1, size)
+    got = handle.readinto(buffer)  # type: ignore[attr-defined]  # an open(..., "rb") file
+    rest = handle.read()
+    if got != size or rest:  # the file changed size since fstat
+        return buffer[:got] + rest
+    return buffer
+
+
 def read_large_facts(
-    data: bytes, threshold: float, raws: list[msgspec.Raw] | None = None
+    data: bytes | mmap.mmap, threshold: float, raws: list[msgspec.Raw] | None = None
 ) -> BreakerFacts:
     """:func:`_facts.read_breaker_facts` with msgspec; whenever msgspec refuses the input,
     :func:`parse_ledger` reads it, which raises the reference's message (and also serves
@@ -92,7 +108,7 @@ def read_large_facts(
                 newest = chunk[-1].tokens_used
             walk.feed(chunk[::-1])
     except msgspec.MsgspecError:
-        ledger = parse_ledger(data.decode("utf-8", errors="replace"))
+        ledger = parse_ledger(str(data, "utf-8", errors="replace"))
         return breaker_facts(ledger.attempts, threshold)
     return _facts(len(raws), _total(tokens), newest, walk)
 

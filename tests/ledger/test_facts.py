@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -32,13 +33,15 @@ def _both(data: bytes, threshold: float = 0.85) -> tuple[Any, Any]:
 
     The bytes are read by every quick path, which must agree: the standard library's (for a
     small ledger), msgspec's in chunks of 512 and msgspec's in chunks of 3 (so a short ledger
-    crosses chunk boundaries), and the block reader of a file with a huge attempt (with
-    blocks of 7 bytes and every error past 4 characters kept as its first line only).
+    crosses chunk boundaries), msgspec's on a file, and the block reader of a file with a huge
+    attempt (also with blocks of 7 bytes and every error past 4 characters kept as its first
+    line only).
     """
     readers: list[Callable[[bytes, float], BreakerFacts]] = [
         read_breaker_facts,
         read_large_facts,
         _in_chunks_of_3,
+        _from_file,
         _streamed,
         _streamed_in_tiny_blocks,
     ]
@@ -67,13 +70,20 @@ def _in_chunks_of_3(data: bytes, threshold: float) -> BreakerFacts:
         facts_read._CHUNK = chunk
 
 
+def _from_file(data: bytes, threshold: float) -> BreakerFacts:
+    """``--check`` on a file above the small size (its bytes read into a mapping)."""
+    with tempfile.TemporaryFile() as handle:
+        handle.write(data)
+        handle.seek(0)
+        return read_file_facts(handle, threshold)
+
+
 def _streamed(data: bytes, threshold: float) -> BreakerFacts:
     """The block reader as ``--check`` runs it on a file with a huge attempt."""
     long_attempt = facts_read._LONG_ATTEMPT
     facts_read._LONG_ATTEMPT = -1  # every ledger goes to the block reader
     try:
-        handle = io.BytesIO(data)
-        return read_file_facts(handle.read, handle.seek, threshold)
+        return _from_file(data, threshold)
     finally:
         facts_read._LONG_ATTEMPT = long_attempt
 
