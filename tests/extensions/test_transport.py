@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 
 import pytest
+import trio
 
 from loopactors.errors import ConfigError
 from loopactors.loops import RoundStarted
 from loopactors.runtime import RuntimeConfig, open_runtime
+from tests.hang import HANG
 
 from . import subproc_transport as plugin
 
@@ -32,10 +34,11 @@ async def test_a_stop_reaches_the_round_on_the_new_transport(
     reverse_kind: str, subproc_transport: str
 ) -> None:
     async with open_runtime(RuntimeConfig(store="memory", transport=subproc_transport)) as rt:
-        handle = rt.handle(await rt.start("|loop:3| x", worker="reverse:sleep=600"))
-        with rt.subscribe(handle.loop_id) as events:
+        # Subscribed before the start: the round may start before start() returns.
+        with rt.subscribe() as events, trio.fail_after(HANG):
+            handle = rt.handle(await rt.start("|loop:3| x", worker="reverse:sleep=600"))
             async for event in events:
-                if isinstance(event, RoundStarted):
+                if isinstance(event, RoundStarted) and event.loop_id == handle.loop_id:
                     break
         final = await handle.stop()
         history = await handle.history()

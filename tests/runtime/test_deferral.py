@@ -101,10 +101,11 @@ async def test_a_deferred_round_runs_again_at_the_reset_and_is_no_failure() -> N
 
 async def test_stop_during_the_wait_acts_at_once() -> None:
     async with open_runtime(memory_config()) as rt:
-        handle = rt.handle(await rt.start("|loop:2| work", worker=ALWAYS))
-        with rt.subscribe(handle.loop_id) as events:
+        # Subscribed before the start: the round may be deferred before start() returns.
+        with rt.subscribe() as events, trio.fail_after(HANG):
+            handle = rt.handle(await rt.start("|loop:2| work", worker=ALWAYS))
             async for event in events:
-                if isinstance(event, RoundDeferred):
+                if isinstance(event, RoundDeferred) and event.loop_id == handle.loop_id:
                     break
         state = await handle.get()
         assert state.deferred_until is not None
