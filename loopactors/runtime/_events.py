@@ -7,6 +7,7 @@ and it receives one :class:`Gap` with the count as soon as it has room again.
 
 from __future__ import annotations
 
+import abc
 import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -52,13 +53,14 @@ STATE_EVENTS: tuple[type, ...] = (
 log = logging.getLogger("loopactors.runtime")
 
 
-class _ClosedOnExit:
+class _ClosedOnExit(abc.ABC):
     """A ``with`` block closes it."""
 
     __slots__ = ()
 
+    @abc.abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Stop receiving and let go of what was queued."""
 
     def __enter__(self) -> Self:
         return self
