@@ -119,6 +119,7 @@ async def run_check(
                 # the stop would wait out all of kill_grace for a check that ended at SIGTERM.
                 nursery.start_soon(process.wait)
                 await stopper.stop()
+    await stopper.unless_left()
     duration = time.monotonic() - started
     if timed_out:
         return CheckRecord(

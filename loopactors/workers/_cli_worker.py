@@ -440,6 +440,7 @@ class CliAgentWorker(Worker):
                     for step in parser.feed(last.decode("utf-8", "replace")):
                         publish(step)
                 await process.wait()
+                await stopper.unless_left()
         except BaseException:
             with trio.CancelScope(shield=True):
                 await stopper.stop()

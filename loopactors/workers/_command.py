@@ -155,6 +155,13 @@ class GroupStopper:
         if self.pgid is not None:
             self._signal(signal.SIGKILL)
 
+    async def unless_left(self) -> None:
+        """After the child ended: return, unless :func:`kill_worker_groups` killed it. Then the
+        process is leaving and cancels this task next; the round did not fail on its own and
+        must not be recorded as failed (it stays resumable), so nothing is reported."""
+        if self.deadline == -math.inf:
+            await trio.sleep_forever()
+
     async def deliver_cancel(self, process: trio.Process) -> None:
         if self.pgid is None:  # cancelled before the runner heard of the process
             self.started(process)
@@ -314,6 +321,7 @@ class CommandWorker(Worker):
                 assert process.stderr is not None
                 nursery.start_soon(_drain, process.stderr, stderr)
                 await _drain(process.stdout, stdout)
+                await stopper.unless_left()
             _running.discard(stopper)
         except BaseException:
             stdout.close()

@@ -200,7 +200,7 @@ def test_sigterm_or_a_closed_terminal_leaves_no_worker_behind(
     assert gone(pid)
     loop_id = json_lines(out)[0]["loop_id"]
     status = cli("status", loop_id, "--state", str(tmp_path / "state"), "--json")
-    assert json.loads(status.stdout)["phase"] == "awaiting_worker"  # resumable
+    assert json.loads(status.stdout)["phase"] == "awaiting_worker", status.stdout  # resumable
 
 
 def test_killed_run_resumes_and_status_and_history_read_it(tmp_path: Path) -> None:

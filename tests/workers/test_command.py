@@ -11,7 +11,13 @@ import pytest
 import trio
 
 from loopactors.errors import WorkerSpecError
-from loopactors.workers import CommandWorker, RoundResult, _cgroup, parse_worker
+from loopactors.workers import (
+    CommandWorker,
+    RoundResult,
+    _cgroup,
+    kill_worker_groups,
+    parse_worker,
+)
 from loopactors.workers._command import split_tokens_line
 from tests.hang import HANG, PROMPT
 
@@ -248,6 +254,32 @@ async def test_cancel_is_prompt_when_sigterm_works(tmp_path: Path) -> None:
     # A lone child is reaped by run_process itself: no zombie, not even briefly.
     with pytest.raises(ProcessLookupError):
         os.killpg(pids[0], 0)
+
+
+async def test_a_group_killed_as_the_process_leaves_reports_no_round(tmp_path: Path) -> None:
+    """SIGTERM or a second Ctrl-C kills every worker group, then cancels the runtime: the
+    killed round must not come back as a failed round first (it would be recorded, count as a
+    failure and move the loop to its next round); it waits for the cancellation instead."""
+    ready = tmp_path / "pid"
+    worker = command(["sh", "-c", f"echo $$ > {shlex.quote(str(ready))}; exec sleep 3600"])
+    results: list[RoundResult] = []
+    scope = trio.CancelScope()
+
+    async def run_round() -> None:
+        with scope:
+            results.append(await worker.run(make_request(), None))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_round)
+        [pid] = await _read_pids(ready)
+        assert kill_worker_groups() == 1
+        await _assert_group_gone(pid, [pid])
+        await trio.sleep(0.2)  # time to report, if it were going to
+        assert results == []
+        scope.cancel()
+    assert scope.cancelled_caught
+    assert results == []
+    assert kill_worker_groups() == 0  # and it is no longer listed as running
 
 
 async def test_cwd_and_extra_env_of_the_request(tmp_path: Path) -> None:
