@@ -6,8 +6,8 @@ repository's config, so it takes a :class:`RepoSnapshot` before each turn and on
 and :func:`breaches` names every change outside ``refs/heads/loop/<slug>/``, to git's
 internals a later command would use (``info/``, alternates, worktrees), to the main checkout
 and to the ledger files that steer a round; :func:`undo` puts back what it can (refs, hook
-and ``info/`` files, ``.git/config``, alternates). The round then trips the ``safety`` gate
-(docs/codeloop.md, "What a worker may change").
+and ``info/`` files, ``.git/config``, alternates, submodules' git files). The round then
+trips the ``safety`` gate (docs/codeloop.md, "What a worker may change").
 
 The snapshot taken before a turn is also written to the ledger (:func:`save_turn`, removed
 once the turn has been checked): a loop that crashes during the turn finds it when it resumes
@@ -80,6 +80,9 @@ class RepoSnapshot:
     #: The user's own git configuration files (``~/.gitconfig``, ``~/.config/git/...``):
     #: what the operator's next git command reads.
     user: Mapping[str, FileMark] = attrs.field(factory=dict)
+    #: path -> mark of the files of submodules' git directories (``.git/modules/``, nested
+    #: too) that git reads when it recurses into a submodule of the main checkout.
+    modules: Mapping[str, FileMark] = attrs.field(factory=dict)
 
 
 class _SavedTurn(msgspec.Struct, forbid_unknown_fields=True):
@@ -95,6 +98,7 @@ class _SavedTurn(msgspec.Struct, forbid_unknown_fields=True):
     status: str = ""
     ledger: dict[str, str] = {}
     user: dict[str, FileMark] = {}
+    modules: dict[str, FileMark] = {}
 
 
 def save_turn(path: Path, role: str, before: RepoSnapshot) -> None:
@@ -110,6 +114,7 @@ def save_turn(path: Path, role: str, before: RepoSnapshot) -> None:
         before.status,
         dict(before.ledger),
         dict(before.user),
+        dict(before.modules),
     )
     write_atomic(path, msgspec.json.encode(saved))
 
@@ -139,6 +144,7 @@ def load_turn(path: Path) -> tuple[str, RepoSnapshot] | None:
         status=saved.status,
         ledger=saved.ledger,
         user=saved.user,
+        modules=saved.modules,
     )
 
 
@@ -184,6 +190,7 @@ async def take_snapshot(
         status=await _status(root),
         ledger=ledger_marks(ledger) if ledger is not None else {},
         user=_user_files(),
+        modules=_module_files(root / ".git" / "modules"),
     )
 
 
@@ -287,6 +294,32 @@ def _file_mark(path: Path) -> FileMark:
     return (info.st_mode, info.st_size, info.st_mtime_ns, path.read_bytes() if kept else None)
 
 
+def _module_files(modules: Path) -> dict[str, FileMark]:
+    """Each submodule's ``config``, hooks, ``info/`` and ``objects/info/alternates`` under
+    ``modules`` (a submodule's git directory is where its ``HEAD`` is; its own submodules are
+    in its ``modules/``). The operator's next ``git status`` recurses into the submodules and
+    runs what their configuration names (``core.fsmonitor``, filters, hooks)."""
+    files: dict[str, FileMark] = {}
+    stack = [modules]
+    while stack:
+        current = stack.pop()
+        if (current / "HEAD").is_file():
+            for path in (current / "config", current / "objects" / "info" / "alternates"):
+                with contextlib.suppress(OSError):
+                    files[str(path)] = _file_mark(path)
+            files.update(_files_under(current / "hooks"))
+            files.update(_files_under(current / "info"))
+            current = current / "modules"
+        try:  # a submodule named a/b has its git directory in modules/a/b
+            stack += sorted(
+                (p for p in current.iterdir() if p.is_dir() and not p.is_symlink()),
+                reverse=True,
+            )
+        except OSError:
+            continue
+    return files
+
+
 def _worktrees(directory: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     try:
@@ -307,8 +340,17 @@ def _worktrees(directory: Path) -> dict[str, str]:
 async def _status(root: Path) -> str:
     """The main checkout's ``git status`` (ledger excluded) and a digest of each file it
     lists, so that a change to a file already changed shows too."""
+    # Submodules: their commits only. Their work trees would need a git run inside each,
+    # under a configuration a role may have changed (it is put back after the turn).
     code, out = await git(
-        ["status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=no"],
+        [
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=normal",
+            "--ignored=no",
+            "--ignore-submodules=dirty",
+        ],
         cwd=root,
         check=False,
         content=True,
@@ -404,6 +446,10 @@ def breaches(before: RepoSnapshot, after: RepoSnapshot, slug: str, *, live: set[
         for path, what in _changed(before.user, after.user)
     ]
     found += [
+        f".git/{path.partition('/.git/')[2]} {what}"
+        for path, what in _changed(before.modules, after.modules)
+    ]
+    found += [
         f"linked worktree {name} {what}"
         for name, what in _changed(before.worktrees, after.worktrees, ("added", "removed"))
     ]
@@ -448,8 +494,8 @@ def _short(value: str | None) -> str:
 async def undo(
     root: Path, before: RepoSnapshot, after: RepoSnapshot, slug: str, *, live: set[str]
 ) -> list[str]:
-    """Put back refs (not HEAD), hook files, ``.git/config``, ``.git/info`` and
-    ``objects/info/alternates`` as ``before`` had them.
+    """Put back refs (not HEAD), hook files, ``.git/config``, ``.git/info``,
+    ``objects/info/alternates`` and the submodules' git files as ``before`` had them.
 
     Returns what could not be put back, one line each: the main working tree's HEAD,
     remote-tracking refs, the main checkout's files, linked worktrees and the ledger's
@@ -465,6 +511,7 @@ async def undo(
         _restore_file(root / ".git" / "objects" / "info" / "alternates", before.alternates, left)
     _undo_files(before.info, after.info, left, ".git/info/")
     _undo_files(before.user, after.user, left, "the user's git configuration ")
+    _undo_files(before.modules, after.modules, left, "submodule git file ")
     for name in sorted(before.refs.keys() | after.refs.keys()):
         old, new = before.refs.get(name), after.refs.get(name)
         if old == new or name.startswith(own) or name.startswith(others):

@@ -112,6 +112,12 @@ elif how == "worktree":
     git("worktree", "add", "-q", "--detach", os.environ["TOY_ELSEWHERE"], "HEAD")
 elif how == "alternates":
     (common / "objects" / "info" / "alternates").write_text(os.environ["TOY_ELSEWHERE"] + "\\n")
+elif how == "submodule":  # run by the operator's next `git status`, which recurses into it
+    module = common / "modules" / "sub"
+    mark = os.environ["TOY_FILTER_MARK"]
+    git("config", "--file", str(module / "config"), "core.fsmonitor", "touch " + mark)
+    (module / "hooks" / "post-checkout").write_text("#!/bin/sh\\ntouch " + mark + "\\n")
+    (module / "hooks" / "post-checkout").chmod(0o755)
 elif how == "push-no-env":
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG_")}
     subprocess.run(["git", "push", "-q", "origin", "HEAD:refs/heads/main"], env=env, check=True)

@@ -145,3 +145,31 @@ async def test_alternates_planted_by_a_role_trip_safety_and_are_removed(
     reason, _ = await run_tampering_round(repo, rt)
     assert ".git/objects/info/alternates changed" in reason
     assert not (repo / ".git" / "objects" / "info" / "alternates").exists()
+
+
+async def test_a_submodules_git_files_planted_by_a_role_trip_safety_and_are_put_back(
+    repo: Path, rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submodule's configuration and hooks (``.git/modules/sub/``) steer the operator's
+    next ``git status``, which recurses into it: a role that plants an fsmonitor command and
+    a hook there trips the gate, both are put back, and the loop's own git ran neither."""
+    source = repo.parent / "subsource"
+    source.mkdir()
+    git(source, "init", "-q")
+    (source / "lib.py").write_text("X = 1\n")
+    git(source, "add", "lib.py")
+    git(source, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "lib")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(source), "sub")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "add sub")
+    module = repo / ".git" / "modules" / "sub"
+    config_before = (module / "config").read_bytes()
+    mark = repo.parent / "fsmonitor-ran"
+    monkeypatch.setenv("TOY_TAMPER", "submodule")
+    monkeypatch.setenv("TOY_FILTER_MARK", str(mark))
+    reason, _ = await run_tampering_round(repo, rt)
+    assert ".git/modules/sub/config changed" in reason
+    assert ".git/modules/sub/hooks/post-checkout created" in reason
+    assert reason.endswith("(all put back)")
+    assert (module / "config").read_bytes() == config_before
+    assert not (module / "hooks" / "post-checkout").exists()
+    assert not mark.exists()
