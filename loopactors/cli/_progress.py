@@ -194,9 +194,12 @@ def final_table(states: list[LoopState], *, title: str = "loops") -> Rows:
         Column("reason", flex=True, drop=1, least=16),
     ]
     rows = []
+    now = time.time()
     for state in states:
         reason = state.reason or state.trigger or ""
-        if state.deferred_until is not None and not state.terminal:
+        if state.deferred_until is not None and not state.terminal and state.deferred_until > now:
+            # A due time passed is not a wait (a loop paused in its inter-round delay keeps
+            # it; a resume starts the delay again).
             reason = f"waiting until {_clock(state.deferred_until)}: {state.defer_reason or ''}"
         rows.append(
             [

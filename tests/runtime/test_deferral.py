@@ -183,3 +183,21 @@ def test_status_shows_the_cost_and_until_when_a_loop_waits() -> None:
     text = console.export_text()
     assert "$0.1250" in text
     assert "waiting until 2030-01-02 03:04:05" in text
+
+
+def test_status_shows_no_wait_whose_time_passed() -> None:
+    """A loop paused in its inter-round delay keeps the delay's due time; once that time has
+    passed the loop waits for its resume, not for the clock."""
+    from rich.console import Console
+
+    from loopactors.cli._progress import final_table
+
+    state = msgspec_replace(
+        waiting_state(),
+        phase="paused",
+        deferred_until=time.time() - 60,
+        defer_reason="inter-round delay of 30s",
+    )
+    console = Console(width=200, record=True)
+    console.print(final_table([state]))
+    assert "waiting until" not in console.export_text()
