@@ -23,14 +23,19 @@ def lazy_names(
     exported: Sequence[str],
     *,
     fix: Callable[[dict[str, object], list[str]], None] | None = None,
+    moved: Mapping[str, str] | None = None,
 ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """The module ``__getattr__`` and ``__dir__`` of ``package``, whose name ``n`` lives in
     its private module ``homes[n]``. A name is imported once, then kept in the package's
-    namespace; ``fix`` may rewrite it first (e.g. to show the public module)."""
+    namespace; ``fix`` may rewrite it first (e.g. to show the public module). ``moved``
+    maps a name the package no longer has to where it went: asking for it raises an
+    ImportError saying so (an AttributeError would read "cannot import name" only)."""
 
     def __getattr__(name: str) -> object:
         home = homes.get(name)
         if home is None:
+            if moved is not None and name in moved:
+                raise ImportError(f"{package}.{name} has moved: {moved[name]}", name=package)
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         namespace = {
             "__name__": package,

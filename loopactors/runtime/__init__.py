@@ -131,4 +131,10 @@ _HOMES = {
 }
 
 
-__getattr__, __dir__ = lazy_names(__name__, _HOMES, __all__)
+#: Names that left the runtime, and where they went.
+_MOVED = {
+    "NodeSettings": "the gateway owns the [node] table now; import GatewaySettings (or its "
+    "alias NodeSettings) from loopactors.gateway (docs/configuration.md, [node])",
+}
+
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, __all__, moved=_MOVED)

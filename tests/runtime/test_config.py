@@ -532,6 +532,17 @@ def test_a_package_owns_its_own_table(tmp_path: Path) -> None:
         register_section("shelf", _ShelfSettings)
 
 
+def test_node_settings_from_the_runtime_names_where_it_went() -> None:
+    # The gateway owns the [node] table: the old import says where to import it from now.
+    with pytest.raises(ImportError, match=r"NodeSettings has moved: .* from loopactors\.gateway"):
+        from loopactors.runtime import NodeSettings  # noqa: F401
+    from loopactors import gateway, runtime
+
+    assert gateway.NodeSettings is GatewaySettings
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchName'"):
+        runtime.NoSuchName  # noqa: B018
+
+
 def test_sections_is_no_key_of_a_file(tmp_path: Path) -> None:
     path = _write(tmp_path / "loopactors.toml", "[sections]\nnode = 1\n")
     with pytest.raises(ConfigError, match=r"unknown key\(s\) sections; accepted: state_dir"):
