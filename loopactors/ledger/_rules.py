@@ -7,6 +7,7 @@ the public Structs (:class:`BreakerConfig`, :class:`BreakerDecision`).
 
 from __future__ import annotations
 
+from .._thresholds import FRUSTRATION_THRESHOLD, SIMILARITY_THRESHOLD, STAGNATION_THRESHOLD
 from ..errors import ConfigError
 from ._js import format_number, is_integer, is_number, js_string
 
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "FRUSTRATION_THRESHOLD",
+    "SIMILARITY_THRESHOLD",
+    "STAGNATION_THRESHOLD",
     "BreakerLimits",
     "assert_positive_integer",
     "assert_similarity_threshold",
@@ -44,12 +48,11 @@ __all__ = [
 
 
 #: loop-context's defaults (docs/ledger.md, "Config checks"), written once: BreakerConfig,
-#: PruneConfig, BreakerLimits, the summary and `loopactors context` read them from here.
+#: PruneConfig, BreakerLimits, the summary and `loopactors context` read them from here
+#: (the stagnation, frustration and similarity ones, shared with the breaker's triggers,
+#: from ``loopactors._thresholds``).
 MAX_ITERATIONS = 10
-STAGNATION_THRESHOLD = 3
-FRUSTRATION_THRESHOLD = 3
 NO_PROGRESS_THRESHOLD = 5
-SIMILARITY_THRESHOLD = 0.85
 MAX_TRACE_LINES = 8
 WINDOW = 5
 

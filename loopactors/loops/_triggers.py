@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
+from .._thresholds import FRUSTRATION_THRESHOLD, SIMILARITY_THRESHOLD, STAGNATION_THRESHOLD
+
 if TYPE_CHECKING:
     from ._model import LoopState
 
@@ -234,7 +236,7 @@ _BUILT_IN = (
         check=None,
         standing=lambda s, now, p: (p.same_error, s.spec.stagnation_threshold),
         limit="stagnation_threshold",
-        default=3,
+        default=STAGNATION_THRESHOLD,
         ledger=True,
     ),
     Trigger(
@@ -243,7 +245,7 @@ _BUILT_IN = (
         check=None,
         standing=lambda s, now, p: (p.same_action, s.spec.frustration_threshold),
         limit="frustration_threshold",
-        default=3,
+        default=FRUSTRATION_THRESHOLD,
         ledger=True,
     ),
 )
@@ -254,7 +256,7 @@ LIMIT_DEFAULTS: dict[str, float] = {
     t.limit: t.default for t in _BUILT_IN if t.limit is not None and t.default is not None
 }
 #: How alike two errors or actions must be to count as the same (the run ledger's triggers).
-SIMILARITY_DEFAULT = 0.85
+SIMILARITY_DEFAULT = SIMILARITY_THRESHOLD
 
 _triggers: list[Trigger] = list(_BUILT_IN)
 _checks: tuple[Check, ...] = ()
