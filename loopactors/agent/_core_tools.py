@@ -28,8 +28,8 @@ import re2
 import trio
 
 from ..errors import AgentError
-from ._protected import Protected
-from ._sandbox import BASH_MODES, BashMode, bash_argv, bash_env, find_bwrap
+from ._protected import Protected, put_back_tables
+from ._sandbox import BASH_MODES, BashMode, BashPlan, bash_env, find_bwrap, plan_bash
 from ._tools import Tool, ToolContext, ToolError, inside_workspace
 from ._workspace import compile_glob, path_mode, read_regular, walk_files, write_regular
 
@@ -265,6 +265,8 @@ def _bash_tool(mode: BashMode, guard: Protected) -> Callable[[Mapping[str, Any],
         command = _text_arg(arguments, "command")
         timeout = float(arguments.get("timeout") or 120)
         pgid: list[int] = []
+        plan: BashPlan | None = None
+        put_back: list[str] = []
 
         class _Started:
             def started(self, process: trio.Process | None = None) -> None:
@@ -274,13 +276,13 @@ def _bash_tool(mode: BashMode, guard: Protected) -> Callable[[Mapping[str, Any],
         try:
             with trio.move_on_after(timeout) as scope:
                 # In a thread: the sandbox's argv comes from a scan of the workspace.
-                argv = await trio.to_thread.run_sync(
+                plan = await trio.to_thread.run_sync(
                     functools.partial(
-                        bash_argv, mode, command, context.workspace, bwrap, hidden=guard.hidden
+                        plan_bash, mode, command, context.workspace, bwrap, hidden=guard.hidden
                     )
                 )
                 done = await trio.run_process(
-                    argv,
+                    plan.argv,
                     cwd=context.workspace,
                     env=bash_env(mode, context.workspace, context.env),
                     stdin=subprocess.DEVNULL,
@@ -294,6 +296,15 @@ def _bash_tool(mode: BashMode, guard: Protected) -> Callable[[Mapping[str, Any],
         finally:
             if pgid:  # whatever the command left running in the background goes too
                 _kill_group(pgid[0], signal.SIGKILL)
+            if plan is not None and plan.tables:  # also after a timeout or a stop
+                put_back = put_back_tables(plan.root, plan.tables)
+        if put_back:
+            raise ToolError(
+                "the command changed the [tool.loopactors] table of "
+                f"{', '.join(put_back)}, which configures the node that runs this agent: "
+                "the file was put back as it was before the command (the command's other "
+                "changes stay)"
+            )
         if scope.cancelled_caught:
             raise ToolError(f"command timed out after {timeout:g}s and was killed: {command}")
         output = cap_output(done.stdout.decode("utf-8", errors="replace"))

@@ -14,11 +14,14 @@ written there runs at the next start), the configuration (``loopactors.toml``; a
   are not read either (``git`` through ``bash`` is the way to use a repository).
 
 For ``bash=sandbox``, :func:`sandbox_guards` finds the same things near the top of the
-workspace so that the sandbox mounts a state directory away and the rest read-only.
+workspace so that the sandbox mounts a state directory away and the rest read-only, but for
+the ``pyproject.toml`` files: a command may change them (``uv add``), and
+:func:`put_back_tables` puts back each one whose ``[tool.loopactors]`` it changed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
@@ -28,8 +31,9 @@ from typing import Any
 import attrs
 
 from ._tools import ToolError
+from ._workspace import put_back_regular, read_regular
 
-__all__ = ["Protected", "SandboxGuards", "sandbox_guards"]
+__all__ = ["Protected", "SandboxGuards", "put_back_tables", "sandbox_guards"]
 
 CONFIG_FILE = "loopactors.toml"
 PYPROJECT = "pyproject.toml"
@@ -145,6 +149,9 @@ class SandboxGuards:
     #: A git ``hooks`` or ``info`` directory that does not exist: an empty read-only one, so
     #: that no hook or attributes file can be planted there.
     sealed: list[Path]
+    #: ``pyproject.toml`` files, writable, with their bytes before the command: their
+    #: ``[tool.loopactors]`` is checked after it (:func:`put_back_tables`).
+    tables: dict[Path, bytes] = attrs.field(factory=dict)
 
 
 def sandbox_guards(root: Path, hidden: Sequence[Path] = ()) -> SandboxGuards:
@@ -155,13 +162,16 @@ def sandbox_guards(root: Path, hidden: Sequence[Path] = ()) -> SandboxGuards:
     blank = [path for path in hidden if path.is_relative_to(root) and path.is_file()]
     read_only: list[Path] = []
     sealed: list[Path] = []
+    tables: dict[Path, bytes] = {}
     for directory, names in _scan(root):
         if directory != root and is_state_dir(directory):
             hide.append(directory)
             continue
-        for name in (CONFIG_FILE, PYPROJECT):
-            if name in names and (directory / name).is_file():
-                read_only.append(directory / name)
+        if CONFIG_FILE in names and (directory / CONFIG_FILE).is_file():
+            read_only.append(directory / CONFIG_FILE)
+        if PYPROJECT in names and (directory / PYPROJECT).is_file():
+            with contextlib.suppress(OSError, ToolError):
+                tables[directory / PYPROJECT] = read_regular(root, directory / PYPROJECT)[0]
         git = directory / ".git"
         if ".git" in names and git.is_dir() and not git.is_symlink():
             read_only += [git / n for n in sorted(_GIT_GUARDED) if os.path.lexists(git / n)]
@@ -171,7 +181,46 @@ def sandbox_guards(root: Path, hidden: Sequence[Path] = ()) -> SandboxGuards:
         p for p in read_only if not any(p.is_relative_to(h) for h in hidden_set) and p not in blank
     ]
     sealed = [p for p in sealed if not any(p.is_relative_to(h) for h in hidden_set)]
-    return SandboxGuards(sorted(hidden_set), blank, read_only, sealed)
+    tables = {
+        p: data for p, data in tables.items() if not any(p.is_relative_to(h) for h in hidden_set)
+    }
+    return SandboxGuards(sorted(hidden_set), blank, read_only, sealed, tables)
+
+
+def put_back_tables(root: Path, before: dict[Path, bytes]) -> list[str]:
+    """After a sandboxed command: put back, as it was, each ``pyproject.toml`` of ``before``
+    whose ``[tool.loopactors]`` the command changed (or that it made unreadable, removed or
+    replaced with something else). Returns what was put back (relative to ``root``), and
+    for what could not be, why."""
+    found: list[str] = []
+    for path, old in before.items():
+        name = str(path.relative_to(root))
+        try:
+            new: bytes | None = read_regular(root, path)[0]
+        except FileNotFoundError:
+            new = b""  # removed: as if empty (no table)
+        except (OSError, ToolError):
+            new = None  # something else in its place (a link, a FIFO): put back
+        if new is not None and _same_table(old, new):
+            continue
+        try:
+            put_back_regular(root, path, old)
+        except (OSError, ToolError) as exc:
+            found.append(f"{name} (not put back: {exc})")
+        else:
+            found.append(name)
+    return found
+
+
+def _same_table(old: bytes, new: bytes) -> bool:
+    try:
+        after = _tool_table(new)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return False
+    try:
+        return bool(_tool_table(old) == after)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return after is None  # broken before: only a table made since counts
 
 
 def _scan(root: Path) -> Iterator[tuple[Path, set[str]]]:

@@ -7,9 +7,10 @@ process, network, IPC and UTS namespace in which only the system directories (``
 ``/bin``, ``/lib*``, ``/sbin``, ``/etc``, ``/opt``) are visible, read-only, plus a private
 ``/tmp``, a minimal ``/dev``, its own ``/proc`` and the workspace, read-write, except what
 ``_protected`` guards: state directories in it are empty private directories, the node's
-token file unreadable, the configuration and git's config, hooks and info read-only; no
-network; a short fixed environment. ``bash=off`` offers no ``bash`` tool. docs/agent.md and
-docs/security.md state the same.
+token file unreadable, the configuration and git's config, hooks and info read-only (a
+``pyproject.toml`` stays writable, its ``[tool.loopactors]`` put back after the command if
+changed); no network; a short fixed environment. ``bash=off`` offers no ``bash`` tool.
+docs/agent.md and docs/security.md state the same.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
+import attrs
+
 from ..errors import AgentError
 from ._protected import sandbox_guards
 
-__all__ = ["BASH_MODES", "BashMode", "bash_argv", "bash_env", "find_bwrap"]
+__all__ = ["BASH_MODES", "BashMode", "BashPlan", "bash_env", "find_bwrap", "plan_bash"]
 
 BashMode = Literal["on", "sandbox", "off"]
 BASH_MODES: tuple[BashMode, ...] = ("on", "sandbox", "off")
@@ -46,20 +49,30 @@ def find_bwrap() -> str:
     return found
 
 
-def bash_argv(
+@attrs.frozen
+class BashPlan:
+    """How one command runs: its argv, and in the sandbox the workspace's ``pyproject.toml``
+    files as they were before it (``_protected.put_back_tables`` checks them after it)."""
+
+    argv: list[str]
+    root: Path
+    tables: dict[Path, bytes] = attrs.field(factory=dict)
+
+
+def plan_bash(
     mode: BashMode,
     command: str,
     workspace: Path,
     bwrap: str | None = None,
     *,
     hidden: Sequence[Path] = (),
-) -> list[str]:
-    """The argv that runs ``command`` in ``workspace`` under ``mode``; in the sandbox the
-    state directories inside the workspace (``hidden`` and those ``_protected`` finds) are
-    empty private directories and the configuration and git's config, hooks and info are
+) -> BashPlan:
+    """How ``command`` runs in ``workspace`` under ``mode``; in the sandbox the state
+    directories inside the workspace (``hidden`` and those ``_protected`` finds) are empty
+    private directories and the configuration and git's config, hooks and info are
     read-only."""
     if mode != "sandbox":
-        return ["/bin/sh", "-c", command]
+        return BashPlan(["/bin/sh", "-c", command], workspace)
     argv = [bwrap or find_bwrap(), "--unshare-all", "--die-with-parent", "--new-session"]
     for directory in _SYSTEM_DIRS:
         if os.path.islink(directory):  # merged /usr: /bin -> usr/bin
@@ -79,7 +92,7 @@ def bash_argv(
     for path in guards.sealed:
         argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
     argv += ["--chdir", root, "/bin/sh", "-c", command]
-    return argv
+    return BashPlan(argv, Path(root), guards.tables)
 
 
 def bash_env(mode: BashMode, workspace: Path, extra: Mapping[str, str]) -> dict[str, str]:

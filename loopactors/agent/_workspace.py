@@ -43,6 +43,7 @@ __all__ = [
     "open_beneath",
     "openat2_available",
     "path_mode",
+    "put_back_regular",
     "read_regular",
     "walk_files",
     "write_regular",
@@ -340,6 +341,34 @@ def write_regular(root: Path, path: Path, data: bytes) -> None:
     try:
         _check_regular(path, os.fstat(fd).st_mode)
         os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def put_back_regular(root: Path, path: Path, data: bytes) -> None:
+    """Make ``path`` of the workspace ``root`` a regular file holding ``data`` again, whatever
+    took its place (a symlink, a FIFO: removed first, never followed). Its directory is
+    opened beneath ``root`` with no symlink followed, as :func:`write_regular` does.
+
+    Raises:
+        ToolError: a symlink was met on the way to its directory.
+        OSError: it cannot be removed or written.
+    """
+    *on_the_way, name = _parts(root, path)
+    with _opened(root) as root_fd:
+        directory = open_beneath(root_fd, tuple(on_the_way), _DIR_FLAGS)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISREG(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode):
+                os.unlink(name, dir_fd=directory)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK
+        fd = _open_component(directory, name, flags, 0o666)
+    finally:
+        os.close(directory)
+    try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

@@ -11,6 +11,7 @@ sandbox, and configuration an agent could have written is not used by the next r
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import subprocess
@@ -22,6 +23,7 @@ import pytest
 import trio
 
 from loopactors.agent import ToolContext, ToolError, ToolSet, core_tools
+from loopactors.agent._protected import put_back_tables
 from loopactors.errors import ConfigError
 from loopactors.runtime import load_config
 from tests.hang import HANG
@@ -184,7 +186,6 @@ async def test_the_sandbox_hides_the_state_and_keeps_the_configuration_read_only
     assert not (root / "plain" / "loop.txt").exists()
     for command in (
         "echo 'worker = \"command:id\"' > loopactors.toml",
-        "echo '[tool.loopactors]' >> pyproject.toml",
         "git config core.fsmonitor 'touch pwned'",
         "echo '#!/bin/sh' > .git/hooks/post-checkout",
         "echo '* filter=x' > .git/info/attributes",
@@ -204,6 +205,66 @@ async def test_the_sandbox_hides_the_state_and_keeps_the_configuration_read_only
     assert not (root / "sub" / ".git" / "info" / "attributes").exists()
     # The task's own files stay writable, and git can still be read.
     assert await call(ctx, "bash", command="echo ok >> src.py && git status --short") != ""
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo '[tool.loopactors]' >> pyproject.toml",
+        "sed -i 's/scripted/command:id/' pyproject.toml",
+        "echo 'x = [' > pyproject.toml",  # the table can no longer be read
+        "rm pyproject.toml",
+        "rm pyproject.toml && ln -s ../outside.toml pyproject.toml",
+        "rm pyproject.toml && mkfifo pyproject.toml",
+    ],
+)
+async def test_a_sandboxed_command_may_change_a_pyproject_but_not_its_table(
+    tmp_path: Path, command: str
+) -> None:
+    """`uv add` in the sandbox changes `pyproject.toml`: allowed. A change to its
+    `[tool.loopactors]` (or one that leaves it unreadable) is put back after the command,
+    whatever took the file's place, and the model is told."""
+    root = make_project(tmp_path / "ws")
+    outside = tmp_path / "outside.toml"
+    outside.write_text("kept\n")
+    ctx = context(root, bash="sandbox")
+    await call(ctx, "bash", command='sed -i \'s/"demo"/"demo2"/\' pyproject.toml')
+    changed = PYPROJECT.replace('"demo"', '"demo2"')
+    assert (root / "pyproject.toml").read_text() == changed  # `uv add` works
+    with pytest.raises(ToolError, match=r"changed the \[tool.loopactors\] table of pyproject"):
+        await call(ctx, "bash", command=command)
+    assert not (root / "pyproject.toml").is_symlink()
+    assert (root / "pyproject.toml").read_text() == changed
+    assert outside.read_text() == "kept\n"  # a link put there was removed, not followed
+
+
+@needs_bwrap
+async def test_a_pyproject_table_changed_by_a_command_that_is_stopped_is_put_back(
+    tmp_path: Path,
+) -> None:
+    root = make_project(tmp_path / "ws")
+    ctx = context(root, bash="sandbox")
+    command = "echo '[tool.loopactors.x]' >> pyproject.toml; touch changed; sleep 3600"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(functools.partial(call, ctx, "bash", command=command))
+        with trio.fail_after(HANG):
+            while not (root / "changed").exists():
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()  # the round is stopped during the command
+    assert (root / "pyproject.toml").read_text() == PYPROJECT
+
+
+async def test_removing_a_pyproject_without_a_table_is_the_commands_business(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "pyproject.toml").write_text('[project]\nname = "p"\n')
+    assert put_back_tables(root, {root / "pyproject.toml": b'[project]\nname = "p"\n'}) == []
+    (root / "pyproject.toml").unlink()
+    assert put_back_tables(root, {root / "pyproject.toml": b'[project]\nname = "p"\n'}) == []
+    assert not (root / "pyproject.toml").exists()
 
 
 def test_configuration_an_agent_could_have_written_is_not_used_unasked(
