@@ -73,6 +73,37 @@ class InProcessTransport(RoundTransport):
             self._limit.release()
         return result
 
+    def start_wait(self, request: RoundRequest) -> float | None:
+        """A round whose worker only waits (``Worker.waits_only``, the scripted worker's
+        latency) begins now, holding its slots, as data rather than a task; ``None``: it
+        runs in a task (also when it would have to wait for a slot, or has an ``until``
+        check to run after it)."""
+        if request.until is not None:
+            return None
+        try:
+            worker = self.worker(request.worker)
+        except Exception:
+            return None  # the round's run reports it as the round's failure
+        delay = worker.waits_only(request)
+        if delay is None or not self._take_slots_nowait(self._kind_limits.get(worker.kind)):
+            return None
+        return delay
+
+    def end_wait(self, request: RoundRequest, *, answer: bool) -> RoundResult | None:
+        worker = self.worker(request.worker)  # built by start_wait
+        kind_limit = self._kind_limits.get(worker.kind)
+        if kind_limit is not None:
+            kind_limit.release()
+        self._limit.release()
+        if not answer:
+            return None
+        try:
+            return worker.answer_after_wait(
+                self._bounded(request) if worker.bounds_output else request
+            )
+        except Exception as exc:  # a worker bug must not crash the Dispatcher
+            return RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+
     async def run(self, request: RoundRequest, run: RoundRun) -> RoundResult | None:
         worker = self.worker(request.worker)
         kind_limit = self._kind_limits.get(worker.kind)

@@ -77,6 +77,18 @@ class RoundTransport(abc.ABC):
         ``None``: it runs through :meth:`run`."""
         return None
 
+    def start_wait(self, request: RoundRequest) -> float | None:
+        """For a round that only waits before its result is ready (``Worker.waits_only``)
+        and can begin now (its slots free): how long it waits; the Dispatcher then holds it
+        as a timer and calls :meth:`end_wait` when it is due or ended. ``None``: it runs
+        through :meth:`run`."""
+        return None
+
+    def end_wait(self, request: RoundRequest, *, answer: bool) -> RoundResult | None:
+        """A round of :meth:`start_wait` is over: what it held is let go, and with ``answer``
+        its result is returned (else ``None``: it was cancelled or timed out)."""
+        raise NotImplementedError(f"{type(self).__name__} holds no waiting rounds")
+
     def cancel(self, key: str) -> None:  # noqa: B027 - a round run here has nothing more
         """Stop the round with this idempotency key wherever it runs (its cancel scope is
         cancelled too, which is all a round run here needs)."""

@@ -32,6 +32,17 @@ async def slow_counted(request: RoundRequest, context: RoundContext | None) -> s
     return f"done {'y' * request.round}"
 
 
+async def one_second(request: RoundRequest, context: RoundContext | None) -> str:
+    """A round that runs in a task (a scripted worker's wait would not: it is data)."""
+    await trio.sleep(1.0)
+    return f"slept in round {request.round}"
+
+
+async def one_minute(request: RoundRequest, context: RoundContext | None) -> str:
+    await trio.sleep(60.0)
+    return f"slept long in round {request.round}"
+
+
 async def constant(request: RoundRequest, context: RoundContext | None) -> str:
     return f"Round {request.round} at 10:0{request.round}: nothing new"
 

@@ -1,6 +1,7 @@
 """The Dispatcher runs rounds in tasks it reuses: a round never sees an earlier round's
 context variables, a stop still cancels a reused task's round, and idle tasks end with the
-runtime. A round whose worker answers on the spot runs in no task at all."""
+runtime. A round whose worker answers on the spot, or only waits before it answers, runs in no
+task at all."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import trio
 import trio.testing
 
 from loopactors.runtime import Runtime, _dispatcher, open_runtime
-from loopactors.runtime._messages import CancelRound
+from loopactors.runtime._messages import CancelRound, WhereIsRound
 
 from . import round_fns
 from .conftest import memory_config
 
 WORKER = "python:tests.runtime.round_fns:set_context_var"
+ONE_SECOND = "python:tests.runtime.round_fns:one_second"
+ONE_MINUTE = "python:tests.runtime.round_fns:one_minute"
 
 
 def dispatcher_of(rt: Runtime) -> _dispatcher.Dispatcher:
@@ -55,11 +58,11 @@ async def test_a_stop_cancels_a_round_running_in_a_reused_task(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with open_runtime(memory_config()) as rt:
-        # Not a zero-latency worker: its round would run in no task (below).
-        first = rt.handle(await rt.start("|loop:1| warm up", worker="scripted:latency=1"))
+        # Not a scripted worker: its round would run in no task (below).
+        first = rt.handle(await rt.start("|loop:1| warm up", worker=ONE_SECOND))
         assert (await first.wait()).phase == "complete"
         assert idle_round_tasks(rt) == 1  # the warm-up round's task waits for the next round
-        handle = rt.handle(await rt.start("|loop:3| slow", worker="scripted:latency=60"))
+        handle = rt.handle(await rt.start("|loop:3| slow", worker=ONE_MINUTE))
         await trio.testing.wait_all_tasks_blocked()
         assert idle_round_tasks(rt) == 0  # it took the slow round
         with trio.fail_after(1):
@@ -76,7 +79,7 @@ async def test_idle_round_tasks_are_capped_and_end_with_the_runtime(
     with trio.fail_after(60):  # idle tasks that outlived the Dispatcher would hang the exit
         async with open_runtime(memory_config()) as rt:
             handles = [
-                rt.handle(await rt.start(f"|loop:1| burst {i}", worker="scripted:latency=1"))
+                rt.handle(await rt.start(f"|loop:1| burst {i}", worker=ONE_SECOND))
                 for i in range(5)
             ]
             for h in handles:
@@ -155,3 +158,114 @@ async def test_a_round_answered_on_the_spot_waits_for_a_concurrency_slot(
         assert (await slow.get()).phase == "complete"  # the slot came free first
         [record] = await fast.history()
     assert record.status == "completed"
+
+
+def round_task_names() -> list[str]:
+    """The names of the tasks that run a round now (named ``round KEY``)."""
+    names: list[str] = []
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    todo = [root]
+    while todo:
+        task = todo.pop()
+        names.append(task.name)
+        todo.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return [name for name in names if name.startswith("round ")]
+
+
+async def test_a_round_that_only_waits_runs_in_no_task(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_runtime(memory_config()) as rt:
+        handles = [
+            rt.handle(await rt.start(f"|loop:2,fresh| wait {i}", worker="scripted:latency=30"))
+            for i in range(3)
+        ]
+        await trio.testing.wait_all_tasks_blocked()
+        dispatcher = dispatcher_of(rt)
+        assert len(dispatcher._waits) == 3  # three rounds in flight, as heap entries
+        assert round_task_names() == []
+        started = trio.current_time()
+        finals = [await h.wait() for h in handles]
+        elapsed = trio.current_time() - started
+        history = await handles[0].history()
+        assert idle_round_tasks(rt) == 0  # no round task was ever made
+        assert dispatcher.rounds_started == 6
+        assert dispatcher._waits == []
+    assert [s.phase for s in finals] == ["complete"] * 3
+    assert 60 <= elapsed < 61  # two rounds of 30 s each, one after the other
+    assert [(r.status, r.output) for r in history] == [
+        ("completed", "round 1 of 2: birch"),
+        ("completed", "round 2 of 2: cedar"),
+    ]
+
+
+@pytest.mark.parametrize("worker", ["scripted:latency=60", ONE_MINUTE])
+async def test_a_round_that_only_waits_times_out_as_a_round_task_does(
+    worker: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_runtime(memory_config(round_timeout=5.0)) as rt:
+        started = trio.current_time()
+        handle = rt.handle(await rt.start("|loop:1| too slow", worker=worker))
+        final = await handle.wait()
+        elapsed = trio.current_time() - started
+        [record] = await handle.history()
+    assert final.phase == "escalated"  # its one round failed
+    assert record.status == "timed_out"
+    assert record.error == "round took longer than its timeout of 5.0 s"
+    assert 5 <= elapsed < 6
+
+
+async def test_a_waiting_round_is_running_for_the_watchdog(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_runtime(memory_config()) as rt:
+        state = await rt.start("|loop:1| waits", worker="scripted:latency=100")
+        await trio.sleep(10)
+        where = await rt.node.ref("dispatcher").call(WhereIsRound(f"{state.loop_id}:1"))
+    assert not where.queued
+    assert where.running_for is not None
+    assert 10 <= where.running_for < 11
+
+
+async def test_a_stop_ends_a_waiting_round_and_frees_its_slot(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_runtime(memory_config(max_concurrent_rounds=1)) as rt:
+        slow = rt.handle(await rt.start("|loop:3| slow", worker="scripted:latency=600"))
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.fail_after(1):
+            stopped = await slow.stop()
+        [record] = await slow.history()
+        # The one slot is free again: the next round takes it at once.
+        started = trio.current_time()
+        fast = rt.handle(await rt.start("|loop:1| next", worker="scripted:latency=1"))
+        assert (await fast.wait()).phase == "complete"
+        assert trio.current_time() - started < 2
+        dispatcher = dispatcher_of(rt)
+        assert dispatcher._running == {}
+    assert stopped.phase == "cancelled"
+    assert record.status == "cancelled"
+
+
+async def test_ended_waiting_rounds_leave_the_heap(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_runtime(memory_config()) as rt:
+        handles = [
+            rt.handle(await rt.start(f"|loop:1| wait {i}", worker="scripted:latency=600"))
+            for i in range(6)
+        ]
+        await trio.testing.wait_all_tasks_blocked()
+        dispatcher = dispatcher_of(rt)
+        for handle in handles[:3]:
+            await handle.stop()
+        # Stopped rounds stay in the heap until they are due, or until they are more than
+        # half of it: then it is rebuilt without them.
+        assert (len(dispatcher._waits), dispatcher._dropped) == (6, 3)
+        await handles[3].stop()
+        assert (len(dispatcher._waits), dispatcher._dropped) == (2, 0)
+        await handles[4].stop()
+        assert (len(dispatcher._waits), dispatcher._dropped) == (2, 1)
+        assert (await handles[5].wait()).phase == "complete"
+        assert (len(dispatcher._waits), dispatcher._dropped) == (0, 0)

@@ -49,6 +49,18 @@ async def test_latency_sleeps(autojump_clock: trio.testing.MockClock) -> None:
     assert trio.current_time() - start == pytest.approx(2.5)
 
 
+async def test_a_round_with_latency_only_waits_then_answers_as_run_does(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # What lets the runtime hold such a round as a timer rather than a task.
+    worker = _scripted("scripted:latency=2.5,fail_every=2")
+    for n in (1, 2):
+        request = make_request(round=n)
+        assert worker.waits_only(request) == 2.5
+        assert worker.answer_after_wait(request) == await worker.run(request, None)
+    assert ScriptedWorker().waits_only(make_request()) is None  # answered on the spot
+
+
 async def test_zero_latency_is_one_checkpoint() -> None:
     worker = ScriptedWorker()
     with trio.CancelScope() as scope:
