@@ -334,7 +334,11 @@ class LoopRunner(Actor[Any]):
                     self.deps.kill_grace,
                     here=not self.deps.remote_workers,
                 )
-            await self._perform(on_recovery(self.run, problem, now, retry=self.deps.worker_retry))
+            # The state as the store holds it: a step that saves it unchanged (its recovery
+            # note only) writes no row for it.
+            stored = self.run.state
+            step = on_recovery(self.run, problem, now, retry=self.deps.worker_retry)
+            await self._perform(step, stored=stored)
             # Waiting for its worker: the next wake-up looks again (docs/node.md).
             self.recovered = problem is not None
         else:
@@ -379,12 +383,13 @@ class LoopRunner(Actor[Any]):
     # effect that must follow a commit (dispatching the round, publishing its events) only
     # once the commit is durable.
 
-    async def _perform(self, step: Step) -> None:
-        """Take a decision's new knowledge, then perform its effects in order."""
+    async def _perform(self, step: Step, *, stored: LoopState | None = None) -> None:
+        """Take a decision's new knowledge, then perform its effects in order (``stored``:
+        the state the store holds, if known)."""
         self.run, todo = step
         for effect in todo:
             if isinstance(effect, effects.Save):
-                await self._commit(effect)
+                await self._commit(effect, stored=effect.state is stored)
             elif isinstance(effect, effects.CheckRound):
                 self.epoch += 1
                 await self.svc.breaker.cast(CheckRound(effect.state, effect.now, self.epoch))
@@ -452,8 +457,9 @@ class LoopRunner(Actor[Any]):
         # Its own name (the registered string): not one more copy per timer.
         await self.svc.timers.cast(Schedule(deadline, self.name, message))
 
-    async def _commit(self, save: effects.Save) -> None:
-        """Hand a step to the Store; with ``save.wait``, return only once it is durable.
+    async def _commit(self, save: effects.Save, *, stored: bool = False) -> None:
+        """Hand a step to the Store; with ``save.wait``, return only once it is durable
+        (``stored``: its state is the one the store holds already).
 
         Events are published by the Store after the commit, never before; so are the
         forwards (``then``): the round's dispatch, the loop's end.
@@ -465,7 +471,7 @@ class LoopRunner(Actor[Any]):
             else:
                 then.append(Forward(COORDINATOR, LoopEnded(after.final)))
                 then.append(Forward(BREAKER, ForgetLedger(self.loop_id)))
-        write = Write(state=save.state, round=save.record, events=save.events)
+        write = Write(state=save.state, round=save.record, events=save.events, state_stored=stored)
         commit = Commit(write, tuple(then))
         if save.wait:
             # No timeout: a commit waits as long as the Store lives, through a full disk

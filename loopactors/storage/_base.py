@@ -57,6 +57,9 @@ class Write(msgspec.Struct, gc=False, frozen=True, kw_only=True):
     #: False for history already acted on elsewhere (``copy_loops``): its events queue no
     #: notifications, which were sent (or queued) where they happened.
     notify: bool = True
+    #: ``state`` is what the store already holds (read from it, or written before): a
+    #: backend may leave the loop's row alone (a recovery's note changes nothing else).
+    state_stored: bool = False
 
 
 class QueuedNotification(msgspec.Struct, gc=False, frozen=True, kw_only=True):

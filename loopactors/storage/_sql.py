@@ -41,11 +41,16 @@ __all__ = ["SqlBackend", "event_type", "latest_rows"]
 
 
 def latest_rows(
-    writes: Sequence[Write],
+    writes: Sequence[Write], *, changed_only: bool = False
 ) -> tuple[dict[str, LoopState], dict[tuple[str, int], RoundRecord]]:
     """The rows a commit writes: the last state of each loop wins, as does the last record of
-    each round (one row each)."""
-    states = {w.state.loop_id: w.state for w in writes}
+    each round (one row each). With ``changed_only``, states the store already holds
+    (``Write.state_stored``) are left out: the row holds them, or an earlier write of the
+    same commit writes them."""
+    if changed_only:
+        states = {w.state.loop_id: w.state for w in writes if not w.state_stored}
+    else:
+        states = {w.state.loop_id: w.state for w in writes}
     records = {(r.loop_id, r.round): r for w in writes if (r := w.round) is not None}
     return states, records
 

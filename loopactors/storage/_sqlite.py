@@ -262,7 +262,9 @@ class SqliteBackend(SqlBackend):
 
     def _commit(self, writes: Sequence[Write]) -> None:
         encode = self._encoder.encode
-        states, records = latest_rows(writes)
+        # A recovery's note leaves the state as the row holds it: not encoded and written
+        # again (half of what recovering a loop wrote).
+        states, records = latest_rows(writes, changed_only=True)
         try:
             with self._transaction():
                 # Generators, not lists: rows are encoded as SQLite consumes them.

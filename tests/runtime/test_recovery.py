@@ -375,3 +375,46 @@ async def test_a_start_recovers_from_one_read_of_the_store(
             log = await rt.stored_events(loop_id)
             [finished] = [e for e in log if isinstance(e, LoopFinished)]
             assert [r.round for r in finished.summary] == [1, 2, 3]
+
+
+async def test_a_recovery_that_changes_no_state_writes_only_its_note(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # A round in flight is dispatched again: the state stays as the store holds it, so the
+    # recovery's commit carries its note and leaves the loop's row alone.
+    now = time.time()
+    spec = LoopSpec(task="noted", rounds=1, mode="fresh", worker="scripted:latency=60")
+    state = LoopState(
+        loop_id="noted",
+        spec=spec,
+        phase="awaiting_worker",
+        round=1,
+        created_at=now,
+        updated_at=now,
+        started_at=now,
+    )
+    seed_store(
+        tmp_path, state, [RoundRecord(loop_id="noted", round=1, status="running", started_at=now)]
+    )
+    writes: list[Write] = []
+    original = SqliteBackend.commit
+
+    def spy(self: SqliteBackend, batch: Any) -> None:
+        writes.extend(batch)
+        original(self, batch)
+
+    monkeypatch.setattr(SqliteBackend, "commit", spy)
+    recovered = trio.Event()
+
+    def observe(event: Any) -> None:
+        if isinstance(event, LoopRecovered):
+            recovered.set()
+
+    async with open_runtime(sqlite_config(tmp_path), observer=observe) as rt:
+        with trio.fail_after(HANG):
+            await recovered.wait()
+        assert await rt.get("noted") == state
+        await rt.stop("noted")
+    [write] = [w for w in writes if any(isinstance(e, LoopRecovered) for e in w.events)]
+    assert write.state_stored
+    assert write.state == state

@@ -195,6 +195,38 @@ def test_several_writes_per_loop_in_one_batch(backend: StoreBackend) -> None:
     assert (stats.commits, stats.writes) == (1, 4)
 
 
+def test_a_write_of_the_state_the_store_holds_appends_its_events(backend: StoreBackend) -> None:
+    recovered = LoopRecovered(loop_id="a", at=3.0, phase="dispatching", round=1)
+    backend.commit([Write(state=state("a"), events=(started("a", 1),))])
+    backend.commit([Write(state=state("a"), events=(recovered,), state_stored=True)])
+    # Written earlier in the same commit, then saved again unchanged; and the other way round.
+    backend.commit(
+        [
+            Write(state=state("b", rnd=2), events=(started("b", 2),)),
+            Write(state=state("b", rnd=2), state_stored=True),
+            Write(state=state("c"), state_stored=True),
+            Write(state=state("c", rnd=2)),
+        ]
+    )
+    assert backend.get_loop("a") == state("a")
+    assert backend.events("a") == [started("a", 1), recovered]
+    assert backend.get_loop("b") == state("b", rnd=2)
+    assert backend.get_loop("c") == state("c", rnd=2)
+
+
+def test_sqlite_leaves_the_row_of_a_stored_state_alone(sqlite_path: Path) -> None:
+    store = SqliteBackend(sqlite_path)
+    try:
+        store.commit([Write(state=state("a"), events=(started("a", 1),))])
+        before = store._conn.total_changes
+        recovered = LoopRecovered(loop_id="a", at=3.0, phase="dispatching", round=1)
+        store.commit([Write(state=state("a"), events=(recovered,), state_stored=True)])
+        assert store._conn.total_changes - before == 1  # the event's row only
+        assert store.events("a") == [started("a", 1), recovered]
+    finally:
+        store.close()
+
+
 def test_events_append_in_order_across_commits(backend: StoreBackend) -> None:
     for n in range(1, 6):
         backend.commit([Write(state=state("a"), events=(started("a", n),))])
