@@ -280,6 +280,12 @@ def _runtime_store_options(parser: argparse.ArgumentParser) -> None:
         help="seconds this node's lease on a PostgreSQL store lasts unless renewed (10)",
     )
     parser.add_argument(
+        "--node-name",
+        metavar="NAME",
+        help="this node's name, when several share one Redis transport (each gets the "
+        "results of its own rounds)",
+    )
+    parser.add_argument(
         "--durability",
         metavar="LEVEL",
         help="normal (the default: a commit survives a crash of the process) or full (each "
@@ -497,6 +503,7 @@ def _config(args: argparse.Namespace, **flags: Any) -> RuntimeConfig:
         store=store,
         transport=transport,
         lease_ttl=lease_ttl,
+        node_name=getattr(args, "node_name", None),
         durability=durability,
         **flags,
     )

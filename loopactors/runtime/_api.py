@@ -483,6 +483,7 @@ def dispatch_settings(config: RuntimeConfig) -> DispatchSettings:
         max_per_kind=config.max_concurrent_per_kind,
         kill_grace=config.kill_grace,
         max_output_bytes=config.max_output_bytes,
+        node_name=config.node_name,
         outputs_dir=Path(config.state_dir) / "outputs"
         if config.keep_full_outputs and not store_kind(config.store).in_process
         else None,

@@ -7,6 +7,7 @@ a :class:`ConfigError` that names the key and the file.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -112,6 +113,18 @@ def _durability(_: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in DURABILITIES:
         raise ValueError(
             f"{attribute.name} must be one of {', '.join(DURABILITIES)}, got {value!r}"
+        )
+
+
+#: What a node's name may be: it names Redis keys and appears in logs and tables.
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def _node_name(_: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and not NODE_NAME.fullmatch(value):
+        raise ValueError(
+            f"{attribute.name} must be 1 to 64 letters, digits, '.', '_' or '-' (not first), "
+            f"got {value!r}"
         )
 
 
@@ -222,6 +235,10 @@ class RuntimeConfig:
     #: Seconds a node's lease on a shared store (PostgreSQL) lasts unless renewed; renewed
     #: every fifth of it (docs/multinode.md).
     lease_ttl: float = attrs.field(default=10.0, validator=_positive)
+    #: This node's name among nodes that share one Redis transport: each name has its own
+    #: results stream, so such nodes never take each other's reports (docs/scale-out.md).
+    #: None: the one unnamed node of its Redis.
+    node_name: str | None = attrs.field(default=None, validator=_node_name)
     #: Worker spec for loops that do not name one.
     worker: str = "scripted"
     #: The ``until`` check of loops that do not give one, and the checks' timeout (seconds).

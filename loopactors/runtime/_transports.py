@@ -45,6 +45,9 @@ class DispatchSettings:
     #: What is kept of each output; where an output that was cut is also written whole.
     max_output_bytes: int = 1 << 20
     outputs_dir: Path | None = None
+    #: The node's name (``RuntimeConfig.node_name``): a transport shared by several nodes
+    #: routes each round's result to the node that waits for it.
+    node_name: str | None = None
 
 
 @attrs.frozen(kw_only=True)

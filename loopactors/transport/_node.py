@@ -15,6 +15,13 @@ ended while its node was down) is held for a while instead of dropped, and befor
 publishes anything a node reads every report waiting on the stream: a round already
 reported is taken from there, not run again.
 
+Nodes that share one Redis each have a name (``node_name``) and a results stream of their own.
+A round's route names the stream of the node that waits for it now (set when it publishes
+or adopts the order), and the worker reports there, acknowledging the order in the same
+step. A node that takes a round over from another (a takeover on a shared store) adopts its
+order if a worker still has it, so the report comes to it; if the round was already reported
+to the other node's stream, it moves that report to its own: the round is not run again.
+
 While Redis is unreachable every operation retries with backoff: rounds wait in
 ``awaiting_worker`` and nothing is lost. If Redis comes back without its data (restarted with
 no persistence: the node's epoch token is gone), every awaited order is published again
@@ -52,7 +59,6 @@ from ._wire import (
     CONTROL_STREAM,
     EPOCH_KEY,
     NODE_GROUP,
-    RESULTS_STREAM,
     RoundOrder,
     RoundReport,
     StopOrder,
@@ -60,7 +66,10 @@ from ._wire import (
     decode_report,
     encode,
     order_key,
+    reported_key,
+    results_stream,
     rounds_stream,
+    route_key,
 )
 
 __all__ = ["RedisTransport"]
@@ -82,18 +91,39 @@ HELD_MAX = 10_000
 
 
 #: Publish a round's order, unless the latest order published for its key is still on the
-#: stream (taken by a worker or waiting): then wait for that one (a node restarted while the
-#: round ran). KEYS: the stream, the order's index key; ARGV: the order, "1" to adopt, the
-#: index's expiry. Returns [entry id, 1 if adopted else 0].
+#: stream (taken by a worker or waiting): then wait for that one (a node restarted, or took
+#: the round over, while the round ran), its route now this node's results stream. Or,
+#: unless the round was already reported to another node's results stream (noted in its
+#: ``reported_key``): then move that report to this node's. KEYS: the stream, the order's
+#: index, the route, the reported note, this node's results stream; ARGV: the order, "1" to
+#: adopt, the keys' expiry, the nodes' group. Returns [entry id, 0 published, 1 adopted, 2
+#: moved (the id is the report's in this node's stream)]. The other node's stream is a key
+#: read from the note: a single Redis, not a cluster.
 PUBLISH_OR_ADOPT = """
 if ARGV[2] == '1' then
   local id = redis.call('GET', KEYS[2])
   if id and #redis.call('XRANGE', KEYS[1], id, id) > 0 then
+    redis.call('SET', KEYS[3], KEYS[5], 'EX', ARGV[3])
     return {id, 1}
+  end
+  local note = redis.call('GET', KEYS[4])
+  if note then
+    local stream, entry = string.match(note, '^(%S+) (%S+)$')
+    if stream and stream ~= KEYS[5] then
+      local found = redis.call('XRANGE', stream, entry, entry)
+      if #found > 0 then
+        local moved = redis.call('XADD', KEYS[5], '*', unpack(found[1][2]))
+        redis.call('XACK', stream, ARGV[4], entry)
+        redis.call('XDEL', stream, entry)
+        redis.call('SET', KEYS[4], KEYS[5] .. ' ' .. moved, 'EX', ARGV[3])
+        return {moved, 2}
+      end
+    end
   end
 end
 local id = redis.call('XADD', KEYS[1], '*', 'order', ARGV[1])
 redis.call('SET', KEYS[2], id, 'EX', ARGV[3])
+redis.call('SET', KEYS[3], KEYS[5], 'EX', ARGV[3])
 return {id, 0}
 """
 #: How long the index of an order outlives a worker that died before forgetting it.
@@ -101,7 +131,7 @@ ORDER_INDEX_SECONDS = 7 * 24 * 3600
 
 
 class _Waiter:
-    __slots__ = ("done", "entry_id", "entry_ids", "order", "result", "stream")
+    __slots__ = ("any_order", "done", "entry_id", "entry_ids", "order", "result", "stream")
 
     def __init__(self, stream: str, order: RoundOrder) -> None:
         self.stream = stream
@@ -109,6 +139,9 @@ class _Waiter:
         self.entry_id: str | None = None
         #: Every order entry published (or adopted) for this wait: their reports are its.
         self.entry_ids: set[str] = set()
+        #: A report moved here from another node's stream: the round's report, whichever
+        #: order it answered.
+        self.any_order = False
         self.result: RoundResult | None = None
         self.done = trio.Event()
 
@@ -119,11 +152,18 @@ class RedisTransport(RemoteTransport):
     knows_workers = True
 
     def __init__(
-        self, url: str, *, consumer: str = "node", max_output_bytes: int = 1 << 20
+        self,
+        url: str,
+        *,
+        consumer: str = "node",
+        max_output_bytes: int = 1 << 20,
+        node_name: str | None = None,
     ) -> None:
         self.url = url
         self.max_output_bytes = max_output_bytes
         self._consumer = consumer
+        #: Where this node's reports come (one stream per node name).
+        self._results = results_stream(node_name)
         self._client: Any = None
         self._connected = trio.Event()
         self._epoch = secrets.token_hex(8)
@@ -171,7 +211,12 @@ class RedisTransport(RemoteTransport):
         # One wait per key: the Dispatcher runs a key once at a time.
         waiter = self._waiting[key] = _Waiter(
             stream,
-            RoundOrder(request=request, timeout=timeout, published_at=time.time()),
+            RoundOrder(
+                request=request,
+                timeout=timeout,
+                published_at=time.time(),
+                reply_to=self._results,
+            ),
         )
         try:
             await self._connected.wait()
@@ -215,16 +260,30 @@ class RedisTransport(RemoteTransport):
 
     async def _publish(self, waiter: _Waiter, *, adopt: bool = True) -> None:
         key = waiter.order.request.key
-        entry_id, adopted = await retry(
+        entry_id, how = await retry(
             "publishing a round",
             self.url,
             self._client.eval,
             PUBLISH_OR_ADOPT,
-            keys=[waiter.stream, order_key(key)],
-            args=[encode(waiter.order).decode(), "1" if adopt else "0", ORDER_INDEX_SECONDS],
+            keys=[
+                waiter.stream,
+                order_key(key),
+                route_key(key),
+                reported_key(key),
+                self._results,
+            ],
+            args=[
+                encode(waiter.order).decode(),
+                "1" if adopt else "0",
+                ORDER_INDEX_SECONDS,
+                NODE_GROUP,
+            ],
         )
-        if int(adopted):
+        if int(how) == 1:
             log.info("round %s is still on its worker's stream: waiting for it", key)
+        elif int(how) == 2:
+            log.info("round %s was reported to another node: its report moved here", key)
+            waiter.any_order = True
         waiter.entry_id = str(entry_id)
         waiter.entry_ids.add(waiter.entry_id)
 
@@ -245,7 +304,7 @@ class RedisTransport(RemoteTransport):
                 reply = await client.xreadgroup(
                     NODE_GROUP,
                     self._consumer,
-                    streams={RESULTS_STREAM: start},
+                    streams={self._results: start},
                     count=256,
                     block=None if start == "0" or not drained else BLOCK_MS,
                 )
@@ -259,7 +318,7 @@ class RedisTransport(RemoteTransport):
             if backoff.failures:
                 note_reachable(self.url)
                 backoff.reset()
-            entries = reply.get(RESULTS_STREAM, ()) if reply else ()
+            entries = reply.get(self._results, ()) if reply else ()
             if start == "0" and not entries:
                 start = ">"
                 continue
@@ -267,42 +326,51 @@ class RedisTransport(RemoteTransport):
                 self._drained.set()
                 continue
             done: list[str] = []
+            keys: list[str] = []
             for entry in entries:
                 done.append(entry.identifier)
-                self._take_report(entry.field_values.get("report"))
+                key = self._take_report(entry.field_values.get("report"))
+                if key is not None:
+                    keys += [route_key(key), reported_key(key)]
             if done:
-                await retry("acknowledging reports", self.url, self._forget_reports, done)
+                await retry("acknowledging reports", self.url, self._forget_reports, done, keys)
                 if start == "0":  # acknowledged pending entries leave the pending list
                     continue
 
-    async def _forget_reports(self, ids: list[str]) -> None:
-        """Acknowledge and delete: the results stream holds only reports not yet taken."""
-        await self._client.xack(RESULTS_STREAM, NODE_GROUP, ids)
-        await self._client.xdel(RESULTS_STREAM, ids)
+    async def _forget_reports(self, ids: list[str], keys: list[str]) -> None:
+        """Acknowledge and delete: the results stream holds only reports not yet taken; and
+        the taken rounds' routes and notes."""
+        await self._client.xack(self._results, NODE_GROUP, ids)
+        await self._client.xdel(self._results, ids)
+        if keys:
+            await self._client.delete(keys)
 
-    def _take_report(self, raw: str | None) -> None:
+    def _take_report(self, raw: str | None) -> str | None:
+        """Hand a report to the round waiting for it, or hold it (or drop it); the round's
+        key if a round took it (its route and note are then of no more use)."""
         if raw is None:
             self.reports_dropped += 1
-            return
+            return None
         try:
             report = decode_report(raw)
         except Exception:
             self.reports_dropped += 1
             log.warning("dropped an unreadable round report")
-            return
+            return None
         waiter = self._waiting.get(report.key)
         if waiter is None or waiter.entry_id is None:  # nobody waits, or not yet published
             self._hold(report)
-            return
-        if report.entry_id and report.entry_id not in waiter.entry_ids:
+            return None
+        if report.entry_id and not waiter.any_order and report.entry_id not in waiter.entry_ids:
             # An order of this key published before, and gone from its stream when this
             # wait published its own: that one runs and reports; this one is history.
             self.reports_dropped += 1
             log.info("dropped the report of an earlier order of round %s", report.key)
-            return
+            return None
         del self._waiting[report.key]
         waiter.result = report.result
         waiter.done.set()
+        return report.key
 
     def _hold(self, report: RoundReport) -> None:
         """Keep a report nobody waits for: the node may be back after its round ended (a
@@ -324,7 +392,7 @@ class RedisTransport(RemoteTransport):
             self.reports_dropped += 1
 
     async def _ensure_group(self) -> None:
-        await create_group(self._client, RESULTS_STREAM, NODE_GROUP)
+        await create_group(self._client, self._results, NODE_GROUP)
 
     async def _mark_epoch(self) -> bool:
         """Set this node's epoch token unless Redis holds one; False if Redis held none."""

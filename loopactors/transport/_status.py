@@ -92,7 +92,11 @@ async def collect(client: Any, *, now: float | None = None) -> TransportStatus:
     workers.sort(key=lambda w: w.name)
     kinds = sorted({*served_by_default(), *(k for w in workers for k in w.kinds)})
     streams = [(rounds_stream(kind), WORKER_GROUP) for kind in kinds]
-    streams.append((RESULTS_STREAM, NODE_GROUP))
+    # Every node's results stream: the unnamed node's and each named one's.
+    named = [
+        str(name) async for name in client.scan_iter(match=f"{RESULTS_STREAM}:*", type_="stream")
+    ]
+    streams += [(name, NODE_GROUP) for name in [RESULTS_STREAM, *sorted(named)]]
     backlog = []
     for stream, group in streams:
         if not await client.exists([stream]):

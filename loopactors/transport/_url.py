@@ -60,7 +60,9 @@ def _check_redis(url: str) -> None:
 def _open_redis(url: str, settings: DispatchSettings) -> RoundTransport:
     from ._node import RedisTransport  # noqa: PLC0415 - coredis loads only when one is opened
 
-    return RedisTransport(url, max_output_bytes=settings.max_output_bytes)
+    return RedisTransport(
+        url, max_output_bytes=settings.max_output_bytes, node_name=settings.node_name
+    )
 
 
 #: The Redis transport, registered by the runtime under ``redis`` and ``rediss``.

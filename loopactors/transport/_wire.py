@@ -25,11 +25,15 @@ __all__ = [
     "alive_key",
     "cancelled_key",
     "order_key",
+    "reported_key",
+    "results_stream",
     "rounds_stream",
+    "route_key",
 ]
 
 PREFIX = "loopactors"
-#: Round results, from every worker to the node (consumer group :data:`NODE_GROUP`).
+#: Round results, from the workers to a node without a name (consumer group
+#: :data:`NODE_GROUP`); a named node has its own (:func:`results_stream`).
 RESULTS_STREAM = f"{PREFIX}:results"
 #: Stops, from the node to every worker (read by all, no group).
 CONTROL_STREAM = f"{PREFIX}:control"
@@ -39,6 +43,25 @@ WORKERS_HASH = f"{PREFIX}:workers"
 EPOCH_KEY = f"{PREFIX}:epoch"
 WORKER_GROUP = "workers"
 NODE_GROUP = "nodes"
+
+
+def results_stream(node_name: str | None) -> str:
+    """The stream a node reads its rounds' reports from: one per node name, so that nodes
+    sharing one Redis never take each other's reports (docs/scale-out.md, "Several nodes")."""
+    return RESULTS_STREAM if node_name is None else f"{RESULTS_STREAM}:{node_name}"
+
+
+def route_key(key: str) -> str:
+    """The results stream of the node that waits for a round now: set when it publishes or
+    adopts the round's order, read by the worker as it reports."""
+    return f"{PREFIX}:route:{key}"
+
+
+def reported_key(key: str) -> str:
+    """Where a round's report went (``STREAM ENTRY``): a node that takes the round over after
+    it was reported to another node's stream moves it to its own instead of running the round
+    again."""
+    return f"{PREFIX}:reported:{key}"
 
 
 def rounds_stream(kind: str) -> str:
@@ -73,6 +96,9 @@ class RoundOrder(msgspec.Struct, frozen=True, kw_only=True):
     timeout: float
     #: Wall-clock time the node published it (for backlog ages in status).
     published_at: float
+    #: The results stream of the node that published it (the report goes to the stream the
+    #: round's route names when it is reported, this one if none).
+    reply_to: str = RESULTS_STREAM
 
 
 class RoundReport(msgspec.Struct, frozen=True, kw_only=True):

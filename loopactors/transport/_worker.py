@@ -41,7 +41,6 @@ from ._sweep import drop_idle_consumers, expire_dead_workers
 from ._url import redact_url
 from ._wire import (
     CONTROL_STREAM,
-    RESULTS_STREAM,
     WORKER_GROUP,
     WORKERS_HASH,
     Heartbeat,
@@ -53,7 +52,9 @@ from ._wire import (
     decode_stop,
     encode,
     order_key,
+    reported_key,
     rounds_stream,
+    route_key,
 )
 
 __all__ = ["WorkerSettings", "default_worker_name", "serve_worker"]
@@ -61,13 +62,27 @@ __all__ = ["WorkerSettings", "default_worker_name", "serve_worker"]
 log = logging.getLogger("loopactors.worker")
 
 BLOCK_MS = 1000
-#: Delete a round's order index (``order_key``) if it still names this entry.
-FORGET_INDEX = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+#: Report a round and let go of its order, in one step: the report goes to the results
+#: stream of the node that waits for the round now (its route; the order's own if none),
+#: where it went is noted (a node taking the round over moves it from there), and the order
+#: is acknowledged and deleted, its index too if it names this order. KEYS: the route, the
+#: reported note, the order's stream, the order's index; ARGV: the report, the order's
+#: ``reply_to``, the worker group, the order's entry id, the note's expiry. The results
+#: stream is a key the script reads from the route: a single Redis, not a cluster.
+REPORT = """
+local stream = redis.call('GET', KEYS[1]) or ARGV[2]
+local id = redis.call('XADD', stream, '*', 'report', ARGV[1])
+redis.call('SET', KEYS[2], stream .. ' ' .. id, 'EX', ARGV[5])
+redis.call('XACK', KEYS[3], ARGV[3], ARGV[4])
+redis.call('XDEL', KEYS[3], ARGV[4])
+if redis.call('GET', KEYS[4]) == ARGV[4] then
+  redis.call('DEL', KEYS[4])
 end
-return 0
+return id
 """
+#: How long a report's note (and a round's route) outlives the report: longer than a node
+#: takes to come back or be taken over.
+REPORTED_SECONDS = 7 * 24 * 3600
 #: Stops remembered for rounds this worker has not (yet) got: a stop can overtake an order.
 STOPS_REMEMBERED = 10_000
 
@@ -358,19 +373,26 @@ class _WorkerProcess:
     async def _report(self, held: _Held, result: RoundResult) -> None:
         key = held.order.request.key
         report = RoundReport(key=key, result=result, worker=self.s.name, entry_id=held.entry_id)
-        # Acknowledged only once the report is safely on the results stream.
-        await retry(
-            "publishing a report",
-            self.s.url,
-            self.client.xadd,
-            RESULTS_STREAM,
-            {"report": encode(report).decode()},
-        )
         # Done with it before the order leaves the stream: a node may publish the round
         # again as soon as it has, and that order must then run (not count as this one).
         if self.held.get(key) is held:
             del self.held[key]
-        await self._forget(held.stream, held.entry_id, key)
+        # The report and the order's acknowledgement in one step: never one without the
+        # other, whatever happens to this process between them.
+        await retry(
+            "publishing a report",
+            self.s.url,
+            self.client.eval,
+            REPORT,
+            keys=[route_key(key), reported_key(key), held.stream, order_key(key)],
+            args=[
+                encode(report).decode(),
+                held.order.reply_to,
+                WORKER_GROUP,
+                held.entry_id,
+                REPORTED_SECONDS,
+            ],
+        )
 
     async def _result_of(self, held: _Held) -> RoundResult:
         request = held.order.request
@@ -427,20 +449,10 @@ class _WorkerProcess:
             self.backends[spec] = backend
         return backend
 
-    async def _forget(self, stream: str, entry_id: str, key: str | None = None) -> None:
-        """Acknowledge and delete an order: the stream's length is then its backlog; and the
-        index of the round's latest order, if it names this one."""
+    async def _forget(self, stream: str, entry_id: str) -> None:
+        """Acknowledge and delete an order: the stream's length is then its backlog."""
         await retry("acknowledging", self.s.url, self.client.xack, stream, WORKER_GROUP, [entry_id])
         await retry("deleting", self.s.url, self.client.xdel, stream, [entry_id])
-        if key is not None:
-            await retry(
-                "deleting an order's index",
-                self.s.url,
-                self.client.eval,
-                FORGET_INDEX,
-                keys=[order_key(key)],
-                args=[entry_id],
-            )
 
     # -- heartbeat and stops -------------------------------------------------------------------
 

@@ -1,0 +1,139 @@
+"""Several nodes on one Redis (docs/scale-out.md, "Several nodes on one Redis").
+
+Each named node reads its own results stream; a round's report goes to the node that waits
+for it now. A node that takes a loop over from another (a takeover on a shared store; here
+the second node opens the first one's SQLite store under another name) adopts a round still
+running on a worker, or moves a report already made to the other node's stream: the round
+runs once either way. Real redis-server, real `loopactors worker` processes.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import trio
+
+from loopactors.runtime import BreakerSettings, RuntimeConfig, open_runtime
+from loopactors.transport._redis import open_redis
+from loopactors.transport._status import collect
+from loopactors.transport._wire import RESULTS_STREAM, results_stream
+from tests.hang import HANG
+
+from .conftest import RedisServer, Workers, wait_until
+from .test_scale_out import NAMED, pending
+
+
+def config(state: Path, url: str, name: str) -> RuntimeConfig:
+    return RuntimeConfig(
+        store="sqlite",
+        state_dir=state,
+        transport=url,
+        node_name=name,
+        breaker=BreakerSettings(stale_rounds_limit=100),
+    )
+
+
+async def stream_length(url: str, stream: str) -> int:
+    async with open_redis(url, name="loopactors-test") as client:
+        return int(await client.xlen(stream))
+
+
+async def test_two_nodes_on_one_redis_each_get_their_own_rounds_reports(
+    tmp_path: Path, redis_server: RedisServer, workers: Workers
+) -> None:
+    """Before node names, two nodes on one Redis took each other's reports (and held them):
+    each one's rounds waited for ever."""
+    url = redis_server.url()
+    await workers.start(url, "w1", slots=2)
+    finals = {}
+    async with (
+        open_runtime(config(tmp_path / "a", url, "a")) as a,
+        open_runtime(config(tmp_path / "b", url, "b")) as b,
+    ):
+        loop_a = a.handle(await a.start("|loop:3,fresh| on a", worker=NAMED))
+        loop_b = b.handle(await b.start("|loop:3,fresh| on b", worker=NAMED))
+        with trio.fail_after(HANG):
+            finals["a"] = await loop_a.wait()
+            finals["b"] = await loop_b.wait()
+        status = await collect_status(url)
+    assert {name: final.phase for name, final in finals.items()} == {
+        "a": "complete",
+        "b": "complete",
+    }
+    assert {name: final.completed_rounds for name, final in finals.items()} == {"a": 3, "b": 3}
+    assert {results_stream("a"), results_stream("b")} <= set(status)
+
+
+async def collect_status(url: str) -> list[str]:
+    async with open_redis(url, name="loopactors-test") as client:
+        return [s.stream for s in (await collect(client)).streams]
+
+
+async def test_a_round_reported_to_a_node_that_went_is_moved_to_the_node_that_took_over(
+    tmp_path: Path, redis_server: RedisServer, workers: Workers
+) -> None:
+    url = redis_server.url()
+    await workers.start(url, "w1")
+    marks = tmp_path / "marks"
+    slow = "command:" + shlex.join(
+        ["sh", "-c", f'echo "start $LOOPACTORS_ROUND" >> {marks}; sleep 1; echo "ran"']
+    )
+    state = tmp_path / "state"
+    async with open_runtime(config(state, url, "a")) as rt:
+        loop = await rt.start("|loop:2,fresh| work", worker=slow)
+
+        async def taken() -> bool:
+            return await pending(url, "command") == 1
+
+        await wait_until(taken)
+
+    async def reported_to_a() -> bool:
+        return await stream_length(url, results_stream("a")) == 1
+
+    await wait_until(reported_to_a)
+    async with open_runtime(config(state, url, "b")) as rt:  # b takes the store over
+        with trio.fail_after(HANG):
+            final = await rt.handle(loop.loop_id).wait()
+        rounds = await rt.history(loop.loop_id)
+    assert final.phase == "complete"
+    assert [(r.round, r.status) for r in rounds] == [(1, "completed"), (2, "completed")]
+    assert marks.read_text().splitlines() == ["start 1", "start 2"]  # round 1 ran once
+    assert await stream_length(url, results_stream("a")) == 0  # moved, not copied
+    assert await stream_length(url, RESULTS_STREAM) == 0
+
+
+async def test_a_round_running_when_its_node_went_reports_to_the_node_that_took_over(
+    tmp_path: Path, redis_server: RedisServer, workers: Workers
+) -> None:
+    url = redis_server.url()
+    await workers.start(url, "w1")
+    marks, gate = tmp_path / "marks", tmp_path / "gate"
+    script = (
+        f'echo "start $LOOPACTORS_ROUND" >> {marks}; '
+        f"while [ ! -e {gate} ]; do sleep 0.05; done; echo ran"
+    )
+    gated = "command:" + shlex.join(["sh", "-c", script])
+    state = tmp_path / "state"
+    async with open_runtime(config(state, url, "a")) as rt:
+        loop = await rt.start("|loop:2,fresh| work", worker=gated)
+
+        async def taken() -> bool:
+            return await pending(url, "command") == 1
+
+        await wait_until(taken)
+    async with open_runtime(config(state, url, "b")) as rt:  # while the worker still runs
+        await wait_until(lambda: _adopted(url, loop.loop_id))
+        gate.touch()
+        with trio.fail_after(HANG):
+            final = await rt.handle(loop.loop_id).wait()
+    assert final.phase == "complete"
+    assert final.completed_rounds == 2
+    assert marks.read_text().splitlines() == ["start 1", "start 2"]  # round 1 ran once
+    assert await stream_length(url, results_stream("a")) == 0  # nothing went to a
+
+
+async def _adopted(url: str, loop_id: str) -> bool:
+    """Round 1's route names b's results stream: b adopted the order."""
+    async with open_redis(url, name="loopactors-test") as client:
+        return bool(await client.get(f"loopactors:route:{loop_id}:1") == results_stream("b"))
