@@ -18,11 +18,12 @@ import contextlib
 import itertools
 import os
 import warnings
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import attrs
 import msgspec
 import trio
 from trio_websocket import (
@@ -97,34 +98,27 @@ class _Pending:
         self.on_ok = on_ok
 
 
+@attrs.define(eq=False, slots=False)
 class NodeClient:
     """One connection to a node (made by :func:`connect`)."""
 
-    def __init__(
-        self,
-        url: str,
-        token: str,
-        *,
-        client_name: str,
-        timeout: float,
-        reconnect: bool,
-        max_backoff: float,
-    ) -> None:
-        self.url = url
-        self._token = token
-        self.client_name = client_name
-        self.timeout = timeout
-        self.reconnect = reconnect
-        self.max_backoff = max_backoff
-        self.info: NodeInfo
-        self.reconnects = 0
-        self.closing_reason: str | None = None
-        self._ws: WebSocketConnection | None = None
-        self._ids = itertools.count(1)
-        self._pending: dict[int | str, _Pending] = {}
-        self._subscriptions: dict[str, RemoteSubscription | RemoteStates] = {}
-        self._closed = False
-        self._connected = trio.Event()
+    url: str
+    _token: str
+    client_name: str = attrs.field(kw_only=True)
+    timeout: float = attrs.field(kw_only=True)
+    reconnect: bool = attrs.field(kw_only=True)
+    max_backoff: float = attrs.field(kw_only=True)
+    info: NodeInfo = attrs.field(init=False)
+    reconnects: int = attrs.field(init=False, default=0)
+    closing_reason: str | None = attrs.field(init=False, default=None)
+    _ws: WebSocketConnection | None = attrs.field(init=False, default=None)
+    _ids: Iterator[int] = attrs.field(init=False, factory=lambda: itertools.count(1))
+    _pending: dict[int | str, _Pending] = attrs.field(init=False, factory=dict)
+    _subscriptions: dict[str, RemoteSubscription | RemoteStates] = attrs.field(
+        init=False, factory=dict
+    )
+    _closed: bool = attrs.field(init=False, default=False)
+    _connected: trio.Event = attrs.field(init=False, factory=trio.Event)
 
     def __repr__(self) -> str:
         return f"<NodeClient {self.url}>"  # never the token

@@ -150,28 +150,21 @@ class UpgradeListener(trio.abc.Listener[trio.abc.Stream]):
         await trio.lowlevel.checkpoint()
 
 
+@attrs.define(eq=False, slots=False)
 class SplitServer:
     """Reads each connection's request head and sends it the websocket or the HTTP way."""
 
-    def __init__(
-        self,
-        upgrades: UpgradeListener,
-        respond: Respond,
-        accepting: Callable[[], bool],
-        admission: Admission,
-        refusal: Callable[[], str] = lambda: "the node is shutting down",
-    ) -> None:
-        self.upgrades = upgrades
-        self.respond = respond
-        self.accepting = accepting
-        self.admission = admission
-        #: What a websocket upgrade is told while ``accepting()`` is false (with a 503).
-        self.refusal = refusal
-        #: Set when the websocket server stops: connections handed to it are over.
-        self.stopped = trio.Event()
-        #: Counted since this server started.
-        self.http_requests = 0
-        self.http_errors = 0
+    upgrades: UpgradeListener
+    respond: Respond
+    accepting: Callable[[], bool]
+    admission: Admission
+    #: What a websocket upgrade is told while ``accepting()`` is false (with a 503).
+    refusal: Callable[[], str] = lambda: "the node is shutting down"
+    #: Set when the websocket server stops: connections handed to it are over.
+    stopped: trio.Event = attrs.field(init=False, factory=trio.Event)
+    #: Counted since this server started.
+    http_requests: int = attrs.field(init=False, default=0)
+    http_errors: int = attrs.field(init=False, default=0)
 
     async def serve(self, stream: trio.SocketStream) -> None:
         """One TCP connection (a handler for ``Admission.serve``, which closes it after)."""

@@ -18,6 +18,7 @@ import itertools
 import time
 from typing import Any
 
+import attrs
 import msgspec
 import trio
 
@@ -106,40 +107,22 @@ RUNNER_CRASH_WINDOW = 60.0
 SERVICE_DOWN = (ActorNotRunning, CallFailed)
 
 
+@attrs.define(eq=False)
 class RunnerFactory:
     """Makes the runner of one loop: with its initial state the first time, and then (after
     a crash) with none, so the new incarnation reloads the last committed state. Past
     :data:`MAX_RUNNER_RESTARTS` the new incarnation only ends the loop in ``error``."""
 
-    __slots__ = (
-        "deps",
-        "excused",
-        "initial",
-        "loop_id",
-        "made",
-        "recovered",
-        "restarts",
-        "resumed",
-    )
-
-    def __init__(
-        self,
-        loop_id: str,
-        deps: RunnerDeps,
-        initial: LoopState | None,
-        *,
-        recovered: bool,
-        resumed: Resumed | None = None,
-    ) -> None:
-        self.loop_id = loop_id
-        self.deps = deps
-        self.initial = initial
-        self.recovered = recovered
-        self.resumed = resumed
-        self.restarts: list[float] = []  # when this loop's runner was restarted
-        self.made = False
-        #: Exits caused by a runtime service being down (SERVICE_DOWN): restarts not counted.
-        self.excused = 0
+    loop_id: str
+    deps: RunnerDeps
+    initial: LoopState | None
+    recovered: bool = attrs.field(kw_only=True)
+    resumed: Resumed | None = attrs.field(default=None, kw_only=True)
+    #: When this loop's runner was restarted.
+    restarts: list[float] = attrs.field(init=False, factory=list)
+    made: bool = attrs.field(init=False, default=False)
+    #: Exits caused by a runtime service being down (SERVICE_DOWN): restarts not counted.
+    excused: int = attrs.field(init=False, default=0)
 
     def __call__(self) -> LoopRunner:
         first, self.made = not self.made, True
