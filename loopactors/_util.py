@@ -104,6 +104,18 @@ def gc_paused() -> Iterator[None]:
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
+def pid_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (signal 0: nothing is sent). One that
+    belongs to another user exists too: the refusal says it is there."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def terminal_safe(text: str) -> str:
     """``text`` with every control character a terminal would act on (ESC, BEL, C1 controls,
     bidirectional overrides) shown as a visible ``\\xNN``/``\\uNNNN`` escape: data from a task,

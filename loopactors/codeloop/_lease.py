@@ -21,6 +21,7 @@ import attrs
 import msgspec
 import trio
 
+from .._util import pid_exists
 from ..errors import LeaseHeld
 from ._ledger import write_atomic
 
@@ -53,7 +54,7 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     def stale(self, now: float) -> bool:
         """Expired, or held by a process of this host that is gone."""
         return now >= self.expires_at or (
-            self.host == socket.gethostname() and not _alive(self.pid)
+            self.host == socket.gethostname() and not pid_exists(self.pid)
         )
 
 
@@ -73,16 +74,6 @@ _held: dict[Path, Lease] = {}
 def new_owner() -> str:
     """An owner id: host, pid and a random part (two owners in one process differ)."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager

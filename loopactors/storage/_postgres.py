@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._util import pid_exists
 from ..errors import ConfigError, LeaseLost, StoreError
 from ..loops import (
     TERMINAL_PHASES,
@@ -433,16 +434,6 @@ def _boot_id() -> str:
         return ""
 
 
-def _pid_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
 class Lease:
     """One node incarnation's lease on a store, on a connection of its own (a slow commit
     never delays a renewal). The expiry is on the database's clock; this process never
@@ -487,7 +478,7 @@ class Lease:
                     "FROM nodes WHERE state = 'live'"
                 ).fetchall()
                 for node_id, host, pid, boot_id, valid, left in live:
-                    gone = host == self.host and boot_id == boot and boot and _pid_gone(pid)
+                    gone = host == self.host and boot_id == boot and boot and not pid_exists(pid)
                     if valid and not gone:
                         raise StoreError(
                             f"the store {self.shown} is in use by another loopactors runtime "
