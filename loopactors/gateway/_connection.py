@@ -257,22 +257,14 @@ class Connection:
         return False
 
     def _node_info(self) -> NodeInfo:
-        s = self.settings
         return NodeInfo(
             protocol=PROTOCOL_VERSION,
             node_id=self.gateway.node_id,
             version=__version__,
             capabilities=[*CAPABILITIES, *self.gateway.added.by_type],
             default_worker=self.gateway.runtime.config.worker,
-            limits=Limits(
-                max_frame_bytes=s.max_frame_bytes,
-                max_subscriptions=s.max_subscriptions,
-                max_requests_per_second=s.max_requests_per_second,
-                max_inflight_requests=s.max_inflight_requests,
-                subscriber_queue=s.subscriber_queue,
-                slow_subscriber=s.slow_subscriber,
-                max_status_loops=s.max_status_loops,
-            ),
+            # Each limit a client is told is the setting of the same name.
+            limits=msgspec.convert(self.settings, Limits, from_attributes=True),
         )
 
     # -- frames in ---------------------------------------------------------------------------
