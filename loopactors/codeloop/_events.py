@@ -146,22 +146,25 @@ def apply_event(state: CodeLoopState | None, event: AnyCodeEvent) -> CodeLoopSta
     if isinstance(event, StatusChanged | GateTripped):
         changes["active_gate"] = event.active_gate
     elif isinstance(event, CodeRoundFinished):
-        changes.update(
-            no_progress_rounds=event.no_progress_rounds,
-            last_validation_passed=event.last_validation_passed,
-            merged_rounds=event.merged_rounds,
-            candidate_commit=event.candidate_commit,
-            pending_approvals=event.pending_approvals,
-            active_gate=None,
-        )
+        changes.update(_carried(event, _ROUND_FINISHED), active_gate=None)
     elif isinstance(event, SettingsChanged):
-        changes.update(
-            max_rounds=event.max_rounds,
-            deadline=event.deadline,
-            pending_approvals=event.pending_approvals,
-            no_progress_rounds=0,
-        )
+        changes.update(_carried(event, _SETTINGS_CHANGED), no_progress_rounds=0)
     return msgspec.structs.replace(state, **changes)
+
+
+#: The state's fields these events carry, taken over as they are.
+_ROUND_FINISHED = (
+    "no_progress_rounds",
+    "last_validation_passed",
+    "merged_rounds",
+    "candidate_commit",
+    "pending_approvals",
+)
+_SETTINGS_CHANGED = ("max_rounds", "deadline", "pending_approvals")
+
+
+def _carried(event: AnyCodeEvent, names: tuple[str, ...]) -> dict[str, object]:
+    return {name: getattr(event, name) for name in names}
 
 
 def event_type(event: AnyCodeEvent) -> str:
