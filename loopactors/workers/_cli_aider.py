@@ -78,14 +78,15 @@ def parse_token_count(text: str) -> int:
     return round(float(number) * scale)
 
 
+def _tokens_in(match: re.Match[str] | None) -> int:
+    return parse_token_count(match[1]) if match else 0
+
+
 class _AiderStream(CliStreamParser):
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.cache_read = 0
-        self.cache_write = 0
-        self.cost = 0.0
+        #: The run's counts so far (summed over aider's "Tokens:" lines) and its session.
+        self.counted = CliOutcome(session_id=CHAT_HISTORY)
         self.answered = False
         self.error: str | None = None
         self.reply: str = ""
@@ -118,20 +119,21 @@ class _AiderStream(CliStreamParser):
         return []
 
     def _count(self, match: re.Match[str], line: str) -> None:
-        sent = parse_token_count(match["sent"])
         rest = match["rest"]
-        hit = _CACHE_HIT.search(rest)
-        write = _CACHE_WRITE.search(rest)
-        received = _RECEIVED.search(rest)
-        cache_read = parse_token_count(hit[1]) if hit else 0
-        self.cache_read += cache_read
-        self.cache_write += parse_token_count(write[1]) if write else 0
+        cache_read = _tokens_in(_CACHE_HIT.search(rest))
         # aider's "sent" counts cached prompt tokens too; the outcome keeps them apart.
-        self.input_tokens += max(0, sent - cache_read)
-        self.output_tokens += parse_token_count(received[1]) if received else 0
+        sent = max(0, parse_token_count(match["sent"]) - cache_read)
         cost = _COST.search(line)
-        if cost is not None:
-            self.cost = float(cost["session"])  # the session is this run of aider
+        counted = self.counted
+        self.counted = attrs.evolve(
+            counted,
+            input_tokens=counted.input_tokens + sent,
+            output_tokens=counted.output_tokens + _tokens_in(_RECEIVED.search(rest)),
+            cache_read_tokens=counted.cache_read_tokens + cache_read,
+            cache_write_tokens=counted.cache_write_tokens + _tokens_in(_CACHE_WRITE.search(rest)),
+            # The session is this run of aider.
+            cost_usd=float(cost["session"]) if cost is not None else counted.cost_usd,
+        )
         self.answered = True
         self.error = None  # an error before an answer was retried successfully
 
@@ -144,15 +146,7 @@ class _AiderStream(CliStreamParser):
         return "\n".join(self.lines[start:]).strip()
 
     def finish(self, returncode: int, stderr: str) -> CliOutcome:
-        counted = CliOutcome(
-            reply=self.reply,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            cache_read_tokens=self.cache_read,
-            cache_write_tokens=self.cache_write,
-            cost_usd=self.cost,
-            session_id=CHAT_HISTORY,
-        )
+        counted = attrs.evolve(self.counted, reply=self.reply)
         if self.error is None and returncode == 0 and self.answered:
             return counted
         error = self.error
