@@ -8,6 +8,7 @@ they are. ``note()`` keeps the ``[loop-progress ...]`` wording (docs/loops.md).
 from __future__ import annotations
 
 import time
+from typing import ClassVar
 
 import msgspec
 
@@ -69,9 +70,13 @@ class LoopEvent(msgspec.Struct, gc=False, frozen=True, kw_only=True, tag_field="
         (``isinstance`` works as well)."""
         return str(type(self).__struct_config__.tag)
 
+    #: The words of its note, formatted with the event as ``e``; an event whose note needs
+    #: more than its fields words it in its own :meth:`note`.
+    _note: ClassVar[str] = ""
+
     def note(self) -> str:
         """The human-readable progress note (each event type words its own)."""
-        return f"[loop-progress {type(self).__name__}]"
+        return f"[loop-progress {self._note.format(e=self) or type(self).__name__}]"
 
 
 def _secs(duration: float | None) -> str:
@@ -92,9 +97,7 @@ class RoundStarted(LoopEvent, frozen=True, kw_only=True, tag="round_started"):
     round: int
     rounds: int
     seed_source: str
-
-    def note(self) -> str:
-        return f"[loop-progress round {self.round}/{self.rounds} started]"
+    _note: ClassVar[str] = "round {e.round}/{e.rounds} started"
 
 
 class RoundFinished(LoopEvent, frozen=True, kw_only=True, tag="round_finished"):
@@ -169,23 +172,17 @@ class RoundWaiting(LoopEvent, frozen=True, kw_only=True, tag="round_waiting"):
 
     round: int
     reason: str
-
-    def note(self) -> str:
-        return f"[loop-progress round {self.round} waiting: {self.reason}]"
+    _note: ClassVar[str] = "round {e.round} waiting: {e.reason}"
 
 
 class LoopPaused(LoopEvent, frozen=True, kw_only=True, tag="loop_paused"):
     round: int
-
-    def note(self) -> str:
-        return f"[loop-progress loop paused before round {self.round}]"
+    _note: ClassVar[str] = "loop paused before round {e.round}"
 
 
 class LoopResumed(LoopEvent, frozen=True, kw_only=True, tag="loop_resumed"):
     round: int
-
-    def note(self) -> str:
-        return f"[loop-progress loop resumed at round {self.round}]"
+    _note: ClassVar[str] = "loop resumed at round {e.round}"
 
 
 class LoopRecovered(LoopEvent, frozen=True, kw_only=True, tag="loop_recovered"):
@@ -193,9 +190,7 @@ class LoopRecovered(LoopEvent, frozen=True, kw_only=True, tag="loop_recovered"):
 
     phase: Phase
     round: int
-
-    def note(self) -> str:
-        return f"[loop-progress loop recovered after restart in {self.phase} at round {self.round}]"
+    _note: ClassVar[str] = "loop recovered after restart in {e.phase} at round {e.round}"
 
 
 class LoopInterrupted(LoopEvent, frozen=True, kw_only=True, tag="loop_interrupted"):
@@ -204,12 +199,7 @@ class LoopInterrupted(LoopEvent, frozen=True, kw_only=True, tag="loop_interrupte
     round: int
     rounds: int
     reason: str
-
-    def note(self) -> str:
-        return (
-            f"[loop-progress loop interrupted by restart at round {self.round}/{self.rounds}: "
-            f"{self.reason}]"
-        )
+    _note: ClassVar[str] = "loop interrupted by restart at round {e.round}/{e.rounds}: {e.reason}"
 
 
 class LoopWaiting(LoopEvent, frozen=True, kw_only=True, tag="loop_waiting"):
@@ -220,9 +210,7 @@ class LoopWaiting(LoopEvent, frozen=True, kw_only=True, tag="loop_waiting"):
     round: int
     rounds: int
     reason: str
-
-    def note(self) -> str:
-        return f"[loop-progress loop waiting at round {self.round}/{self.rounds}: {self.reason}]"
+    _note: ClassVar[str] = "loop waiting at round {e.round}/{e.rounds}: {e.reason}"
 
 
 class LoopFinished(LoopEvent, frozen=True, kw_only=True, tag="loop_finished"):
@@ -235,17 +223,17 @@ class LoopFinished(LoopEvent, frozen=True, kw_only=True, tag="loop_finished"):
 
     def note(self) -> str:
         rounds = ", ".join(f"r{r.round}({_secs(r.duration)}s,{r.status})" for r in self.summary)
-        if self.phase == "complete":
-            head = "[loop-progress loop complete]"
-        elif self.phase == "cancelled":
-            head = "[loop-progress loop cancelled]"
-        elif self.phase == "escalated":
-            head = f"[loop-progress escalated: {self.trigger}: {self.reason}]"
-        elif self.phase == "interrupted":
-            head = f"[loop-progress loop interrupted: {self.reason}]"
-        else:
-            head = f"[loop-progress error: {self.reason}]"
-        return f"{head}\nRounds: {rounds}"
+        head = _FINISHED.get(self.phase, "error: {e.reason}").format(e=self)
+        return f"[loop-progress {head}]\nRounds: {rounds}"
+
+
+#: The words of a finished loop's note, by its phase (any other: an error).
+_FINISHED = {
+    "complete": "loop complete",
+    "cancelled": "loop cancelled",
+    "escalated": "escalated: {e.trigger}: {e.reason}",
+    "interrupted": "loop interrupted: {e.reason}",
+}
 
 
 AnyEvent = (
