@@ -28,7 +28,7 @@ from ._core_tools import core_tools
 from ._llm import ChatModel
 from ._loop import SUBAGENT_MAX_ITERATIONS, AgentConfig, AgentResult, run_agent
 from ._sandbox import BashMode
-from ._tools import Tool, ToolContext, ToolError, ToolSet
+from ._tools import Tool, ToolContext, ToolError, ToolFunction, ToolSet
 
 __all__ = ["ChildLoops", "SubAgentRun", "SubAgentStarter", "loop_tools", "subagent_tool"]
 
@@ -164,37 +164,40 @@ def loop_tools(control: LoopControl) -> list[Tool]:
             ),
             run=tools.start,
         ),
-        Tool(
-            name="loop_status",
-            description="Phase and progress of a child loop.",
-            parameters=_params(["loop_id"], loop_id=_ID),
-            run=tools.status,
-        ),
+        _child_tool("loop_status", tools.status, "Phase and progress of a child loop."),
         Tool(
             name="loop_list",
             description="The child loops this loop started.",
             parameters=_params([]),
             run=tools.list,
         ),
-        Tool(
-            name="loop_history",
-            description="The rounds of a child loop, with the head of each output.",
-            parameters=_params(["loop_id"], loop_id=_ID),
-            run=tools.history,
+        _child_tool(
+            "loop_history",
+            tools.history,
+            "The rounds of a child loop, with the head of each output.",
         ),
-        Tool(
-            name="loop_output",
-            description="The full output of one round of a child loop (default: its last).",
-            parameters=_params(["loop_id"], loop_id=_ID, round={"type": "integer"}),
-            run=tools.output,
+        _child_tool(
+            "loop_output",
+            tools.output,
+            "The full output of one round of a child loop (default: its last).",
+            round={"type": "integer"},
         ),
-        Tool(
-            name="loop_cancel",
-            description="Stop a child loop now (its running round is cancelled).",
-            parameters=_params(["loop_id"], loop_id=_ID),
-            run=tools.cancel,
+        _child_tool(
+            "loop_cancel", tools.cancel, "Stop a child loop now (its running round is cancelled)."
         ),
     ]
+
+
+def _child_tool(
+    name: str, run: ToolFunction, description: str, **properties: dict[str, Any]
+) -> Tool:
+    """A tool about one child loop: it takes the child's ``loop_id`` (and ``properties``)."""
+    return Tool(
+        name=name,
+        description=description,
+        parameters=_params(["loop_id"], loop_id=_ID, **properties),
+        run=run,
+    )
 
 
 def _add_tokens(context: ToolContext, result: AgentResult | SubAgentRun) -> None:
