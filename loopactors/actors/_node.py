@@ -6,7 +6,7 @@ import itertools
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import trio
 
@@ -162,21 +162,27 @@ def _raise_outcome(
         raise body_error
 
 
+class NodeOptions(TypedDict, total=False):
+    """:func:`open_node`'s options (its defaults apply), which :func:`run_node` passes on."""
+
+    name: str
+    strategy: Strategy
+    max_restarts: int
+    max_seconds: float
+    backoff: Backoff | None
+    shutdown_grace: float
+
+
 def run_node(
     children: Sequence[ChildSpec] = (),
     *,
     main: Callable[[Node], Awaitable[None]] | None = None,
-    name: str = "node",
-    strategy: Strategy = "one_for_one",
-    max_restarts: int = 3,
-    max_seconds: float = 5.0,
-    backoff: Backoff | None = None,
-    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+    **options: Unpack[NodeOptions],
 ) -> None:
     """Run a node as the whole process, until SIGINT or SIGTERM (or until ``main`` returns).
 
-    The signal stops the tree in order within ``shutdown_grace``, as leaving
-    :func:`open_node` does.
+    ``options`` are :func:`open_node`'s. The signal stops the tree in order within
+    ``shutdown_grace``, as leaving :func:`open_node` does.
     """
 
     main_error: list[Exception] = []
@@ -184,15 +190,7 @@ def run_node(
     async def serve() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with (
-                open_node(
-                    children,
-                    name=name,
-                    strategy=strategy,
-                    max_restarts=max_restarts,
-                    max_seconds=max_seconds,
-                    backoff=backoff,
-                    shutdown_grace=shutdown_grace,
-                ) as node,
+                open_node(children, **options) as node,
                 trio.open_nursery() as nursery,
             ):
 
