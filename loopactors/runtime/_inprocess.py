@@ -54,12 +54,9 @@ class InProcessTransport(RoundTransport):
         wait for (see docs/benchmarks.md). ``None``: the round runs in a task, as every
         other does (also when it would have to wait for a concurrency slot, or has an
         ``until`` check to run after it)."""
-        if request.until is not None:
+        worker = self._taskless_worker(request)
+        if worker is None:
             return None
-        try:
-            worker = self.worker(request.worker)
-        except Exception:
-            return None  # the round's run reports it as the round's failure
         kind_limit = self._kind_limits.get(worker.kind)
         if not self._take_slots_nowait(kind_limit):
             return None  # behind the rounds that wait for a slot
@@ -73,17 +70,25 @@ class InProcessTransport(RoundTransport):
             self._limit.release()
         return result
 
+    def _taskless_worker(self, request: RoundRequest) -> Worker | None:
+        """The worker of a round that may go without a task of its own; ``None`` when it has
+        an ``until`` check to run after it, or its worker cannot be built (the round's run
+        reports that as the round's failure)."""
+        if request.until is not None:
+            return None
+        try:
+            return self.worker(request.worker)
+        except Exception:
+            return None
+
     def start_wait(self, request: RoundRequest) -> float | None:
         """A round whose worker only waits (``Worker.waits_only``, the scripted worker's
         latency) begins now, holding its slots, as data rather than a task; ``None``: it
         runs in a task (also when it would have to wait for a slot, or has an ``until``
         check to run after it)."""
-        if request.until is not None:
+        worker = self._taskless_worker(request)
+        if worker is None:
             return None
-        try:
-            worker = self.worker(request.worker)
-        except Exception:
-            return None  # the round's run reports it as the round's failure
         delay = worker.waits_only(request)
         if delay is None or not self._take_slots_nowait(self._kind_limits.get(worker.kind)):
             return None
