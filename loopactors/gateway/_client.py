@@ -20,7 +20,6 @@ import os
 import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from contextlib import asynccontextmanager
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
@@ -515,12 +514,7 @@ class Subscribing:
     async def __aenter__(self) -> RemoteSubscription:
         return await self._open()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.subscription.aclose()
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 import trio
@@ -55,12 +54,7 @@ class _Remote(abc.ABC):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
 

@@ -11,7 +11,6 @@ import abc
 import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
-from types import TracebackType
 from typing import Self
 
 import trio
@@ -65,12 +64,7 @@ class _ClosedOnExit(abc.ABC):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -159,12 +153,7 @@ class Subscription(_ClosedOnExit):
     async def __aenter__(self) -> Subscription:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self.close()
 
 
