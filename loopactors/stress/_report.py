@@ -48,7 +48,19 @@ class InvariantCheck(msgspec.Struct, frozen=True, kw_only=True):
         return self.violations == 0
 
 
-class KillTrial(msgspec.Struct, frozen=True, kw_only=True):
+class _RoundRate:
+    """Completed rounds per second, for a record of both (0 when no time passed)."""
+
+    __slots__ = ()
+    rounds_completed: int
+    seconds: float
+
+    @property
+    def rounds_per_s(self) -> float:
+        return self.rounds_completed / self.seconds if self.seconds > 0 else 0.0
+
+
+class KillTrial(msgspec.Struct, _RoundRate, frozen=True, kw_only=True):
     trial: int
     #: False when the child finished (or failed) before the kill came.
     killed: bool
@@ -61,12 +73,8 @@ class KillTrial(msgspec.Struct, frozen=True, kw_only=True):
     loops_admitted: int = 0
     rounds_completed: int = 0
 
-    @property
-    def rounds_per_s(self) -> float:
-        return self.rounds_completed / self.seconds if self.seconds > 0 else 0.0
 
-
-class KillTotals(msgspec.Struct, frozen=True, kw_only=True):
+class KillTotals(msgspec.Struct, _RoundRate, frozen=True, kw_only=True):
     """The kill trials and the resume after them, taken together."""
 
     #: ``--loops``: the new loops each trial's child starts.
@@ -79,10 +87,6 @@ class KillTotals(msgspec.Struct, frozen=True, kw_only=True):
     loops: int
     rounds_completed: int
     seconds: float
-
-    @property
-    def rounds_per_s(self) -> float:
-        return self.rounds_completed / self.seconds if self.seconds > 0 else 0.0
 
 
 class StressReport(msgspec.Struct, frozen=True, kw_only=True):
