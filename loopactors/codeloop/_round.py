@@ -366,21 +366,15 @@ class CodeRound:
                 stat=stat,
             ),
         )
-        problem = await self._tampered(base)
-        gate = Gate("safety", problem, "blocked") if problem else None
-        if problem is None and result.status != "completed":
+        if await self._ended_if_tampered(number, base, tip, result.output):
+            return
+        problem: str | None = None
+        if result.status != "completed":
             problem = f"executor {result.status}: {result.error or ''}".strip()
-        if problem is None and not commits:
+        elif not commits:
             problem = "the executor committed nothing"
         if problem is not None:
-            await self._end_round(
-                number,
-                base,
-                tip,
-                reason=problem,
-                output=result.output,
-                gate=gate,
-            )
+            await self._end_round(number, base, tip, reason=problem, output=result.output)
             return
         self._record(
             StatusChanged,
@@ -405,16 +399,7 @@ class CodeRound:
                 worker_env(self.ledger, self.git, number, "validation"),
             ),
         )
-        problem = await self._tampered(base)
-        if problem is not None:
-            await self._end_round(
-                number,
-                base,
-                tip,
-                reason=problem,
-                output=executor_output,
-                gate=Gate("safety", problem, "blocked"),
-            )
+        if await self._ended_if_tampered(number, base, tip, executor_output):
             return
         self.ledger.write_receipt(
             number, "validation", validation_receipt(number, self.orchestration, passed, report)
@@ -455,18 +440,7 @@ class CodeRound:
             number, "review", review_receipt(number, o.reviewer, result, verdict)
         )
         merged = False
-        problem = await self._tampered(base)
-        if problem is not None:
-            await self._end_round(
-                number,
-                base,
-                tip,
-                validation=True,
-                verdict="reject",
-                reason=problem,
-                output=result.output,
-                gate=Gate("safety", problem, "blocked"),
-            )
+        if await self._ended_if_tampered(number, base, tip, result.output, reviewed=True):
             return
         if verdict.approved:
             await self.git.advance_candidate(base, tip)
@@ -488,6 +462,27 @@ class CodeRound:
             output=executor_output + "\n" + result.output,
             done=done and merged,
         )
+
+    async def _ended_if_tampered(
+        self, number: int, base: str, tip: str, output: str, *, reviewed: bool = False
+    ) -> bool:
+        """End the round at the safety gate if a worker changed what it must not
+        (:meth:`_tampered`); whether it did. ``reviewed``: it came to the review (so its
+        validation passed), which it fails."""
+        problem = await self._tampered(base)
+        if problem is None:
+            return False
+        await self._end_round(
+            number,
+            base,
+            tip,
+            reason=problem,
+            output=output,
+            validation=True if reviewed else None,
+            verdict="reject" if reviewed else None,
+            gate=Gate("safety", problem, "blocked"),
+        )
+        return True
 
     async def _end_round(
         self,
