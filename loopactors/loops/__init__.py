@@ -11,6 +11,7 @@ they return).
 
 from ._control import LoopControl as LoopControl
 from ._control import LoopReader as LoopReader
+from ._events import STATE_EVENTS as STATE_EVENTS
 from ._events import AgentStep as AgentStep
 from ._events import AnyEvent as AnyEvent
 from ._events import Gap as Gap
@@ -106,6 +107,7 @@ __all__ = [
     "NOTIFY_EVENTS",
     "ROUNDS_CEILING",
     "SIMILARITY_DEFAULT",
+    "STATE_EVENTS",
     "TERMINAL_PHASES",
     "AgentStep",
     "AnyEvent",

@@ -16,6 +16,7 @@ from .._util import count_of
 from ._model import CheckRecord, Mode, Phase, RoundStatus
 
 __all__ = [
+    "STATE_EVENTS",
     "AgentStep",
     "Gap",
     "LoopEvent",
@@ -252,3 +253,18 @@ AnyEvent = (
 )
 
 event_decoder = msgspec.json.Decoder(AnyEvent)
+
+#: The events that go with a change of the loop's stored state: every kind but the live-only
+#: ``AgentStep`` and ``RoundWaiting``.
+STATE_EVENTS: tuple[type[LoopEvent], ...] = (
+    LoopStarted,
+    RoundStarted,
+    RoundFinished,
+    RoundDeferred,
+    LoopPaused,
+    LoopResumed,
+    LoopRecovered,
+    LoopInterrupted,
+    LoopWaiting,
+    LoopFinished,
+)

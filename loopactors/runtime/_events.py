@@ -15,39 +15,11 @@ from typing import Self
 
 import trio
 
-from ..loops import (
-    AnyEvent,
-    Gap,
-    LoopFinished,
-    LoopInterrupted,
-    LoopPaused,
-    LoopRecovered,
-    LoopResumed,
-    LoopStarted,
-    LoopWaiting,
-    RoundDeferred,
-    RoundFinished,
-    RoundStarted,
-)
+from ..loops import STATE_EVENTS, AnyEvent, Gap
 
 __all__ = ["STATE_EVENTS", "Changes", "EventBus", "Gap", "Subscription", "Watch"]
 
 DEFAULT_QUEUE_SIZE = 1000
-
-#: The events that go with a change of the loop's stored state (every kind but the live-only
-#: ``AgentStep``).
-STATE_EVENTS: tuple[type, ...] = (
-    LoopStarted,
-    RoundStarted,
-    RoundFinished,
-    RoundDeferred,
-    LoopPaused,
-    LoopResumed,
-    LoopRecovered,
-    LoopInterrupted,
-    LoopWaiting,
-    LoopFinished,
-)
 
 log = logging.getLogger("loopactors.runtime")
 
