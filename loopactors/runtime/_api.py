@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
 import msgspec
 import trio
 
@@ -118,14 +119,12 @@ COMPACTION_TIMEOUT = 30.0
 MAX_AGE = 36_500 * 86_400.0
 
 
+@attrs.define(eq=False)
 class LoopHandle:
     """One loop, seen from the program that started (or found) it."""
 
-    __slots__ = ("loop_id", "runtime")
-
-    def __init__(self, runtime: Runtime, loop_id: str) -> None:
-        self.runtime = runtime
-        self.loop_id = loop_id
+    runtime: Runtime
+    loop_id: str
 
     def __repr__(self) -> str:
         return f"<LoopHandle {self.loop_id}>"

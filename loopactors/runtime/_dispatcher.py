@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import msgspec
 import outcome
 import trio
@@ -55,18 +56,16 @@ UNSERVED_GRACE = 10.0
 MAX_IDLE_ROUND_TASKS = 1024
 
 
+@attrs.define(eq=False)
 class _Waiting:
     """A round whose worker only waits (``Worker.waits_only``): no task, only this entry
     of the Dispatcher's heap until it is due (its wait, or its timeout, is over) or
     cancelled. ``began`` is trio time, ``began_at`` monotonic (as a ``RoundRun``'s)."""
 
-    __slots__ = ("began", "began_at", "dispatch", "times_out")
-
-    def __init__(self, dispatch: Dispatch, began: float, began_at: float, times_out: bool) -> None:
-        self.dispatch = dispatch
-        self.began = began
-        self.began_at = began_at
-        self.times_out = times_out
+    dispatch: Dispatch
+    began: float
+    began_at: float
+    times_out: bool
 
 
 class Dispatcher(Actor[Any]):
