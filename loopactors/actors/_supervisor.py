@@ -310,10 +310,17 @@ class Supervisor(Actor[Any]):
         return results  # type: ignore[return-value]  # every slot is filled by now
 
     async def _run_batched(
-        self, child: _Child, actor: Actor[Any], cell: _Cell, batch: _BatchStart, index: int
+        self,
+        child: _Child,
+        actor: Actor[Any],
+        cell: _Cell,
+        batch: _BatchStart,
+        index: int,
+        *,
+        scope: trio.CancelScope | None = None,
     ) -> None:
         try:
-            await run_actor(actor, cell, child.on_exit, _BatchStatus(batch, index))
+            await run_actor(actor, cell, child.on_exit, _BatchStatus(batch, index), scope)
         except StartFailed as failure:
             child.cell = None
             batch.report(index, failure)
@@ -325,9 +332,19 @@ class Supervisor(Actor[Any]):
         each returns from :func:`run_actor` once it sleeps, so a task apiece would only be
         spawned to end at once (recovering 50,000 loops spawned 50,000 such tasks). One
         that does not sleep at once (a handler that waits) holds up those after it, not
-        their start's outcome."""
-        for child, actor, cell, index in sleepers:
-            await self._run_batched(child, actor, cell, batch, index)
+        their start's outcome. They share one cancel scope, their kill switch while they
+        start (a scope each cost 4-5 us): a kill cancels it, and the rest go on in a new one.
+        """
+        todo = iter(sleepers)
+        killed = True
+        while killed:
+            killed = False
+            with trio.CancelScope() as scope:
+                for child, actor, cell, index in todo:
+                    await self._run_batched(child, actor, cell, batch, index, scope=scope)
+                    if scope.cancel_called:
+                        killed = True
+                        break
 
     async def _start(self, child: _Child) -> ActorRef[Any]:
         """Start one incarnation and return its ref once its ``on_start`` returned.

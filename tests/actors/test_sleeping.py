@@ -13,6 +13,7 @@ import trio.testing
 from loopactors.actors import Actor, ChildSpec, Supervisor, SupervisorRef, open_node
 from loopactors.errors import CallFailed
 from loopactors.testing import inject_crash
+from tests.hang import HANG
 
 from .helpers import Boom, Crash, Ping, Quit, Sleep, Worker
 
@@ -200,3 +201,85 @@ async def test_a_sleeper_killed_mid_message_is_restarted(
         assert await other.call(Ping(2)) == Ping(2)
     assert ("s", "crash") not in log
     assert log.count(("s", "start")) == 2
+
+
+class SlowStarter(Sleeper):
+    """A sleeper whose on_start waits ``start_wait`` seconds, and which first handles the
+    ``first`` message it casts itself (before it sleeps)."""
+
+    def __init__(
+        self,
+        label: str,
+        log: list[tuple[str, str]],
+        start_wait: float | None = None,
+        first: Any = None,
+    ) -> None:
+        super().__init__(label, log)
+        self.start_wait = start_wait
+        self.first = first
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        if self.start_wait is not None:
+            await trio.sleep(self.start_wait)
+        if self.first is not None:
+            self.ref.cast_nowait(self.first)
+
+
+async def test_a_kill_in_a_batch_start_ends_that_sleeper_only(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Sleepers of a batch start one after another in one task, under one cancel scope: a
+    kill of one while it starts (or handles its first message) ends that one as a kill of
+    an actor with a scope of its own would; those after it start in a new scope."""
+    log: list[tuple[str, str]] = []
+    options: dict[str, dict[str, Any]] = {
+        "s1": {"start_wait": 100.0},  # killed while it starts
+        "s2": {"start_wait": 0.0},  # a checkpoint: a cancelled scope would end it
+        "s3": {"first": Sleep(100.0)},  # killed while it handles its first message
+    }
+
+    def spec(i: int) -> ChildSpec:
+        label = f"s{i}"
+        # Only the first incarnation is slow: a restart starts at once.
+        return ChildSpec(
+            label, lambda: SlowStarter(label, log, **options.pop(label, {})), name=label
+        )
+
+    results: list[Any] = []
+    with trio.fail_after(HANG):  # virtual time: a start that never ends fails at once
+        await _start_and_kill(results, spec)
+    assert log.count(("s3", "start")) == 2
+    assert ("s1", "stop") not in log  # a kill skips the stop hook
+    assert [e for e in log if e[0] == "s3"] == [("s3", "start"), ("s3", "start"), ("s3", "stop")]
+
+
+async def _start_and_kill(results: list[Any], spec: Any) -> None:
+    async with open_node() as node:
+        async with trio.open_nursery() as nursery:
+
+            async def start() -> None:
+                results.extend(await node.supervisor.start_children([spec(i) for i in range(5)]))
+
+            nursery.start_soon(start)
+            await settle()
+            first = node.whereis("s1")
+            assert first is not None
+            cell_of(first).kill()
+            await trio.sleep(1)
+            third = node.whereis("s3")
+            assert third is not None
+            assert not cell_of(third).dormant  # handling its first message
+            cell_of(third).kill()
+        assert isinstance(results[1], BaseException)
+        assert "killed while starting" in str(results[1])
+        for i in (0, 2, 4):
+            assert cell_of(results[i]).dormant
+            assert await results[i].call(Ping(i)) == Ping(i)
+        assert not results[3].alive
+        again = node.whereis("s3")  # restarted by the supervisor, as after any kill
+        assert again is not None
+        assert again != results[3]
+        await settle()
+        assert await again.call(Ping(3)) == Ping(3)
+        assert node.whereis("s1") is None
