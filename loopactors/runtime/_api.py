@@ -563,7 +563,7 @@ class RuntimeRoundContext:
     besides returning output (the one loop vocabulary, its starts made child loops of the
     round's loop; events; compaction)."""
 
-    __slots__ = ("_bus", "_config", "_groups", "_node", "loop_id", "round")
+    __slots__ = ("_bus", "_config", "_node", "loop_id", "round")
 
     def __init__(
         self, config: RuntimeConfig, bus: EventBus, node: Node, loop_id: str, round_number: int
@@ -572,9 +572,6 @@ class RuntimeRoundContext:
         self._config = config
         self._bus = bus
         self._node = node
-        # A runtime with a state directory records its rounds' process groups there, so
-        # that its next start ends those a crash left running.
-        self._groups = None if store_kind(config.store).in_process else Path(config.state_dir)
         self.loop_id = loop_id
         self.round = round_number
 
@@ -664,13 +661,24 @@ class RuntimeRoundContext:
         )
         return applied
 
+    @property
+    def _groups(self) -> Path | None:
+        """Where a runtime with a state directory records its rounds' process groups, so
+        that its next start ends those a crash left running. Found on use: most rounds
+        start none, and parsing the store's URL for each round cost more than the rest of
+        making its context."""
+        config = self._config
+        return None if store_kind(config.store).in_process else Path(config.state_dir)
+
     def process_group_started(self, pgid: int, cgroup: str | None = None) -> None:
-        if self._groups is not None:
-            record_group(self._groups, self.loop_id, self.round, pgid, cgroup=cgroup)
+        groups = self._groups
+        if groups is not None:
+            record_group(groups, self.loop_id, self.round, pgid, cgroup=cgroup)
 
     def process_group_ended(self, pgid: int) -> None:
-        if self._groups is not None:
-            forget_group(self._groups, pgid)
+        groups = self._groups
+        if groups is not None:
+            forget_group(groups, pgid)
 
     def agent_step(self, tool: str, detail: str) -> None:
         self._bus.publish(
