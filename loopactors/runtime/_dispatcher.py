@@ -124,7 +124,7 @@ class Dispatcher(Actor[Any]):
             wait = self._transport.start_wait(message.request)
             if wait is not None:
                 self.rounds_started += 1
-                self._hold(message, wait, started)
+                self._hold(key, message, wait, started)
                 return None
             run = RoundRun(
                 trio.CancelScope(), message.timeout, self._context_factory, self.node, started
@@ -191,14 +191,14 @@ class Dispatcher(Actor[Any]):
                 self._stopping.add(key)
                 run.scope.cancel()
 
-    def _hold(self, dispatch: Dispatch, wait: float, started: float) -> None:
+    def _hold(self, key: str, dispatch: Dispatch, wait: float, started: float) -> None:
         """Hold a round that only waits: due when its wait is over, or at its timeout if
         that comes first (as a round task's deadline would end its worker's sleep)."""
         now = trio.current_time()
         times_out = wait >= dispatch.timeout
         due = now + (dispatch.timeout if times_out else wait)
         waiting = _Waiting(dispatch, now, started, times_out)
-        self._running[dispatch.request.key] = waiting
+        self._running[key] = waiting
         waits = self._waits
         if not waits or due < waits[0][0]:
             self._waits_changed.set()  # sooner than what _end_waits sleeps until
