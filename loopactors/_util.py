@@ -7,9 +7,10 @@ import gc
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ParamSpec, TypeVar
 
 import msgspec
 
@@ -102,6 +103,30 @@ def gc_paused() -> Iterator[None]:
 # C0 controls but tab and newline, DEL, C1 controls, and the bidirectional overrides and
 # isolates (which reorder what a terminal shows).
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def deprecated(old: str, new: str) -> None:
+    """Warn the caller's caller that ``old`` is a former spelling of ``new``, kept for one
+    release (docs/embedding.md, "Former names")."""
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
+
+
+def former_name(old: str, new: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``new`` under the name it had before (``old``, as ``Class.method``), kept for one
+    release: each call warns, then calls ``new``."""
+
+    def former(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        deprecated(old, new.__name__)
+        return new(*args, **kwargs)
+
+    former.__name__ = old.rpartition(".")[2]
+    former.__qualname__ = old
+    former.__doc__ = f"Deprecated spelling of :meth:`{new.__name__}` (kept for one release)."
+    return former
 
 
 def pid_exists(pid: int) -> bool:

@@ -17,7 +17,6 @@ import builtins
 import contextlib
 import itertools
 import os
-import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -33,7 +32,7 @@ from trio_websocket import (
     connect_websocket_url,
 )
 
-from .._util import backoff_delay
+from .._util import backoff_delay, former_name
 from ..errors import ConnectionLost, RemoteError
 from ..loops import LoopControl, LoopFinished, LoopSpec, LoopState, RoundRecord
 from ..runtime import Gap
@@ -191,12 +190,7 @@ class NodeClient:
         request = Status(id=0, live_only=live_only, limit=limit)
         return (await self._request(request, LoopStatus)).loops
 
-    async def loops(
-        self, *, live_only: bool = False, limit: int | None = None
-    ) -> builtins.list[LoopState]:
-        """Deprecated spelling of :meth:`list` (kept for one release)."""
-        warnings.warn("NodeClient.loops is deprecated: use list", DeprecationWarning, stacklevel=2)
-        return await self.list(live_only=live_only, limit=limit)
+    loops = former_name("NodeClient.loops", list)
 
     async def loop_pages(
         self, *, live_only: bool = False, page: int | None = None

@@ -17,7 +17,6 @@ import builtins
 import contextlib
 import functools
 import time
-import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,6 +26,7 @@ import attrs
 import msgspec
 import trio
 
+from .._util import deprecated, former_name
 from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
 from ..agent import Entry, FullPlan, MicroPlan
 from ..errors import ActorNotRunning, CallFailed, ConfigError, LoopNotFound
@@ -133,10 +133,7 @@ class LoopHandle:
         """The loop's committed state."""
         return await self.runtime.get(self.loop_id)
 
-    async def status(self) -> LoopState:
-        """Deprecated spelling of :meth:`get` (kept for one release)."""
-        _deprecated("LoopHandle.status", "get")
-        return await self.get()
+    status = former_name("LoopHandle.status", get)
 
     async def stop(self, *, after_round: bool = False) -> LoopState:
         """Stop now (the round in flight is cancelled), or after the round in flight."""
@@ -334,16 +331,7 @@ class Runtime:
         )
         return loops
 
-    async def loops(
-        self,
-        *,
-        live_only: bool = False,
-        limit: int | None = None,
-        after: tuple[float, str] | None = None,
-    ) -> builtins.list[LoopState]:
-        """Deprecated spelling of :meth:`list` (kept for one release)."""
-        _deprecated("Runtime.loops", "list")
-        return await self.list(live_only=live_only, limit=limit, after=after)
+    loops = former_name("Runtime.loops", list)
 
     async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState:
         """Stop a loop now, or after the round in flight (as :meth:`LoopHandle.stop`)."""
@@ -625,7 +613,7 @@ class RuntimeRoundContext:
     # -- the spellings before the one vocabulary, kept for one release ---------------------
 
     async def start_child(self, text: str, **options: Any) -> LoopHandle:
-        _deprecated("RoundContext.start_child", "start (which returns the child's state)")
+        deprecated("RoundContext.start_child", "start (which returns the child's state)")
         return self.runtime.handle(await self.start(text, **options))
 
     @property
@@ -636,21 +624,10 @@ class RuntimeRoundContext:
     def node_paths(self) -> tuple[str, ...]:
         return tuple(str(Path(path).resolve()) for path in self._config.protected_paths())
 
-    async def get_loop(self, loop_id: str) -> LoopState:
-        _deprecated("RoundContext.get_loop", "get")
-        return await self.get(loop_id)
-
-    async def list_loops(self) -> builtins.list[LoopState]:
-        _deprecated("RoundContext.list_loops", "list")
-        return await self.list()
-
-    async def loop_history(self, loop_id: str) -> builtins.list[RoundRecord]:
-        _deprecated("RoundContext.loop_history", "history")
-        return await self.history(loop_id)
-
-    async def stop_loop(self, loop_id: str) -> LoopState:
-        _deprecated("RoundContext.stop_loop", "stop")
-        return await self.stop(loop_id)
+    get_loop = former_name("RoundContext.get_loop", get)
+    list_loops = former_name("RoundContext.list_loops", list)
+    loop_history = former_name("RoundContext.loop_history", history)
+    stop_loop = former_name("RoundContext.stop_loop", stop)
 
     async def apply_compaction(
         self, plan: MicroPlan | FullPlan, view: tuple[Entry, ...]
@@ -686,11 +663,6 @@ class RuntimeRoundContext:
                 loop_id=self.loop_id, at=time.time(), round=self.round, tool=tool, detail=detail
             )
         )
-
-
-def _deprecated(old: str, new: str) -> None:
-    """A former spelling, kept for one release (docs/embedding.md, "Former names")."""
-    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
 
 
 if TYPE_CHECKING:  # the runtime implements the workers' protocol and the vocabulary (mypy)
