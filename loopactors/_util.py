@@ -10,7 +10,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, ParamSpec, TypeVar
+from typing import IO, Any, ParamSpec, Protocol, TypeVar
 
 import msgspec
 
@@ -127,6 +127,21 @@ def former_name(old: str, new: Callable[_P, _R]) -> Callable[_P, _R]:
     former.__qualname__ = old
     former.__doc__ = f"Deprecated spelling of :meth:`{new.__name__}` (kept for one release)."
     return former
+
+
+class _Closable(Protocol):
+    def close(self) -> object: ...
+
+
+@contextlib.contextmanager
+def closed_on_failure(resource: _Closable) -> Iterator[None]:
+    """Close ``resource`` if the block raises (cancellation too), then re-raise: what was
+    just opened is not left open by a setup that failed."""
+    try:
+        yield
+    except BaseException:
+        resource.close()
+        raise
 
 
 def pid_exists(pid: int) -> bool:

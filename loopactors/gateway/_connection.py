@@ -22,6 +22,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection
 
 from .. import __version__
+from .._util import closed_on_failure
 from ..errors import ActorNotRunning, CallFailed, CallTimeout, StoreError
 from ..loops import AgentStep, AnyEvent, RoundWaiting
 from ..runtime import Changes, Gap, Subscription
@@ -402,11 +403,9 @@ class Connection:
         stored: list[AnyEvent] = []
         if request.replay:
             assert request.loop_id is not None
-            try:  # subscribed first, read second: an event is in one or both, never neither
+            # Subscribed first, read second: an event is in one or both, never neither.
+            with closed_on_failure(sub):
                 stored = await self.gateway.runtime.stored_events(request.loop_id)
-            except BaseException:
-                sub.close()
-                raise
             if request.after > len(stored):
                 sub.close()
                 raise Refusal(

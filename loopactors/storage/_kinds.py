@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from .._plugins import Registry
-from .._util import redact_url
+from .._util import closed_on_failure, redact_url
 from ..errors import ConfigError, StoreError
 
 if TYPE_CHECKING:
@@ -223,9 +223,6 @@ def open_store(
     durability = check_durability(durability)
     backend = kind.open(parsed, state_dir, read_only)
     if backend is not None and not read_only:
-        try:
+        with closed_on_failure(backend):
             backend.set_durability(durability)
-        except BaseException:
-            backend.close()
-            raise
     return backend

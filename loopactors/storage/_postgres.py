@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._util import pid_exists
+from .._util import closed_on_failure, pid_exists
 from ..errors import ConfigError, LeaseLost, StoreError
 from ..loops import (
     TERMINAL_PHASES,
@@ -215,7 +215,7 @@ class PostgresBackend(SqlBackend):
             )
         except pg.Error as exc:
             raise StoreError(f"cannot connect to the store {self.shown}: {exc}") from None
-        try:
+        with closed_on_failure(self._conn):
             # A node stalled inside a transaction (a prune's, the queue's) must not hold its
             # lease row locked against a takeover for long: the server ends it.
             with self._reading():
@@ -228,9 +228,6 @@ class PostgresBackend(SqlBackend):
                 if node_id is None:
                     self._own_lease = Lease(url, shown=self.shown, name="command")
                     self.node_id = self._own_lease.node_id
-        except BaseException:
-            self._conn.close()
-            raise
 
     def _version(self) -> int | None:
         with self._reading():
@@ -457,11 +454,8 @@ class Lease:
             self._conn = pg.connect(url, autocommit=True, application_name="loopactors lease")
         except pg.Error as exc:
             raise StoreError(f"cannot connect to the store {shown}: {exc}") from None
-        try:
+        with closed_on_failure(self._conn):
             self._register()
-        except BaseException:
-            self._conn.close()
-            raise
 
     def _register(self) -> None:
         """Take the store: declare dead a holder whose lease expired (or whose process is

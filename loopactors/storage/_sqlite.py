@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from .._util import private_dirs
+from .._util import closed_on_failure, private_dirs
 from ..errors import StoreError
 from ..loops import (
     TERMINAL_PHASES,
@@ -187,14 +187,11 @@ class SqliteBackend(SqlBackend):
             )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the store {path}: {exc}") from exc
-        try:
+        with closed_on_failure(self._conn):
             if read_only:
                 self._check_readable()
             else:
                 self._open()
-        except BaseException:
-            self._conn.close()
-            raise
 
     def _open(self) -> None:
         conn = self._conn
