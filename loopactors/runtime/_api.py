@@ -546,22 +546,18 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
     ]
 
 
+@attrs.define(eq=False)
 class RuntimeRoundContext:
     """The runtime's side of :class:`~loopactors.workers.RoundContext`: what a round may do
     besides returning output (the one loop vocabulary, its starts made child loops of the
     round's loop; events; compaction)."""
 
-    __slots__ = ("_bus", "_config", "_node", "loop_id", "round")
-
-    def __init__(
-        self, config: RuntimeConfig, bus: EventBus, node: Node, loop_id: str, round_number: int
-    ) -> None:
-        # Made for every round, so it only keeps references; the Runtime is built on use.
-        self._config = config
-        self._bus = bus
-        self._node = node
-        self.loop_id = loop_id
-        self.round = round_number
+    # Made for every round, so it only keeps references; the Runtime is built on use.
+    _config: RuntimeConfig
+    _bus: EventBus
+    _node: Node
+    loop_id: str
+    round: int
 
     @property
     def runtime(self) -> Runtime:
