@@ -111,16 +111,6 @@ def _node_message(exc: OSError, syscall: str) -> str:
     return f"{code}: {reason}, {syscall} '{exc.filename if exc.filename is not None else ''}'"
 
 
-def _read_bytes(path: str | None) -> bytes:
-    if path:
-        try:
-            with open(path, "rb") as handle:
-                return handle.read()
-        except OSError as exc:
-            raise RuntimeError(_node_message(exc, "open")) from None
-    return b"" if sys.stdin is None else sys.stdin.buffer.read()
-
-
 def _open(path: str) -> BinaryIO:
     try:
         return open(path, "rb")
@@ -129,7 +119,7 @@ def _open(path: str) -> BinaryIO:
 
 
 def _node_errors(read: Callable[[int], bytes]) -> Callable[[int], bytes]:
-    """``read`` raising what :func:`_read_bytes` raises when a read fails."""
+    """``read`` raising what a failed open raises (Node's wording)."""
 
     def guarded(size: int) -> bytes:
         try:
@@ -140,11 +130,74 @@ def _node_errors(read: Callable[[int], bytes]) -> Callable[[int], bytes]:
     return guarded
 
 
-def _read_ledger(path: str | None) -> Ledger:
+class _Input:
+    """The ledger: a regular file (read as often as needed), or the bytes of a small one from
+    standard input or a pipe. A larger one from those is spooled as it arrives into an
+    anonymous temporary file, then read as a file is (a block at a time: docs/ledger.md)."""
+
+    __slots__ = ("data", "handle")
+
+    def __init__(self, path: str | None) -> None:
+        self.handle: BinaryIO | None = None
+        self.data: bytes | None = None
+        if path:
+            handle = _open(path)
+            if stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                self.handle = handle
+                return
+            with handle:
+                self._spool(_node_errors(handle.read))
+        elif sys.stdin is None:
+            self.data = b""
+        else:
+            self._spool(sys.stdin.buffer.read)
+
+    def _spool(self, read: Callable[[int], bytes]) -> None:
+        head = read(SMALL_LEDGER_BYTES + 1)  # a buffered read: all of it, or up to EOF
+        if len(head) <= SMALL_LEDGER_BYTES:
+            self.data = head
+            return
+        import tempfile  # noqa: PLC0415 - a large ledger from a pipe only
+
+        spool = tempfile.TemporaryFile()  # noqa: SIM115 - open until close()
+        try:
+            while head:
+                spool.write(head)
+                head = read(1 << 16)
+            spool.seek(0)
+        except BaseException:
+            spool.close()
+            raise
+        self.handle = spool
+
+    def large(self) -> bool:
+        """Whether this is a file above the small-ledger size."""
+        return self.handle is not None and os.fstat(self.handle.fileno()).st_size > (
+            SMALL_LEDGER_BYTES
+        )
+
+    def read(self) -> Callable[[int], bytes]:
+        """The ledger's reader, from its start."""
+        if self.handle is None:
+            assert self.data is not None
+            return io.BytesIO(self.data).read
+        self.handle.seek(0)
+        return _node_errors(self.handle.read)
+
+    def whole(self) -> bytes:
+        """The ledger's bytes."""
+        return self.read()(-1)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
+def _read_ledger(source: _Input) -> Ledger:
     from ._model import parse_ledger  # noqa: PLC0415 - not needed by --check
 
     # Node's utf8 decoding replaces bad bytes instead of failing.
-    return parse_ledger(_read_bytes(path).decode("utf-8", errors="replace"))
+    return parse_ledger(source.whole().decode("utf-8", errors="replace"))
 
 
 def _write(text: str) -> None:
@@ -243,9 +296,17 @@ def _run(opts: Options) -> int:
         from ._cli_budget import resolve_run_budget  # noqa: PLC0415 - only when asked for
 
         token_budget = resolve_run_budget(opts)
+    source = _Input(opts.ledger)
+    try:
+        return _operation(opts, token_budget, source)
+    finally:
+        source.close()
+
+
+def _operation(opts: Options, token_budget: int | float | None, source: _Input) -> int:
     if opts.operation == "check":
         # The breaker reads only what its rules need, straight from the JSON (see _facts).
-        facts = _check_facts(opts)
+        facts = _check_facts(opts, source)
         answer = _check(facts, _limits(opts, token_budget), opts)
         if opts.json:
             _write(encode_plain_json(answer))
@@ -254,7 +315,7 @@ def _run(opts: Options) -> int:
             _write(f"{verdict} [{answer['trigger']}] \u2014 {answer['reason']}")
         return EXIT_ESCALATE if answer["escalate"] else EXIT_CONTINUE
     if opts.operation == "summary":
-        return _summary(opts)
+        return _summary(opts, source)
     from ._breaker import check_circuit_breaker  # noqa: PLC0415 - not needed by --check
     from ._js import encode_json  # noqa: PLC0415
     from ._summary import (  # noqa: PLC0415
@@ -265,11 +326,13 @@ def _run(opts: Options) -> int:
     )
 
     if opts.operation == "status":
-        done = _streamed_status(opts, token_budget)
+        done = _streamed_status(opts, token_budget, source)
         if done is not None:
             return done
-    ledger = _read_ledger(opts.ledger)
     breaker, prune = _configs(opts, token_budget)
+    if opts.operation == "inject" and _streamed_inject(breaker, prune, source):
+        return EXIT_CONTINUE
+    ledger = _read_ledger(source)
     if opts.operation == "prune":
         _write(encode_json(prune_ledger(ledger, prune)))
         return EXIT_CONTINUE
@@ -284,47 +347,36 @@ def _run(opts: Options) -> int:
     return EXIT_ESCALATE if decision.escalate else EXIT_CONTINUE
 
 
-def _large_file(handle: BinaryIO) -> bool:
-    """Whether ``handle`` is a regular file above the small-ledger size (read again is safe)."""
-    info = os.fstat(handle.fileno())
-    return stat.S_ISREG(info.st_mode) and info.st_size > SMALL_LEDGER_BYTES
-
-
-def _check_facts(opts: Options) -> BreakerFacts:
+def _check_facts(opts: Options, source: _Input) -> BreakerFacts:
     """The breaker's facts for ``--check``: a large file with a huge attempt is read a block
     at a time (``_facts_read.read_file_facts``), anything else whole."""
-    if opts.ledger:
-        with _open(opts.ledger) as handle:
-            if _large_file(handle):
-                from ._facts_read import read_file_facts  # noqa: PLC0415 - loads msgspec
+    if source.large():
+        from ._facts_read import read_file_facts  # noqa: PLC0415 - loads msgspec
 
-                # A failed read raises an OSError: worded as _node_errors words it (_main).
-                return read_file_facts(handle, opts.similarity_threshold)
-    return read_breaker_facts(_read_bytes(opts.ledger), opts.similarity_threshold)
+        assert source.handle is not None
+        source.handle.seek(0)
+        # A failed read raises an OSError: worded as _node_errors words it (_main).
+        return read_file_facts(source.handle, opts.similarity_threshold)
+    return read_breaker_facts(source.whole(), opts.similarity_threshold)
 
 
-def _streamed_status(opts: Options, token_budget: int | float | None) -> int | None:
+def _streamed_status(opts: Options, token_budget: int | float | None, source: _Input) -> int | None:
     """``--status`` of a large file, read twice a block at a time (the breaker's facts, then
     the summary; never both held: docs/ledger.md); None leaves the ledger to the whole read
-    (a pipe, a small file, input the block reader gives up on)."""
-    if not opts.ledger:
+    (a small ledger, input the block reader gives up on)."""
+    if not source.large():
         return None
-    with _open(opts.ledger) as handle:
-        if not _large_file(handle):
-            return None
-        from ._facts_stream import read_streamed_facts  # noqa: PLC0415 - not needed by --check
-        from ._summary_read import format_streamed_summary, read_summary  # noqa: PLC0415
+    from ._facts_stream import read_streamed_facts  # noqa: PLC0415 - not needed by --check
+    from ._summary_read import format_streamed_summary, read_summary  # noqa: PLC0415
 
-        read = _node_errors(handle.read)
-        facts = read_streamed_facts(read, opts.similarity_threshold)
-        if facts is None:
-            return None
-        limits = _limits(opts, token_budget)
-        check_limits(limits)  # after the ledger, as the whole read checks them
-        trigger, reason = breaker_verdict(facts, limits)
-        del facts
-        handle.seek(0)
-        summary = read_summary(read)
+    facts = read_streamed_facts(source.read(), opts.similarity_threshold)
+    if facts is None:
+        return None
+    limits = _limits(opts, token_budget)
+    check_limits(limits)  # after the ledger, as the whole read checks them
+    trigger, reason = breaker_verdict(facts, limits)
+    del facts
+    summary = read_summary(source.read())
     if summary is None:
         return None
     # The summary always groups at the default 0.85, as summarize_attempts(ledger) does.
@@ -336,7 +388,24 @@ def _streamed_status(opts: Options, token_budget: int | float | None) -> int | N
     return EXIT_ESCALATE if escalate else EXIT_CONTINUE
 
 
-def _summary(opts: Options) -> int:
+def _streamed_inject(breaker: BreakerConfig, prune: PruneConfig, source: _Input) -> bool:
+    """``--inject`` of a large file, read three times a block at a time (``_inject_read``);
+    False leaves the ledger to the whole read (a small ledger, a threshold below 0.8, input
+    the block reader gives up on), with nothing written."""
+    if not source.large():
+        return False
+    from ._inject_read import streams_injection, write_streamed_injection  # noqa: PLC0415
+
+    if not streams_injection(breaker):
+        return False
+    read = source.read()
+    out = sys.stdout
+    done = write_streamed_injection(read, source.read, breaker, prune, out.write)
+    out.flush()
+    return done
+
+
+def _summary(opts: Options, source: _Input) -> int:
     """``--summary``: read a block at a time where the input allows (see _summary_read)."""
     from ._summary_read import (  # noqa: PLC0415 - not needed by --check
         format_streamed_summary,
@@ -344,19 +413,7 @@ def _summary(opts: Options) -> int:
         write_summary_json,
     )
 
-    data = None
-    streamed = None
-    if opts.ledger:
-        with _open(opts.ledger) as handle:
-            if stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                streamed = read_summary(_node_errors(handle.read))
-            else:
-                # A pipe cannot be read again if the block reader gives up: keep the bytes.
-                data = _node_errors(handle.read)(-1)
-    else:
-        data = _read_bytes(None)
-    if data is not None:
-        streamed = read_summary(io.BytesIO(data).read)
+    streamed = read_summary(source.read())
     out = sys.stdout
     if streamed is not None:
         if opts.json:
@@ -370,8 +427,7 @@ def _summary(opts: Options) -> int:
     from ._model import parse_ledger  # noqa: PLC0415
     from ._summary import format_summary, summarize_attempts  # noqa: PLC0415
 
-    if data is None:
-        data = _read_bytes(opts.ledger)
+    data = source.whole()
     # The summary always groups at the default 0.85 (the reference ignores the flag here).
     summary = summarize_attempts(parse_ledger(data.decode("utf-8", errors="replace")))
     del data

@@ -34,7 +34,15 @@ from ._text import error_signature, line_signature_pieces, trigrams_of_pieces
 
 TYPE_CHECKING = False  # typing itself is not needed to run
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Protocol
+
+    class _Sink(Protocol):
+        """What :meth:`_Text.string` hands a string's pieces to, and asks for its value."""
+
+        def add(self, piece: str) -> None: ...
+
+        def result(self) -> object: ...
+
 
 __all__ = ["StreamedSummary", "format_streamed_summary", "read_summary", "write_summary_json"]
 
@@ -84,10 +92,12 @@ class _GiveUp(Exception):
 class _Text:
     """The ledger text, decoded a block at a time; ``buf[pos:]`` is what is left to read."""
 
-    __slots__ = ("_decoder", "_read", "buf", "eof", "pos")
+    __slots__ = ("_decoder", "_read", "buf", "eof", "error_sink", "pos")
 
     def __init__(self, read: Callable[[int], bytes]) -> None:
         self._read = read
+        #: What keeps a long attempt's ``error`` string as it is read (:meth:`string`).
+        self.error_sink: Callable[[], _Sink] = _ErrorLines
         self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
         self.buf = ""
         self.pos = 0
@@ -202,7 +212,7 @@ class _Text:
         """The JSON string next, a block at a time: a text, or for a long ``error`` what
         the summary needs of it (:class:`_LongError`)."""
         self.char()  # its opening quote
-        sink: _Pieces | _ErrorLines = _ErrorLines() if error else _Pieces()
+        sink = self.error_sink() if error else _Pieces()
         while True:
             buf, pos = self.buf, self.pos
             end = _CONTENT.match(buf, pos, min(len(buf), pos + _BLOCK)).end()  # type: ignore[union-attr]
@@ -347,17 +357,23 @@ class StreamedSummary:
         "actions",
         "counts",
         "failures",
+        "goal",
         "grouper",
         "long",
         "memo",
         "noops",
         "samples",
         "successes",
+        "threshold",
         "tokens",
         "total_attempts",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, threshold: float = _THRESHOLD) -> None:
+        #: ``--summary`` groups at the default; ``--inject`` at the breaker's threshold
+        #: (at least 0.8: the grouper's parts need it).
+        self.threshold = threshold
+        self.goal = ""
         self.total_attempts = self.successes = self.failures = self.noops = 0
         self.tokens = 0.0
         self.actions = TextSet()
@@ -445,7 +461,7 @@ class StreamedSummary:
         self._pending = None
         self._memo_chars = 0
         distinct = list(dict.fromkeys(sig for sig, _ in pending.values()))
-        self.grouper = PartsGrouper(_THRESHOLD, common_grams(distinct))
+        self.grouper = PartsGrouper(self.threshold, common_grams(distinct))
         group_of: dict[str, int] = {}
         for error, (sig, count) in pending.items():
             group = group_of.get(sig)
@@ -526,22 +542,25 @@ def _first_line(error: str) -> str:
     return trim(error if end < 0 else error[:end])
 
 
-def read_summary(read: Callable[[int], bytes]) -> StreamedSummary | None:
+def read_summary(
+    read: Callable[[int], bytes], threshold: float = _THRESHOLD
+) -> StreamedSummary | None:
     """The summary of the ledger JSON ``read(n)`` returns a piece at a time, or None where
-    ``parse_ledger`` must read it (bad or unusual input; see the module's note)."""
+    ``parse_ledger`` must read it (bad or unusual input; see the module's note).
+    ``threshold``: at least 0.8 (:class:`PartsGrouper`)."""
     text = _Text(read)
-    summary = StreamedSummary()
+    summary = StreamedSummary(threshold)
     try:
-        _read_ledger(text, summary.add)
+        summary.goal = _read_ledger(text, summary.add)
     except _GiveUp:
         return None
     summary.finish()
     return summary
 
 
-def _read_ledger(text: _Text, add: Callable[[dict[str, Any]], None]) -> None:
+def _read_ledger(text: _Text, add: Callable[[dict[str, Any]], None]) -> str:
     """``{"goal": "...", "attempts": [...]}`` with any other keys, each key once; ``add``
-    takes each attempt (and raises :class:`_GiveUp` for one it refuses)."""
+    takes each attempt (and raises :class:`_GiveUp` for one it refuses). Returns the goal."""
     if text.char() != "{":
         raise _GiveUp
     seen: set[str] = set()
@@ -564,6 +583,7 @@ def _read_ledger(text: _Text, add: Callable[[dict[str, Any]], None]) -> None:
             raise _GiveUp
     if text.char() != "" or type(goal) is not str or "attempts" not in seen:
         raise _GiveUp
+    return goal
 
 
 def _read_attempts(text: _Text, add: Callable[[dict[str, Any]], None]) -> None:

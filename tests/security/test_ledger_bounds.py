@@ -10,6 +10,7 @@ block on the event loop. Counted here, never timed.
 
 from __future__ import annotations
 
+import io
 import random
 import string
 import threading
@@ -433,3 +434,52 @@ def test_check_and_status_of_one_huge_error_hold_one_copy_of_it(
         expected = f"{text}\n\nCircuit breaker: {verdict} [{decision.trigger}]\n  {decision.reason}"
         assert out == expected + "\n"
     assert code == (2 if decision.escalate else 0)
+
+
+@pytest.mark.parametrize("stdin", [False, True], ids=["file", "stdin"])
+def test_inject_of_one_huge_error_holds_one_copy_of_it(
+    stdin: bool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One 3 MB error: ``--inject`` held the decoded text, the parsed ledger, the summary's
+    and the breaker's signatures, the pruned copy of the error and the output joined (7-10x
+    the file). Now the file is read three times a block at a time (the breaker's facts, the
+    summary, the pruning window) and the output written a piece at a time: the error is
+    held once (its kept lines, as UTF-8). Standard input was read whole; it is spooled into
+    an anonymous temporary file as it arrives and read the same way. Same output as the
+    whole read's."""
+    import json
+
+    from loopactors.ledger import (
+        BreakerConfig,
+        PruneConfig,
+        build_context_injection,
+        parse_ledger,
+    )
+    from loopactors.ledger._cli import main
+
+    random.seed(7)
+    words = "".join(random.choice(string.ascii_lowercase + "  ") for _ in range(3_000_000))
+    attempts = [
+        {"outcome": "success", "action": "b", "tokensUsed": 3},
+        {"outcome": "failure", "error": f"Error: {words} /x/y.js:12:3\n  at f", "action": "a"},
+    ]
+    data = json.dumps({"goal": "g", "attempts": attempts}).encode()
+    del words, attempts
+    path = tmp_path / "ledger.json"
+    path.write_bytes(data)
+    output = tmp_path / "out.txt"
+    with output.open("w", encoding="utf-8") as out:
+        # A file, not a captured buffer: the output itself is not the command's memory.
+        monkeypatch.setattr("sys.stdout", out)
+        args = ["--inject", "--ledger", str(path)]
+        if stdin:
+            monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+            del args[1:]
+        code, peak = _peak(lambda: main(args))
+    # The error's line (the summary's head) or its kept lines (~1x), the reader's blocks
+    # and the line's set of grams (1-2 MB: any three of 27 characters).
+    assert peak < len(data) + (5 << 20), peak
+    assert code == 0
+    ledger = parse_ledger(data.decode())
+    expected = build_context_injection(ledger, BreakerConfig(), PruneConfig())
+    assert output.read_text(encoding="utf-8") == expected + "\n"
