@@ -13,26 +13,13 @@ from ._js import format_number, is_integer, is_number, js_string
 
 TYPE_CHECKING = False  # typing itself is not loaded by ``context --check``
 if TYPE_CHECKING:
-    from typing import Protocol
+    from typing import TypeAlias
 
     from ._facts import BreakerFacts
-    from ._model import Trigger
+    from ._model import BreakerConfig, Trigger
 
-    class Limits(Protocol):
-        """What the rules read of a breaker config (:class:`BreakerConfig` is one)."""
-
-        @property
-        def max_iterations(self) -> int: ...
-        @property
-        def stagnation_threshold(self) -> int: ...
-        @property
-        def frustration_threshold(self) -> int: ...
-        @property
-        def no_progress_threshold(self) -> int: ...
-        @property
-        def similarity_threshold(self) -> float: ...
-        @property
-        def token_budget(self) -> int | None: ...
+    #: What the rules read: a breaker config, as the public Struct or as plain attributes.
+    Limits: TypeAlias = "BreakerConfig | BreakerLimits"
 
 
 __all__ = [
