@@ -36,6 +36,7 @@ __all__ = [
     "LoopNotFound",
     "LoopSyntaxError",
     "LoopactorsError",
+    "LoopsFenced",
     "MailboxFull",
     "ModelError",
     "NameTaken",
@@ -204,6 +205,16 @@ class LeaseLost(StoreError):
     """This node's lease on a shared store (PostgreSQL) ended: it could not renew it in time,
     or another node declared it dead and took the store over. Nothing it commits from then
     on is written, so its runtime stops (docs/multinode.md)."""
+
+
+class LoopsFenced(StoreError):
+    """A commit found some of its loops no longer this node's (another node owns them, or
+    they changed owner since this node took them): nothing of those loops was written; the
+    batch's other loops were. ``loop_ids`` names the fenced ones (docs/multinode.md)."""
+
+    def __init__(self, message: str, loop_ids: frozenset[str]) -> None:
+        super().__init__(message)
+        self.loop_ids = loop_ids
 
 
 class RemoteError(LoopactorsError):

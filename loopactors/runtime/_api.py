@@ -84,6 +84,7 @@ from ._messages import (
     GetRounds,
     GetStoreStatistics,
     ListLoops,
+    LoopsClaimed,
     PruneLoops,
     StartLoop,
 )
@@ -101,6 +102,7 @@ from ._wiring import (
     STORE,
     TIMERS,
     RunnerDeps,
+    deliver,
     services_of,
 )
 
@@ -694,11 +696,13 @@ async def open_runtime(
     state_dir = Path(config.state_dir)
     store_dir = kind.local_dir(url, state_dir)
     async with contextlib.AsyncExitStack() as stack:
+        claims = None
         if kind.hold is not None:
-            # Before anything is read: a node runs only while it holds the store. Its rounds
-            # stop (kill_grace) before its lease could end.
-            await stack.enter_async_context(
-                kind.hold(url, config.lease_ttl, config.kill_grace + 1.0)
+            # Before anything is read: a node runs only while it holds its lease on the
+            # store, and recovers the loops it owns then. Its rounds stop (kill_grace)
+            # before its lease could end.
+            claims = await stack.enter_async_context(
+                kind.hold(url, config.lease_ttl, config.kill_grace + 1.0, config.max_live_loops)
             )
         lock = None
         if not kind.in_process:
@@ -710,10 +714,22 @@ async def open_runtime(
             # Workers a crashed runtime left running end before their rounds run again.
             await end_orphan_groups(state_dir, config.kill_grace)
         runtime = await stack.enter_async_context(_open_runtime(config, observer))
+        if claims is not None:
+            # Loops this node takes over while it runs (from nodes that died or left).
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            stack.callback(nursery.cancel_scope.cancel)
+            nursery.start_soon(_recover_claims, runtime.node, claims)
         if store_dir is not None:
             files = [store_dir / name for name in kind.local_files]
             await stack.enter_async_context(watch_state_dir(store_dir, *files, lock=lock))
         yield runtime
+
+
+async def _recover_claims(node: Node, claims: AsyncIterator[list[str]]) -> None:
+    """Hand each batch of loops the node claimed to its Coordinator, which recovers them
+    (one that is restarting recovers every loop the node owns anyway)."""
+    async for claimed in claims:
+        await deliver(node, COORDINATOR, LoopsClaimed(tuple(claimed)))
 
 
 @asynccontextmanager
@@ -726,6 +742,7 @@ async def _open_runtime(
         kill_grace=config.kill_grace,
         remote_workers=not transport_kind(config.transport).rounds_here,
         worker_retry=config.worker_retry,
+        shared_store=store_kind(config.store).hold is not None,
     )
     children = runtime_children(config, deps)
     async with open_node(

@@ -8,6 +8,8 @@ may share an owner, one after another or at the same time.
 from __future__ import annotations
 
 import collections
+import contextlib
+import logging
 import re
 import secrets
 import time
@@ -36,16 +38,21 @@ from ._messages import (
     ForgetLedger,
     Forward,
     GetLoop,
+    GetLoops,
     GetRounds,
     GetRoundSummaries,
     ListLiveLoops,
     LoopEnded,
+    LoopsClaimed,
+    LoopsFencedOut,
     StartLoop,
 )
 from ._runner import Resumed, RunnerFactory, worker_problem
 from ._wiring import BREAKER, COORDINATOR, RunnerDeps, runner_name, services_of
 
 __all__ = ["Coordinator", "CoordinatorLimits"]
+
+log = logging.getLogger("loopactors.runtime")
 
 #: How long a command waits for a loop's runner to come back from a restart.
 RUNNER_PATIENCE = 5.0
@@ -127,7 +134,26 @@ class Coordinator(Actor[Any]):
         # loop, so the snapshot below stays true and the new runners take it as it is;
         # else each reads its loop again (it may have moved on since).
         fresh = (await supervisor.statistics()).children == 0
+        # On a shared store, the live loops this node owns; the others are other nodes'.
         states: list[LoopState] = await self.svc.store.call(ListLiveLoops(), self.deps.call_timeout)
+        await self._resume(supervisor, states, fresh=fresh)
+
+    async def _claimed(self, loop_ids: tuple[str, ...]) -> None:
+        """Loops this node took over while running (a shared store, docs/multinode.md):
+        recovered as at the start, each runner reading its loop (it is read here just now,
+        but nothing is taken for granted of a loop another node ran)."""
+        loops = self.node.whereis("loops")
+        new = tuple(i for i in loop_ids if i not in self._live and i not in self._admitting)
+        if loops is None or not new:
+            return  # a Coordinator that starts again recovers them with every owned loop
+        found: list[LoopState] = await self.svc.store.call(GetLoops(new), self.deps.call_timeout)
+        states = [state for state in found if not state.terminal]
+        log.info("recovering %d loops claimed from other nodes", len(states))
+        await self._resume(SupervisorRef(loops), states, fresh=False)
+
+    async def _resume(
+        self, supervisor: SupervisorRef, states: list[LoopState], *, fresh: bool
+    ) -> None:
         states.sort(key=lambda s: (s.created_at, s.loop_id))  # parents before children
         for state in states:
             self._index(state)
@@ -190,6 +216,12 @@ class Coordinator(Actor[Any]):
             return None  # on_drained goes on with the next batch
         if kind is LoopEnded:
             await self._ended(message.state)
+            return None
+        if kind is LoopsClaimed:
+            await self._claimed(message.loop_ids)
+            return None
+        if kind is LoopsFencedOut:
+            await self._fenced(message.loop_ids)
             return None
         return ErrorReply(TypeError(f"the coordinator does not accept {kind.__name__}"))
 
@@ -414,6 +446,15 @@ class Coordinator(Actor[Any]):
             state = await self.svc.store.call(GetLoop(loop_id), self.deps.call_timeout)
             if state is None:
                 return ErrorReply(LoopNotFound(f"no loop {loop_id!r} in this runtime's store"))
+            if self.deps.shared_store and not state.terminal and message.command != "status":
+                # Another node's (docs/multinode.md): commands are not routed between nodes.
+                return ErrorReply(
+                    ActorNotRunning(
+                        f"loop {loop_id!r} runs on another node of the shared store; send "
+                        f"the {message.command} to that node (`loopactors status --store URL` "
+                        "names each loop's node; commands are not routed between nodes yet)"
+                    )
+                )
             return state  # finished: every command is a no-op that reports the final state
         if message.command == "stop":
             # Children live in their parent's scope: they go first, then the parent.
@@ -467,6 +508,43 @@ class Coordinator(Actor[Any]):
                 found.extend(self._descendants(child))
                 found.append(child)
         return found
+
+    async def _fenced(self, loop_ids: frozenset[str]) -> None:
+        """The Store found these loops not this node's (a shared store: another node owns
+        them, or they changed owner since this node took them); nothing of them was
+        written. An admission of an id another node admitted first gets that loop if the
+        spec is the same, a refusal otherwise; a running loop's runner stops here."""
+        loops = self.node.whereis("loops")
+        for loop_id in sorted(loop_ids):
+            admitting = self._admitting.pop(loop_id, None)
+            self._stop_on_admit.discard(loop_id)
+            self._forget(loop_id)
+            if admitting is not None:
+                state, pending = admitting
+                existing: LoopState | None = await self.svc.store.call(
+                    GetLoop(loop_id), self.deps.call_timeout
+                )
+                if existing is not None and existing.spec == state.spec:
+                    pending.reply(existing)
+                    self._answer_held(loop_id, existing)
+                    continue
+                refusal = AdmissionRefused(
+                    f"loop id {loop_id!r} was taken by another node at the same moment"
+                    + (" with another spec" if existing is not None else "")
+                    + "; choose another id (the same spec gets that loop)"
+                )
+                pending.fail(refusal)
+                for _, waiting in self._held.pop(loop_id, []):
+                    waiting.fail(refusal)
+                continue
+            log.error(
+                "loop %s is not this node's any more (another node owns it, or it changed "
+                "owner): its runner stops here, nothing of it is written",
+                loop_id,
+            )
+            if loops is not None:
+                with contextlib.suppress(Exception):  # it may have stopped on its own
+                    await SupervisorRef(loops).terminate_child(loop_id, self.deps.call_timeout)
 
     async def _ended(self, state: LoopState) -> None:
         loop = self._live.get(state.loop_id)

@@ -53,6 +53,8 @@ __all__ = [
     "ListLiveLoops",
     "ListLoops",
     "LoopEnded",
+    "LoopsClaimed",
+    "LoopsFencedOut",
     "NextNotificationAt",
     "NotificationDone",
     "NotificationRetry",
@@ -327,6 +329,20 @@ class LoopEnded(msgspec.Struct, gc=False, frozen=True):
     """A runner tells the Coordinator its loop reached a terminal phase."""
 
     state: LoopState
+
+
+class LoopsClaimed(msgspec.Struct, frozen=True):
+    """This node took these loops over from a node that died or left (a shared store,
+    docs/multinode.md): the Coordinator recovers those it does not run yet."""
+
+    loop_ids: tuple[str, ...]
+
+
+class LoopsFencedOut(msgspec.Struct, frozen=True):
+    """The Store tells the Coordinator these loops' writes were fenced (they are not this
+    node's): their runners stop, their admissions are answered."""
+
+    loop_ids: frozenset[str]
 
 
 class Advance(msgspec.Struct, frozen=True):

@@ -15,7 +15,7 @@ import msgspec
 import trio
 
 from ..actors import Actor, ErrorReply, PendingReply
-from ..errors import ActorError, StoreError
+from ..errors import ActorError, LoopsFenced, StoreError
 from ..loops import LoopState
 from ..storage import PRUNE_BATCH, CommitLatency, PruneReport, StoreBackend, Write
 from ._events import EventBus
@@ -32,6 +32,7 @@ from ._messages import (
     GetStoreStatistics,
     ListLiveLoops,
     ListLoops,
+    LoopsFencedOut,
     NextNotificationAt,
     NotificationDone,
     NotificationRetry,
@@ -39,7 +40,7 @@ from ._messages import (
     PruneLoops,
 )
 from ._retention import keep_pruning
-from ._wiring import NOTIFIER, deliver
+from ._wiring import COORDINATOR, NOTIFIER, deliver
 
 __all__ = ["Store"]
 
@@ -134,8 +135,10 @@ class Store(Actor[Any]):
         self._retention_days = retention_days
         self.backend: StoreBackend
         self._batch: list[Write] = []
-        self._waiting: list[PendingReply] = []
-        self._forwards: list[Forward] = []
+        #: Callers waiting for the batch, and what it forwards once durable, by loop (a
+        #: shared store may fence some loops of a batch: theirs are told, not done).
+        self._waiting: list[tuple[str, PendingReply]] = []
+        self._forwards: list[tuple[str, tuple[Forward, ...]]] = []
         #: The last state of each loop in ``_batch``: what a read of it returns.
         self._batched_states: dict[str, LoopState] = {}
         self._flush_due = False
@@ -175,9 +178,9 @@ class Store(Actor[Any]):
             state = message.write.state
             self._batched_states[state.loop_id] = state
             if message.then:
-                self._forwards.extend(message.then)
+                self._forwards.append((state.loop_id, message.then))
             if self.in_call:
-                self._waiting.append(self.defer_reply())
+                self._waiting.append((state.loop_id, self.defer_reply()))
             return None
         backend = self.backend
         if kind is GetLoop:
@@ -320,8 +323,17 @@ class Store(Actor[Any]):
         self._batch, self._waiting, self._forwards = [], [], []
         batched_states, self._batched_states = self._batched_states, {}
         started = time.perf_counter()
+        fenced: frozenset[str] = frozenset()
         try:
             await self._run(self.backend.commit, writes)
+        except LoopsFenced as exc:
+            # The batch's other loops are committed; these were not, and are not this
+            # node's: their callers fail, their runners stop (the Coordinator sees to it).
+            log.error("%s: their runners stop", exc)  # noqa: TRY400 - an outcome, not a crash
+            fenced = exc.loop_ids
+            for loop_id, pending in waiting:
+                if loop_id in fenced:
+                    pending.fail(exc)
         except StoreError as exc:
             if is_disk_full(exc) and not self._stopping:
                 # Keep everything, in order, for the next try; nobody is told "done".
@@ -330,7 +342,7 @@ class Store(Actor[Any]):
                 self._batched_states = batched_states | self._batched_states
                 self._disk_full(exc)
                 return
-            for pending in waiting:
+            for _, pending in waiting:
                 pending.fail(exc)
             raise
         self.commit_latency = self.commit_latency.observe(time.perf_counter() - started)
@@ -344,16 +356,23 @@ class Store(Actor[Any]):
         publish = self._bus.publish
         queued = False
         for write in writes:
+            if fenced and write.state.loop_id in fenced:
+                continue
             for event in write.events:
                 publish(event)
             queued = queued or bool(write.events and write.state.spec.notify)
-        for pending in waiting:
-            pending.reply(None)
+        for _, pending in waiting:
+            pending.reply(None)  # a fenced one failed above: a second answer does nothing
         node = self.node
-        for forward in forwards:
-            await deliver(node, forward.name, forward.message)
+        for loop_id, then in forwards:
+            if fenced and loop_id in fenced:
+                continue
+            for forward in then:
+                await deliver(node, forward.name, forward.message)
         if queued:  # the Notifier delivers what this commit queued
             await deliver(node, NOTIFIER, NotificationsQueued())
+        if fenced:
+            await deliver(node, COORDINATOR, LoopsFencedOut(fenced))
 
     def _disk_full(self, exc: StoreError) -> None:
         if self._full_since is None:

@@ -100,3 +100,6 @@ class RunnerDeps:
     remote_workers: bool = False
     #: Seconds between two looks whether a waiting loop's worker can be built now.
     worker_retry: float = 30.0
+    #: The store is shared by several nodes (PostgreSQL): a live loop this node does not
+    #: run is another node's.
+    shared_store: bool = False

@@ -11,7 +11,7 @@ do its calls block?) and never tests a store's name.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -93,10 +93,19 @@ class StoreKind(msgspec.Struct, frozen=True, kw_only=True):
     #: What is wrong with a URL of this kind (None: nothing), checked with the
     #: configuration, before anything is opened.
     check: Callable[[StoreUrl], str | None] | None = None
-    #: ``(url, lease_ttl, stop_margin) -> async context manager``: what a runtime holds on
-    #: the store while it runs (a lease on a shared server); it raises ``LeaseLost`` from
-    #: the runtime's block when the hold ends before the block does. None: nothing held.
-    hold: Callable[[StoreUrl, float, float], AbstractAsyncContextManager[None]] | None = None
+    #: ``(url, lease_ttl, stop_margin, capacity) -> async context manager``: what a runtime
+    #: holds on the store while it runs (a lease on a shared server, where several nodes
+    #: each own some of the loops). It yields the batches of loop ids the node claims while
+    #: it runs (loops of nodes that died or left, at most ``capacity`` live here), which
+    #: the runtime recovers; it raises ``LeaseLost`` from the runtime's block when the hold
+    #: ends before the block does. None: nothing held (the node owns every loop).
+    hold: (
+        Callable[
+            [StoreUrl, float, float, int],
+            AbstractAsyncContextManager[AsyncIterator[list[str]]],
+        ]
+        | None
+    ) = None
     #: Calls wait on I/O (a network, a server): the Store actor makes them in a worker
     #: thread so the event loop never waits on them. SQLite is faster inline (measured).
     blocking: bool = True

@@ -17,15 +17,16 @@ import contextlib
 import logging
 import math
 import os
+import random
 import secrets
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._util import closed_on_failure, pid_exists
-from ..errors import ConfigError, LeaseLost, StoreError
+from ..errors import ConfigError, LeaseLost, LoopsFenced, StoreError
 from ..loops import (
     TERMINAL_PHASES,
     AnyEvent,
@@ -46,6 +47,10 @@ if TYPE_CHECKING:
 __all__ = ["KIND", "Lease", "PostgresBackend"]
 
 log = logging.getLogger("loopactors.store")
+
+_TERMINAL = sorted(TERMINAL_PHASES)
+#: A live loop, as the partial indexes say it (a literal, so the planner matches them).
+_LIVE = "phase NOT IN (" + ", ".join(f"'{phase}'" for phase in _TERMINAL) + ")"
 
 # Migration N (1-based) brings a schema from version N-1 to N. Append only.
 _MIGRATIONS: list[tuple[str, ...]] = [
@@ -102,64 +107,112 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX nodes_live ON nodes (state) WHERE state = 'live'",
     ),
+    # 3: several active nodes. Each loop is owned by one node incarnation (NULL: by none,
+    # to be claimed), under a fence moved on at every change of owner; a loop tree moves as
+    # one (root_id). Loops already there are owned by nobody: the next node claims them.
+    (
+        "ALTER TABLE loops ADD COLUMN owner text, ADD COLUMN fence bigint NOT NULL DEFAULT 1, "
+        'ADD COLUMN root_id text COLLATE "C"',
+        # Each loop's root, up its parents (a parent pruned away: the loop is its own root).
+        """WITH RECURSIVE p AS (
+            SELECT loop_id, convert_from(state, 'UTF8')::json -> 'spec' ->> 'parent_id' AS parent
+            FROM loops
+        ), t AS (
+            SELECT loop_id, loop_id AS root_id FROM p
+            WHERE parent IS NULL OR NOT EXISTS (SELECT 1 FROM loops l WHERE l.loop_id = p.parent)
+            UNION ALL
+            SELECT p.loop_id, t.root_id FROM p JOIN t ON p.parent = t.loop_id
+        )
+        UPDATE loops SET root_id = t.root_id FROM t WHERE loops.loop_id = t.loop_id""",
+        "UPDATE loops SET root_id = loop_id WHERE root_id IS NULL",
+        "ALTER TABLE loops ALTER COLUMN root_id SET NOT NULL",
+        # What a claim pass asks of an idle cluster (is any live loop unowned?) reads an
+        # empty index; a node's own live loops and a tree's loops are found by index too.
+        f"CREATE INDEX loops_unowned ON loops (root_id) WHERE owner IS NULL AND {_LIVE}",
+        f"CREATE INDEX loops_live_by_owner ON loops (owner) WHERE {_LIVE}",
+        f"CREATE INDEX loops_live_by_root ON loops (root_id) WHERE {_LIVE}",
+    ),
 ]
 
 # One statement, so one round trip, for a whole group commit. It first locks this node's
 # own lease row (FOR SHARE), live and unexpired on the database's clock, and writes nothing
 # without it: a node declared dead (its row locked FOR UPDATE by the node taking over, which
-# therefore waits for a commit in flight) changes nothing from then on. Then the loops' states (each
-# loop's event counter moved on by its events in the batch), the rounds (upserted by key),
-# and the events numbered from where each loop's counter stood. Arrays go as binary
-# parameters (%b): in text psycopg escapes every element, ~4x slower at 1,000 writes.
+# therefore waits for a commit in flight) changes nothing from then on. Then each loop: one
+# this node holds is updated only WHERE it is still this node's under the fence it holds;
+# a new one (fence 0 here) is inserted, never over an existing row (the same id admitted on
+# two nodes: the first wins). A loop that passes neither is fenced: nothing of it is written
+# (its round, events, notifications wait on ``s``), the batch's other loops are. Each loop's
+# event counter moves on by its events in the batch, and its events are numbered from where
+# the counter stood. Arrays go as binary parameters (%b): in text psycopg escapes every
+# element, ~4x slower at 1,000 writes.
 _COMMIT = """
 WITH lease AS (
     SELECT 1 FROM nodes WHERE node_id = %s AND state = 'live'
         AND expires_at > clock_timestamp()
     FOR SHARE
-), s AS (
-    INSERT INTO loops (loop_id, phase, created_at, updated_at, event_seq, state)
+), v AS (
     SELECT * FROM unnest(%b::text[], %b::text[], %b::float8[], %b::float8[], %b::int8[],
-        %b::bytea[])
+        %b::bytea[], %b::int8[], %b::text[])
+        AS v (loop_id, phase, created_at, updated_at, n, state, fence, root_id)
     WHERE EXISTS (SELECT 1 FROM lease)
-    ON CONFLICT (loop_id) DO UPDATE SET phase = excluded.phase,
-        created_at = excluded.created_at, updated_at = excluded.updated_at,
-        state = excluded.state, event_seq = loops.event_seq + excluded.event_seq
+), u AS (
+    UPDATE loops SET phase = v.phase, created_at = v.created_at, updated_at = v.updated_at,
+        state = v.state, event_seq = loops.event_seq + v.n
+    FROM v WHERE v.fence > 0 AND loops.loop_id = v.loop_id
+        AND loops.owner = %s AND loops.fence = v.fence
+    RETURNING loops.loop_id, loops.event_seq
+), i AS (
+    INSERT INTO loops (loop_id, phase, created_at, updated_at, event_seq, state, owner, fence,
+        root_id)
+    SELECT v.loop_id, v.phase, v.created_at, v.updated_at, v.n, v.state, %s, 1,
+        COALESCE((SELECT p.root_id FROM loops p WHERE p.loop_id = v.root_id), v.root_id)
+    FROM v WHERE v.fence = 0
+    ON CONFLICT (loop_id) DO NOTHING
     RETURNING loop_id, event_seq
+), s AS (
+    SELECT * FROM u UNION ALL SELECT * FROM i
 ), r AS (
     INSERT INTO rounds (loop_id, round, status, cost_usd, record)
     SELECT * FROM unnest(%b::text[], %b::int4[], %b::text[], %b::float8[], %b::bytea[])
-    WHERE EXISTS (SELECT 1 FROM lease)
+        AS x (loop_id, round, status, cost_usd, record)
+    WHERE x.loop_id IN (SELECT loop_id FROM s)
     ON CONFLICT (loop_id, round) DO UPDATE SET status = excluded.status,
         cost_usd = excluded.cost_usd, record = excluded.record
     RETURNING 1
 ), e AS (
     INSERT INTO events (loop_id, seq, type, event)
-    SELECT v.loop_id, s.event_seq - v.total + v.n, v.type, v.event
+    SELECT x.loop_id, s.event_seq - x.total + x.n, x.type, x.event
     FROM unnest(%b::text[], %b::int8[], %b::int8[], %b::text[], %b::bytea[])
-        AS v (loop_id, n, total, type, event)
+        AS x (loop_id, n, total, type, event)
     JOIN s USING (loop_id)
     RETURNING 1
 ), n AS (
     INSERT INTO notifications (loop_id, next_at, notification)
     SELECT * FROM unnest(%b::text[], %b::float8[], %b::bytea[])
-    WHERE EXISTS (SELECT 1 FROM lease)
+        AS x (loop_id, next_at, notification)
+    WHERE x.loop_id IN (SELECT loop_id FROM s)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM lease), (SELECT count(*) FROM s), (SELECT count(*) FROM r),
-    (SELECT count(*) FROM e), (SELECT count(*) FROM n)
+SELECT (SELECT count(*) FROM lease),
+    (SELECT array_agg(loop_id) FROM v WHERE loop_id NOT IN (SELECT loop_id FROM s)),
+    (SELECT array_agg(loop_id) FROM i), (SELECT count(*) FROM r), (SELECT count(*) FROM e),
+    (SELECT count(*) FROM n)
 """
-_TERMINAL = sorted(TERMINAL_PHASES)
 
 # TEST ONLY, never set in use: LOOPACTORS_TEST_UNFENCED=1 turns fencing off, so that the chaos
 # test (tests/storage/test_postgres_chaos.py) can show it catches what fencing prevents.
-# Commits and queue changes then skip the lease check, and a node whose lease was taken over
-# (or could not be renewed) keeps running instead of stopping: a zombie that writes.
+# Commits and queue changes then skip the lease check and the owner and fence of each loop,
+# and a node whose lease was taken over (or could not be renewed) keeps running instead of
+# stopping: a zombie that writes.
 _UNFENCED_VARIABLE = "LOOPACTORS_TEST_UNFENCED"
 _LEASE_CHECK = """SELECT 1 FROM nodes WHERE node_id = %s AND state = 'live'
         AND expires_at > clock_timestamp()
     FOR SHARE"""
-_COMMIT_UNFENCED = _COMMIT.replace(_LEASE_CHECK, "SELECT 1 WHERE %s::text IS NOT NULL")
-assert _COMMIT_UNFENCED != _COMMIT
+_OWNER_CHECK = "loops.owner = %s AND loops.fence = v.fence"
+_COMMIT_UNFENCED = _COMMIT.replace(_LEASE_CHECK, "SELECT 1 WHERE %s::text IS NOT NULL").replace(
+    _OWNER_CHECK, "%s::text IS NOT NULL"
+)
+assert _COMMIT_UNFENCED.count("IS NOT NULL") == 2
 
 
 def _unfenced() -> bool:
@@ -194,11 +247,14 @@ class PostgresBackend(SqlBackend):
         read_only: bool = False,
         shown: str | None = None,
         node_id: str | None = None,
+        holding: Holding | None = None,
     ) -> None:
         """Connect (and create, migrate the tables unless ``read_only``). ``shown`` is the
-        URL as errors show it (no password). Commits are made under the lease of
-        ``node_id`` (a :class:`Lease` this process holds); without one, a writer takes a
-        lease of its own for as long as it is open (an offline ``stop`` or ``prune``)."""
+        URL as errors show it (no password). Commits are made as the node incarnation of
+        ``holding`` (a :class:`Lease` this process holds, with the fence of each loop it
+        owns) or of ``node_id``; without either, a writer takes a lease of its own for as
+        long as it is open (an offline ``stop`` or ``prune``) and takes over, as it writes
+        them, loops no live node owns."""
         pg = _psycopg()
         self.url = url
         self.shown = shown or url
@@ -206,7 +262,9 @@ class PostgresBackend(SqlBackend):
         self._error: type[Exception] = pg.Error
         self._start_codecs()
         self.exists = True
-        self.node_id = node_id or ""
+        if holding is None:
+            holding = Holding(node_id or "")
+        self.holding = holding
         self._own_lease: Lease | None = None
         try:
             # Autocommit: a read is its own statement, a write opens its own transaction.
@@ -225,9 +283,14 @@ class PostgresBackend(SqlBackend):
                 self.exists = version is not None
             else:
                 self._migrate()
-                if node_id is None:
+                if node_id is None and not holding.node_id:
                     self._own_lease = Lease(url, shown=self.shown, name="command")
-                    self.node_id = self._own_lease.node_id
+                    self.holding = self._own_lease.holding
+
+    @property
+    def node_id(self) -> str:
+        """The node incarnation this backend commits as."""
+        return self.holding.node_id
 
     def _version(self) -> int | None:
         with self._reading():
@@ -284,6 +347,9 @@ class PostgresBackend(SqlBackend):
                 f"cannot commit {len(writes)} writes to the store {self.shown}: events of "
                 f"loops with no state in the commit: {sorted(unknown)}"
             )
+        fences = self.holding.fences
+        if self._own_lease is not None:
+            self._adopt([loop_id for loop_id in states if loop_id not in fences])
         try:
             loops = list(states.values())
             rounds = list(records.values())
@@ -296,6 +362,10 @@ class PostgresBackend(SqlBackend):
                 [s.updated_at for s in loops],
                 [counts[s.loop_id] for s in loops],
                 [encode(s) for s in loops],
+                [fences.get(s.loop_id, 0) for s in loops],
+                _roots(loops, fences),
+                self.node_id,
+                self.node_id,
                 [r.loop_id for r in rounds],
                 [r.round for r in rounds],
                 [r.status for r in rounds],
@@ -319,7 +389,54 @@ class PostgresBackend(SqlBackend):
         if not (row and row[0]):
             raise LeaseLost(
                 f"the lease of {self.node_id} on the store {self.shown} has ended (expired, "
-                f"or another node took the store over): {len(writes)} writes not committed"
+                f"or another node declared it dead): {len(writes)} writes not committed"
+            )
+        for loop_id in row[2] or ():
+            fences[loop_id] = 1
+        fenced = frozenset(row[1] or ())
+        for state in loops:
+            if state.terminal or state.loop_id in fenced:
+                fences.pop(state.loop_id, None)  # written for the last time, or not ours
+        if fenced:
+            raise LoopsFenced(
+                f"{len(fenced)} of {len(loops)} loops of a commit to the store {self.shown} "
+                f"are not {self.node_id}'s (another node owns them, or they changed owner "
+                f"since): nothing of them written ({', '.join(sorted(fenced)[:5])}"
+                f"{', ...' if len(fenced) > 5 else ''})",
+                fenced,
+            )
+
+    def _adopt(self, loop_ids: list[str]) -> None:
+        """An offline writer (its own lease): take over the loops it is about to write that
+        no live node owns; refuse, writing nothing, if a live node owns one."""
+        if not loop_ids:
+            return
+        fences = self.holding.fences
+        try:
+            with self._conn.transaction():
+                self._lock_lease()
+                for loop_id, fence in self._conn.execute(
+                    "UPDATE loops SET owner = %s, fence = fence + 1 WHERE loop_id = ANY(%s) "
+                    "AND (owner IS NULL OR NOT EXISTS (SELECT 1 FROM nodes n "
+                    "WHERE n.node_id = loops.owner AND n.state = 'live')) "
+                    "RETURNING loop_id, fence",
+                    (self.node_id, loop_ids),
+                ):
+                    fences[loop_id] = fence
+                owned = self._conn.execute(
+                    "SELECT l.loop_id, n.node_id, n.host, n.pid FROM loops l "
+                    "JOIN nodes n ON n.node_id = l.owner "
+                    "WHERE l.loop_id = ANY(%s) AND l.owner <> %s",
+                    (loop_ids, self.node_id),
+                ).fetchall()
+        except self._error as exc:
+            raise StoreError(f"cannot commit to the store {self.shown}: {exc}") from None
+        if owned:
+            loop_id, node_id, host, pid = owned[0]
+            raise StoreError(
+                f"loop {loop_id} is run by the live node {node_id} (host {host}, pid {pid}) "
+                f"of the store {self.shown}; act on it through that node (its --connect URL: "
+                "commands are not routed between nodes yet)"
             )
 
     def _write_queue(self, statement: str, params: tuple[Any, ...]) -> None:
@@ -347,6 +464,18 @@ class PostgresBackend(SqlBackend):
                 f"the lease of {self.node_id} on the store {self.shown} has ended (expired, "
                 "or another node took the store over): nothing written"
             )
+
+    def live_loops(self) -> list[LoopState]:
+        """The live loops this node owns (under the fences it holds): what its runtime
+        recovers. Loops of other nodes, and unowned ones, are not its to run."""
+        fences = self.holding.fences
+        with self._reading():
+            rows = self._conn.execute(
+                f"SELECT loop_id, fence, state FROM loops WHERE owner = %s AND {_LIVE}",
+                (self.node_id,),
+            ).fetchall()
+        decode = self._state_decoder.decode
+        return [decode(state) for loop_id, fence, state in rows if fences.get(loop_id) == fence]
 
     def get_loop(self, loop_id: str) -> LoopState | None:
         with self._reading():
@@ -410,18 +539,45 @@ class PostgresBackend(SqlBackend):
             self._own_lease = None
 
 
+def _roots(loops: Sequence[LoopState], fences: dict[str, int]) -> list[str]:
+    """For each loop of a commit, where its root is found if it is admitted now: itself (no
+    parent), its parent's root if the parent is admitted in the same commit, else its parent
+    (whose row names the root)."""
+    found: dict[str, str] = {}
+    roots: list[str] = []
+    for state in loops:
+        parent = state.spec.parent_id
+        root = state.loop_id if parent is None else found.get(parent, parent)
+        found[state.loop_id] = root
+        roots.append(root)
+    return roots
+
+
 def _open(url: StoreUrl, state_dir: Path | None, read_only: bool) -> PostgresBackend | None:
-    held = _HELD.get(url.text)
-    backend = PostgresBackend(url.text, read_only=read_only, shown=url.redacted, node_id=held)
+    backend = PostgresBackend(
+        url.text, read_only=read_only, shown=url.redacted, holding=_HELD.get(url.text)
+    )
     if not backend.exists:
         backend.close()
         return None
     return backend
 
 
-#: The lease each runtime of this process holds, by store URL: its Store's backends commit
-#: under it (a backend reopened after a crash of the Store is the same incarnation).
-_HELD: dict[str, str] = {}
+class Holding:
+    """What this process holds on a store as one node incarnation: its id and the fence of
+    each loop it owns (set when it admits or claims the loop). The Store's backends commit
+    under it, so a backend reopened after a crash of the Store is the same incarnation
+    holding the same loops; the lease keeper adds the loops it claims."""
+
+    __slots__ = ("fences", "node_id")
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self.fences: dict[str, int] = {}
+
+
+#: The holding of each runtime of this process, by store URL.
+_HELD: dict[str, Holding] = {}
 
 
 def _boot_id() -> str:
@@ -431,10 +587,24 @@ def _boot_id() -> str:
         return ""
 
 
+# A node that leaves or is declared dead gives up its live loops at once: owned by nobody,
+# under a new fence (a zombie's write fails on it), for the claims of the live nodes.
+# Its own statement, after the declaration, so it sees loops a last commit of that node
+# inserted while the declaration waited for it (read committed: a snapshot per statement).
+_RELEASE = f"""UPDATE loops SET owner = NULL, fence = fence + 1
+    WHERE owner = ANY(%s) AND {_LIVE}"""
+_DECLARE_DEAD = """UPDATE nodes SET state = 'dead', dead_at = clock_timestamp(), dead_by = %s
+    WHERE state = 'live' AND expires_at < clock_timestamp() AND node_id <> %s
+    RETURNING node_id"""
+#: Channel on which a leaving node says its loops are free (for nodes that LISTEN).
+ORPHANS_CHANNEL = "loopactors_orphans"
+
+
 class Lease:
     """One node incarnation's lease on a store, on a connection of its own (a slow commit
     never delays a renewal). The expiry is on the database's clock; this process never
-    compares wall-clock times (docs/multinode.md)."""
+    compares wall-clock times (docs/multinode.md). Several nodes hold leases on one store
+    at once, each owning its own loops; this connection also makes the node's claims."""
 
     def __init__(self, url: str, *, shown: str, name: str, ttl: float = 10.0) -> None:
         pg = _psycopg()
@@ -446,6 +616,7 @@ class Lease:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.node_id = f"{name}-{self.host}-{self.pid}-{secrets.token_hex(4)}"
+        self.holding = Holding(self.node_id)
         self._error: type[Exception] = pg.Error
         # One call at a time (a renewal in a thread, the release at the end); not the
         # connection's own lock, which each of its calls takes.
@@ -458,33 +629,32 @@ class Lease:
             self._register()
 
     def _register(self) -> None:
-        """Take the store: declare dead a holder whose lease expired (or whose process is
-        gone, on this very machine), refuse while a live one holds it, then insert this
-        incarnation's row. One registration at a time (a transaction-scoped lock)."""
+        """Join the store: declare dead the nodes whose lease expired (or whose process is
+        gone, on this very machine) and free their loops, then insert this incarnation's
+        row. Live nodes run on alongside. One registration at a time (a transaction-scoped
+        lock)."""
         conn = self._conn
         boot = _boot_id()
         try:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ' nodes'))")
                 live = conn.execute(
-                    "SELECT node_id, host, pid, boot_id, expires_at > clock_timestamp(), "
-                    "extract(epoch FROM expires_at - clock_timestamp()) "
+                    "SELECT node_id, host, pid, boot_id, expires_at > clock_timestamp() "
                     "FROM nodes WHERE state = 'live'"
                 ).fetchall()
-                for node_id, host, pid, boot_id, valid, left in live:
-                    gone = host == self.host and boot_id == boot and boot and not pid_exists(pid)
-                    if valid and not gone:
-                        raise StoreError(
-                            f"the store {self.shown} is in use by another loopactors runtime "
-                            f"({node_id}, its lease ends in {max(left, 0):.1f} s unless "
-                            "renewed); stop it first, act on its loops with --connect URL, "
-                            "or start again once its lease has ended"
-                        )
+                here = (self.host, boot)
+                dead = [
+                    node_id
+                    for node_id, host, pid, boot_id, valid in live
+                    if not valid or ((host, boot_id) == here and boot and not pid_exists(pid))
+                ]
+                if dead:
                     conn.execute(
                         "UPDATE nodes SET state = 'dead', dead_at = clock_timestamp(), "
-                        "dead_by = %s WHERE node_id = %s AND state = 'live'",
-                        (self.node_id, node_id),
+                        "dead_by = %s WHERE node_id = ANY(%s) AND state = 'live'",
+                        (self.node_id, dead),
                     )
+                    conn.execute(_RELEASE, (dead,))
                 # Incarnations that ended over a day ago are history nobody reads.
                 conn.execute(
                     "DELETE FROM nodes WHERE state <> 'live' "
@@ -497,6 +667,8 @@ class Lease:
                 )
         except self._error as exc:
             raise StoreError(f"cannot take a lease on the store {self.shown}: {exc}") from None
+        for node_id in dead:
+            log.warning("node %s declared dead by %s (its lease expired)", node_id, self.node_id)
 
     def renew(self) -> bool:
         """Move the expiry on by ``ttl``: True, or False once this incarnation was declared
@@ -516,9 +688,89 @@ class Lease:
             raise StoreError(f"cannot renew the lease on the store {self.shown}: {exc}") from None
         return bool(done.rowcount == 1)
 
+    def claim(self, capacity: int) -> list[str]:
+        """One claim pass: declare dead the nodes whose lease expired (first finder wins)
+        and free their loops, then take this node's fair share of the loop trees no node
+        owns: ``ceil(orphan trees / live nodes)`` whole trees, oldest first, as many as fit
+        in the room left here (``capacity`` live loops), skipping trees another node is
+        claiming right now. The claimed loops' ids (their fences are
+        this node's from now on).
+
+        Cheap when there is nothing to claim: two statements on small indexes.
+
+        Raises:
+            StoreError: the database could not be reached, or refused the pass.
+        """
+        me = self.node_id
+        try:
+            with self._lock, self._conn.transaction():
+                conn = self._conn
+                mine = conn.execute(
+                    "SELECT 1 FROM nodes WHERE node_id = %s AND state = 'live' "
+                    "AND expires_at > clock_timestamp() FOR SHARE",
+                    (me,),
+                ).fetchone()
+                if mine is None:
+                    return []  # not live (the keeper's renewal says why)
+                dead = [row[0] for row in conn.execute(_DECLARE_DEAD, (me, me))]
+                if dead:
+                    conn.execute(_RELEASE, (dead,))
+                    for node_id in dead:
+                        log.warning("node %s declared dead by %s (its lease expired)", node_id, me)
+                row = conn.execute(
+                    f"SELECT count(DISTINCT root_id) FROM loops WHERE owner IS NULL AND {_LIVE}"
+                ).fetchone()
+                orphans = int(row[0]) if row else 0
+                if not orphans:
+                    return []
+                counted = conn.execute(
+                    "SELECT (SELECT count(*) FROM nodes WHERE state = 'live' "
+                    "AND expires_at > clock_timestamp()), "
+                    f"(SELECT count(*) FROM loops WHERE owner = %s AND {_LIVE})",
+                    (me,),
+                ).fetchone()
+                live_nodes, owned = (int(counted[0]), int(counted[1])) if counted else (1, 0)
+                share = min(capacity - owned, math.ceil(orphans / max(live_nodes, 1)))
+                if share <= 0:
+                    return []
+                roots = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT loop_id FROM loops WHERE loop_id IN (SELECT root_id FROM loops "
+                        f"WHERE owner IS NULL AND {_LIVE}) ORDER BY created_at, loop_id "
+                        "LIMIT %s FOR UPDATE SKIP LOCKED",
+                        (share,),
+                    )
+                ]
+                # Whole trees, as many as the room left here takes (in loops).
+                room, taken = capacity - owned, []
+                for root, size in conn.execute(
+                    "SELECT root_id, count(*) FROM loops WHERE root_id = ANY(%s) "
+                    f"AND owner IS NULL AND {_LIVE} GROUP BY root_id",
+                    (roots,),
+                ).fetchall():
+                    if size <= room:
+                        room -= size
+                        taken.append(root)
+                if not taken:
+                    return []
+                claimed = conn.execute(
+                    "UPDATE loops SET owner = %s, fence = fence + 1 "
+                    f"WHERE root_id = ANY(%s) AND owner IS NULL AND {_LIVE} "
+                    "RETURNING loop_id, fence",
+                    (me, taken),
+                ).fetchall()
+        except self._error as exc:
+            raise StoreError(f"cannot claim loops in the store {self.shown}: {exc}") from None
+        fences = self.holding.fences
+        for loop_id, fence in claimed:
+            fences[loop_id] = fence
+        return [loop_id for loop_id, _ in claimed]
+
     def release(self) -> None:
-        """Leave: the store is free at once for the next node. Best effort (a node that
-        cannot reach the database leaves its lease to expire)."""
+        """Leave: this node's live loops are free at once for the other nodes to claim, and
+        so is its place. Best effort (a node that cannot reach the database leaves its lease
+        to expire, and its loops to the node that declares it dead)."""
         # Bounded: a renewal stuck on a dead server holds the connection; then the lease is
         # left to expire (and the connection to the garbage collector).
         if not self._lock.acquire(timeout=2.0):
@@ -526,14 +778,32 @@ class Lease:
         try:
             with contextlib.suppress(self._error):
                 if not self._conn.closed:
-                    self._conn.execute(
-                        "UPDATE nodes SET state = 'left', expires_at = clock_timestamp() "
-                        "WHERE node_id = %s AND state = 'live'",
-                        (self.node_id,),
-                    )
+                    with self._conn.transaction():
+                        left = self._conn.execute(
+                            "UPDATE nodes SET state = 'left', expires_at = clock_timestamp() "
+                            "WHERE node_id = %s AND state = 'live'",
+                            (self.node_id,),
+                        )
+                        if left.rowcount == 1:  # else declared dead: its loops were freed
+                            self._conn.execute(_RELEASE, ([self.node_id],))
+                            self._conn.execute(
+                                "SELECT pg_notify(%s, %s)", (ORPHANS_CHANNEL, self.node_id)
+                            )
             self._conn.close()
         finally:
             self._lock.release()
+
+
+def _claim(lease: Lease, capacity: int) -> list[str]:
+    """A claim pass of the lease keeper; a failure is tried again at the next renewal."""
+    try:
+        claimed = lease.claim(capacity)
+    except StoreError as exc:
+        log.warning("%s; trying again at the next renewal", exc)
+        return []
+    if claimed:
+        log.info("%s claimed %d loops", lease.node_id, len(claimed))
+    return claimed
 
 
 def _taken_over(lease: Lease) -> bool:
@@ -544,61 +814,47 @@ def _taken_over(lease: Lease) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def _hold(url: StoreUrl, ttl: float, stop_margin: float) -> AsyncIterator[None]:
-    """Hold a lease on the store while the block runs, renewed every ``ttl``/5 in a worker
-    thread. If it is not renewed for long enough that it could expire within
-    ``stop_margin`` seconds (what stopping the rounds takes), or a renewal is refused (the
-    store was taken over), the block is cancelled and :class:`LeaseLost` raised from it."""
+async def _hold(
+    url: StoreUrl, ttl: float, stop_margin: float, capacity: int
+) -> AsyncIterator[AsyncIterator[list[str]]]:
+    """Hold a lease on the store while the block runs, renewed every ``ttl``/5 (jittered) in
+    a worker thread, each renewal followed by a claim pass (:meth:`Lease.claim`, at most
+    ``capacity`` live loops here). Yields the batches of loops claimed while the block runs
+    (those claimed as it starts are the node's already: its recovery reads them). If the
+    lease is not renewed for long enough that it could expire within ``stop_margin``
+    seconds (what stopping the rounds takes), or a renewal is refused (the node was
+    declared dead), the block is cancelled and :class:`LeaseLost` raised from it. On the
+    way out the node leaves, freeing its loops at once."""
     import trio  # noqa: PLC0415 - the storage package itself runs no event loop
 
     lease = await trio.to_thread.run_sync(
         lambda: Lease(url.text, shown=url.redacted, name="node", ttl=ttl)
     )
-    _HELD[url.text] = lease.node_id
+    _HELD[url.text] = lease.holding
     lost: list[str] = []
     # Counted from when a renewal was sent, on the monotonic clock: the database set the
     # expiry later than that, so this end is never after the database's.
     valid_for = max(ttl * 0.8 - stop_margin, ttl * 0.4)
-    unfenced = _unfenced()
-    if unfenced:
+    if _unfenced():
         log.warning("%s=1: fencing is off (test only), this node never stops", _UNFENCED_VARIABLE)
         valid_for = math.inf
+    send, receive = trio.open_memory_channel[list[str]](math.inf)
+
+    async def claim(*, announce: bool = True) -> None:
+        claimed = await trio.to_thread.run_sync(_claim, lease, capacity, abandon_on_cancel=True)
+        if claimed and announce:
+            send.send_nowait(claimed)
+
     try:
+        await claim(announce=False)  # the runtime's recovery reads them
         async with trio.open_nursery() as nursery:
 
             async def keep() -> None:
-                valid_until = trio.current_time() + valid_for
-                while True:
-                    with trio.move_on_at(valid_until) as waiting:
-                        await trio.sleep(ttl / 5)
-                        sent = trio.current_time()
-                        try:
-                            renewed = await trio.to_thread.run_sync(
-                                lease.renew, abandon_on_cancel=True
-                            )
-                        except StoreError as exc:
-                            log.warning("%s; retrying", exc)
-                            continue
-                        if not renewed and unfenced:
-                            continue  # a zombie, on purpose: what fencing must catch
-                        if not renewed:
-                            lost.append(
-                                f"the lease of {lease.node_id} on the store {url.redacted} "
-                                "was taken over by another node"
-                            )
-                            nursery.cancel_scope.cancel()
-                            return
-                        valid_until = sent + valid_for
-                    if waiting.cancelled_caught:
-                        lost.append(
-                            f"the lease of {lease.node_id} on the store {url.redacted} could "
-                            f"not be renewed for {valid_for:.1f} s"
-                        )
-                        nursery.cancel_scope.cancel()
-                        return
+                await _keep(lease, url.redacted, valid_for, claim, lost)
+                nursery.cancel_scope.cancel()
 
             nursery.start_soon(keep)
-            yield
+            yield receive
             nursery.cancel_scope.cancel()
     except Exception as exc:
         # The runtime failed before the keeper's next renewal: its commits were fenced (the
@@ -616,11 +872,54 @@ async def _hold(url: StoreUrl, ttl: float, stop_margin: float) -> AsyncIterator[
         log.error("%s: stopping (nothing more is committed)", lost[0])  # noqa: TRY400 - the cause is raised
         raise LeaseLost(lost[0]) from exc
     finally:
+        send.close()
         _HELD.pop(url.text, None)
         lease.release()
     if lost:
         log.error("%s: stopping (nothing more is committed)", lost[0])
         raise LeaseLost(lost[0])
+
+
+async def _keep(
+    lease: Lease,
+    shown: str,
+    valid_for: float,
+    claim: Callable[[], Awaitable[None]],
+    lost: list[str],
+) -> None:
+    """Renew ``lease`` every fifth of its ttl (jittered: nodes started together do not
+    claim in step), each renewal followed by a ``claim`` pass, until it is lost: refused
+    (declared dead), or not renewed for ``valid_for`` seconds. Returns then, having said
+    why in ``lost``."""
+    import trio  # noqa: PLC0415 - the storage package itself runs no event loop
+
+    unfenced = _unfenced()
+    valid_until = trio.current_time() + valid_for
+    while True:
+        with trio.move_on_at(valid_until) as waiting:
+            await trio.sleep(lease.ttl / 5 * random.uniform(0.5, 1.0))
+            sent = trio.current_time()
+            try:
+                renewed = await trio.to_thread.run_sync(lease.renew, abandon_on_cancel=True)
+            except StoreError as exc:
+                log.warning("%s; retrying", exc)
+                continue
+            if not renewed and unfenced:
+                continue  # a zombie, on purpose: what fencing must catch
+            if not renewed:
+                lost.append(
+                    f"the lease of {lease.node_id} on the store {shown} "
+                    "was taken over by another node"
+                )
+                return
+            valid_until = sent + valid_for
+            await claim()
+        if waiting.cancelled_caught:
+            lost.append(
+                f"the lease of {lease.node_id} on the store {shown} could "
+                f"not be renewed for {valid_for:.1f} s"
+            )
+            return
 
 
 def _check(url: StoreUrl) -> str | None:

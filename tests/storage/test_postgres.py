@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
+import msgspec
 import psycopg
 import pytest
 
@@ -97,7 +98,7 @@ def test_prefix_search_compares_bytes_whatever_the_collation(store: StoreBackend
     assert store.find_loop_ids("ab_", limit=10) == ["ab_c"]
 
 
-def test_nodes_starting_together_migrate_once_and_one_of_them_writes(
+def test_writers_starting_together_migrate_once_and_each_owns_what_it_writes(
     postgres_url: str,
 ) -> None:
     opened: list[StoreBackend] = []
@@ -114,27 +115,34 @@ def test_nodes_starting_together_migrate_once_and_one_of_them_writes(
         thread.start()
     for thread in threads:
         thread.join()
-    # All migrated or waited for the one that did; one holds the store, as a node would.
-    assert len(opened) == 1, refused
-    assert len(refused) == 3
-    assert all("in use by another loopactors runtime" in str(e) for e in refused)
-    assert _rows(postgres_url, "SELECT value FROM loopactors_meta") == [("2",)]
+    # All migrated or waited for the one that did; each holds a lease of its own.
+    assert len(opened) == 4, refused
+    assert _rows(postgres_url, "SELECT value FROM loopactors_meta") == [("3",)]
+    assert _rows(postgres_url, "SELECT count(*) FROM nodes WHERE state = 'live'") == [(4,)]
     reader = open_store(postgres_url, None, read_only=True)  # readers are never refused
     assert reader is not None
     try:
         opened[0].commit([Write(state=state("a"))])
         assert reader.get_loop("a") == state("a")
+        # A live writer's loop is not another's to write.
+        with pytest.raises(StoreError, match=r"loop a is run by the live node command-"):
+            opened[1].commit([Write(state=state("a", 2))])
+        assert reader.get_loop("a") == state("a")
     finally:
         reader.close()
-        opened[0].close()
-    # Its connection gone, the store is free again.
-    open_backend(postgres_url, None).close()
+        for backend in opened:
+            backend.close()
+    # Its writer gone, the loop is free: the next writer takes it over as it writes it.
+    again = open_backend(postgres_url, None)
+    again.commit([Write(state=state("a", 2))])
+    assert again.get_loop("a") == state("a", 2)
+    again.close()
 
 
 def test_a_newer_schema_is_refused(store: StoreBackend, postgres_url: str) -> None:
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("UPDATE loopactors_meta SET value = '99' WHERE key = 'schema'")
-    with pytest.raises(StoreError, match=r"newer loopactors \(schema 99, this one reads up to 2\)"):
+    with pytest.raises(StoreError, match=r"newer loopactors \(schema 99, this one reads up to 3\)"):
         open_backend(postgres_url, None)
     with pytest.raises(StoreError, match="newer loopactors"):
         open_store(postgres_url, None, read_only=True)
@@ -175,3 +183,39 @@ def test_without_psycopg_a_clear_error_names_the_extra(
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg now raises ImportError
     with pytest.raises(ConfigError, match=r"pip install 'loopactors\[postgres\]'"):
         open_backend(postgres_url, None)
+
+
+def test_a_store_of_one_writer_migrates_to_owned_loops(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 2 (one node at a time) to 3: every loop owned by nobody, fence 1, its root
+    found up its parents (one whose parent was pruned is its own root)."""
+    from loopactors.storage import _postgres
+
+    monkeypatch.setattr(_postgres, "_MIGRATIONS", _postgres._MIGRATIONS[:2])
+    monkeypatch.setattr(PostgresBackend, "schema", 2)
+    old = PostgresBackend(postgres_url, node_id="")
+    encode = msgspec.json.encode
+    rows = []
+    for loop_id, parent in (("r", None), ("c", "r"), ("g", "c"), ("o", "pruned"), ("s", None)):
+        spec = LoopSpec(task=loop_id, rounds=3, parent_id=parent)
+        rows.append((loop_id, encode(msgspec.structs.replace(state(loop_id), spec=spec))))
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        for loop_id, body in rows:
+            conn.execute(
+                "INSERT INTO loops (loop_id, phase, created_at, updated_at, state) "
+                "VALUES (%s, 'dispatching', 1, 2, %s)",
+                (loop_id, body),
+            )
+    old.close()
+    monkeypatch.undo()
+    PostgresBackend(postgres_url, node_id="").close()
+    assert _rows(postgres_url, "SELECT value FROM loopactors_meta") == [("3",)]
+    found = _rows(postgres_url, "SELECT loop_id, root_id, owner, fence FROM loops ORDER BY 1")
+    assert found == [
+        ("c", "r", None, 1),
+        ("g", "r", None, 1),
+        ("o", "o", None, 1),
+        ("r", "r", None, 1),
+        ("s", "s", None, 1),
+    ]

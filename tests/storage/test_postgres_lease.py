@@ -1,5 +1,6 @@
-"""The lease a node holds on a PostgreSQL store, and the fence every commit passes through:
-deterministic, two incarnations on one database, expiry on the database's clock only."""
+"""The leases nodes hold on a PostgreSQL store, the loops each owns and the fences every
+commit passes through: deterministic, two or more incarnations on one database, expiry on
+the database's clock only."""
 
 from __future__ import annotations
 
@@ -13,11 +14,16 @@ import psycopg
 import pytest
 import trio
 
-from loopactors.errors import LeaseLost, StoreError
-from loopactors.loops import LoopSpec, LoopState
+from loopactors.errors import AdmissionRefused, LeaseLost, LoopsFenced, StoreError
+from loopactors.loops import LoopSpec, LoopState, RoundStarted
 from loopactors.runtime import RuntimeConfig, open_runtime
+from loopactors.runtime._messages import StartLoop
 from loopactors.storage import Write, open_store, parse_store
 from loopactors.storage._postgres import Lease, PostgresBackend, _hold
+
+
+def started(loop_id: str, rnd: int) -> RoundStarted:
+    return RoundStarted(loop_id=loop_id, at=float(rnd), round=rnd, rounds=50, seed_source="task")
 
 
 def state(loop_id: str, rnd: int) -> LoopState:
@@ -50,32 +56,50 @@ def lease(url: str) -> Lease:
     return Lease(url, shown="the test store", name="node")
 
 
-def test_a_second_node_is_refused_while_the_first_holds_its_lease(postgres_url: str) -> None:
+def backend(url: str, held: Lease) -> PostgresBackend:
+    """The store as the node holding ``held`` commits to it (with its loops' fences)."""
+    return PostgresBackend(url, holding=held.holding)
+
+
+def owners(url: str) -> dict[str, tuple[str | None, int]]:
+    rows = sql(url, "SELECT loop_id, owner, fence FROM loops")
+    return {
+        str(loop_id): (None if owner is None else str(owner), int(str(fence)))
+        for loop_id, owner, fence in rows
+    }
+
+
+def test_several_nodes_hold_leases_on_one_store_at_once(postgres_url: str) -> None:
     PostgresBackend(postgres_url, node_id="").close()  # the tables
-    first = lease(postgres_url)
-    try:
-        with pytest.raises(
-            StoreError, match=rf"in use by another loopactors runtime \({first.node_id}"
-        ):
-            lease(postgres_url)
-    finally:
-        first.release()
-    lease(postgres_url).release()  # left: free at once, no waiting out the lease
+    first, second = lease(postgres_url), lease(postgres_url)
+    live = sql(postgres_url, "SELECT node_id FROM nodes WHERE state = 'live' ORDER BY node_id")
+    assert live == sorted([(first.node_id,), (second.node_id,)])
+    assert first.renew()
+    assert second.renew()
+    first.release()
+    assert second.renew()
+    second.release()
+    assert sql(postgres_url, "SELECT DISTINCT state FROM nodes") == [("left",)]
 
 
 def test_a_zombie_commit_after_a_takeover_changes_nothing(postgres_url: str) -> None:
     PostgresBackend(postgres_url, node_id="").close()
     a = lease(postgres_url)
-    store_a = PostgresBackend(postgres_url, node_id=a.node_id)
+    store_a = backend(postgres_url, a)
     store_a.commit([Write(state=state("x", 1))])
+    assert owners(postgres_url) == {"x": (a.node_id, 1)}
     expire(postgres_url, a.node_id)  # a stalls past its lease (SIGSTOP, a VM pause)
-    b = lease(postgres_url)  # declares a dead and takes the store
-    store_b = PostgresBackend(postgres_url, node_id=b.node_id)
+    b = lease(postgres_url)  # declares a dead, which frees its loops under a new fence
+    assert owners(postgres_url) == {"x": (None, 2)}
+    assert b.claim(100) == ["x"]
+    assert owners(postgres_url) == {"x": (b.node_id, 3)}
+    store_b = backend(postgres_url, b)
     store_b.commit([Write(state=state("x", 2))])
     # a wakes up: its commit is fenced, and its renewal never revives it.
     with pytest.raises(LeaseLost, match="has ended"):
         store_a.commit([Write(state=state("x", 99)), Write(state=state("y", 1))])
     assert not a.renew()
+    assert a.claim(100) == []
     assert store_b.get_loop("x") == state("x", 2)
     assert store_b.get_loop("y") is None
     assert sql(
@@ -88,19 +112,56 @@ def test_a_zombie_commit_after_a_takeover_changes_nothing(postgres_url: str) -> 
     b.release()
 
 
+def test_a_live_node_writes_only_the_loops_it_holds_under_their_fence(postgres_url: str) -> None:
+    PostgresBackend(postgres_url, node_id="").close()
+    a, b = lease(postgres_url), lease(postgres_url)
+    store_a, store_b = backend(postgres_url, a), backend(postgres_url, b)
+    store_a.commit([Write(state=state("x", 1))])
+    # Another live node cannot write a's loop: fenced, nothing of it written, and the rest
+    # of its batch is.
+    with pytest.raises(LoopsFenced) as fenced:
+        store_b.commit(
+            [
+                Write(state=state("x", 7), events=(started("x", 7),)),
+                Write(state=state("y", 1), events=(started("y", 1),)),
+            ]
+        )
+    assert fenced.value.loop_ids == {"x"}
+    assert store_a.get_loop("x") == state("x", 1)
+    assert store_a.events("x") == []
+    assert store_a.get_loop("y") == state("y", 1)
+    assert owners(postgres_url) == {"x": (a.node_id, 1), "y": (b.node_id, 1)}
+    # x changes owner and comes back to a (released, claimed again): the writes a made
+    # under its old fence are refused though a owns x again.
+    stale = dict(a.holding.fences)
+    sql(postgres_url, "UPDATE loops SET owner = NULL, fence = fence + 1 WHERE loop_id = 'x'")
+    assert a.claim(100) == ["x"]
+    assert owners(postgres_url)["x"] == (a.node_id, 3)
+    a.holding.fences.update(stale)
+    with pytest.raises(LoopsFenced):
+        store_a.commit([Write(state=state("x", 8))])
+    assert store_a.get_loop("x") == state("x", 1)
+    for closing in (store_a, store_b):
+        closing.close()
+    a.release()
+    b.release()
+
+
 def test_an_expired_lease_not_yet_taken_over_may_still_be_renewed(postgres_url: str) -> None:
     PostgresBackend(postgres_url, node_id="").close()
     a = lease(postgres_url)
     expire(postgres_url, a.node_id)
-    store_a = PostgresBackend(postgres_url, node_id=a.node_id)
+    store_a = backend(postgres_url, a)
     with pytest.raises(LeaseLost):  # expired: no commit, renewed or not yet
         store_a.commit([Write(state=state("x", 1))])
     assert a.renew()  # whoever acts first wins: here the holder
     store_a.commit([Write(state=state("x", 1))])
-    with pytest.raises(StoreError, match="in use"):
-        lease(postgres_url)
+    b = lease(postgres_url)  # renewed in time: a is live, its loop stays its own
+    assert b.claim(100) == []
+    assert owners(postgres_url) == {"x": (a.node_id, 1)}
     store_a.close()
     a.release()
+    b.release()
 
 
 def test_lease_decisions_never_read_the_wall_clock(
@@ -111,13 +172,16 @@ def test_lease_decisions_never_read_the_wall_clock(
     for jump in (3600.0, -3600.0):
         monkeypatch.setattr(time, "time", lambda jump=jump: real() + jump)
         a = lease(postgres_url)
-        store_a = PostgresBackend(postgres_url, node_id=a.node_id)
+        store_a = backend(postgres_url, a)
         assert a.renew()
-        store_a.commit([Write(state=state("x", 1))])
-        with pytest.raises(StoreError, match="in use"):
-            lease(postgres_url)
+        store_a.commit([Write(state=state(f"x{jump}", 1))])
+        b = lease(postgres_url)
+        assert f"x{jump}" not in b.claim(100)  # a is not declared dead: its loop stays
+        assert owners(postgres_url)[f"x{jump}"] == (a.node_id, 1)
+        assert sql(postgres_url, "SELECT count(*) FROM nodes WHERE state = 'dead'") == [(0,)]
         store_a.close()
         a.release()
+        b.release()
 
 
 def test_a_restart_on_the_same_machine_takes_over_from_its_dead_predecessor_at_once(
@@ -144,8 +208,48 @@ def test_a_restart_on_the_same_machine_takes_over_from_its_dead_predecessor_at_o
         "clock_timestamp() + interval '1 hour')",
         (gone.pid, boot),
     )
-    with pytest.raises(StoreError, match=r"in use by another loopactors runtime \(elsewhere"):
-        lease(postgres_url)
+    lease(postgres_url).release()
+    assert sql(postgres_url, "SELECT state FROM nodes WHERE node_id = 'elsewhere'") == [("live",)]
+
+
+def test_claims_take_whole_trees_in_fair_shares_within_capacity(postgres_url: str) -> None:
+    PostgresBackend(postgres_url, node_id="").close()
+    origin = lease(postgres_url)
+    store = backend(postgres_url, origin)
+    trees = [f"r{i}" for i in range(6)]
+    writes = []
+    for root in trees:
+        writes.append(Write(state=state(root, 1)))
+        child = msgspec.structs.replace(
+            state(f"{root}.c", 1), spec=LoopSpec(task="c", rounds=50, parent_id=root)
+        )
+        grandchild = msgspec.structs.replace(
+            state(f"{root}.g", 1), spec=LoopSpec(task="g", rounds=50, parent_id=f"{root}.c")
+        )
+        writes += [Write(state=child), Write(state=grandchild)]
+    store.commit(writes[:3])  # one tree, then the children of the others with their parents
+    store.commit(writes[3:])
+    roots = {str(i): str(r) for i, r in sql(postgres_url, "SELECT loop_id, root_id FROM loops")}
+    assert roots == {f"{r}{tail}": r for r in trees for tail in ("", ".c", ".g")}
+    store.close()
+    origin.release()  # leaves: its 18 loops are free at once
+    a, b = lease(postgres_url), lease(postgres_url)
+    # Two live nodes, 6 free trees of 3: half each, whole trees, none past a node's room.
+    assert len(a.claim(4)) == 3  # room for one tree
+    assert len(b.claim(100)) == 9  # 5 left: 3 trees
+    assert len(a.claim(100)) == 3  # 2 left: 1 tree
+    assert len(a.claim(100)) == 3  # 1 left
+    held: dict[str, set[str]] = {}
+    for loop_id, (owner, fence) in owners(postgres_url).items():
+        assert fence == 3  # freed, then claimed
+        held.setdefault(str(owner), set()).add(roots[loop_id])
+    assert held[a.node_id].isdisjoint(held[b.node_id])
+    assert len(held[a.node_id]) == 3
+    assert len(held[b.node_id]) == 3
+    assert a.claim(100) == []
+    assert b.claim(100) == []
+    a.release()
+    b.release()
 
 
 def test_incarnations_that_ended_over_a_day_ago_are_forgotten(postgres_url: str) -> None:
@@ -179,9 +283,13 @@ async def test_a_runtime_taken_over_stops_with_lease_lost_and_writes_nothing_mor
             with rt.subscribe(handle.loop_id) as events:
                 async for _ in events:
                     break  # it runs
-            # Another node declares this one dead (its lease expired, as the taker saw it).
+            # Another node declares this one dead (its lease expired, as the taker saw it),
+            # which frees its loops.
             await trio.to_thread.run_sync(
                 sql, postgres_url, "UPDATE nodes SET state = 'dead' WHERE state = 'live'"
+            )
+            await trio.to_thread.run_sync(
+                sql, postgres_url, "UPDATE loops SET owner = NULL, fence = fence + 1"
             )
             [(seq_at_death,)] = await trio.to_thread.run_sync(
                 sql, postgres_url, "SELECT event_seq FROM loops"
@@ -205,7 +313,7 @@ async def test_a_runtime_failing_as_it_stops_for_its_lost_lease_says_lease_lost(
     """A node paused past its lease wakes up to connections the server ended: what fails
     on them while its runtime stops is not the reason it stops."""
     with pytest.raises(LeaseLost, match="taken over by another node") as caught:
-        async with _hold(parse_store(postgres_url), ttl=1.0, stop_margin=0.0):
+        async with _hold(parse_store(postgres_url), 1.0, 0.0, 100):
             await trio.to_thread.run_sync(
                 sql, postgres_url, "UPDATE nodes SET state = 'dead' WHERE state = 'live'"
             )
@@ -216,14 +324,67 @@ async def test_a_runtime_failing_as_it_stops_for_its_lost_lease_says_lease_lost(
     assert "server closed the connection" in repr(caught.value.__cause__)
 
 
-async def test_a_second_runtime_on_the_store_is_refused(postgres_url: str, tmp_path: Path) -> None:
+async def test_runtimes_on_one_store_run_their_own_loops_and_take_over_as_one_leaves(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    config = RuntimeConfig(
+        store=postgres_url,
+        state_dir=tmp_path / "a",
+        lease_ttl=1.0,
+        kill_grace=0.0,
+        inter_round_delay=0.2,
+        shutdown_grace=5.0,
+    )
+    async with open_runtime(config.replace(state_dir=tmp_path / "b")) as b:
+        async with open_runtime(config) as a:
+            on_a = await a.start("|loop:50| long work on a")
+            a_id = a_node_id(postgres_url)
+            on_b = await b.start("|loop:3| short work on b")
+            assert (await b.wait(on_b.loop_id)).phase == "complete"
+            # Each runs its own: a's loop is not b's, and b does not run it.
+            assert owners(postgres_url)[on_a.loop_id] == (a_id, 1)
+            assert not (await b.get(on_a.loop_id)).terminal
+            # The same id on two nodes: the same spec gets the loop, another is refused.
+            same = await b.start(on_a.spec, loop_id=on_a.loop_id)
+            assert same.loop_id == on_a.loop_id
+            with pytest.raises(AdmissionRefused, match="already used"):
+                await b.start("|loop:2| another task", loop_id=on_a.loop_id)
+        # a left: its loop is free at once, and b claims it and runs it on.
+        with trio.fail_after(30):
+            while owners(postgres_url)[on_a.loop_id][0] in (None, a_id):
+                await trio.sleep(0.05)
+            at = (await b.get(on_a.loop_id)).round
+            while (await b.get(on_a.loop_id)).round == at:
+                await trio.sleep(0.05)
+        stopped = await b.stop(on_a.loop_id)
+        assert stopped.phase == "cancelled"
+
+
+def a_node_id(url: str) -> str:
+    """The id of the node that registered last."""
+    [(node_id,)] = sql(url, "SELECT node_id FROM nodes ORDER BY started_at DESC LIMIT 1")
+    return str(node_id)
+
+
+async def test_the_same_id_admitted_on_two_nodes_at_once_goes_to_one(
+    postgres_url: str, tmp_path: Path
+) -> None:
     config = RuntimeConfig(store=postgres_url, state_dir=tmp_path / "a", shutdown_grace=5.0)
-    async with open_runtime(config):
-        with pytest.raises(StoreError, match="in use by another loopactors runtime"):
-            async with open_runtime(config.replace(state_dir=tmp_path / "b")):
-                pass
-    async with open_runtime(config.replace(state_dir=tmp_path / "b")):
-        pass  # the first left: the store is free at once
+    other_dir = config.replace(state_dir=tmp_path / "b")
+    async with open_runtime(config) as a, open_runtime(other_dir) as b:
+        first = await a.start("|loop:50| raced", loop_id="raced")
+        # b admits the same id not knowing it is taken (the two looked it up at the same
+        # moment): its commit is fenced, and it answers with a's loop, or refuses.
+        start = StartLoop(spec=first.spec, loop_id="raced")
+        got = await b._coordinator.call(start, timeout=30)
+        assert got.loop_id == "raced"
+        assert got.spec == first.spec
+        other = StartLoop(spec=b.build_spec("|loop:2| not the same"), loop_id="raced")
+        with pytest.raises(AdmissionRefused, match="taken by another node at the same moment"):
+            await b._coordinator.call(other, timeout=30)
+        assert owners(postgres_url)["raced"][1] == 1
+        assert (await b.get("raced")).spec == first.spec
+        await a.stop("raced")
 
 
 def test_a_zombie_prunes_nothing_and_touches_no_notification(postgres_url: str) -> None:
