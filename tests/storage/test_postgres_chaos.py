@@ -1,9 +1,9 @@
 """Chaos on a PostgreSQL store with real `loopactors node` processes (docs/multinode.md,
-"Guarantees"): three nodes on one database, one writing and two standbys, each started again
-whenever it exits (as a supervisor such as systemd does; a standby is refused while the
-lease is held, and exits). Loops of a ``command:`` worker that appends ``LOOP ROUND NODE
-TIME`` to a side file run on the writing node; it is SIGKILLed mid-round, and later the
-next writer is SIGSTOPped past its lease (a standby declares it dead and takes over), then
+"Guarantees"): three active nodes on one database, each started again whenever it exits
+(as a supervisor such as systemd does). Loops of a ``command:`` worker that appends ``LOOP
+ROUND NODE TIME`` to a side file are started spread over the three; one node is SIGKILLed
+mid-round (its restart declares it dead at once, and the live nodes claim its loops), and
+another is SIGSTOPped past its lease (the others declare it dead and claim its loops), then
 SIGCONTed. Counted from the store and the side file: every loop complete, every round
 recorded once with one ``RoundFinished``, no gap in any loop's event numbering, re-runs
 only of rounds in flight at a failure, and nothing done by a node after it was declared
@@ -11,7 +11,7 @@ dead.
 
 The same scenario with fencing switched off (``LOOPACTORS_TEST_UNFENCED=1``, a switch for
 this test only, storage/_postgres.py) must be caught by the same counters: the frozen node
-wakes up, keeps running its loops next to the node that took them over, and its rounds are
+wakes up, keeps running its loops next to the nodes that took them over, and its rounds are
 finished twice.
 """
 
@@ -108,15 +108,12 @@ class Cluster:
         self.threads.append(thread)
         assert slot.started.wait(HANG)
 
-    def holder(self) -> tuple[str, Incarnation] | None:
-        """The live lease holder of the store, and its process, if any."""
+    def live(self, slot: Slot) -> tuple[str, Incarnation] | None:
+        """The live node of ``slot`` (as the store sees it) and its process, if any."""
         for node_id, pid, state, _ in nodes(self.url):
-            if state != "live":
-                continue
-            for slot in self.slots:
-                found = slot.by_pid(pid)
-                if found is not None and found.proc.poll() is None:
-                    return node_id, found
+            found = slot.by_pid(pid)
+            if state == "live" and found is not None and found.proc.poll() is None:
+                return node_id, found
         return None
 
     def stop(self) -> None:
@@ -224,8 +221,8 @@ def cluster_factory(
         cluster.stop()
 
 
-def start_loops(state: Path) -> list[str]:
-    """Start the loops on the node serving ``state``."""
+def start_loops(state: Path, numbers: range) -> list[str]:
+    """Start loops ``numbers`` on the node serving ``state``."""
     url = (state / "node.url").read_text().strip()
     script = f"""
 import trio
@@ -233,7 +230,7 @@ from loopactors.client import connect
 async def main():
     token = open({str(state / "node.token")!r}).read().strip()
     async with connect({url!r}, token=token) as node:
-        for i in range({LOOPS}):
+        for i in {numbers!r}:
             print((await node.start("|loop:{ROUNDS},fresh| chaos " + str(i))).loop_id)
 trio.run(main)
 """
@@ -291,8 +288,11 @@ class Counts:
     #: Rounds a node started after the database's ``dead_at`` for it (one machine, one clock).
     started_after_dead: int = 0
     frozen_started_after_dead: int = 0
-    #: Changes of the node holding the store (each one a failure: rounds may run again).
+    #: Nodes that died or left, their loops taken over (each one a change of owner for
+    #: its loops: rounds in flight may run again).
     handovers: int = 0
+    #: Loops started on each node.
+    started_on: list[int] = attrs.Factory(list)
 
 
 def count(url: str, side_file: Path, loop_ids: list[str], run: Run) -> Counts:
@@ -333,7 +333,8 @@ def count(url: str, side_file: Path, loop_ids: list[str], run: Run) -> Counts:
         counts.reruns_on_the_same_node += len(ran) - len(set(ran))
         counts.most_nodes_on_a_round = max(counts.most_nodes_on_a_round, len(set(ran)))
     known = nodes(url)
-    counts.handovers = len(known) - 1
+    counts.handovers = sum(state in ("dead", "left") for _, _, state, _ in known)
+    counts.started_on = run.started_on
     dead_at = {
         run.names[pid]: at for _, pid, state, at in known if state == "dead" and at is not None
     }
@@ -350,64 +351,68 @@ class Run:
     names: dict[int, str]
     #: The node SIGSTOPped past its lease.
     frozen: str
+    started_on: list[int]
 
 
-def start_cluster(cluster: Cluster, gate: Path) -> list[str]:
-    """The first node, then the standbys; the loops, on the first, their rounds held at
-    the gate until all are started (one at a time: the machine may be slow). Their ids."""
+def start_cluster(cluster: Cluster, gate: Path) -> list[list[str]]:
+    """The three nodes, then the loops, spread over them; their rounds held at the gate
+    until all are started (one node at a time: the machine may be slow). Their ids, by
+    node."""
     os.mkfifo(gate)
-    first = cluster.slots[0]
-    cluster.start(first)
-    # It serves once it holds the store (the tables exist from then on).
-    wait_for("the first node serves", (first.state / "node.url").exists)
-    for slot in cluster.slots[1:]:
-        cluster.start(slot)  # standbys: refused while the first holds the store
-    loop_ids = start_loops(first.state)
+    for slot in cluster.slots:
+        cluster.start(slot)
+        # It serves once it holds its lease (the tables exist from then on).
+        wait_for(f"node {slot.index} serves", (slot.state / "node.url").exists)
+    per_node = -(-LOOPS // len(cluster.slots))
+    started = [
+        start_loops(slot.state, range(i * per_node, min(LOOPS, (i + 1) * per_node)))
+        for i, slot in enumerate(cluster.slots)
+    ]
     # Open: the rounds waiting read to the end once it closes; later ones find no gate.
     opened = os.open(gate, os.O_RDWR)
     gate.unlink()
     os.close(opened)
-    return loop_ids
+    return started
 
 
-def kill_the_writer(cluster: Cluster, side_file: Path) -> str:
-    """SIGKILL the node holding the store, mid-round; its node id."""
+def live_node(cluster: Cluster, slot: Slot, side_file: Path) -> tuple[str, Incarnation]:
+    """``slot``'s live node once it has run a round: its node id and process."""
+
+    def running() -> bool:
+        live = cluster.live(slot)
+        return live is not None and any(line[2] == live[1].name for line in side_lines(side_file))
+
+    wait_for(f"node {slot.index} runs rounds", running)
+    live = cluster.live(slot)
+    assert live is not None
+    return live
+
+
+def kill_and_freeze(cluster: Cluster, side_file: Path) -> tuple[str, Incarnation]:
+    """Once a fifth of the rounds ran, each node with rounds in flight: SIGSTOP the second
+    node and SIGKILL the first, both mid-round; SIGCONT the second once another node
+    declared it dead (2.5 times the lease at least). The frozen node's id and process."""
     wait_for("a fifth of the rounds run", lambda: len(side_lines(side_file)) >= LOOPS * ROUNDS // 5)
-    held = cluster.holder()
-    assert held is not None
-    held[1].proc.kill()
-    return held[0]
-
-
-def freeze_the_taker(cluster: Cluster, side_file: Path, killed_id: str) -> tuple[str, Incarnation]:
-    """Once a standby took over and runs rounds, SIGSTOP it for 2.5 times the lease, and
-    SIGCONT it once another declared it dead; its node id and process."""
-
-    def taker() -> tuple[str, Incarnation] | None:
-        held = cluster.holder()
-        if held is None or held[0] == killed_id:
-            return None
-        ran = sum(1 for line in side_lines(side_file) if line[2] == held[1].name)
-        return held if ran >= LOOPS // 5 else None
-
-    wait_for("a standby takes over and runs rounds", lambda: taker() is not None)
-    held = taker()
-    assert held is not None
-    frozen_id, frozen = held
+    frozen_id, frozen = live_node(cluster, cluster.slots[1], side_file)
+    killed_id, killed = live_node(cluster, cluster.slots[0], side_file)
     frozen.proc.send_signal(signal.SIGSTOP)
+    killed.proc.kill()
     time.sleep(LEASE_TTL * 2.5)
-    wait_for(
-        "a standby declares the frozen node dead",
-        lambda: any(n[0] == frozen_id and n[2] == "dead" for n in nodes(cluster.url)),
-    )
+    for what, node_id in (("killed", killed_id), ("frozen", frozen_id)):
+        wait_for(
+            f"another node declares the {what} node dead",
+            lambda node_id=node_id: any(
+                n[0] == node_id and n[2] == "dead" for n in nodes(cluster.url)
+            ),
+        )
     frozen.proc.send_signal(signal.SIGCONT)
     return frozen_id, frozen
 
 
 def run_scenario(cluster: Cluster, side_file: Path, *, fenced: bool) -> Counts:
-    loop_ids = start_cluster(cluster, side_file.with_name("gate"))
-    killed_id = kill_the_writer(cluster, side_file)
-    frozen_id, frozen = freeze_the_taker(cluster, side_file, killed_id)
+    started = start_cluster(cluster, side_file.with_name("gate"))
+    loop_ids = [loop_id for ids in started for loop_id in ids]
+    frozen_id, frozen = kill_and_freeze(cluster, side_file)
     if fenced:
         # It writes nothing more and stops, saying why.
         assert frozen.proc.wait(HANG) != 0
@@ -438,7 +443,8 @@ def run_scenario(cluster: Cluster, side_file: Path, *, fenced: bool) -> Counts:
         wait_for("the zombie starts rounds and its rounds land", zombie_seen)
     names = {i.proc.pid: i.name for slot in cluster.slots for i in slot.incarnations}
     cluster.stop()
-    counts = count(cluster.url, side_file, loop_ids, Run(names, frozen.name))
+    run = Run(names, frozen.name, [len(ids) for ids in started])
+    counts = count(cluster.url, side_file, loop_ids, run)
     print(json.dumps(attrs.asdict(counts)))
     return counts
 
@@ -455,9 +461,12 @@ def test_kill_and_freeze_lose_nothing_and_run_again_only_what_was_in_flight(
     assert counts.rounds_finished_twice == 0
     assert counts.seq_gaps == 0
     assert counts.rounds_never_run == 0
-    # Runs again on another node only of rounds in flight at a change of holder (at most
+    # The loops were started spread over the three nodes.
+    assert len(counts.started_on) == 3
+    assert all(n > 0 for n in counts.started_on)
+    # Runs again on another node only of rounds in flight at a change of owner (at most
     # one per loop each), or started by a node declared dead. The kill and the freeze are
-    # two changes; a loaded machine may add some (a node busy past its lease stops).
+    # two; a loaded machine may add some (a node busy past its lease stops).
     assert counts.handovers >= 2
     assert counts.most_nodes_on_a_round <= 1 + counts.handovers
     assert counts.reruns_on_another_node <= LOOPS * counts.handovers + counts.started_after_dead
