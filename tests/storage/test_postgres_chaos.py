@@ -388,6 +388,10 @@ def live_node(cluster: Cluster, slot: Slot, side_file: Path) -> tuple[str, Incar
     return live
 
 
+def declared_dead(cluster: Cluster, node_id: str) -> Callable[[], bool]:
+    return lambda: any(n[0] == node_id and n[2] == "dead" for n in nodes(cluster.url))
+
+
 def kill_and_freeze(cluster: Cluster, side_file: Path) -> tuple[str, Incarnation]:
     """Once a fifth of the rounds ran, each node with rounds in flight: SIGSTOP the second
     node and SIGKILL the first, both mid-round; SIGCONT the second once another node
@@ -399,12 +403,7 @@ def kill_and_freeze(cluster: Cluster, side_file: Path) -> tuple[str, Incarnation
     killed.proc.kill()
     time.sleep(LEASE_TTL * 2.5)
     for what, node_id in (("killed", killed_id), ("frozen", frozen_id)):
-        wait_for(
-            f"another node declares the {what} node dead",
-            lambda node_id=node_id: any(
-                n[0] == node_id and n[2] == "dead" for n in nodes(cluster.url)
-            ),
-        )
+        wait_for(f"another node declares the {what} node dead", declared_dead(cluster, node_id))
     frozen.proc.send_signal(signal.SIGCONT)
     return frozen_id, frozen
 
