@@ -362,10 +362,12 @@ def _status_title(control: LoopCommands, states: list[LoopState]) -> str:
 
 
 def _node_line(lease: NodeLease) -> str:
-    """``node ID (host H, pid P): live, lease ends in 8.2 s`` for one line of ``status``."""
+    """``node ID (host H, pid P): live, lease ends in 8.2 s, 40 live loops`` for one line of
+    ``status``."""
     head = f"node {lease.node_id} (host {lease.host}, pid {lease.pid}): {lease.state}"
     if lease.lease_left is not None:
-        return f"{head}, lease ends in {max(lease.lease_left, 0.0):.1f} s"
+        owned = f", {lease.loops} live loop{'s' * (lease.loops != 1)}"
+        return f"{head}, lease ends in {max(lease.lease_left, 0.0):.1f} s{owned}"
     return f"{head} (declared so by {lease.dead_by})" if lease.dead_by else head
 
 

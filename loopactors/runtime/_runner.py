@@ -23,7 +23,7 @@ import msgspec
 import trio
 
 from ..actors import Actor, ErrorReply
-from ..errors import ActorError, ActorNotRunning, CallFailed
+from ..errors import ActorError, ActorNotRunning, CallFailed, LoopsFenced
 from ..loops import (
     LoopSpec,
     LoopState,
@@ -460,7 +460,12 @@ class LoopRunner(Actor[Any]):
             # No timeout: a commit waits as long as the Store lives, through a full disk
             # (the Store retries it); giving up would restart this runner and run the round
             # in flight again.
-            await self.svc.store.call(commit, None)
+            try:
+                await self.svc.store.call(commit, None)
+            except LoopsFenced:
+                # Not this node's loop any more (a shared store): nothing of it was
+                # written, nothing it forwards happens; it ends here, not restarted.
+                self.stop()
         else:
             await self.svc.store.cast(commit)
 

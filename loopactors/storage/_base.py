@@ -94,6 +94,8 @@ class NodeLease(msgspec.Struct, frozen=True, kw_only=True):
     #: Seconds its lease has left on the database's clock (live ones only).
     lease_left: float | None = None
     dead_by: str | None = None
+    #: Live loops it owns (several nodes share a store's loops, docs/multinode.md).
+    loops: int = 0
 
 
 class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):

@@ -506,15 +506,22 @@ class PostgresBackend(SqlBackend):
     def nodes(self) -> list[NodeLease]:
         query = (
             "SELECT node_id, host, pid, state, CASE WHEN state = 'live' THEN "
-            "extract(epoch FROM expires_at - clock_timestamp())::float8 END, dead_by "
+            "extract(epoch FROM expires_at - clock_timestamp())::float8 END, dead_by, "
+            f"(SELECT count(*) FROM loops WHERE owner = node_id AND {_LIVE}) "
             "FROM nodes ORDER BY started_at DESC LIMIT 20"
         )
         with self._reading():
             return [
                 NodeLease(
-                    node_id=node_id, host=host, pid=pid, state=state, lease_left=left, dead_by=by
+                    node_id=node_id,
+                    host=host,
+                    pid=pid,
+                    state=state,
+                    lease_left=left,
+                    dead_by=by,
+                    loops=loops,
                 )
-                for node_id, host, pid, state, left, by in self._conn.execute(query)
+                for node_id, host, pid, state, left, by, loops in self._conn.execute(query)
             ]
 
     def set_durability(self, durability: Durability) -> None:

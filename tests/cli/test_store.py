@@ -172,7 +172,7 @@ def test_a_killed_nodes_loops_are_taken_over_by_the_next_node(
     started, running, killed, seeder = [
         line for line in status.stdout.splitlines() if "(host " in line
     ]
-    live = r"node node-\S+ \(host \S+, pid \d+\): live, lease ends in [\d.]+ s"
+    live = r"node node-\S+ \(host \S+, pid \d+\): live, lease ends in [\d.]+ s, \d live loops?"
     assert re.fullmatch(live, started)
     assert re.fullmatch(live, running)
     assert re.fullmatch(r"node node-\S+ .*: dead \(declared so by node-\S+\)", killed)

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from loopactors.errors import AdmissionRefused, LeaseLost, LoopsFenced, StoreError
-from loopactors.loops import LoopSpec, LoopState, RoundStarted
+from loopactors.loops import LoopSpec, LoopState, RoundFinished, RoundStarted
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.runtime._messages import StartLoop
 from loopactors.storage import Write, open_store, parse_store
@@ -441,3 +441,37 @@ def test_a_transaction_stalled_on_the_lease_row_loses_to_the_server_timeout(
         closing.close()
     a.release()
     b.release()
+
+
+async def test_a_running_loop_moved_away_stops_here_and_is_claimed_again(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """A loop whose owner or fence changes under its node (an operator freed it) is fenced
+    at its runner's next commit: the runner stops, nothing of that commit is written; the
+    loop, free, is claimed at the next pass (here by the same node, the only one) and runs on
+    under its new fence, each round recorded once."""
+    config = RuntimeConfig(
+        store=postgres_url,
+        state_dir=tmp_path,
+        lease_ttl=1.0,
+        kill_grace=0.0,
+        inter_round_delay=0.1,
+        shutdown_grace=5.0,
+    )
+    async with open_runtime(config) as rt:
+        loop = await rt.start("|loop:20| moved")
+        while (await rt.get(loop.loop_id)).round < 2:
+            await trio.sleep(0.05)
+        await trio.to_thread.run_sync(
+            sql, postgres_url, "UPDATE loops SET owner = NULL, fence = fence + 1"
+        )
+        with trio.fail_after(30):
+            while owners(postgres_url)[loop.loop_id][1] < 3:
+                await trio.sleep(0.05)
+            final = await rt.wait(loop.loop_id)
+    assert final.phase == "complete"
+    store = open_store(postgres_url, None, read_only=True)
+    assert store is not None
+    finished = [e.round for e in store.events(loop.loop_id) if isinstance(e, RoundFinished)]
+    store.close()
+    assert sorted(finished) == list(range(1, 21))
