@@ -26,7 +26,15 @@ from ._model import (
     validate_breaker_config,
     validate_prune_config,
 )
-from ._summary_read import _BLOCK, _MEMO_CHARS, StreamedSummary, _GiveUp, _read_ledger, _Text
+from ._summary_read import (
+    _BLOCK,
+    _MEMO_CHARS,
+    StreamedSummary,
+    _GiveUp,
+    _Held,
+    _read_ledger,
+    _Text,
+)
 from ._summary_read import read_summary as _read_summary
 from ._text import (
     calculate_similarity,
@@ -230,18 +238,17 @@ def _grams(error: object) -> frozenset[str]:
     return trigrams(_signature(error))
 
 
-class _PrunedTrace:
+class _PrunedTrace(_Held):
     """``prune_stack_trace`` of an error string read a piece at a time: the text itself while
     short, else its first ``limit`` lines as UTF-8 (the rest only counted), where its
     characters other than whitespace start and end, and where its first line that is not
     blank ends (the signature is made from that line alone)."""
 
-    __slots__ = ("chars", "first", "held", "kept", "last", "limit", "line", "sig_end", "sig_line")
+    __slots__ = ("first", "kept", "last", "limit", "line", "sig_end", "sig_line")
 
     def __init__(self, limit: int) -> None:
+        super().__init__()
         self.limit = limit
-        self.held: list[str] | None = []
-        self.chars = 0
         self.kept = bytearray()
         #: The line being read (0 first): the newlines met so far.
         self.line = 0
@@ -251,20 +258,6 @@ class _PrunedTrace:
         self.last = 0
         self.sig_end = 0
         self.sig_line = -1
-
-    def add(self, piece: str) -> None:
-        held = self.held
-        if held is None:
-            self._take(piece)
-            return
-        held.append(piece)
-        self.chars += len(piece)
-        if self.chars <= _MEMO_CHARS:
-            return
-        self.held = None
-        for text in held:
-            self._take(text)
-        held.clear()
 
     def result(self) -> str | _PrunedTrace:
         """The error itself while short (pruned by the caller), else this."""

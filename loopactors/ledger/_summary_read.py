@@ -273,36 +273,49 @@ class _LongError:
         return line_signature_pieces(self.line_pieces())
 
 
-class _ErrorLines:
-    """An error string's pieces: the text itself while short, else a :class:`_LongError`
-    (the first line that is not blank, trimmed, kept as it comes; the rest dropped)."""
+class _Held:
+    """A string read a piece at a time: held whole while it is short (``_MEMO_CHARS``), else
+    each piece goes to ``_take`` as it comes (the ones held first)."""
 
-    __slots__ = ("chars", "done", "held", "line", "line_number", "started", "ws_from")
+    __slots__ = ("chars", "held")
 
     def __init__(self) -> None:
         self.held: list[str] | None = []
         self.chars = 0
+
+    def add(self, piece: str) -> None:
+        held = self.held
+        if held is None:
+            self._take(piece)
+            return
+        held.append(piece)
+        self.chars += len(piece)
+        if self.chars <= _MEMO_CHARS:
+            return
+        self.held = None
+        for text in held:
+            self._take(text)
+        held.clear()
+
+    def _take(self, text: str) -> None:
+        raise NotImplementedError
+
+
+class _ErrorLines(_Held):
+    """An error string's pieces: the text itself while short, else a :class:`_LongError`
+    (the first line that is not blank, trimmed, kept as it comes; the rest dropped)."""
+
+    __slots__ = ("done", "line", "line_number", "started", "ws_from")
+
+    def __init__(self) -> None:
+        super().__init__()
         self.line = bytearray()
         self.line_number = 0
         self.started = False  # a character other than whitespace met on this line
         self.ws_from = -1  # where the line's trailing whitespace begins in ``line``
         self.done = False
 
-    def add(self, piece: str) -> None:
-        held = self.held
-        if held is not None:
-            held.append(piece)
-            self.chars += len(piece)
-            if self.chars <= _MEMO_CHARS:
-                return
-            self.held = None
-            for text in held:
-                self._lines(text)
-            held.clear()
-            return
-        self._lines(piece)
-
-    def _lines(self, text: str) -> None:
+    def _take(self, text: str) -> None:
         if self.done:
             return
         for i, part in enumerate(text.split("\n")):
