@@ -24,9 +24,11 @@ from ._rules import BreakerLimits, breaker_verdict, check_limits
 
 TYPE_CHECKING = False  # typing itself is not loaded by ``context --check``
 if TYPE_CHECKING:
-    from typing import BinaryIO
+    from typing import BinaryIO, TypeVar
 
     from ._model import BreakerConfig, BreakerDecision, Ledger, PruneConfig, Trigger
+
+    _Limits = TypeVar("_Limits", BreakerLimits, BreakerConfig)
 
 __all__ = ["HELP", "main"]
 
@@ -206,10 +208,12 @@ def _write(text: str) -> None:
     out.flush()
 
 
-def _limits(opts: Options, token_budget: int | float | None) -> BreakerLimits:
+def _limits(opts: Options, token_budget: int | float | None, make: type[_Limits]) -> _Limits:
+    """The breaker's limits as the command line gives them, as ``make`` (the plain
+    :class:`BreakerLimits` of ``--check``, or the public :class:`BreakerConfig`)."""
     if token_budget is not None and is_integer(token_budget):
         token_budget = int(token_budget)
-    return BreakerLimits(
+    return make(
         max_iterations=opts.max_iterations,
         stagnation_threshold=opts.stagnation,
         no_progress_threshold=opts.no_progress,
@@ -222,14 +226,7 @@ def _limits(opts: Options, token_budget: int | float | None) -> BreakerLimits:
 def _configs(opts: Options, token_budget: int | float | None) -> tuple[BreakerConfig, PruneConfig]:
     from ._model import BreakerConfig, PruneConfig  # noqa: PLC0415 - not needed by --check
 
-    limits = _limits(opts, token_budget)
-    breaker = BreakerConfig(
-        max_iterations=limits.max_iterations,
-        stagnation_threshold=limits.stagnation_threshold,
-        no_progress_threshold=limits.no_progress_threshold,
-        similarity_threshold=limits.similarity_threshold,
-        token_budget=limits.token_budget,
-    )
+    breaker = _limits(opts, token_budget, BreakerConfig)
     prune = PruneConfig(
         max_trace_lines=opts.max_trace_lines,
         window=opts.window,
@@ -307,7 +304,7 @@ def _operation(opts: Options, token_budget: int | float | None, source: _Input) 
     if opts.operation == "check":
         # The breaker reads only what its rules need, straight from the JSON (see _facts).
         facts = _check_facts(opts, source)
-        answer = _check(facts, _limits(opts, token_budget), opts)
+        answer = _check(facts, _limits(opts, token_budget, BreakerLimits), opts)
         if opts.json:
             _write(encode_plain_json(answer))
         else:
@@ -372,7 +369,7 @@ def _streamed_status(opts: Options, token_budget: int | float | None, source: _I
     facts = read_streamed_facts(source.read(), opts.similarity_threshold)
     if facts is None:
         return None
-    limits = _limits(opts, token_budget)
+    limits = _limits(opts, token_budget, BreakerLimits)
     check_limits(limits)  # after the ledger, as the whole read checks them
     trigger, reason = breaker_verdict(facts, limits)
     del facts
