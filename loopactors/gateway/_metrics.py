@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
+import socket
 import time
 import typing
 from collections.abc import Callable, Iterator
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["NodeMetrics", "worker_kind"]
 
 log = logging.getLogger("loopactors.gateway")
+#: How a shared store's lease row names this machine (this node is the row with its pid).
+_HOST = socket.gethostname()
 
 #: Round durations (seconds) as the histogram's buckets: scripted rounds take milliseconds,
 #: agent rounds minutes.
@@ -222,6 +226,15 @@ class NodeMetrics:
             rate_samples=self.rates.samples(),
             daily_cost_usd=_daily_spent(),
             daily_budget_usd=_daily_budgets(runtime.config),
+            cluster=store.nodes,
+            cluster_self=next(
+                (
+                    n.node_id
+                    for n in store.nodes
+                    if n.state == "live" and (n.host, n.pid) == (_HOST, os.getpid())
+                ),
+                None,
+            ),
         )
 
     async def exposition(self, gateway: Gateway) -> bytes:

@@ -16,7 +16,7 @@ import msgspec
 
 from ..loops import AnyEvent, LoopSpec, LoopState, RoundRecord
 from ..runtime import BreakerStanding
-from ..storage import CommitLatency
+from ..storage import CommitLatency, NodeLease
 
 __all__ = [
     "CAPABILITIES",
@@ -343,6 +343,10 @@ class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     #: the daily budgets (``account``, ``total``; unset ones left out): docs/loops.md.
     daily_cost_usd: dict[str, float] = {}
     daily_budget_usd: dict[str, float] = {}
+    #: The nodes that share this node's store (PostgreSQL), newest first, at most 20; empty
+    #: for a store of its own (SQLite). ``cluster_self``: this node's id among them.
+    cluster: list[NodeLease] = []
+    cluster_self: str | None = None
 
 
 #: The protocol's own requests, each with the data type of its :class:`Ok` reply: the client

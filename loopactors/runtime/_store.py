@@ -218,7 +218,8 @@ class Store(Actor[Any]):
             return await self._run(backend.events, message.loop_id)
         if kind is GetStoreStatistics:
             stats = await self._run(backend.statistics)
-            return msgspec.structs.replace(stats, commit_seconds=self.commit_latency)
+            nodes = await self._run(backend.nodes)
+            return msgspec.structs.replace(stats, commit_seconds=self.commit_latency, nodes=nodes)
         if kind is DueNotifications:
             return await self._run(
                 lambda: backend.due_notifications(message.now, limit=message.limit)

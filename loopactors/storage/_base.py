@@ -111,6 +111,9 @@ class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     notifications: int = 0
     #: How long the Store actor's group commits took (set by the actor, not the backend).
     commit_seconds: CommitLatency | None = None
+    #: The nodes that share the store, newest first (set by the actor from :meth:`nodes`;
+    #: empty for a store of one process or file).
+    nodes: list[NodeLease] = []
 
 
 #: Upper bounds (seconds) of the commit latency histogram's buckets; the last is infinite.

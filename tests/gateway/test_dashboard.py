@@ -200,6 +200,37 @@ def test_filter_search_and_node_view(dashboard: Dashboard) -> None:
     expect(page.locator('#actors li[data-actor="loops"]')).to_contain_text("children")
     expect(page.locator("#node-figures")).to_contain_text("connections")
     expect(page.locator("#rate-chart polyline")).to_have_count(1)
+    expect(page.locator("#cluster-view")).to_be_hidden()  # a store of its own: no cluster
+
+
+def test_the_node_view_lists_the_nodes_sharing_a_postgresql_store(
+    browser: Any, tmp_path: Path, postgres_url: str
+) -> None:
+    first = NodeProcess(tmp_path / "a", "--store", postgres_url, "--worker", "scripted:latency=1")
+    second = NodeProcess(tmp_path / "b", "--store", postgres_url)
+    try:
+        board = Dashboard(browser, first)
+        board.start("|loop:50| owned by the first node")
+        page = board.page
+        page.click(".tab[data-view=node]")
+        rows = page.locator("#cluster-rows tr")
+        expect(rows).to_have_count(2, timeout=HANG_MS)
+        mine = rows.filter(has_text="(this node)")
+        expect(mine).to_have_count(1)
+        expect(mine).to_have_attribute("data-state", "live")
+        expect(mine.locator("td").nth(5)).to_have_text("1")  # the loop it started
+        expect(rows.filter(has_not_text="(this node)").locator("td").nth(5)).to_have_text("0")
+        assert second.terminate() == 0  # a graceful stop leaves the store
+        expect(page.locator('#cluster-rows tr[data-state="left"]')).to_have_count(
+            1, timeout=HANG_MS
+        )
+        board.page.close()
+        assert board.errors == []
+    finally:
+        for node in (first, second):
+            if node.proc.poll() is None:
+                node.proc.kill()
+                node.proc.wait()
 
 
 def _free_port() -> int:

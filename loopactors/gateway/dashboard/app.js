@@ -702,7 +702,29 @@ async function refreshNode() {
       return li;
     }),
   );
+  renderCluster(s.cluster || [], s.cluster_self);
   drawRate();
+}
+
+// The nodes that share the store (PostgreSQL): each one's lease and the live loops it owns.
+function renderCluster(nodes, self) {
+  $("#cluster-view").hidden = nodes.length === 0;
+  $("#cluster-rows").replaceChildren(
+    ...nodes.map((n) => {
+      const tr = document.createElement("tr");
+      tr.dataset.node = n.node_id;
+      tr.dataset.state = n.state;
+      const left = n.lease_left == null ? "–" : `${Math.max(n.lease_left, 0).toFixed(1)} s`;
+      const name = n.node_id === self ? `${n.node_id} (this node)` : n.node_id;
+      const state = n.dead_by ? `${n.state} (declared by ${n.dead_by})` : n.state;
+      for (const text of [name, n.host, String(n.pid), state, left, n.loops.toLocaleString()]) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        tr.appendChild(td);
+      }
+      return tr;
+    }),
+  );
 }
 
 function percentile(latency, q) {
