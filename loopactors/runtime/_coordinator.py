@@ -140,8 +140,8 @@ class Coordinator(Actor[Any]):
 
     async def _claimed(self, loop_ids: tuple[str, ...]) -> None:
         """Loops this node took over while running (a shared store, docs/multinode.md):
-        recovered as at the start, each runner reading its loop (it is read here just now,
-        but nothing is taken for granted of a loop another node ran)."""
+        recovered as at the start. As then, the states read here stay true: the claim made
+        them this node's, and no runner of theirs runs here, so nothing else changes them."""
         loops = self.node.whereis("loops")
         new = tuple(i for i in loop_ids if i not in self._live and i not in self._admitting)
         if loops is None or not new:
@@ -149,7 +149,7 @@ class Coordinator(Actor[Any]):
         found: list[LoopState] = await self.svc.store.call(GetLoops(new), self.deps.call_timeout)
         states = [state for state in found if not state.terminal]
         log.info("recovering %d loops claimed from other nodes", len(states))
-        await self._resume(SupervisorRef(loops), states, fresh=False)
+        await self._resume(SupervisorRef(loops), states, fresh=True)
 
     async def _resume(
         self, supervisor: SupervisorRef, states: list[LoopState], *, fresh: bool

@@ -583,7 +583,8 @@ class Holding:
         self.fences: dict[str, int] = {}
 
 
-#: The holding of each runtime of this process, by store URL.
+#: The holding of each runtime of this process, by store URL (one runtime per store in a
+#: process, as `loopactors node` runs; a store opened here while one runs commits as it).
 _HELD: dict[str, Holding] = {}
 
 

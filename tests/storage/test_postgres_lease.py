@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import psycopg
 import pytest
 import trio
 
-from loopactors.errors import AdmissionRefused, LeaseLost, LoopsFenced, StoreError
+from loopactors.cli._loop_control import StoredLoops
+from loopactors.errors import ActorNotRunning, AdmissionRefused, LeaseLost, LoopsFenced, StoreError
 from loopactors.loops import LoopSpec, LoopState, RoundFinished, RoundStarted
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.runtime._messages import StartLoop
@@ -337,7 +339,9 @@ async def test_runtimes_on_one_store_run_their_own_loops_and_take_over_as_one_le
     )
     async with open_runtime(config.replace(state_dir=tmp_path / "b")) as b:
         async with open_runtime(config) as a:
-            on_a = await a.start("|loop:50| long work on a")
+            on_a = await a.start(
+                "|loop:50 stale_rounds=50| long work on a", worker="scripted:latency=0.3"
+            )
             a_id = a_node_id(postgres_url)
             on_b = await b.start("|loop:3| short work on b")
             assert (await b.wait(on_b.loop_id)).phase == "complete"
@@ -349,9 +353,24 @@ async def test_runtimes_on_one_store_run_their_own_loops_and_take_over_as_one_le
             assert same.loop_id == on_a.loop_id
             with pytest.raises(AdmissionRefused, match="already used"):
                 await b.start("|loop:2| another task", loop_id=on_a.loop_id)
+            # A command for a's loop sent to b is refused, naming why (no routing yet).
+            waits = await a.start("|loop:3| one long round", worker="scripted:latency=3600")
+            with pytest.raises(ActorNotRunning, match="runs on another node of the shared"):
+                await b.stop(waits.loop_id)
+            # So is an offline stop while a is live (another process, as it is run): it
+            # names a's node.
+            argv = [sys.executable, "-m", "loopactors", "stop", waits.loop_id]
+            argv += ["--store", postgres_url, "--state", str(tmp_path / "offline")]
+            offline = await trio.to_thread.run_sync(
+                lambda: subprocess.run(argv, capture_output=True, text=True, check=False)
+            )
+            assert offline.returncode != 0
+            assert f"run by the live node {a_id} (host" in offline.stderr
+            await a.stop(waits.loop_id)
         # a left: its loop is free at once, and b claims it and runs it on.
         with trio.fail_after(30):
             while owners(postgres_url)[on_a.loop_id][0] in (None, a_id):
+                assert not (await b.get(on_a.loop_id)).terminal
                 await trio.sleep(0.05)
             at = (await b.get(on_a.loop_id)).round
             while (await b.get(on_a.loop_id)).round == at:
@@ -459,7 +478,7 @@ async def test_a_running_loop_moved_away_stops_here_and_is_claimed_again(
         shutdown_grace=5.0,
     )
     async with open_runtime(config) as rt:
-        loop = await rt.start("|loop:20| moved")
+        loop = await rt.start("|loop:20 stale_rounds=20| moved")
         while (await rt.get(loop.loop_id)).round < 2:
             await trio.sleep(0.05)
         await trio.to_thread.run_sync(
@@ -475,3 +494,19 @@ async def test_a_running_loop_moved_away_stops_here_and_is_claimed_again(
     finished = [e.round for e in store.events(loop.loop_id) if isinstance(e, RoundFinished)]
     store.close()
     assert sorted(finished) == list(range(1, 21))
+
+
+async def test_an_offline_stop_ends_a_loop_whose_node_died(postgres_url: str) -> None:
+    PostgresBackend(postgres_url, node_id="").close()
+    gone = lease(postgres_url)
+    store = backend(postgres_url, gone)
+    store.commit([Write(state=state("orphan", 3))])
+    store.close()
+    expire(postgres_url, gone.node_id)  # it died: its lease ran out, nobody declared it yet
+    config = RuntimeConfig(store=postgres_url, state_dir=Path("/nonexistent-state"))
+    stopped = await StoredLoops(lambda: config).stop("orphan")
+    assert stopped.phase == "cancelled"
+    assert sql(postgres_url, "SELECT state FROM nodes WHERE node_id = %s", (gone.node_id,)) == [
+        ("dead",)
+    ]
+    gone.release()  # its connection (it writes nothing: declared dead)
