@@ -24,6 +24,7 @@ __all__ = [
     "CodeLoopExists",
     "CodeLoopNotFound",
     "CodeLoopStateError",
+    "CommandNotAnswered",
     "ConfigError",
     "ConnectionLost",
     "GateClosed",
@@ -41,6 +42,7 @@ __all__ = [
     "ModelError",
     "NameTaken",
     "OrchestrationError",
+    "OwnedElsewhere",
     "RemoteError",
     "RemoteLoopNotFound",
     "ReplayError",
@@ -215,6 +217,20 @@ class LoopsFenced(StoreError):
     def __init__(self, message: str, loop_ids: frozenset[str]) -> None:
         super().__init__(message)
         self.loop_ids = loop_ids
+
+
+class OwnedElsewhere(LoopError):
+    """The loop is live and another node of the shared store owns it (its commands are
+    routed there when the store can, docs/multinode.md)."""
+
+    protocol_code = "unavailable"
+
+
+class CommandNotAnswered(LoopactorsError):
+    """A command routed to the node that owns its loop got no answer in time (the node is
+    stuck, or the loop waits for a node to claim it); it was withdrawn, not applied."""
+
+    protocol_code = "unavailable"
 
 
 class RemoteError(LoopactorsError):

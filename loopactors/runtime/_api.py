@@ -29,7 +29,14 @@ import trio
 from .._util import deprecated, former_name
 from ..actors import ChildSpec, NamedRef, Node, Supervisor, open_node
 from ..agent import Entry, FullPlan, MicroPlan
-from ..errors import ActorNotRunning, CallFailed, ConfigError, LoopNotFound
+from ..errors import (
+    ActorNotRunning,
+    CallFailed,
+    ConfigError,
+    InvalidRequest,
+    LoopNotFound,
+    OwnedElsewhere,
+)
 from ..loops import (
     MATCHES_SHOWN,
     TERMINAL_PHASES,
@@ -48,6 +55,7 @@ from ..loops import (
     round_of,
 )
 from ..storage import (
+    CommandRoutes,
     PruneReport,
     StoreBackend,
     StoreStatistics,
@@ -209,6 +217,8 @@ class Runtime:
         self.bus = bus
         self._coordinator = node.ref(COORDINATOR)
         self._store = node.ref(STORE)
+        #: The way to the owners of other nodes' loops (a shared store), set as it opens.
+        self._routes: CommandRoutes | None = None
 
     def serving(self) -> bool:
         """The actors every request needs, the store and the coordinator, are running now
@@ -446,7 +456,32 @@ class Runtime:
         self, loop_id: str, command: Command, stop_mode: StopMode = "now"
     ) -> LoopState:
         message = ControlLoop(loop_id=loop_id, command=command, stop_mode=stop_mode)
-        state: LoopState = await self._ask(self._coordinator, message)
+        try:
+            state: LoopState = await self._ask(self._coordinator, message)
+        except OwnedElsewhere:
+            if self._routes is None:
+                raise
+            # Another node runs it: that node applies the command and answers.
+            return await self._routes.send(loop_id, command, stop_mode)
+        return state
+
+    async def _apply_routed(self, loop_id: str, command: str, stop_mode: str) -> LoopState | None:
+        """A command another node routed here for a loop this node owns; None while this
+        node does not run the loop yet (claimed, being recovered): it is tried again."""
+        if command not in ("stop", "pause", "resume") or stop_mode not in ("now", "after_round"):
+            raise InvalidRequest(
+                f"cannot apply a routed command {command!r} (stop mode {stop_mode!r}): "
+                "stop, pause or resume (stop mode now or after_round) are accepted"
+            )
+        message = ControlLoop(
+            loop_id=loop_id,
+            command=command,  # type: ignore[arg-type] # checked above
+            stop_mode=stop_mode,  # type: ignore[arg-type]
+        )
+        try:
+            state: LoopState = await self._ask(self._coordinator, message)
+        except OwnedElsewhere:
+            return None
         return state
 
     async def _ask(self, ref: NamedRef[Any], message: Any, timeout: float | None = 60.0) -> Any:
@@ -713,23 +748,44 @@ async def open_runtime(
                 lock = stack.enter_context(lock_state_dir(store_dir))
             # Workers a crashed runtime left running end before their rounds run again.
             await end_orphan_groups(state_dir, config.kill_grace)
+        routes = None
+        if kind.commands is not None:
+            # Commands for other nodes' loops go to them; theirs for this node's come here.
+            # Opened before the loops start: a caller subscribing at once misses nothing.
+            routes = await stack.enter_async_context(
+                kind.commands(url, route_timeout(config.lease_ttl))
+            )
         runtime = await stack.enter_async_context(_open_runtime(config, observer))
+        runtime._routes = routes
         if claims is not None:
             # Loops this node takes over while it runs (from nodes that died or left).
             nursery = await stack.enter_async_context(trio.open_nursery())
             stack.callback(nursery.cancel_scope.cancel)
-            nursery.start_soon(_recover_claims, runtime.node, claims)
+            nursery.start_soon(_recover_claims, runtime.node, claims, runtime._routes)
+            if runtime._routes is not None:
+                nursery.start_soon(runtime._routes.serve, runtime._apply_routed)
         if store_dir is not None:
             files = [store_dir / name for name in kind.local_files]
             await stack.enter_async_context(watch_state_dir(store_dir, *files, lock=lock))
         yield runtime
 
 
-async def _recover_claims(node: Node, claims: AsyncIterator[list[str]]) -> None:
+def route_timeout(lease_ttl: float) -> float:
+    """How long a command routed to another node waits for its answer: long enough for a
+    loop whose node died to be claimed (a lease and a renewal) and its runner started."""
+    return max(30.0, 3.0 * lease_ttl)
+
+
+async def _recover_claims(
+    node: Node, claims: AsyncIterator[list[str]], routes: CommandRoutes | None
+) -> None:
     """Hand each batch of loops the node claimed to its Coordinator, which recovers them
-    (one that is restarting recovers every loop the node owns anyway)."""
+    (one that is restarting recovers every loop the node owns anyway); commands waiting
+    for them are looked for at once."""
     async for claimed in claims:
         await deliver(node, COORDINATOR, LoopsClaimed(tuple(claimed)))
+        if routes is not None:
+            routes.poll()
 
 
 @asynccontextmanager

@@ -26,6 +26,7 @@ from ..errors import (
     AdmissionRefused,
     CallFailed,
     LoopNotFound,
+    OwnedElsewhere,
     WorkerSpecError,
 )
 from ..loops import LoopState, RoundRecord, RoundSummary, cancel_loop, loop_id_problem
@@ -447,12 +448,12 @@ class Coordinator(Actor[Any]):
             if state is None:
                 return ErrorReply(LoopNotFound(f"no loop {loop_id!r} in this runtime's store"))
             if self.deps.shared_store and not state.terminal and message.command != "status":
-                # Another node's (docs/multinode.md): commands are not routed between nodes.
+                # Another node's (docs/multinode.md): the runtime routes the command to
+                # it (not from here, which would wait for that node's answer).
                 return ErrorReply(
-                    ActorNotRunning(
-                        f"loop {loop_id!r} runs on another node of the shared store; send "
-                        f"the {message.command} to that node (`loopactors status --store URL` "
-                        "names each loop's node; commands are not routed between nodes yet)"
+                    OwnedElsewhere(
+                        f"loop {loop_id!r} runs on another node of the shared store "
+                        "(`loopactors status --store URL` names each loop's node)"
                     )
                 )
             return state  # finished: every command is a no-op that reports the final state

@@ -27,6 +27,7 @@ from ._base import summary_of as summary_of
 from ._copy import CopyReport as CopyReport
 from ._copy import copy_loops as copy_loops
 from ._kinds import DURABILITIES as DURABILITIES
+from ._kinds import CommandRoutes as CommandRoutes
 from ._kinds import Durability as Durability
 from ._kinds import StoreKind as StoreKind
 from ._kinds import StoreUrl as StoreUrl
@@ -45,6 +46,7 @@ __all__ = [
     "DB_FILENAME",
     "DURABILITIES",
     "PRUNE_BATCH",
+    "CommandRoutes",
     "CommitLatency",
     "CopyReport",
     "Durability",

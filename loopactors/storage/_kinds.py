@@ -11,10 +11,10 @@ do its calls block?) and never tests a store's name.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import msgspec
 
@@ -23,10 +23,12 @@ from .._util import closed_on_failure, redact_url
 from ..errors import ConfigError, StoreError
 
 if TYPE_CHECKING:
+    from ..loops import LoopState
     from ._base import StoreBackend
 
 __all__ = [
     "DURABILITIES",
+    "CommandRoutes",
     "Durability",
     "StoreKind",
     "StoreUrl",
@@ -78,6 +80,22 @@ class StoreUrl(msgspec.Struct, frozen=True):
 Opener = Callable[[StoreUrl, Path | None, bool], "StoreBackend | None"]
 
 
+class CommandRoutes(Protocol):
+    """A node's way to the owners of loops on a store shared by several nodes."""
+
+    async def send(self, loop_id: str, command: str, stop_mode: str) -> LoopState:
+        """Have the loop's owner apply the command; the loop's state after it."""
+        ...
+
+    async def serve(self, apply: Callable[[str, str, str], Awaitable[LoopState | None]]) -> None:
+        """Apply, until cancelled, the commands other nodes send for this node's loops
+        (``apply`` returns None for a loop not run here yet: tried again later)."""
+        ...
+
+    def poll(self) -> None:
+        """Look for commands now (this node just claimed loops)."""
+
+
 class StoreKind(msgspec.Struct, frozen=True, kw_only=True):
     """One kind of store, with what the runtime needs to know of it as data."""
 
@@ -106,6 +124,10 @@ class StoreKind(msgspec.Struct, frozen=True, kw_only=True):
         ]
         | None
     ) = None
+    #: ``(url, timeout) -> async context manager``, entered after ``hold``: the routes of
+    #: commands to loops other nodes own (answered within ``timeout`` seconds or refused).
+    #: None: every loop is this node's.
+    commands: Callable[[StoreUrl, float], AbstractAsyncContextManager[CommandRoutes]] | None = None
     #: Calls wait on I/O (a network, a server): the Store actor makes them in a worker
     #: thread so the event loop never waits on them. SQLite is faster inline (measured).
     blocking: bool = True

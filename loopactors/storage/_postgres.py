@@ -22,6 +22,7 @@ import secrets
 import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,7 @@ from ._base import (
     Write,
     queued_by,
 )
-from ._kinds import Durability, StoreKind, StoreUrl, check_durability
+from ._kinds import CommandRoutes, Durability, StoreKind, StoreUrl, check_durability
 from ._sql import SqlBackend, event_type, latest_rows
 
 if TYPE_CHECKING:
@@ -131,6 +132,23 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         f"CREATE INDEX loops_unowned ON loops (root_id) WHERE owner IS NULL AND {_LIVE}",
         f"CREATE INDEX loops_live_by_owner ON loops (owner) WHERE {_LIVE}",
         f"CREATE INDEX loops_live_by_root ON loops (root_id) WHERE {_LIVE}",
+    ),
+    # 4: commands sent to a loop's owner from another node (storage/_pg_commands.py): a row
+    # while the command waits for its answer, deleted by its sender once read.
+    (
+        """CREATE TABLE commands (
+            id bigserial PRIMARY KEY,
+            loop_id text COLLATE "C" NOT NULL,
+            command text NOT NULL,
+            stop_mode text NOT NULL,
+            sent_by text NOT NULL,
+            sent_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            answered_at timestamptz,
+            state bytea,
+            error_code text,
+            error text
+        )""",
+        "CREATE INDEX commands_waiting ON commands (loop_id) WHERE answered_at IS NULL",
     ),
 ]
 
@@ -435,8 +453,8 @@ class PostgresBackend(SqlBackend):
             loop_id, node_id, host, pid = owned[0]
             raise StoreError(
                 f"loop {loop_id} is run by the live node {node_id} (host {host}, pid {pid}) "
-                f"of the store {self.shown}; act on it through that node (its --connect URL: "
-                "commands are not routed between nodes yet)"
+                f"of the store {self.shown}; act on it through a node of the store (--connect "
+                "to any of them: a node routes the command to the loop's owner)"
             )
 
     def _write_queue(self, statement: str, params: tuple[Any, ...]) -> None:
@@ -939,6 +957,14 @@ def _check(url: StoreUrl) -> str | None:
     return None
 
 
+def _routes(url: StoreUrl, timeout: float) -> AbstractAsyncContextManager[CommandRoutes]:
+    from ._pg_commands import open_routes  # noqa: PLC0415 - it imports this module
+
+    return open_routes(url, timeout)
+
+
 #: A database server: its calls wait on the network, so the Store makes them in a thread;
 #: a runtime holds a lease on it while it runs (:func:`_hold`).
-KIND = StoreKind(scheme="postgresql", open=_open, check=_check, blocking=True, hold=_hold)
+KIND = StoreKind(
+    scheme="postgresql", open=_open, check=_check, blocking=True, hold=_hold, commands=_routes
+)

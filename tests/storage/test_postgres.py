@@ -117,7 +117,9 @@ def test_writers_starting_together_migrate_once_and_each_owns_what_it_writes(
         thread.join()
     # All migrated or waited for the one that did; each holds a lease of its own.
     assert len(opened) == 4, refused
-    assert _rows(postgres_url, "SELECT value FROM loopactors_meta") == [("3",)]
+    assert _rows(postgres_url, "SELECT value FROM loopactors_meta") == [
+        (str(PostgresBackend.schema),)
+    ]
     assert _rows(postgres_url, "SELECT count(*) FROM nodes WHERE state = 'live'") == [(4,)]
     reader = open_store(postgres_url, None, read_only=True)  # readers are never refused
     assert reader is not None
@@ -142,7 +144,10 @@ def test_writers_starting_together_migrate_once_and_each_owns_what_it_writes(
 def test_a_newer_schema_is_refused(store: StoreBackend, postgres_url: str) -> None:
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("UPDATE loopactors_meta SET value = '99' WHERE key = 'schema'")
-    with pytest.raises(StoreError, match=r"newer loopactors \(schema 99, this one reads up to 3\)"):
+    newest = PostgresBackend.schema
+    with pytest.raises(
+        StoreError, match=rf"newer loopactors \(schema 99, this one reads up to {newest}\)"
+    ):
         open_backend(postgres_url, None)
     with pytest.raises(StoreError, match="newer loopactors"):
         open_store(postgres_url, None, read_only=True)
@@ -210,7 +215,9 @@ def test_a_store_of_one_writer_migrates_to_owned_loops(
     old.close()
     monkeypatch.undo()
     PostgresBackend(postgres_url, node_id="").close()
-    assert _rows(postgres_url, "SELECT value FROM loopactors_meta") == [("3",)]
+    assert _rows(postgres_url, "SELECT value FROM loopactors_meta") == [
+        (str(PostgresBackend.schema),)
+    ]
     found = _rows(postgres_url, "SELECT loop_id, root_id, owner, fence FROM loops ORDER BY 1")
     assert found == [
         ("c", "r", None, 1),

@@ -1,0 +1,250 @@
+"""Commands routed to the node that owns their loop, on a PostgreSQL store shared by several
+nodes (docs/multinode.md, "Commands on any node").
+
+A node asked to stop, pause or resume a loop another node owns inserts the command into the
+``commands`` table and NOTIFYs; the owner, LISTENing on a connection of its own (waited on
+from trio by its socket, no thread), applies the pending commands of the loops it owns,
+writes each answer (the loop's state after it, or the error) and NOTIFYs back; the sender
+reads the answer and deletes the row. A command for a loop no node owns (its node died or
+left) waits for the node that claims it. Notifications are hints only: both sides also
+read the table every :data:`POLL` seconds, so a lost notification delays a command, never
+loses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import msgspec
+import trio
+
+from .._util import closed_on_failure
+from ..errors import CommandNotAnswered, LoopactorsError, LoopNotFound, RemoteError, StoreError
+from ..loops import TERMINAL_PHASES, LoopState
+from ._kinds import StoreUrl
+from ._postgres import _HELD, _psycopg
+
+__all__ = ["ANSWERS_CHANNEL", "COMMANDS_CHANNEL", "POLL", "Routes", "open_routes"]
+
+log = logging.getLogger("loopactors.store")
+
+#: Where a sender says a command waits (payload: the loop id).
+COMMANDS_CHANNEL = "loopactors_commands"
+#: Where an owner says a command is answered (payload: the command's id).
+ANSWERS_CHANNEL = "loopactors_answers"
+#: Seconds between reads of the table when no notification came (the fallback).
+POLL = 2.0
+
+#: Applies a command to a loop of this node: its state after, or None when the loop is not
+#: (yet) run here (claimed but not recovered): the command is tried again later.
+Apply = Callable[[str, str, str], Awaitable[LoopState | None]]
+
+_INSERT = f"""WITH c AS (
+    INSERT INTO commands (loop_id, command, stop_mode, sent_by) VALUES (%s, %s, %s, %s)
+    RETURNING id, loop_id
+) SELECT id, pg_notify('{COMMANDS_CHANNEL}', loop_id) FROM c"""
+# The commands waiting for the loops this node owns (those in hand are left out).
+_PENDING = """SELECT c.id, c.loop_id, c.command, c.stop_mode FROM commands c
+    JOIN loops l ON l.loop_id = c.loop_id
+    WHERE c.answered_at IS NULL AND l.owner = %s AND NOT (c.id = ANY(%s::int8[])) ORDER BY c.id"""
+_ANSWER = f"""WITH a AS (
+    UPDATE commands SET answered_at = clock_timestamp(), state = %s, error_code = %s,
+        error = %s
+    WHERE id = %s AND answered_at IS NULL RETURNING id
+) SELECT pg_notify('{ANSWERS_CHANNEL}', id::text) FROM a"""
+# A command's answer, and its loop as it stands (the loop may have ended meanwhile).
+_READ = """SELECT l.phase, l.state, c.answered_at IS NOT NULL, c.state, c.error_code, c.error
+    FROM loops l LEFT JOIN commands c ON c.id = %s WHERE l.loop_id = %s"""
+_OWNER = """SELECT l.owner, n.state, n.host, n.pid FROM loops l
+    LEFT JOIN nodes n ON n.node_id = l.owner WHERE l.loop_id = %s"""
+
+
+class Routes:
+    """One node's end of the commands table: :meth:`send` for commands to loops other nodes
+    own, :meth:`serve` to apply those sent to its own."""
+
+    def __init__(self, url: str, *, shown: str, node_id: str, timeout: float) -> None:
+        pg = _psycopg()
+        self.shown = shown
+        self.node_id = node_id
+        self.timeout = timeout
+        self._error: type[Exception] = pg.Error
+        self._decoder = msgspec.json.Decoder(LoopState)
+        self._waiting: dict[int, trio.Event] = {}
+        self._in_hand: set[int] = set()
+        self._wake = trio.Event()
+        try:
+            # Statements from worker threads, one at a time (psycopg's own lock).
+            self._conn = pg.connect(url, autocommit=True, application_name="loopactors commands")
+            with closed_on_failure(self._conn):
+                # Only waited on from trio (its socket), never from a thread.
+                self._listen = pg.connect(
+                    url, autocommit=True, application_name="loopactors listen"
+                )
+                with closed_on_failure(self._listen):
+                    self._listen.execute(f"LISTEN {COMMANDS_CHANNEL}")
+                    self._listen.execute(f"LISTEN {ANSWERS_CHANNEL}")
+        except pg.Error as exc:
+            raise StoreError(f"cannot connect to the store {shown}: {exc}") from None
+
+    def close(self) -> None:
+        self._listen.close()
+        with self._conn.lock:  # after the statement in flight, if any
+            self._conn.close()
+
+    def _run(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        try:
+            cursor = self._conn.execute(query, params)
+            return cursor.fetchall() if cursor.description else []
+        except self._error as exc:
+            raise StoreError(
+                f"cannot route a command through the store {self.shown}: {exc}"
+            ) from None
+
+    async def _sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        return await trio.to_thread.run_sync(self._run, query, params, abandon_on_cancel=True)
+
+    # -- the sender's side -----------------------------------------------------------------
+
+    async def send(self, loop_id: str, command: str, stop_mode: str) -> LoopState:
+        """Have the node that owns ``loop_id`` apply ``command``; its answer: the loop's
+        state after it (or the loop's final state, if it ended first).
+
+        Raises:
+            CommandNotAnswered: no answer within ``timeout`` (the command is withdrawn).
+            LoopNotFound: the loop is gone (pruned meanwhile).
+            RemoteError: the owner refused the command (its code and message).
+        """
+        [(command_id, _)] = await self._sql(_INSERT, loop_id, command, stop_mode, self.node_id)
+        deadline = trio.current_time() + self.timeout
+        try:
+            while True:
+                self._waiting[command_id] = answered = trio.Event()
+                with trio.move_on_at(min(deadline, trio.current_time() + POLL)):
+                    await answered.wait()
+                found = await self._answer(command_id, loop_id)
+                if found is not None:
+                    return found
+                if trio.current_time() >= deadline:
+                    withdrawn = await self._sql(
+                        "DELETE FROM commands WHERE id = %s AND answered_at IS NULL RETURNING 1",
+                        command_id,
+                    )
+                    if withdrawn:
+                        raise await self._not_answered(loop_id, command)
+                    # Answered at the last moment: that answer stands.
+        finally:
+            self._waiting.pop(command_id, None)
+
+    async def _answer(self, command_id: int, loop_id: str) -> LoopState | None:
+        """The command's answer if it came (the row is then deleted), the loop's final
+        state if it ended unanswered (withdrawn), else None."""
+        rows = await self._sql(_READ, command_id, loop_id)
+        if not rows:
+            await self._sql("DELETE FROM commands WHERE id = %s", command_id)
+            raise LoopNotFound(f"no loop {loop_id!r} in the store {self.shown} (pruned?)")
+        phase, loop_state, done, state, code, error = rows[0]
+        if done:
+            await self._sql("DELETE FROM commands WHERE id = %s", command_id)
+            if state is None:
+                raise RemoteError.for_code(code or "internal", error or "the command failed")
+            return self._decoder.decode(state)
+        if phase in TERMINAL_PHASES:
+            withdrawn = await self._sql(
+                "DELETE FROM commands WHERE id = %s AND answered_at IS NULL RETURNING 1",
+                command_id,
+            )
+            if withdrawn:  # any command on a finished loop reports its final state
+                return self._decoder.decode(loop_state)
+        return None
+
+    async def _not_answered(self, loop_id: str, command: str) -> CommandNotAnswered:
+        rows = await self._sql(_OWNER, loop_id)
+        owner, state, host, pid = rows[0] if rows else (None, None, None, None)
+        waited = f"in {self.timeout:.0f} s"
+        if owner is None or state != "live":
+            return CommandNotAnswered(
+                f"no live node owns loop {loop_id!r} (its node died or left) and no node "
+                f"claimed it {waited}: the {command} was not applied; try again"
+            )
+        return CommandNotAnswered(
+            f"the node {owner} (host {host}, pid {pid}) that runs loop {loop_id!r} did not "
+            f"answer the {command} {waited}: it was not applied; try again"
+        )
+
+    # -- the owner's side ------------------------------------------------------------------
+
+    async def serve(self, apply: Apply) -> None:
+        """Apply the commands sent for this node's loops, as they come, until cancelled;
+        wake the senders waiting here as their answers come."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._hear)
+            while True:
+                self._wake = trio.Event()
+                for command_id, loop_id, command, stop_mode in await self._sql(
+                    _PENDING, self.node_id, list(self._in_hand)
+                ):
+                    self._in_hand.add(command_id)
+                    nursery.start_soon(self._apply, apply, command_id, loop_id, command, stop_mode)
+                with trio.move_on_after(POLL):
+                    await self._wake.wait()
+
+    def poll(self) -> None:
+        """Look for commands now (this node just claimed loops)."""
+        self._wake.set()
+
+    async def _apply(
+        self, apply: Apply, command_id: int, loop_id: str, command: str, stop_mode: str
+    ) -> None:
+        try:
+            try:
+                state = await apply(loop_id, command, stop_mode)
+            except LoopactorsError as exc:
+                answer: tuple[Any, ...] = (None, exc.protocol_code or "internal", str(exc))
+            else:
+                if state is None:
+                    return  # not run here yet: tried again at the next poll
+                answer = (msgspec.json.encode(state), None, None)
+            await self._sql(_ANSWER, *answer, command_id)
+        except StoreError as exc:
+            log.warning("%s; trying again", exc)
+        finally:
+            self._in_hand.discard(command_id)
+
+    async def _hear(self) -> None:
+        """Wait on the LISTEN connection's socket: a command for any loop wakes the server
+        (it reads only its own loops' commands), an answer wakes its sender."""
+        conn = self._listen
+        while True:
+            await trio.lowlevel.wait_readable(conn.fileno())
+            try:
+                heard = list(conn.notifies(timeout=0))
+            except self._error as exc:
+                log.warning("LISTEN on %s failed (%s): polling only", self.shown, exc)
+                return
+            for notice in heard:
+                if notice.channel == COMMANDS_CHANNEL:
+                    self._wake.set()
+                else:
+                    with contextlib.suppress(ValueError):
+                        waiting = self._waiting.get(int(notice.payload))
+                        if waiting is not None:
+                            waiting.set()
+
+
+@contextlib.asynccontextmanager
+async def open_routes(url: StoreUrl, timeout: float) -> AsyncIterator[Routes]:
+    """The routes of the node holding its lease on ``url`` (:func:`_hold` first)."""
+    holding = _HELD.get(url.text)
+    if holding is None:
+        raise StoreError(f"no lease is held on the store {url.redacted}: commands cannot be routed")
+    routes = await trio.to_thread.run_sync(
+        lambda: Routes(url.text, shown=url.redacted, node_id=holding.node_id, timeout=timeout)
+    )
+    try:
+        yield routes
+    finally:
+        routes.close()

@@ -1,0 +1,125 @@
+"""Commands sent to any node of a PostgreSQL store reach the node that owns the loop: two
+runtimes on one database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+import trio
+
+from loopactors.errors import CommandNotAnswered, LoopNotFound
+from loopactors.loops import LoopSpec, LoopState
+from loopactors.runtime import RuntimeConfig, open_runtime
+from loopactors.storage import Write
+from loopactors.storage._pg_commands import Routes
+from loopactors.storage._postgres import Lease, PostgresBackend
+
+
+def sql(url: str, query: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def owner(url: str, loop_id: str) -> object:
+    [(node_id,)] = sql(url, "SELECT owner FROM loops WHERE loop_id = %s", (loop_id,))
+    return node_id
+
+
+def config(url: str, state_dir: Path) -> RuntimeConfig:
+    return RuntimeConfig(
+        store=url,
+        state_dir=state_dir,
+        lease_ttl=2.0,
+        kill_grace=0.0,
+        inter_round_delay=0.2,
+        shutdown_grace=5.0,
+    )
+
+
+async def until(check: object) -> None:
+    with trio.fail_after(30):  # a failure's bound only: it passes in well under a second
+        while not await check():  # type: ignore[operator]
+            await trio.sleep(0.05)
+
+
+async def test_stop_pause_and_resume_sent_to_one_node_reach_the_owner(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    async with (
+        open_runtime(config(postgres_url, tmp_path / "a")) as a,
+        open_runtime(config(postgres_url, tmp_path / "b")) as b,
+    ):
+        on_b = (await b.start("|loop:50| long work on b")).loop_id
+        b_node = owner(postgres_url, on_b)
+
+        paused = await a.pause(on_b)  # sent to a, applied by b: b's answer
+        assert paused.loop_id == on_b
+        assert paused.pause_requested or paused.phase == "paused"
+
+        async def is_paused() -> bool:
+            return (await a.get(on_b)).phase == "paused"
+
+        await until(is_paused)
+        resumed = await a.resume(on_b)
+        assert not resumed.pause_requested
+        assert resumed.phase != "paused"
+
+        stopped = await a.stop(on_b)
+        assert stopped.phase == "cancelled"
+        assert (await b.get(on_b)).phase == "cancelled"
+        # Applied by the owner, which still owns it; nothing waits in the table.
+        assert owner(postgres_url, on_b) == b_node
+        assert sql(postgres_url, "SELECT count(*) FROM commands") == [(0,)]
+        # A command for a finished loop is answered where it is sent, as on one node.
+        assert (await a.pause(on_b)).phase == "cancelled"
+        with pytest.raises(LoopNotFound, match="no loop 'no-such-loop'"):
+            await a.stop("no-such-loop")
+
+
+async def test_a_command_for_a_loop_no_node_owns_waits_for_its_claimer(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    async with open_runtime(config(postgres_url, tmp_path / "b")) as b:
+        loop_id = (await b.start("|loop:50| orphaned soon")).loop_id
+    # b left: its loop is owned by nobody until a claims it at its first renewal.
+    assert owner(postgres_url, loop_id) is None
+    async with open_runtime(config(postgres_url, tmp_path / "a").replace(lease_ttl=10.0)) as a:
+        stopped = await a.stop(loop_id)
+        assert stopped.phase == "cancelled"
+        assert owner(postgres_url, loop_id) is not None
+
+
+def orphan(url: str) -> str:
+    """A live loop whose node left: owned by nobody."""
+    PostgresBackend(url, node_id="").close()
+    held = Lease(url, shown="the test store", name="node")
+    store = PostgresBackend(url, holding=held.holding)
+    spec = LoopSpec(task="t", rounds=50)
+    store.commit([Write(state=LoopState(loop_id="o", spec=spec, created_at=1.0, updated_at=1.0))])
+    store.close()
+    held.release()
+    return "o"
+
+
+async def test_a_command_nobody_answers_in_time_is_withdrawn_with_a_clear_error(
+    postgres_url: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    loop_id = await trio.to_thread.run_sync(orphan, postgres_url)
+    routes = Routes(postgres_url, shown="the test store", node_id="sender", timeout=30.0)
+    try:
+        with pytest.raises(CommandNotAnswered, match=r"no live node owns loop 'o'.*in 30 s"):
+            await routes.send(loop_id, "stop", "now")
+        assert sql(postgres_url, "SELECT count(*) FROM commands") == [(0,)]
+        # Owned by a live node that does not answer: the error names it.
+        held = await trio.to_thread.run_sync(
+            lambda: Lease(postgres_url, shown="the test store", name="stuck")
+        )
+        sql(postgres_url, "UPDATE loops SET owner = %s", (held.node_id,))
+        with pytest.raises(CommandNotAnswered, match=rf"the node {held.node_id} .*did not answer"):
+            await routes.send(loop_id, "pause", "now")
+        held.release()
+    finally:
+        routes.close()
