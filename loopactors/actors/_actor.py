@@ -379,8 +379,6 @@ ExitHook = Callable[["_Cell", "BaseException | None", bool], None]
 
 # `async with` on a stateless null context costs nothing per actor; shared by all of them.
 _NO_NURSERY: contextlib.nullcontext[None] = contextlib.nullcontext()
-# In place of an actor's own cancel scope when its starter lends it one.
-_NO_SCOPE: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
@@ -419,13 +417,13 @@ async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
     started = ran = stop_hook_ran = slept = False
     if not actor.task_while_idle:
         cell.exit_hook = on_exit
+    # No more locals than needed: a parked actor's frame holds them all (10,000 actors).
+    lent = scope is not None
     try:
-        with _NO_SCOPE if scope is not None else trio.CancelScope() as own:
-            kill_switch = scope or own
-            assert kill_switch is not None
-            cell.scope = kill_switch
+        with trio.CancelScope() if scope is None else contextlib.nullcontext(scope) as scope:  # noqa: PLR1704
+            cell.scope = scope  # the kill switch
             if cell.killed:
-                kill_switch.cancel()
+                scope.cancel()
             nursery_cm = trio.open_nursery() if actor.uses_nursery else _NO_NURSERY
             async with nursery_cm as nursery:
                 if nursery is not None:
@@ -455,7 +453,7 @@ async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
                         nursery.cancel_scope.cancel()
         ran = started
     except trio.Cancelled:
-        if not (cell.killed and scope is not None and scope.cancel_called):
+        if not (lent and cell.killed and scope is not None and scope.cancel_called):
             cell.die(None, "was cancelled")  # from outside, as below
             raise
         ran = started  # a kill through the lent scope: absorbed, as by a scope of our own
@@ -477,8 +475,8 @@ async def run_actor(  # noqa: PLR0915 - one lifecycle, read top to bottom
         crash = crash or cause
         cell.die(crash, "crashed")
         if not stop_hook_ran and not cell.killed:
-            with trio.CancelScope() as stop_scope:
-                cell.scope = stop_scope
+            with trio.CancelScope() as scope:
+                cell.scope = scope
                 crash = await _on_stop(actor, crash)
         ran = True
     finally:
