@@ -201,6 +201,11 @@ class StoredLoops:
 
         return open_backend(self._url().text, self.state_dir, durability=self._config().durability)
 
+    async def owners(self, loop_ids: builtins.list[str]) -> dict[str, str]:
+        """The node owning each loop, where one does (a shared store)."""
+        with self._reading() as backend:
+            return {} if backend is None else backend.loop_owners(loop_ids)
+
     async def nodes(self) -> builtins.list[NodeLease]:
         """The node incarnations that held the store (a shared store's leases)."""
         with self._reading() as backend:
@@ -306,7 +311,11 @@ async def show_status(
 
     console = Console()
     if states:
-        print_rows(console, final_table(states, title=_status_title(control, states)))
+        owners = None
+        if isinstance(control, StoredLoops):  # a shared store: which node runs each loop
+            owners = await control.owners([s.loop_id for s in states]) or None
+        title = _status_title(control, states)
+        print_rows(console, final_table(states, title=title, owners=owners))
     else:
         # A path as given: never markup (a "[b]" in it is text), never wrapped.
         console.print(empty, markup=False, highlight=False, soft_wrap=True)

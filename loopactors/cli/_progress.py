@@ -181,9 +181,12 @@ def cost_of(state: LoopState) -> str:
     return spent if budget is None else f"{spent} of ${budget:.2f}"
 
 
-def final_table(states: list[LoopState], *, title: str = "loops") -> Rows:
+def final_table(
+    states: list[LoopState], *, title: str = "loops", owners: dict[str, str] | None = None
+) -> Rows:
     """One row per loop with its outcome: the closing table of ``run``, ``resume`` and
-    ``demo``, and ``status``'s table."""
+    ``demo``, and ``status``'s table; with ``owners`` (a shared store), a column naming the
+    node that owns each loop."""
     columns = [
         Column("loop", shorten=short_ids),
         Column("task", flex=True, least=16),
@@ -193,6 +196,8 @@ def final_table(states: list[LoopState], *, title: str = "loops") -> Rows:
         Column("cost", drop=3, justify="right"),
         Column("reason", flex=True, drop=1, least=16),
     ]
+    if owners is not None:
+        columns.insert(3, Column("node", drop=2))
     rows = []
     now = time.time()
     for state in states:
@@ -201,17 +206,18 @@ def final_table(states: list[LoopState], *, title: str = "loops") -> Rows:
             # A due time passed is not a wait (a loop paused in its inter-round delay keeps
             # it; a resume starts the delay again).
             reason = f"waiting until {_clock(state.deferred_until)}: {state.defer_reason or ''}"
-        rows.append(
-            [
-                state.loop_id,
-                state.spec.task,
-                state.phase,
-                f"{state.completed_rounds}/{state.spec.rounds}" + tasks_of(state),
-                str(state.tokens_used),
-                cost_of(state),
-                reason,
-            ]
-        )
+        row = [
+            state.loop_id,
+            state.spec.task,
+            state.phase,
+            f"{state.completed_rounds}/{state.spec.rounds}" + tasks_of(state),
+            str(state.tokens_used),
+            cost_of(state),
+            reason,
+        ]
+        if owners is not None:
+            row.insert(3, owners.get(state.loop_id, "-"))
+        rows.append(row)
     return Rows(columns, rows, title=title)
 
 

@@ -338,6 +338,11 @@ class StoreBackend(abc.ABC):
             total = total.plus(report)
         return total
 
+    def loop_owners(self, loop_ids: Sequence[str]) -> dict[str, str]:
+        """The node incarnation owning each of these loops, where a node owns it (a shared
+        store's loops; a store of one process or file has no owners)."""
+        return {}
+
     def nodes(self) -> list[NodeLease]:
         """The node incarnations that held this store, newest first (a shared store's
         leases; a store of one process or file has none)."""

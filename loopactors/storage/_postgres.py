@@ -521,6 +521,11 @@ class PostgresBackend(SqlBackend):
             self._lock_lease()
             yield
 
+    def loop_owners(self, loop_ids: Sequence[str]) -> dict[str, str]:
+        query = "SELECT loop_id, owner FROM loops WHERE loop_id = ANY(%s) AND owner IS NOT NULL"
+        with self._reading():
+            return dict(self._conn.execute(query, (list(loop_ids),)).fetchall())
+
     def nodes(self) -> list[NodeLease]:
         query = (
             "SELECT node_id, host, pid, state, CASE WHEN state = 'live' THEN "

@@ -167,8 +167,20 @@ def test_a_killed_nodes_loops_are_taken_over_by_the_next_node(
     # it is declared dead at once, and one of the two live nodes takes its loop over.
     successor = NodeProcess(tmp_path / "c", *options)
     # `status` on the store, from anywhere, shows the nodes, live and gone.
-    status = cli("status", "--store", postgres_url, state=tmp_path / "elsewhere")
+    status = cli(
+        "status", "--store", postgres_url, state=tmp_path / "elsewhere", env={"COLUMNS": "200"}
+    )
     assert status.returncode == 0, status.stderr
+    # Each loop's row names the node that owns it (once one of the live nodes claimed it).
+    _until(
+        postgres_url, f"SELECT owner IS NOT NULL AND owner <> '{first_id}' FROM loops", [(True,)]
+    )
+    status = cli(
+        "status", "--store", postgres_url, state=tmp_path / "elsewhere", env={"COLUMNS": "200"}
+    )
+    [(owner,)] = _rows(postgres_url, "SELECT owner FROM loops")
+    [row] = [line for line in status.stdout.splitlines() if "moving" in line]
+    assert owner in row, status.stdout
     started, running, killed, seeder = [
         line for line in status.stdout.splitlines() if "(host " in line
     ]
