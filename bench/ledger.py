@@ -16,9 +16,11 @@ one), and outputs are compared on disk. Cases:
 - ``--summary`` on ledgers of distinct errors (the reference groups them quadratically, so it
   runs only up to ``--reference-max`` errors), with whether both tools print the same;
 - loopactors alone (issue 27): each of ``--huge-ops`` on a ledger of one huge error
-  (``--huge-error-mb``), and ``--summary`` on adversarial distinct errors: near the threshold
-  of each other, the same after 2,100 unrelated errors (the common-gram sample misses their
-  shared text), and with tails of a tiny alphabet. ``--bounds-only`` runs only these.
+  (``--huge-error-mb``) and on one of two errors of half that size each, similar, ending the
+  trailing failure run; each of ``--stdin-ops`` with the one-error ledger piped to standard
+  input; and ``--summary`` on adversarial distinct errors: near the threshold of each other,
+  the same after 2,100 unrelated errors (the common-gram sample misses their shared text),
+  and with tails of a tiny alphabet. ``--bounds-only`` runs only these.
 
 The machine's load average is printed with the results: on a shared machine compare the two
 sides within one run. Prints one table and, last, one JSON line.
@@ -122,6 +124,19 @@ def huge_error_ledger(megabytes: int, seed: int = 3) -> dict[str, Any]:
                           "error": f"Error: {text}"}]}  # fmt: skip
 
 
+def two_huge_errors_ledger(megabytes: int, seed: int = 3) -> dict[str, Any]:
+    """Two failed attempts, each one line of half of ``megabytes`` MB of words, the second
+    the first's words shifted (similar: the breaker compares them, the pruner collapses them)."""
+    rng = random.Random(seed)
+    half = megabytes * 10**6 // 2
+    text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz  ") for _ in range(half))
+    return {"goal": "two huge errors",
+            "attempts": [{"iteration": 1, "action": "a", "outcome": "failure",
+                          "error": f"Error: {text}"},
+                         {"iteration": 2, "action": "b", "outcome": "failure",
+                          "error": f"Error: {text[7:]} end\n    at f (x.js:1:2)"}]}  # fmt: skip
+
+
 def near_threshold_ledger(errors: int, seed: int = 1) -> dict[str, Any]:
     """Errors sharing a long text with distinct tails, each pair just below (or, by chance,
     above) the summary's 0.85 similarity: the grouping's adversarial case (issue 27)."""
@@ -166,6 +181,8 @@ def write_bound_ledgers(directory: Path, megabytes: str, errors: int) -> None:
     (directory / "small.json").write_text(json.dumps(small_ledger()))
     for size in megabytes.split(","):
         (directory / f"huge-error-{size}.json").write_text(json.dumps(huge_error_ledger(int(size))))
+        two = two_huge_errors_ledger(int(size))
+        (directory / f"two-huge-{size}.json").write_text(json.dumps(two))
     (directory / "near-threshold.json").write_text(json.dumps(near_threshold_ledger(errors)))
     (directory / "late-shared.json").write_text(json.dumps(late_shared_text_ledger(errors)))
     (directory / "tiny-alphabet.json").write_text(json.dumps(tiny_alphabet_ledger(errors)))
@@ -197,11 +214,22 @@ GROUP_LINE = b'      "signature": '
 #: Runs one command and writes its wall time, exit code, peak RSS and CPU time to a file. A
 #: process's peak RSS starts from its parent's (it is carried over the fork and the exec),
 #: so the runs are started from this small interpreter (~8 MiB, no site), not from the bench.
+#: ``--stdin PATH`` first: the file is piped to the command's standard input by ``cat``.
 LAUNCHER = """
 import os, sys, time
 report, *command = sys.argv[1:]
+actions = []
+if command[0] == "--stdin":
+    path, command = command[1], command[2:]
+    read, write = os.pipe()
+    cat = os.posix_spawn("/bin/cat", ["cat", path], os.environ,
+                         file_actions=[(os.POSIX_SPAWN_DUP2, write, 1)])
+    os.close(write)
+    actions = [(os.POSIX_SPAWN_DUP2, read, 0)]
 start = time.perf_counter()
-pid = os.posix_spawn(command[0], command, os.environ)
+pid = os.posix_spawn(command[0], command, os.environ, file_actions=actions)
+if actions:
+    os.close(read)
 _, status, usage = os.wait4(pid, 0)
 seconds = time.perf_counter() - start
 with open(report, "w") as out:
@@ -210,13 +238,15 @@ with open(report, "w") as out:
 """
 
 
-def timed(command: list[str], path: Path, output: Path) -> Run:
+def timed(command: list[str], path: Path, output: Path, stdin: bool = False) -> Run:
     """One whole process: wall time, exit code, peak RSS and CPU time (from wait4, in a
-    small launcher); its output is left in ``output``, never read into this process."""
+    small launcher); its output is left in ``output``, never read into this process.
+    ``stdin``: the ledger is piped to its standard input instead of named with ``-f``."""
     report = output.with_suffix(output.suffix + ".usage")
+    where = ["--stdin", str(path), *command] if stdin else [*command, "-f", str(path)]
     with output.open("wb") as out:
         subprocess.run(
-            [sys.executable, "-S", "-c", LAUNCHER, str(report), *command, "-f", str(path)],
+            [sys.executable, "-S", "-c", LAUNCHER, str(report), *where],
             stdout=out, check=True,
         )  # fmt: skip
     seconds, code, rss_kib, cpu = report.read_text().split()
@@ -253,13 +283,21 @@ def count_groups(output: Path) -> int:
 
 
 def measure(
-    case: str, path: Path, args: list[str], *, ours: list[str], ref: list[str] | None, repeats: int
+    case: str,
+    path: Path,
+    args: list[str],
+    *,
+    ours: list[str],
+    ref: list[str] | None,
+    repeats: int,
+    stdin: bool = False,
 ) -> dict[str, Any]:
     """Both sides alternately ``repeats`` times; medians of the times, peaks of the RSS."""
     our_runs: list[Run] = []
     ref_runs: list[Run] = []
     for i in range(repeats):
-        our_runs.append(timed([*ours, "context", *args], path, path.with_suffix(f".ours{i}")))
+        output = path.with_suffix(f".ours{i}")
+        our_runs.append(timed([*ours, "context", *args], path, output, stdin=stdin))
         if ref is not None:
             ref_runs.append(timed([*ref, *args], path, path.with_suffix(f".ref{i}")))
     row: dict[str, Any] = {
@@ -348,6 +386,10 @@ def main() -> None:
         "--huge-ops", default="--summary;--summary --json;--check --json;--status;--inject",
         help="the operations run on each one-huge-error ledger, separated by ';'",
     )  # fmt: skip
+    parser.add_argument(
+        "--stdin-ops", default="--summary;--inject",
+        help="the operations run on each one-huge-error ledger piped to standard input",
+    )  # fmt: skip
     parser.add_argument("--near-threshold", type=int, default=5000)
     parser.add_argument("--no-bounds", action="store_true", help="leave out the issue-27 cases")
     args = parser.parse_args()
@@ -394,6 +436,17 @@ def measure_bounds(args: argparse.Namespace, ours: list[str], rows: list[dict[st
                 rows.append(
                     measure(f"{op}, one {size} MB error", Path(tmp) / f"huge-error-{size}.json",
                             op.split(), ours=ours, ref=None, repeats=1)
+                )  # fmt: skip
+            for op in args.huge_ops.split(";"):
+                rows.append(
+                    measure(f"{op}, two {size} MB errors", Path(tmp) / f"two-huge-{size}.json",
+                            op.split(), ours=ours, ref=None, repeats=1)
+                )  # fmt: skip
+            for op in filter(None, args.stdin_ops.split(";")):
+                rows.append(
+                    measure(f"{op}, one {size} MB error, stdin",
+                            Path(tmp) / f"huge-error-{size}.json", op.split(), ours=ours,
+                            ref=None, repeats=1, stdin=True)
                 )  # fmt: skip
         rows.append(
             measure(f"--summary, {args.near_threshold:,} near-threshold errors",
