@@ -329,6 +329,13 @@ def _operation(opts: Options, token_budget: int | float | None, source: _Input) 
     breaker, prune = _configs(opts, token_budget)
     if opts.operation == "inject" and _streamed_inject(breaker, prune, source):
         return EXIT_CONTINUE
+    if opts.operation == "prune" and source.large():
+        from ._prune_read import read_pruned_ledger  # noqa: PLC0415
+
+        pruned = read_pruned_ledger(source.read(), source.read, prune)
+        if pruned is not None:
+            _write(encode_json(pruned))
+            return EXIT_CONTINUE
     ledger = _read_ledger(source)
     if opts.operation == "prune":
         _write(encode_json(prune_ledger(ledger, prune)))

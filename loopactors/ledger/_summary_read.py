@@ -571,9 +571,12 @@ def read_summary(
     return summary
 
 
-def _read_ledger(text: _Text, add: Callable[[dict[str, Any]], None]) -> str:
+def _read_ledger(
+    text: _Text, add: Callable[[dict[str, Any]], None], others: dict[str, object] | None = None
+) -> str:
     """``{"goal": "...", "attempts": [...]}`` with any other keys, each key once; ``add``
-    takes each attempt (and raises :class:`_GiveUp` for one it refuses). Returns the goal."""
+    takes each attempt (and raises :class:`_GiveUp` for one it refuses). Returns the goal;
+    ``others`` gets the values of the other keys."""
     if text.char() != "{":
         raise _GiveUp
     seen: set[str] = set()
@@ -587,6 +590,8 @@ def _read_ledger(text: _Text, add: Callable[[dict[str, Any]], None]) -> str:
             _read_attempts(text, add)
         elif key == "goal":
             goal = text.value()
+        elif others is not None:
+            others[key] = text.value()
         else:
             text.value()  # any JSON value (validated, then dropped)
         char = text.char()

@@ -30,12 +30,16 @@ from .test_summary_read import attempt
 
 
 def run(
-    path: Path, args: list[str], streamed: bool, capsys: pytest.CaptureFixture[str]
+    path: Path,
+    args: list[str],
+    streamed: bool,
+    capsys: pytest.CaptureFixture[str],
+    operation: str = "--inject",
 ) -> tuple[int, str, str]:
     with pytest.MonkeyPatch.context() as patch:
         # A file above this size is read a block at a time; below it, whole.
         patch.setattr(cli, "SMALL_LEDGER_BYTES", -1 if streamed else 1 << 62)
-        code = cli.main(["--inject", "-f", str(path), *args])
+        code = cli.main([operation, "-f", str(path), *args])
     out, err = capsys.readouterr()
     return code, out, err
 
