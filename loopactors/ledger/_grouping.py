@@ -305,6 +305,18 @@ class _KeyIndex:
         return found
 
 
+def _append(values: array[int], value: int, wider: str = "i") -> array[int]:
+    """``values`` with ``value`` appended, as integers of the ``wider`` type once it does not
+    fit: a head's numbers take 2 bytes each while they can, which matters for 50,000 heads
+    (docs/benchmarks.md)."""
+    try:
+        values.append(value)
+    except OverflowError:
+        values = array(wider, values)
+        values.append(value)
+    return values
+
+
 class PartsGrouper:
     """:func:`group_signatures` for thresholds of at least 0.8, one signature at a time.
 
@@ -341,13 +353,13 @@ class PartsGrouper:
         #: A bit for each common gram, and each head's size, common grams (as those bits)
         #: and count of other grams: an exact bound that spares most exact tests.
         self._common_bit = {gram: bit for bit, gram in enumerate(sorted(common))}
-        self._head_sizes = array("i")
+        self._head_sizes = array("H")  # widened by _append past 65,535 (a huge error)
         self._head_cmasks: list[int] = []
-        self._head_uncommon = array("i")
+        self._head_uncommon = array("H")
         #: A head's part count and empty parts (it is indexed under that count only).
-        self._head_counts = array("i")
+        self._head_counts = array("H")
         #: Empty parts of heads of at most 64 parts (most), and of the others.
-        self._head_empty = array("Q")
+        self._head_empty = array("H")  # widened past 16 parts
         self._wide_empty: dict[int, int] = {}
         #: Heads with too many empty parts to index their pairs, by part count.
         self._many_empty: dict[int, list[int]] = {}
@@ -487,8 +499,8 @@ class PartsGrouper:
         group = self._new_head(sig, size, cmask, pieces)
         own = _part_count(size, threshold)
         parts = parts_by_count.get(own) or _Parts(hashes, own)
-        self._head_counts.append(own)
-        self._head_empty.append(parts.empty if own <= 64 else 0)
+        self._head_counts = _append(self._head_counts, own)
+        self._head_empty = _append(self._head_empty, parts.empty if own <= 64 else 0, "Q")
         if own > 64:
             self._wide_empty[group] = parts.empty
         if parts.empty.bit_count() > _EMPTY_PARTS_LISTED:
@@ -507,9 +519,9 @@ class PartsGrouper:
         self.heads.append(sig)
         if pieces is not None:
             self.long_heads[group] = pieces
-        self._head_sizes.append(size)
+        self._head_sizes = _append(self._head_sizes, size)
         self._head_cmasks.append(cmask)
-        self._head_uncommon.append(size - cmask.bit_count())
+        self._head_uncommon = _append(self._head_uncommon, size - cmask.bit_count())
         return group
 
     def _add_dense(

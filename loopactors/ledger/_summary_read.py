@@ -396,7 +396,8 @@ class StreamedSummary:
         self._pending: dict[str, list[Any]] | None = {}
         self.memo: dict[str, int] = {}
         self._memo_chars = 0
-        self.counts = array("q")
+        #: Attempts in each group: 4 bytes each, 8 past 4,294,967,295 (:meth:`_count`).
+        self.counts = array("I")
         #: Each group head's first line, empty where it equals the head's signature (then
         #: ``_sample_same`` says so): in most ledgers the two are one text.
         self.samples = TextList()
@@ -440,7 +441,7 @@ class StreamedSummary:
             # A long error is grouped at once and not remembered: holding it (and its
             # signature) until the grouping starts would keep copies of a huge text.
             self.start_grouping()
-            self.counts[self._group(error_signature(error), _first_line(error))] += 1
+            self._count(self._group(error_signature(error), _first_line(error)), 1)
             return
         if pending is not None:
             held = pending.get(error)
@@ -457,7 +458,7 @@ class StreamedSummary:
         if group is None:
             group = self._group(error_signature(error), _first_line(error))
             self._remember(error, group)
-        self.counts[group] += 1
+        self._count(group, 1)
 
     def _remember(self, error: str, group: int) -> None:
         self._memo_chars += len(error)
@@ -480,7 +481,7 @@ class StreamedSummary:
             group = group_of.get(sig)
             if group is None:
                 group = group_of[sig] = self._group(sig, _first_line(error))
-            self.counts[group] += count
+            self._count(group, count)
             self._remember(error, group)
 
     def _long_error(self, error: _LongError) -> None:
@@ -490,7 +491,7 @@ class StreamedSummary:
         if len(error.line) <= _MEMO_CHARS:
             line = error.line.decode("utf-8", "surrogatepass")
             sample = line if error.sample_is_line else ""
-            self.counts[self._group(error_signature(line), sample)] += 1
+            self._count(self._group(error_signature(line), sample), 1)
             return
         grouper = self.grouper
         assert grouper is not None
@@ -501,7 +502,14 @@ class StreamedSummary:
             self.samples.append("")
             self._sample_same.append(False)
             self.long[group] = error
-        self.counts[group] += 1
+        self._count(group, 1)
+
+    def _count(self, group: int, attempts: int) -> None:
+        try:
+            self.counts[group] += attempts
+        except OverflowError:
+            self.counts = array("q", self.counts)
+            self.counts[group] += attempts
 
     def _group(self, sig: str, sample: str) -> int:
         """The group of ``sig``; a new one gets ``sample`` (its error's first line)."""

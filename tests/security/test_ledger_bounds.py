@@ -15,6 +15,7 @@ import random
 import string
 import threading
 import tracemalloc
+from array import array
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +49,25 @@ def test_a_huge_signature_probes_a_few_part_counts() -> None:
     part counts, not one count (and one list of part sums) per possible head size."""
     assert len(_grouping._probe_counts(64_000, 0.85)) <= 3
     assert len(_grouping._probe_counts(1_090, 0.85)) <= 3
+
+
+def test_a_heads_numbers_take_two_bytes_and_widen_when_they_do_not_fit() -> None:
+    """50,000 heads: a head's size, common-gram count, part count and empty parts took 4-8
+    bytes each, now 2 while they fit (docs/benchmarks.md); a signature of more than 65,535
+    grams widens them, and the groups stay exact."""
+    random.seed(3)
+    alphabet = "".join(chr(c) for c in range(0x4E00, 0x4E00 + 90))  # no case: 729,000 grams
+    huge = "".join(random.choice(alphabet) for _ in range(80_000))
+    small = [f"Error: step {w} of {v} failed" for w in string.ascii_lowercase for v in "xyz"]
+    sigs = [*small[:40], huge, huge[:-5] + "tail", *small[40:], huge[3:]]
+    grouper = _grouping.PartsGrouper(0.85)
+    before = grouper._head_sizes.typecode
+    groups = [grouper.add(sig) for sig in sigs]
+    assert groups == _grouping._group_by_prefix(sigs, 0.85)
+    assert (before, grouper._head_sizes.typecode) == ("H", "i")
+    assert max(grouper._head_sizes) > 65_535
+    values = _grouping._append(array("H", [1]), 1 << 40, "Q")
+    assert (values.typecode, list(values)) == ("Q", [1, 1 << 40])
 
 
 def _near_threshold(n: int) -> list[str]:
