@@ -402,6 +402,8 @@ class Runtime:
         """The loop's event log as the store keeps it."""
         state = await self.get(loop_id)
         events: builtins.list[AnyEvent] = await self._ask(self._store, GetEvents(state.loop_id))
+        if self._routes is not None:  # a replay: a relay of the loop goes on from there
+            self._routes.seen(state.loop_id, len(events))
         return events
 
     async def store_statistics(self) -> StoreStatistics:
@@ -762,8 +764,13 @@ async def open_runtime(
             nursery = await stack.enter_async_context(trio.open_nursery())
             stack.callback(nursery.cancel_scope.cancel)
             nursery.start_soon(_recover_claims, runtime.node, claims, runtime._routes)
-            if runtime._routes is not None:
-                nursery.start_soon(runtime._routes.serve, runtime._apply_routed)
+            if routes is not None:
+                nursery.start_soon(routes.serve, runtime._apply_routed)
+                # Events of loops followed here that other nodes run.
+                bus = runtime.bus
+                bus.taps.append(routes.local_event)
+                bus.on_follow = routes.follow
+                nursery.start_soon(routes.relay, bus.followed, bus.publish)
         if store_dir is not None:
             files = [store_dir / name for name in kind.local_files]
             await stack.enter_async_context(watch_state_dir(store_dir, *files, lock=lock))

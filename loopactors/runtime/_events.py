@@ -229,6 +229,14 @@ class EventBus:
         self._all: list[Subscription] = []
         self._watches: dict[str, list[Watch]] = {}
         self._changes: list[Changes] = []
+        #: Called with every event published (a shared store's relay tells the other nodes).
+        self.taps: list[Callable[[AnyEvent], None]] = []
+        #: Called when a loop gets a subscriber or a watch here (the relay looks at once).
+        self.on_follow: Callable[[], None] | None = None
+
+    def followed(self) -> set[str]:
+        """The loops subscribed to, or watched, one by one here."""
+        return self._by_loop.keys() | self._watches.keys()
 
     def subscribe(
         self, loop_id: str | None = None, *, queue_size: int | None = None
@@ -242,12 +250,16 @@ class EventBus:
             self._all.append(sub)
         else:
             self._by_loop.setdefault(loop_id, []).append(sub)
+            if self.on_follow is not None:
+                self.on_follow()
         return sub
 
     def watch(self, loop_id: str, kinds: tuple[type, ...] | None = None) -> Watch:
         """A :class:`Watch` on one loop's events (of ``kinds``, or all); close it after use."""
         watch = Watch(self, loop_id, kinds)
         self._watches.setdefault(loop_id, []).append(watch)
+        if self.on_follow is not None:
+            self.on_follow()
         return watch
 
     def changes(self, loop_id: str | None = None, kinds: tuple[type, ...] | None = None) -> Changes:
@@ -279,6 +291,8 @@ class EventBus:
         for changes in self._changes:
             if changes.loop_id is None or changes.loop_id == event.loop_id:
                 changes._offer(event)
+        for tap in self.taps:
+            tap(event)
         if self.observer is not None:
             try:
                 self.observer(event)

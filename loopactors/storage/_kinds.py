@@ -11,7 +11,7 @@ do its calls block?) and never tests a store's name.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -23,7 +23,7 @@ from .._util import closed_on_failure, redact_url
 from ..errors import ConfigError, StoreError
 
 if TYPE_CHECKING:
-    from ..loops import LoopState
+    from ..loops import AnyEvent, LoopState
     from ._base import StoreBackend
 
 __all__ = [
@@ -94,6 +94,22 @@ class CommandRoutes(Protocol):
 
     def poll(self) -> None:
         """Look for commands now (this node just claimed loops)."""
+
+    async def relay(
+        self, followed: Callable[[], Collection[str]], publish: Callable[[AnyEvent], None]
+    ) -> None:
+        """Until cancelled: publish the new events of the loops ``followed`` here that
+        other nodes own, and tell the other nodes when this node's loops had events."""
+        ...
+
+    def follow(self) -> None:
+        """A client here began following a loop."""
+
+    def seen(self, loop_id: str, count: int) -> None:
+        """A replay read the first ``count`` events of the loop's log."""
+
+    def local_event(self, event: AnyEvent) -> None:
+        """An event was published on this node's bus."""
 
 
 class StoreKind(msgspec.Struct, frozen=True, kw_only=True):

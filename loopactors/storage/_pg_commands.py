@@ -1,5 +1,5 @@
-"""Commands routed to the node that owns their loop, on a PostgreSQL store shared by several
-nodes (docs/multinode.md, "Commands on any node").
+"""Commands routed to the node that owns their loop, and events relayed to the nodes whose
+clients follow it, on a PostgreSQL store shared by several nodes (docs/multinode.md).
 
 A node asked to stop, pause or resume a loop another node owns inserts the command into the
 ``commands`` table and NOTIFYs; the owner, LISTENing on a connection of its own (waited on
@@ -9,13 +9,17 @@ reads the answer and deletes the row. A command for a loop no node owns (its nod
 left) waits for the node that claims it. Notifications are hints only: both sides also
 read the table every :data:`POLL` seconds, so a lost notification delays a command, never
 loses it.
+
+Events: a node NOTIFYs (coalesced, its id as payload) when its own loops had events; each
+node reads, for the loops its clients follow that other nodes own, the events numbered after
+the last it delivered (the events table is the truth) and publishes them on its local bus.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any
 
 import msgspec
@@ -23,11 +27,18 @@ import trio
 
 from .._util import closed_on_failure
 from ..errors import CommandNotAnswered, LoopactorsError, LoopNotFound, RemoteError, StoreError
-from ..loops import TERMINAL_PHASES, LoopState
+from ..loops import TERMINAL_PHASES, AnyEvent, LoopState, event_decoder
 from ._kinds import StoreUrl
 from ._postgres import _HELD, _psycopg
 
-__all__ = ["ANSWERS_CHANNEL", "COMMANDS_CHANNEL", "POLL", "Routes", "open_routes"]
+__all__ = [
+    "ANSWERS_CHANNEL",
+    "COMMANDS_CHANNEL",
+    "EVENTS_CHANNEL",
+    "POLL",
+    "Routes",
+    "open_routes",
+]
 
 log = logging.getLogger("loopactors.store")
 
@@ -35,8 +46,12 @@ log = logging.getLogger("loopactors.store")
 COMMANDS_CHANNEL = "loopactors_commands"
 #: Where an owner says a command is answered (payload: the command's id).
 ANSWERS_CHANNEL = "loopactors_answers"
+#: Where a node says its loops had new events (payload: its node id).
+EVENTS_CHANNEL = "loopactors_events"
 #: Seconds between reads of the table when no notification came (the fallback).
 POLL = 2.0
+#: Seconds between two event notifications of one node: one per batch of commits.
+NOTIFY_EVERY = 0.02
 
 #: Applies a command to a loop of this node: its state after, or None when the loop is not
 #: (yet) run here (claimed but not recovered): the command is tried again later.
@@ -58,6 +73,14 @@ _ANSWER = f"""WITH a AS (
 # A command's answer, and its loop as it stands (the loop may have ended meanwhile).
 _READ = """SELECT l.phase, l.state, c.answered_at IS NOT NULL, c.state, c.error_code, c.error
     FROM loops l LEFT JOIN commands c ON c.id = %s WHERE l.loop_id = %s"""
+# Where the followed loops stand: their last event's number, and whether they are this node's.
+_FOLLOWED = """SELECT loop_id, event_seq, owner IS NOT DISTINCT FROM %s FROM loops
+    WHERE loop_id = ANY(%s)"""
+# The events of each loop after the last one delivered, in order.
+_NEW_EVENTS = """SELECT e.loop_id, e.seq, e.event FROM events e
+    JOIN unnest(%s::text[], %s::int8[]) AS w (loop_id, after)
+        ON e.loop_id = w.loop_id AND e.seq > w.after
+    ORDER BY e.loop_id, e.seq"""
 _OWNER = """SELECT l.owner, n.state, n.host, n.pid FROM loops l
     LEFT JOIN nodes n ON n.node_id = l.owner WHERE l.loop_id = %s"""
 
@@ -76,6 +99,12 @@ class Routes:
         self._waiting: dict[int, trio.Event] = {}
         self._in_hand: set[int] = set()
         self._wake = trio.Event()
+        #: Relayed loops (followed here, owned elsewhere): the last event number delivered.
+        self._relayed: dict[str, int] = {}
+        #: What a replay read of a loop's log saw before its relay started (its length).
+        self._seen: dict[str, int] = {}
+        self._relay_wake = trio.Event()
+        self._local_events = trio.Event()
         try:
             # Statements from worker threads, one at a time (psycopg's own lock).
             self._conn = pg.connect(url, autocommit=True, application_name="loopactors commands")
@@ -87,6 +116,7 @@ class Routes:
                 with closed_on_failure(self._listen):
                     self._listen.execute(f"LISTEN {COMMANDS_CHANNEL}")
                     self._listen.execute(f"LISTEN {ANSWERS_CHANNEL}")
+                    self._listen.execute(f"LISTEN {EVENTS_CHANNEL}")
         except pg.Error as exc:
             raise StoreError(f"cannot connect to the store {shown}: {exc}") from None
 
@@ -228,11 +258,92 @@ class Routes:
             for notice in heard:
                 if notice.channel == COMMANDS_CHANNEL:
                     self._wake.set()
+                elif notice.channel == EVENTS_CHANNEL:
+                    if notice.payload != self.node_id:
+                        self._relay_wake.set()
                 else:
                     with contextlib.suppress(ValueError):
                         waiting = self._waiting.get(int(notice.payload))
                         if waiting is not None:
                             waiting.set()
+
+    # -- events ----------------------------------------------------------------------------
+
+    def seen(self, loop_id: str, count: int) -> None:
+        """A replay read ``count`` events of the loop's log: the relay of the loop delivers
+        every event after those (the subscriber drops the ones it already has)."""
+        if loop_id in self._relayed:
+            self._relayed[loop_id] = min(self._relayed[loop_id], count)
+        else:
+            self._seen[loop_id] = count
+        self._relay_wake.set()
+
+    def follow(self) -> None:
+        """A client here began following a loop: look at once whether it is relayed."""
+        self._relay_wake.set()
+
+    def local_event(self, event: AnyEvent) -> None:
+        """An event was published on this node's bus: tell the other nodes (coalesced),
+        unless it is one this node relays."""
+        if event.loop_id not in self._relayed:
+            self._local_events.set()
+
+    async def relay(
+        self, followed: Callable[[], Collection[str]], publish: Callable[[AnyEvent], None]
+    ) -> None:
+        """Until cancelled: publish with ``publish`` the new events of the loops ``followed``
+        here that other nodes own, and tell the other nodes when this one's loops had
+        events."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._announce)
+            while True:
+                self._relay_wake = trio.Event()
+                try:
+                    await self._relay_once(set(followed()), publish)
+                except StoreError as exc:
+                    log.warning("%s; trying again", exc)
+                with trio.move_on_after(POLL):
+                    await self._relay_wake.wait()
+
+    async def _relay_once(self, followed: set[str], publish: Callable[[AnyEvent], None]) -> None:
+        for loop_id in list(self._relayed):
+            if loop_id not in followed:
+                del self._relayed[loop_id]
+        for loop_id in list(self._seen):
+            if loop_id not in followed:
+                del self._seen[loop_id]
+        if not followed:
+            return
+        rows = await self._sql(_FOLLOWED, self.node_id, sorted(followed))
+        wanted: dict[str, int] = {}
+        for loop_id, seq, mine in rows:
+            if mine:  # this node's bus has them first-hand
+                self._relayed.pop(loop_id, None)
+                continue
+            if loop_id not in self._relayed:  # followed from now on (or from a replay's read)
+                self._relayed[loop_id] = min(seq, self._seen.pop(loop_id, seq))
+            if seq > self._relayed[loop_id]:
+                wanted[loop_id] = self._relayed[loop_id]
+        if not wanted:
+            return
+        decode = event_decoder.decode
+        found = await self._sql(_NEW_EVENTS, list(wanted), list(wanted.values()))
+        for loop_id, seq, data in found:
+            if loop_id in self._relayed and seq == self._relayed[loop_id] + 1:
+                self._relayed[loop_id] = seq
+                publish(decode(data))
+
+    async def _announce(self) -> None:
+        """NOTIFY the other nodes when this node's loops had events, at most once every
+        :data:`NOTIFY_EVERY` seconds."""
+        while True:
+            await self._local_events.wait()
+            self._local_events = trio.Event()
+            try:
+                await self._sql("SELECT pg_notify(%s, %s)", EVENTS_CHANNEL, self.node_id)
+            except StoreError as exc:
+                log.warning("%s; the other nodes read the events at their next poll", exc)
+            await trio.sleep(NOTIFY_EVERY)
 
 
 @contextlib.asynccontextmanager
