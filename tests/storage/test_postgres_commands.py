@@ -1,16 +1,17 @@
-"""Commands sent to any node of a PostgreSQL store reach the node that owns the loop: two
-runtimes on one database."""
+"""Commands sent to any node of a PostgreSQL store reach the node that owns the loop, and its
+events reach the nodes that follow it: two runtimes on one database."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import psycopg
 import pytest
 import trio
 
 from loopactors.errors import CommandNotAnswered, LoopNotFound
-from loopactors.loops import LoopSpec, LoopState
+from loopactors.loops import LoopSpec, LoopState, RoundStarted
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.storage import Write
 from loopactors.storage._pg_commands import Routes
@@ -123,3 +124,67 @@ async def test_a_command_nobody_answers_in_time_is_withdrawn_with_a_clear_error(
         held.release()
     finally:
         routes.close()
+
+
+async def test_a_command_with_no_notification_is_applied_at_the_next_poll(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """Notifications are hints: a command inserted without one (as if it were lost) is
+    still applied by the owner, at its next read of the table."""
+    async with open_runtime(config(postgres_url, tmp_path / "b")) as b:
+        loop_id = (await b.start("|loop:50| long work")).loop_id
+        [(command_id,)] = sql(
+            postgres_url,
+            "INSERT INTO commands (loop_id, command, stop_mode, sent_by) "
+            "VALUES (%s, 'stop', 'now', 'nobody') RETURNING id",
+            (loop_id,),
+        )
+
+        async def answered() -> bool:
+            rows = sql(
+                postgres_url, "SELECT answered_at FROM commands WHERE id = %s", (command_id,)
+            )
+            return rows[0][0] is not None
+
+        await until(answered)
+        assert (await b.get(loop_id)).phase == "cancelled"
+
+
+async def test_events_written_with_no_notification_are_relayed_at_the_next_poll(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """A loop another process writes (it never notifies): a runtime following it reads its
+    new events from the table, in order, each once."""
+    held = await trio.to_thread.run_sync(
+        lambda: Lease(postgres_url, shown="the test store", name="writer")
+    )
+    store = PostgresBackend(postgres_url, holding=held.holding)
+    spec = LoopSpec(task="t", rounds=50)
+    first = LoopState(loop_id="w", spec=spec, created_at=1.0, updated_at=1.0)
+    store.commit([Write(state=first)])
+    try:
+        async with open_runtime(config(postgres_url, tmp_path / "a")) as a:
+            with a.subscribe("w") as events:
+                routes = a._routes
+                assert isinstance(routes, Routes)
+
+                async def relayed() -> bool:  # the relay knows where the loop's log stands
+                    return "w" in routes._relayed
+
+                await until(relayed)
+                written = [
+                    RoundStarted(loop_id="w", at=float(n), round=n, rounds=50, seed_source="task")
+                    for n in (1, 2, 3)
+                ]
+                state = msgspec.structs.replace(first, phase="dispatching", round=3)
+                store.commit([Write(state=state, events=tuple(written))])
+                got: list[object] = []
+                with trio.fail_after(30):  # a failure's bound only: the poll is 2 s
+                    async for event in events:
+                        got.append(event)
+                        if len(got) == len(written):
+                            break
+                assert got == written
+    finally:
+        store.close()
+        held.release()
