@@ -97,6 +97,8 @@ class Routes:
         self._error: type[Exception] = pg.Error
         self._decoder = msgspec.json.Decoder(LoopState)
         self._waiting: dict[int, trio.Event] = {}
+        #: Answers heard before their sender began waiting (it was still reading its id).
+        self._early: set[int] = set()
         self._in_hand: set[int] = set()
         self._wake = trio.Event()
         #: Relayed loops (followed here, owned elsewhere): the last event number delivered.
@@ -153,6 +155,9 @@ class Routes:
         try:
             while True:
                 self._waiting[command_id] = answered = trio.Event()
+                if command_id in self._early:
+                    self._early.discard(command_id)
+                    answered.set()
                 with trio.move_on_at(min(deadline, trio.current_time() + POLL)):
                     await answered.wait()
                 found = await self._answer(command_id, loop_id)
@@ -263,9 +268,14 @@ class Routes:
                         self._relay_wake.set()
                 else:
                     with contextlib.suppress(ValueError):
-                        waiting = self._waiting.get(int(notice.payload))
+                        command_id = int(notice.payload)
+                        waiting = self._waiting.get(command_id)
                         if waiting is not None:
                             waiting.set()
+                        else:  # maybe its sender's, still reading its id; else another node's
+                            if len(self._early) > 1_000:
+                                self._early.clear()  # bounded: the poll covers any lost
+                            self._early.add(command_id)
 
     # -- events ----------------------------------------------------------------------------
 
