@@ -334,7 +334,10 @@ def _operation(opts: Options, token_budget: int | float | None, source: _Input) 
 
         pruned = read_pruned_ledger(source.read(), source.read, prune)
         if pruned is not None:
-            _write(encode_json(pruned))
+            from ._js import write_json  # noqa: PLC0415
+
+            write_json(pruned, sys.stdout.write)  # a piece at a time, not one string
+            _write("")
             return EXIT_CONTINUE
     ledger = _read_ledger(source)
     if opts.operation == "prune":

@@ -102,8 +102,12 @@ def read_pruned_ledger(
         ledger["startedAt"] = others["startedAt"]
     ledger["attempts"] = attempts.kept
     del others, attempts, text
+    # One copy at a time of a long error in the window: decoded, as JSON, parsed.
+    data = json.dumps(ledger)
+    del ledger
     try:
-        parsed = parse_ledger(json.dumps(ledger))
+        parsed = parse_ledger(data)
     except LedgerError:
         return None  # what the whole read refuses: its message then
+    del data
     return prune_ledger(parsed, prune)

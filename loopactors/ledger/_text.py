@@ -244,10 +244,14 @@ def calculate_similarity(a: str, b: str) -> float:
 def prune_stack_trace(trace: str, max_lines: int) -> str:
     """Keep the first ``max_lines`` lines and say how many were cut (docs/ledger.md, "Stack
     traces")."""
-    lines = trace.split("\n")
+    # Counted and cut without splitting: a list of the lines is a copy of a huge error.
+    lines = trace.count("\n") + 1
     limit = int(max_lines)  # a validated limit may be an integral float such as 2.0
-    if len(lines) <= limit:
+    if lines <= limit:
         return trim(trace)
-    kept = trim_end("\n".join(lines[:limit]))
-    omitted = len(lines) - limit
+    end = -1
+    for _ in range(limit):
+        end = trace.find("\n", end + 1)
+    kept = trim_end(trace[:end])
+    omitted = lines - limit
     return f"{kept}\n  \u2026 ({omitted} more line{'' if omitted == 1 else 's'} pruned)"
