@@ -81,6 +81,9 @@ _NEW_EVENTS = """SELECT e.loop_id, e.seq, e.event FROM events e
     JOIN unnest(%s::text[], %s::int8[]) AS w (loop_id, after)
         ON e.loop_id = w.loop_id AND e.seq > w.after
     ORDER BY e.loop_id, e.seq"""
+# Answers nobody read for an hour: their senders went away.
+_FORGET = """DELETE FROM commands
+    WHERE answered_at < clock_timestamp() - interval '1 hour'"""
 _OWNER = """SELECT l.owner, n.state, n.host, n.pid FROM loops l
     LEFT JOIN nodes n ON n.node_id = l.owner WHERE l.loop_id = %s"""
 
@@ -107,20 +110,26 @@ class Routes:
         self._seen: dict[str, int] = {}
         self._relay_wake = trio.Event()
         self._local_events = trio.Event()
+        self._url = url
+        self._connect: Callable[[str], Any] = lambda name: pg.connect(
+            url, autocommit=True, application_name=name
+        )
         try:
             # Statements from worker threads, one at a time (psycopg's own lock).
-            self._conn = pg.connect(url, autocommit=True, application_name="loopactors commands")
+            self._conn = self._connect("loopactors commands")
             with closed_on_failure(self._conn):
-                # Only waited on from trio (its socket), never from a thread.
-                self._listen = pg.connect(
-                    url, autocommit=True, application_name="loopactors listen"
-                )
-                with closed_on_failure(self._listen):
-                    self._listen.execute(f"LISTEN {COMMANDS_CHANNEL}")
-                    self._listen.execute(f"LISTEN {ANSWERS_CHANNEL}")
-                    self._listen.execute(f"LISTEN {EVENTS_CHANNEL}")
+                self._listen = self._listening()
         except pg.Error as exc:
             raise StoreError(f"cannot connect to the store {shown}: {exc}") from None
+
+    def _listening(self) -> Any:
+        """A connection LISTENing on the three channels; only waited on from trio (its
+        socket), never from a thread."""
+        conn = self._connect("loopactors listen")
+        with closed_on_failure(conn):
+            for channel in (COMMANDS_CHANNEL, ANSWERS_CHANNEL, EVENTS_CHANNEL):
+                conn.execute(f"LISTEN {channel}")
+        return conn
 
     def close(self) -> None:
         self._listen.close()
@@ -128,13 +137,20 @@ class Routes:
             self._conn.close()
 
     def _run(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        try:
-            cursor = self._conn.execute(query, params)
-            return cursor.fetchall() if cursor.description else []
-        except self._error as exc:
-            raise StoreError(
-                f"cannot route a command through the store {self.shown}: {exc}"
-            ) from None
+        for attempt in (1, 2):
+            try:
+                if self._conn.closed:  # lost (the server restarted, or ended it): a new one
+                    self._conn = self._connect("loopactors commands")
+                cursor = self._conn.execute(query, params)
+                return cursor.fetchall() if cursor.description else []
+            except self._error as exc:
+                # Once more on a new connection if this one was lost: a statement is
+                # harmless twice (a command applied twice is applied once).
+                if attempt == 2 or not self._conn.closed:
+                    raise StoreError(
+                        f"cannot route a command through the store {self.shown}: {exc}"
+                    ) from None
+        raise AssertionError("unreachable")
 
     async def _sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
         return await trio.to_thread.run_sync(self._run, query, params, abandon_on_cancel=True)
@@ -217,11 +233,19 @@ class Routes:
         wake the senders waiting here as their answers come."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._hear)
+            polls = 0
             while True:
                 self._wake = trio.Event()
-                for command_id, loop_id, command, stop_mode in await self._sql(
-                    _PENDING, self.node_id, list(self._in_hand)
-                ):
+                try:
+                    pending = await self._sql(_PENDING, self.node_id, list(self._in_hand))
+                except StoreError as exc:
+                    log.warning("%s; trying again", exc)
+                    pending = []
+                polls += 1
+                if polls % 100 == 0:
+                    with contextlib.suppress(StoreError):  # left by senders that went away
+                        await self._sql(_FORGET)
+                for command_id, loop_id, command, stop_mode in pending:
                     self._in_hand.add(command_id)
                     nursery.start_soon(self._apply, apply, command_id, loop_id, command, stop_mode)
                 with trio.move_on_after(POLL):
@@ -252,14 +276,19 @@ class Routes:
     async def _hear(self) -> None:
         """Wait on the LISTEN connection's socket: a command for any loop wakes the server
         (it reads only its own loops' commands), an answer wakes its sender."""
-        conn = self._listen
         while True:
-            await trio.lowlevel.wait_readable(conn.fileno())
+            conn = self._listen
             try:
+                if conn.closed:  # lost: LISTEN again (the polls cover what was missed)
+                    self._listen = conn = await trio.to_thread.run_sync(self._listening)
+                await trio.lowlevel.wait_readable(conn.fileno())
                 heard = list(conn.notifies(timeout=0))
-            except self._error as exc:
-                log.warning("LISTEN on %s failed (%s): polling only", self.shown, exc)
-                return
+            except (self._error, OSError) as exc:
+                log.warning("LISTEN on %s failed (%s): polling meanwhile", self.shown, exc)
+                with contextlib.suppress(self._error):
+                    conn.close()
+                await trio.sleep(POLL)
+                continue
             for notice in heard:
                 if notice.channel == COMMANDS_CHANNEL:
                     self._wake.set()

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from loopactors.errors import CommandNotAnswered, LoopNotFound
-from loopactors.loops import LoopSpec, LoopState, RoundStarted
+from loopactors.loops import LoopFinished, LoopSpec, LoopState, RoundStarted
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.storage import Write
 from loopactors.storage._pg_commands import Routes
@@ -188,3 +188,26 @@ async def test_events_written_with_no_notification_are_relayed_at_the_next_poll(
     finally:
         store.close()
         held.release()
+
+
+async def test_commands_and_events_go_on_after_the_server_ends_their_connections(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    async with (
+        open_runtime(config(postgres_url, tmp_path / "a")) as a,
+        open_runtime(config(postgres_url, tmp_path / "b")) as b,
+    ):
+        loop_id = (await b.start("|loop:50| long work on b")).loop_id
+        ended = sql(
+            postgres_url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name IN ('loopactors commands', 'loopactors listen')",
+        )
+        assert len(ended) == 4  # two connections on each node
+        with a.subscribe(loop_id) as events:
+            stopped = await a.stop(loop_id)
+            assert stopped.phase == "cancelled"
+            with trio.fail_after(30):  # a failure's bound only
+                async for event in events:
+                    if isinstance(event, LoopFinished):
+                        break
