@@ -286,6 +286,12 @@ def _runtime_store_options(parser: argparse.ArgumentParser) -> None:
         "results of its own rounds)",
     )
     parser.add_argument(
+        "--labels",
+        metavar="A,B",
+        help="labels this node carries on a shared store (shared-fs: every node sees the same "
+        "files, so no loop is tied to this machine)",
+    )
+    parser.add_argument(
         "--durability",
         metavar="LEVEL",
         help="normal (the default: a commit survives a crash of the process) or full (each "
@@ -490,6 +496,13 @@ def _loop_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _labels(given: str | None) -> tuple[str, ...] | None:
+    """``--labels a,b``: the labels, blanks dropped; None when the flag was not given."""
+    if given is None:
+        return None
+    return tuple(label.strip() for label in given.split(",") if label.strip())
+
+
 def _config(args: argparse.Namespace, **flags: Any) -> RuntimeConfig:
     from ..runtime import load_config  # noqa: PLC0415 - the configuration only
 
@@ -504,6 +517,7 @@ def _config(args: argparse.Namespace, **flags: Any) -> RuntimeConfig:
         transport=transport,
         lease_ttl=lease_ttl,
         node_name=getattr(args, "node_name", None),
+        labels=_labels(getattr(args, "labels", None)),
         durability=durability,
         **flags,
     )

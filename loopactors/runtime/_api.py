@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -56,6 +57,7 @@ from ..loops import (
 )
 from ..storage import (
     CommandRoutes,
+    Placement,
     PruneReport,
     StoreBackend,
     StoreStatistics,
@@ -73,6 +75,7 @@ from ..workers import (
     forget_group,
     record_group,
     record_spend,
+    worker_kind,
 )
 from ._breaker import Breaker
 from ._config import RuntimeConfig, load_config
@@ -739,7 +742,13 @@ async def open_runtime(
             # store, and recovers the loops it owns then. Its rounds stop (kill_grace)
             # before its lease could end.
             claims = await stack.enter_async_context(
-                kind.hold(url, config.lease_ttl, config.kill_grace + 1.0, config.max_live_loops)
+                kind.hold(
+                    url,
+                    config.lease_ttl,
+                    config.kill_grace + 1.0,
+                    config.max_live_loops,
+                    placement(config),
+                )
             )
         lock = None
         if not kind.in_process:
@@ -775,6 +784,32 @@ async def open_runtime(
             files = [store_dir / name for name in kind.local_files]
             await stack.enter_async_context(watch_state_dir(store_dir, *files, lock=lock))
         yield runtime
+
+
+#: The label of a node that says its loops' files are on storage every node sees.
+SHARED_FS = "shared-fs"
+
+
+def placement(config: RuntimeConfig) -> Placement:
+    """Where this node stands among the nodes sharing its store: its name, its labels
+    (``host:HOSTNAME`` and ``config.labels``), and which loops stay on this machine
+    (docs/multinode.md, "What does not move")."""
+    host = f"host:{socket.gethostname()}"
+    labels = frozenset({host, *config.labels})
+    rounds_here = transport_kind(config.transport).rounds_here
+
+    def affinity(state: LoopState) -> str | None:
+        # A loop whose rounds run in this process, with a kind that needs something of
+        # this machine (an executable, a module, a CLI, a workspace), stays here; unless
+        # the operator says every node sees the same files.
+        if not rounds_here or SHARED_FS in labels:
+            return None
+        kind = worker_kind(state.spec.worker)
+        if kind is None or kind.local_resources or kind.workspace != "none":
+            return host
+        return None
+
+    return Placement(name=config.node_name or "node", labels=labels, affinity=affinity)
 
 
 def route_timeout(lease_ttl: float) -> float:

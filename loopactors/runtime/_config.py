@@ -128,6 +128,19 @@ def _node_name(_: Any, attribute: attrs.Attribute[Any], value: str | None) -> No
         )
 
 
+#: A node label: what a loop tied to it asks of the node that runs it.
+NODE_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9:._-]{0,63}")
+
+
+def _node_labels(_: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    for label in value:
+        if not NODE_LABEL.fullmatch(label):
+            raise ValueError(
+                f"{attribute.name}: each label must be 1 to 64 letters, digits, ':', '.', '_' "
+                f"or '-' (not first), got {label!r}"
+            )
+
+
 def _redacted(url: str) -> str:
     return repr(redact_url(url))  # a config in a log or traceback shows no password
 
@@ -239,6 +252,10 @@ class RuntimeConfig:
     #: results stream, so such nodes never take each other's reports (docs/scale-out.md).
     #: None: the one unnamed node of its Redis.
     node_name: str | None = attrs.field(default=None, validator=_node_name)
+    #: Labels this node carries on a shared store, beside ``host:HOSTNAME``: it takes over a
+    #: loop tied to a label only if it carries it; ``shared-fs`` says every node sees the
+    #: same files, so no loop admitted here is tied to this machine (docs/multinode.md).
+    labels: tuple[str, ...] = attrs.field(default=(), validator=_node_labels)
     #: Worker spec for loops that do not name one.
     worker: str = "scripted"
     #: The ``until`` check of loops that do not give one, and the checks' timeout (seconds).

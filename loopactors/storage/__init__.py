@@ -29,6 +29,7 @@ from ._copy import copy_loops as copy_loops
 from ._kinds import DURABILITIES as DURABILITIES
 from ._kinds import CommandRoutes as CommandRoutes
 from ._kinds import Durability as Durability
+from ._kinds import Placement as Placement
 from ._kinds import StoreKind as StoreKind
 from ._kinds import StoreUrl as StoreUrl
 from ._kinds import check_durability as check_durability
@@ -52,6 +53,7 @@ __all__ = [
     "Durability",
     "MemoryBackend",
     "NodeLease",
+    "Placement",
     "PruneReport",
     "QueuedNotification",
     "SqliteBackend",

@@ -30,6 +30,7 @@ __all__ = [
     "DURABILITIES",
     "CommandRoutes",
     "Durability",
+    "Placement",
     "StoreKind",
     "StoreUrl",
     "check_durability",
@@ -112,6 +113,24 @@ class CommandRoutes(Protocol):
         """An event was published on this node's bus."""
 
 
+def _anywhere(state: LoopState) -> str | None:
+    return None
+
+
+class Placement(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a node stands among the nodes that share a store, and which loops stay on its
+    machine (docs/multinode.md, "What does not move")."""
+
+    #: The node's name (``node_name``): its incarnations' ids start with it.
+    name: str = "node"
+    #: What it carries (``host:HOSTNAME``, and the operator's, e.g. ``shared-fs``): it claims
+    #: a loop tree only if each of its loops has no affinity or one of these.
+    labels: frozenset[str] = frozenset()
+    #: The affinity of a loop admitted here: the label a node must carry to run it
+    #: (``host:HOSTNAME`` for a loop tied to this machine's files), None for any node.
+    affinity: Callable[[LoopState], str | None] = _anywhere
+
+
 class StoreKind(msgspec.Struct, frozen=True, kw_only=True):
     """One kind of store, with what the runtime needs to know of it as data."""
 
@@ -127,15 +146,16 @@ class StoreKind(msgspec.Struct, frozen=True, kw_only=True):
     #: What is wrong with a URL of this kind (None: nothing), checked with the
     #: configuration, before anything is opened.
     check: Callable[[StoreUrl], str | None] | None = None
-    #: ``(url, lease_ttl, stop_margin, capacity) -> async context manager``: what a runtime
-    #: holds on the store while it runs (a lease on a shared server, where several nodes
-    #: each own some of the loops). It yields the batches of loop ids the node claims while
-    #: it runs (loops of nodes that died or left, at most ``capacity`` live here), which
-    #: the runtime recovers; it raises ``LeaseLost`` from the runtime's block when the hold
-    #: ends before the block does. None: nothing held (the node owns every loop).
+    #: ``(url, lease_ttl, stop_margin, capacity, placement) -> async context manager``:
+    #: what a runtime holds on the store while it runs (a lease on a shared server, where
+    #: several nodes each own some of the loops). It yields the batches of loop ids the node
+    #: claims while it runs (loops of nodes that died or left, at most ``capacity`` live
+    #: here, those ``placement``'s labels allow), which the runtime recovers; it raises
+    #: ``LeaseLost`` from the runtime's block when the hold ends before the block does.
+    #: None: nothing held (the node owns every loop).
     hold: (
         Callable[
-            [StoreUrl, float, float, int],
+            [StoreUrl, float, float, int, Placement],
             AbstractAsyncContextManager[AsyncIterator[list[str]]],
         ]
         | None

@@ -39,7 +39,14 @@ from ._base import (
     Write,
     queued_by,
 )
-from ._kinds import CommandRoutes, Durability, StoreKind, StoreUrl, check_durability
+from ._kinds import (
+    CommandRoutes,
+    Durability,
+    Placement,
+    StoreKind,
+    StoreUrl,
+    check_durability,
+)
 from ._sql import SqlBackend, event_type, latest_rows
 
 if TYPE_CHECKING:
@@ -150,6 +157,9 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX commands_waiting ON commands (loop_id) WHERE answered_at IS NULL",
     ),
+    # 5: what does not move. A loop tied to one machine's files carries the label a node
+    # must have to run it (host:HOSTNAME); NULL: any node may.
+    ("ALTER TABLE loops ADD COLUMN affinity text",),
 ]
 
 # One statement, so one round trip, for a whole group commit. It first locks this node's
@@ -170,8 +180,8 @@ WITH lease AS (
     FOR SHARE
 ), v AS (
     SELECT * FROM unnest(%b::text[], %b::text[], %b::float8[], %b::float8[], %b::int8[],
-        %b::bytea[], %b::int8[], %b::text[])
-        AS v (loop_id, phase, created_at, updated_at, n, state, fence, root_id)
+        %b::bytea[], %b::int8[], %b::text[], %b::text[])
+        AS v (loop_id, phase, created_at, updated_at, n, state, fence, root_id, affinity)
     WHERE EXISTS (SELECT 1 FROM lease)
 ), u AS (
     UPDATE loops SET phase = v.phase, created_at = v.created_at, updated_at = v.updated_at,
@@ -181,9 +191,10 @@ WITH lease AS (
     RETURNING loops.loop_id, loops.event_seq
 ), i AS (
     INSERT INTO loops (loop_id, phase, created_at, updated_at, event_seq, state, owner, fence,
-        root_id)
+        root_id, affinity)
     SELECT v.loop_id, v.phase, v.created_at, v.updated_at, v.n, v.state, %s, 1,
-        COALESCE((SELECT p.root_id FROM loops p WHERE p.loop_id = v.root_id), v.root_id)
+        COALESCE((SELECT p.root_id FROM loops p WHERE p.loop_id = v.root_id), v.root_id),
+        v.affinity
     FROM v WHERE v.fence = 0
     ON CONFLICT (loop_id) DO NOTHING
     RETURNING loop_id, event_seq
@@ -382,6 +393,8 @@ class PostgresBackend(SqlBackend):
                 [encode(s) for s in loops],
                 [fences.get(s.loop_id, 0) for s in loops],
                 _roots(loops, fences),
+                # Admissions only (fence 0): a loop's affinity is set once, where it starts.
+                [None if s.loop_id in fences else self.holding.affinity(s) for s in loops],
                 self.node_id,
                 self.node_id,
                 [r.loop_id for r in rounds],
@@ -593,17 +606,25 @@ def _open(url: StoreUrl, state_dir: Path | None, read_only: bool) -> PostgresBac
     return backend
 
 
+def _anywhere(state: LoopState) -> None:
+    return None
+
+
 class Holding:
     """What this process holds on a store as one node incarnation: its id and the fence of
     each loop it owns (set when it admits or claims the loop). The Store's backends commit
     under it, so a backend reopened after a crash of the Store is the same incarnation
     holding the same loops; the lease keeper adds the loops it claims."""
 
-    __slots__ = ("fences", "node_id")
+    __slots__ = ("affinity", "fences", "node_id")
 
-    def __init__(self, node_id: str) -> None:
+    def __init__(
+        self, node_id: str, affinity: Callable[[LoopState], str | None] | None = None
+    ) -> None:
         self.node_id = node_id
         self.fences: dict[str, int] = {}
+        #: What a loop admitted here is tied to (``Placement.affinity``).
+        self.affinity = affinity or _anywhere
 
 
 #: The holding of each runtime of this process, by store URL (one runtime per store in a
@@ -637,7 +658,15 @@ class Lease:
     compares wall-clock times (docs/multinode.md). Several nodes hold leases on one store
     at once, each owning its own loops; this connection also makes the node's claims."""
 
-    def __init__(self, url: str, *, shown: str, name: str, ttl: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        shown: str,
+        name: str,
+        ttl: float = 10.0,
+        placement: Placement | None = None,
+    ) -> None:
         pg = _psycopg()
         # The tables first (created or migrated by whichever node comes first).
         PostgresBackend(url, shown=shown, node_id="").close()
@@ -647,7 +676,11 @@ class Lease:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.node_id = f"{name}-{self.host}-{self.pid}-{secrets.token_hex(4)}"
-        self.holding = Holding(self.node_id)
+        placement = placement or Placement()
+        #: A loop tree is this node's to claim only if each of its loops has no affinity or
+        #: one of these.
+        self.labels = sorted(placement.labels)
+        self.holding = Holding(self.node_id, placement.affinity)
         self._error: type[Exception] = pg.Error
         # One call at a time (a renewal in a thread, the release at the end); not the
         # connection's own lock, which each of its calls takes.
@@ -764,13 +797,16 @@ class Lease:
                 share = min(capacity - owned, math.ceil(orphans / max(live_nodes, 1)))
                 if share <= 0:
                     return []
+                # Trees with a loop tied to a label this node lacks wait for a node with it.
                 roots = [
                     r[0]
                     for r in conn.execute(
-                        "SELECT loop_id FROM loops WHERE loop_id IN (SELECT root_id FROM loops "
-                        f"WHERE owner IS NULL AND {_LIVE}) ORDER BY created_at, loop_id "
-                        "LIMIT %s FOR UPDATE SKIP LOCKED",
-                        (share,),
+                        "SELECT loop_id FROM loops r WHERE loop_id IN (SELECT root_id FROM "
+                        f"loops WHERE owner IS NULL AND {_LIVE}) AND NOT EXISTS (SELECT 1 "
+                        f"FROM loops c WHERE c.root_id = r.loop_id AND c.{_LIVE} AND "
+                        "c.affinity IS NOT NULL AND NOT c.affinity = ANY(%s)) "
+                        "ORDER BY created_at, loop_id LIMIT %s FOR UPDATE SKIP LOCKED",
+                        (self.labels, share),
                     )
                 ]
                 # Whole trees, as many as the room left here takes (in loops).
@@ -846,7 +882,7 @@ def _taken_over(lease: Lease) -> bool:
 
 @contextlib.asynccontextmanager
 async def _hold(
-    url: StoreUrl, ttl: float, stop_margin: float, capacity: int
+    url: StoreUrl, ttl: float, stop_margin: float, capacity: int, placement: Placement
 ) -> AsyncIterator[AsyncIterator[list[str]]]:
     """Hold a lease on the store while the block runs, renewed every ``ttl``/5 (jittered) in
     a worker thread, each renewal followed by a claim pass (:meth:`Lease.claim`, at most
@@ -859,7 +895,9 @@ async def _hold(
     import trio  # noqa: PLC0415 - the storage package itself runs no event loop
 
     lease = await trio.to_thread.run_sync(
-        lambda: Lease(url.text, shown=url.redacted, name="node", ttl=ttl)
+        lambda: Lease(
+            url.text, shown=url.redacted, name=placement.name, ttl=ttl, placement=placement
+        )
     )
     _HELD[url.text] = lease.holding
     lost: list[str] = []

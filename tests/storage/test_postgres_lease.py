@@ -20,7 +20,7 @@ from loopactors.errors import AdmissionRefused, LeaseLost, LoopsFenced, StoreErr
 from loopactors.loops import LoopSpec, LoopState, RoundFinished, RoundStarted
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.runtime._messages import StartLoop
-from loopactors.storage import Write, open_store, parse_store
+from loopactors.storage import Placement, Write, open_store, parse_store
 from loopactors.storage._postgres import Lease, PostgresBackend, _hold
 
 
@@ -69,6 +69,11 @@ def owners(url: str) -> dict[str, tuple[str | None, int]]:
         str(loop_id): (None if owner is None else str(owner), int(str(fence)))
         for loop_id, owner, fence in rows
     }
+
+
+def affinities(url: str) -> dict[str, str | None]:
+    rows = sql(url, "SELECT loop_id, affinity FROM loops")
+    return {str(loop_id): None if label is None else str(label) for loop_id, label in rows}
 
 
 def test_several_nodes_hold_leases_on_one_store_at_once(postgres_url: str) -> None:
@@ -254,6 +259,92 @@ def test_claims_take_whole_trees_in_fair_shares_within_capacity(postgres_url: st
     b.release()
 
 
+def test_loops_tied_to_a_machine_go_only_to_a_node_with_its_label(postgres_url: str) -> None:
+    """docs/multinode.md, "What does not move": a loop admitted with an affinity (here
+    ``host:m1`` for loops named ``bound*``) is claimed, with its whole tree, only by a node
+    carrying that label; the others by any node."""
+    PostgresBackend(postgres_url, node_id="").close()
+
+    def affinity(loop: LoopState) -> str | None:
+        return "host:m1" if loop.loop_id.startswith("bound") else None
+
+    origin = Lease(
+        postgres_url,
+        shown="the test store",
+        name="m1",
+        placement=Placement(labels=frozenset({"host:m1"}), affinity=affinity),
+    )
+    store = backend(postgres_url, origin)
+    child = msgspec.structs.replace(
+        state("bound-child", 1), spec=LoopSpec(task="c", rounds=50, parent_id="free-parent")
+    )
+    store.commit(
+        [Write(state=state("bound", 1)), Write(state=state("free", 1)),
+         Write(state=state("free-parent", 1)), Write(state=child)]
+    )  # fmt: skip
+    tied = affinities(postgres_url)
+    assert tied == {
+        "bound": "host:m1",
+        "free": None,
+        "free-parent": None,
+        "bound-child": "host:m1",
+    }
+    store.close()
+    origin.release()
+    other = Lease(
+        postgres_url, shown="the test store", name="m2",
+        placement=Placement(labels=frozenset({"host:m2", "zone:a"})),
+    )  # fmt: skip
+    assert sorted(other.claim(100)) == ["free"]  # the tree holding a bound child stays
+    assert other.claim(100) == []
+    same = Lease(
+        postgres_url, shown="the test store", name="m1",
+        placement=Placement(labels=frozenset({"host:m1"})),
+    )  # fmt: skip
+    # Two live nodes, two trees left: one each pass (a fair share), both here in the end.
+    assert sorted(same.claim(100) + same.claim(100)) == ["bound", "bound-child", "free-parent"]
+    assert same.node_id.startswith("m1-")  # the node's name leads its incarnations' ids
+    other.release()
+    same.release()
+
+
+def test_a_node_ties_the_loops_that_need_its_machine_to_it() -> None:
+    from loopactors.runtime._api import placement
+
+    host = f"host:{socket.gethostname()}"
+    here = placement(RuntimeConfig(node_name="n1", labels=("zone:a",)))
+    assert here.name == "n1"
+    assert here.labels == {host, "zone:a"}
+
+    def loop(worker: str) -> LoopState:
+        return msgspec.structs.replace(state("x", 1), spec=LoopSpec(task="t", worker=worker))
+
+    assert here.affinity(loop("command:./agent.sh")) == host
+    assert here.affinity(loop("python:pkg.mod:fn")) == host
+    assert here.affinity(loop("agent:model=m")) == host  # its workspace is here
+    assert here.affinity(loop("scripted")) is None
+    shared = placement(RuntimeConfig(labels=("shared-fs",)))
+    assert shared.name == "node"
+    assert shared.affinity(loop("command:./agent.sh")) is None
+    remote = placement(RuntimeConfig(transport="redis://127.0.0.1:6379/0"))
+    assert remote.affinity(loop("command:./agent.sh")) is None  # rounds run on workers
+
+
+async def test_a_node_admits_a_command_loop_tied_to_its_machine(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    config = RuntimeConfig(store=postgres_url, state_dir=tmp_path, node_name="n1")
+    async with open_runtime(config) as rt:
+        bound = await rt.start("|loop:50| here", worker="command:sleep 60")
+        free = await rt.start("|loop:50| anywhere", worker="scripted:latency=60")
+        tied = await trio.to_thread.run_sync(affinities, postgres_url)
+        owners_now = await trio.to_thread.run_sync(owners, postgres_url)
+        await rt.stop(bound.loop_id)
+        await rt.stop(free.loop_id)
+    assert tied == {bound.loop_id: f"host:{socket.gethostname()}", free.loop_id: None}
+    assert str(owners_now[bound.loop_id][0]).startswith(f"n1-{socket.gethostname()}-")
+
+
 def test_incarnations_that_ended_over_a_day_ago_are_forgotten(postgres_url: str) -> None:
     PostgresBackend(postgres_url, node_id="").close()
     sql(
@@ -315,7 +406,7 @@ async def test_a_runtime_failing_as_it_stops_for_its_lost_lease_says_lease_lost(
     """A node paused past its lease wakes up to connections the server ended: what fails
     on them while its runtime stops is not the reason it stops."""
     with pytest.raises(LeaseLost, match="taken over by another node") as caught:
-        async with _hold(parse_store(postgres_url), 1.0, 0.0, 100):
+        async with _hold(parse_store(postgres_url), 1.0, 0.0, 100, Placement()):
             await trio.to_thread.run_sync(
                 sql, postgres_url, "UPDATE nodes SET state = 'dead' WHERE state = 'live'"
             )
