@@ -271,32 +271,26 @@ def _state_options(
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+#: What a command that runs a runtime (run, node, repl, resume) says of its store and of its
+#: place among nodes: flag, metavar, type, help.
+_RUNTIME_OPTIONS: tuple[tuple[str, str, type, str], ...] = (
+    ("--lease-ttl", "S", float,
+     "seconds this node's lease on a PostgreSQL store lasts unless renewed (10)"),
+    ("--node-name", "NAME", str,
+     "this node's name: it leads its lease ids on a shared store and names its results "
+     "stream on a shared Redis"),
+    ("--labels", "A,B", str,
+     "labels this node carries on a shared store (shared-fs: every node sees the same files, "
+     "so no loop is tied to this machine)"),
+    ("--durability", "LEVEL", str,
+     "normal (the default: a commit survives a crash of the process) or full (each commit "
+     "synced to disk: it survives an OS crash or power loss too)"),
+)  # fmt: skip
+
+
 def _runtime_store_options(parser: argparse.ArgumentParser) -> None:
-    """What a command that runs a runtime (run, node, repl, resume) says of its store."""
-    parser.add_argument(
-        "--lease-ttl",
-        type=float,
-        metavar="S",
-        help="seconds this node's lease on a PostgreSQL store lasts unless renewed (10)",
-    )
-    parser.add_argument(
-        "--node-name",
-        metavar="NAME",
-        help="this node's name, when several share one Redis transport (each gets the "
-        "results of its own rounds)",
-    )
-    parser.add_argument(
-        "--labels",
-        metavar="A,B",
-        help="labels this node carries on a shared store (shared-fs: every node sees the same "
-        "files, so no loop is tied to this machine)",
-    )
-    parser.add_argument(
-        "--durability",
-        metavar="LEVEL",
-        help="normal (the default: a commit survives a crash of the process) or full (each "
-        "commit synced to disk: it survives an OS crash or power loss too)",
-    )
+    for flag, metavar, kind, text in _RUNTIME_OPTIONS:
+        parser.add_argument(flag, metavar=metavar, type=kind, help=text)
 
 
 def _connect_options(parser: argparse.ArgumentParser) -> None:
