@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any
 
@@ -111,6 +112,7 @@ class Routes:
         self._relay_wake = trio.Event()
         self._local_events = trio.Event()
         self._url = url
+        self._replacing = threading.Lock()
         self._connect: Callable[[str], Any] = lambda name: pg.connect(
             url, autocommit=True, application_name=name
         )
@@ -138,19 +140,28 @@ class Routes:
 
     def _run(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         for attempt in (1, 2):
+            conn = self._conn
             try:
-                if self._conn.closed:  # lost (the server restarted, or ended it): a new one
-                    self._conn = self._connect("loopactors commands")
-                cursor = self._conn.execute(query, params)
+                conn = self._reconnected()
+                cursor = conn.execute(query, params)
                 return cursor.fetchall() if cursor.description else []
             except self._error as exc:
                 # Once more on a new connection if this one was lost: a statement is
                 # harmless twice (a command applied twice is applied once).
-                if attempt == 2 or not self._conn.closed:
+                if attempt == 2 or not conn.closed:
                     raise StoreError(
                         f"cannot route a command through the store {self.shown}: {exc}"
                     ) from None
         raise AssertionError("unreachable")
+
+    def _reconnected(self) -> Any:
+        """The connection for statements, a new one if it was lost (the server restarted,
+        or ended it); one thread at a time replaces it."""
+        with self._replacing:
+            if self._conn.closed:
+                self._conn.close()  # its resources too
+                self._conn = self._connect("loopactors commands")
+            return self._conn
 
     async def _sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
         return await trio.to_thread.run_sync(self._run, query, params, abandon_on_cancel=True)
