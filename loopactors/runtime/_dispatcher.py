@@ -31,7 +31,7 @@ import trio
 
 from ..actors import Actor, ErrorReply, Node
 from ..errors import ActorError, MailboxFull
-from ..loops import AnyEvent, RoundWaiting
+from ..loops import AnyEvent, RoundWaiting, WorkerSpec
 from ..workers import RoundContext, RoundRequest, RoundResult
 from ._inprocess import InProcessTransport
 from ._messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
@@ -312,7 +312,7 @@ class Dispatcher(Actor[Any]):
         """A round no live worker can take waits silently on its stream: say so (a live
         ``RoundWaiting``) once it has waited ``unserved_grace`` seconds, and again after a
         worker served its kind and is gone (docs/scale-out.md). Ended by ``watch``."""
-        kind = request.worker.partition(":")[0]
+        kind = WorkerSpec.parse(request.worker).kind
         told = False
         with watch:
             while True:
