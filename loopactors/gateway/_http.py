@@ -169,10 +169,10 @@ class SplitServer:
     async def serve(self, stream: trio.SocketStream) -> None:
         """One TCP connection (a handler for ``Admission.serve``, which closes it after)."""
         remote = _peer(stream)
-        request: HttpRequest | HttpResponse | None = None
+        head: HttpRequest | HttpResponse | None = None
         raw = b""
         async with self.admission.handshake() as handshake:
-            request, raw = await _read_head(stream, remote)
+            head, raw = await _read_head(stream, remote)
         if handshake.dropped:  # made room for a newer connection: closed without a word
             return
         if handshake.timed_out:  # slowloris, or a client that connected and said nothing
@@ -180,13 +180,13 @@ class SplitServer:
             with trio.move_on_after(1.0):  # a short reply at most: it is not worth more
                 await _send(stream, HttpResponse.text(408, "the request head took too long"))
             return
-        if isinstance(request, HttpResponse):  # a malformed or oversized head: refused
+        if isinstance(head, HttpResponse):  # a malformed or oversized head: refused
             self.http_errors += 1
-            await _send(stream, request)
+            await _send(stream, head)
             return
-        if request is None:  # closed before a whole head came
+        if head is None:  # closed before a whole head came
             return
-        if request.is_websocket_upgrade:
+        if head.is_websocket_upgrade:
             if not self.accepting():  # a refusal the client can retry, not a reset
                 await _send(
                     stream, HttpResponse.text(503, self.refusal(), headers=(("Retry-After", "1"),))
@@ -196,13 +196,13 @@ class SplitServer:
             return
         self.http_requests += 1
         try:
-            response = await self.respond(request)
+            response = await self.respond(head)
         except Exception:
-            log.exception("internal error answering %s %s", request.method, request.target)
+            log.exception("internal error answering %s %s", head.method, head.target)
             response = HttpResponse.text(500, "internal error; the node logged it")
         if response.status >= 400:
             self.http_errors += 1
-        await _send(stream, response, head_only=request.method == "HEAD")
+        await _send(stream, response, head_only=head.method == "HEAD")
 
     async def _hand_over(self, stream: trio.SocketStream, raw: bytes, remote: str) -> None:
         replay = _ReplayStream(stream, raw, remote)
