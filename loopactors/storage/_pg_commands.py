@@ -113,6 +113,9 @@ class Routes:
         self._local_events = trio.Event()
         self._url = url
         self._replacing = threading.Lock()
+        #: Set by :meth:`close`: a thread still running (abandoned by a cancelled caller)
+        #: opens no new connection after it, which nobody would close.
+        self._closed = False
         self._connect: Callable[[str], Any] = lambda name: pg.connect(
             url, autocommit=True, application_name=name
         )
@@ -134,6 +137,8 @@ class Routes:
         return conn
 
     def close(self) -> None:
+        with self._replacing:
+            self._closed = True
         self._listen.close()
         with self._conn.lock:  # after the statement in flight, if any
             self._conn.close()
@@ -160,6 +165,8 @@ class Routes:
         with self._replacing:
             if self._conn.closed:
                 self._conn.close()  # its resources too
+                if self._closed:
+                    raise StoreError(f"the routes of the store {self.shown} are closed")
                 self._conn = self._connect("loopactors commands")
             return self._conn
 

@@ -203,7 +203,9 @@ async def test_commands_and_events_go_on_after_the_server_ends_their_connections
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE application_name IN ('loopactors commands', 'loopactors listen')",
         )
-        assert len(ended) == 4  # two connections on each node
+        # Two connections on each node (and any of another test's runtime not closed yet:
+        # the server is shared by the session's tests).
+        assert len(ended) >= 4
         with a.subscribe(loop_id) as events:
             stopped = await a.stop(loop_id)
             assert stopped.phase == "cancelled"
