@@ -18,6 +18,7 @@ the summary.
 
 from __future__ import annotations
 
+import abc
 import codecs
 import re
 from array import array
@@ -273,7 +274,7 @@ class _LongError:
         return line_signature_pieces(self.line_pieces())
 
 
-class _Held:
+class _Held(abc.ABC):
     """A string read a piece at a time: held whole while it is short (``_MEMO_CHARS``), else
     each piece goes to ``_take`` as it comes (the ones held first)."""
 
@@ -297,8 +298,9 @@ class _Held:
             self._take(text)
         held.clear()
 
+    @abc.abstractmethod
     def _take(self, text: str) -> None:
-        raise NotImplementedError
+        """What a long string does with each piece (the subclass's own)."""
 
 
 class _ErrorLines(_Held):

@@ -66,6 +66,8 @@ class _Waiting:
     began: float
     began_at: float
     times_out: bool
+    #: Lets go what the round holds; with ``True`` its result (``RoundTransport.start_wait``).
+    end: Callable[[bool], RoundResult | None]
 
 
 class Dispatcher(Actor[Any]):
@@ -124,7 +126,7 @@ class Dispatcher(Actor[Any]):
             wait = self._transport.start_wait(message.request)
             if wait is not None:
                 self.rounds_started += 1
-                self._hold(key, message, wait, started)
+                self._hold(key, message, *wait, started)
                 return None
             run = RoundRun(
                 trio.CancelScope(), message.timeout, self._context_factory, self.node, started
@@ -158,7 +160,7 @@ class Dispatcher(Actor[Any]):
             if isinstance(running, _Waiting):
                 self._drop(running)
                 request = running.dispatch.request
-                self._transport.end_wait(request, answer=False)
+                running.end(False)
                 ended = RoundResult(status="cancelled", error="round cancelled")
                 self._finish_soon(request, ended, time.monotonic() - running.began_at)
             elif running is not None:
@@ -191,13 +193,20 @@ class Dispatcher(Actor[Any]):
                 self._stopping.add(key)
                 run.scope.cancel()
 
-    def _hold(self, key: str, dispatch: Dispatch, wait: float, started: float) -> None:
+    def _hold(
+        self,
+        key: str,
+        dispatch: Dispatch,
+        wait: float,
+        end: Callable[[bool], RoundResult | None],
+        started: float,
+    ) -> None:
         """Hold a round that only waits: due when its wait is over, or at its timeout if
         that comes first (as a round task's deadline would end its worker's sleep)."""
         now = trio.current_time()
         times_out = wait >= dispatch.timeout
         due = now + (dispatch.timeout if times_out else wait)
-        waiting = _Waiting(dispatch, now, started, times_out)
+        waiting = _Waiting(dispatch, now, started, times_out, end)
         self._running[key] = waiting
         waits = self._waits
         if not waits or due < waits[0][0]:
@@ -237,7 +246,7 @@ class Dispatcher(Actor[Any]):
                     self._dropped -= 1  # cancelled (and answered) before it was due
                     continue
                 del running[request.key]
-                result = self._transport.end_wait(request, answer=not waiting.times_out)
+                result = waiting.end(not waiting.times_out)
                 if result is None:
                     result = RoundResult(
                         status="timed_out",

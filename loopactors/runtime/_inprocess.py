@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 
 import msgspec
 import trio
@@ -81,7 +82,9 @@ class InProcessTransport(RoundTransport):
         except Exception:
             return None
 
-    def start_wait(self, request: RoundRequest) -> float | None:
+    def start_wait(
+        self, request: RoundRequest
+    ) -> tuple[float, Callable[[bool], RoundResult | None]] | None:
         """A round whose worker only waits (``Worker.waits_only``, the scripted worker's
         latency) begins now, holding its slots, as data rather than a task; ``None``: it
         runs in a task (also when it would have to wait for a slot, or has an ``until``
@@ -89,25 +92,26 @@ class InProcessTransport(RoundTransport):
         worker = self._taskless_worker(request)
         if worker is None:
             return None
-        delay = worker.waits_only(request)
-        if delay is None or not self._take_slots_nowait(self._kind_limits.get(worker.kind)):
-            return None
-        return delay
-
-    def end_wait(self, request: RoundRequest, *, answer: bool) -> RoundResult | None:
-        worker = self.worker(request.worker)  # built by start_wait
+        wait = worker.waits_only(request)
         kind_limit = self._kind_limits.get(worker.kind)
-        if kind_limit is not None:
-            kind_limit.release()
-        self._limit.release()
-        if not answer:
+        if wait is None or not self._take_slots_nowait(kind_limit):
             return None
-        try:
-            return worker.answer_after_wait(
-                self._bounded(request) if worker.bounds_output else request
-            )
-        except Exception as exc:  # a worker bug must not crash the Dispatcher
-            return RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+        delay, answer_of = wait
+        if worker.bounds_output:
+            request = self._bounded(request)
+
+        def end(answer: bool) -> RoundResult | None:
+            if kind_limit is not None:
+                kind_limit.release()
+            self._limit.release()
+            if not answer:
+                return None
+            try:
+                return answer_of(request)
+            except Exception as exc:  # a worker bug must not crash the Dispatcher
+                return RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+
+        return delay, end
 
     async def run(self, request: RoundRequest, run: RoundRun) -> RoundResult | None:
         worker = self.worker(request.worker)

@@ -77,17 +77,15 @@ class RoundTransport(abc.ABC):
         ``None``: it runs through :meth:`run`."""
         return None
 
-    def start_wait(self, request: RoundRequest) -> float | None:
+    def start_wait(
+        self, request: RoundRequest
+    ) -> tuple[float, Callable[[bool], RoundResult | None]] | None:
         """For a round that only waits before its result is ready (``Worker.waits_only``)
-        and can begin now (its slots free): how long it waits; the Dispatcher then holds it
-        as a timer and calls :meth:`end_wait` when it is due or ended. ``None``: it runs
-        through :meth:`run`."""
+        and can begin now (its slots free): how long it waits, and how it ends. The
+        Dispatcher holds it as a timer and calls the second once it is due or ended: what
+        the round held is let go, and with ``True`` its result is returned (with ``False``,
+        ``None``: it was cancelled or timed out). ``None``: it runs through :meth:`run`."""
         return None
-
-    def end_wait(self, request: RoundRequest, *, answer: bool) -> RoundResult | None:
-        """A round of :meth:`start_wait` is over: what it held is let go, and with ``answer``
-        its result is returned (else ``None``: it was cancelled or timed out)."""
-        raise NotImplementedError(f"{type(self).__name__} holds no waiting rounds")
 
     def cancel(self, key: str) -> None:  # noqa: B027 - a round run here has nothing more
         """Stop the round with this idempotency key wherever it runs (its cancel scope is

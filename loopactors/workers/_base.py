@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import builtins
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
@@ -266,19 +267,17 @@ class Worker(abc.ABC):
         """
         return None
 
-    def waits_only(self, request: RoundRequest) -> float | None:
+    def waits_only(
+        self, request: RoundRequest
+    ) -> tuple[float, Callable[[RoundRequest], RoundResult]] | None:
         """For a round that does nothing but wait a fixed time, after which its result is
-        ready on the spot (:meth:`answer_after_wait`): that time, in seconds. ``None`` (the
-        default): the round needs :meth:`run`.
+        ready on the spot: that time in seconds, and what gives the result then (called
+        with the request). ``None`` (the default): the round needs :meth:`run`.
 
         The runtime holds such a round as an entry of a timer heap, not a task: no task,
         cancel scope or round context while it waits (a stop or its timeout still ends it).
         """
         return None
-
-    def answer_after_wait(self, request: RoundRequest) -> RoundResult:
-        """The result of a round that waited :meth:`waits_only` seconds."""
-        raise NotImplementedError(f"{type(self).__name__} has no round that only waits")
 
 
 #: Workspaces this process could not list (said once each).

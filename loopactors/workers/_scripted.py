@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import string
+from collections.abc import Callable
 from typing import ClassVar
 
 import attrs
@@ -144,13 +145,12 @@ class ScriptedWorker(Worker):
     def run_at_once(self, request: RoundRequest) -> RoundResult | None:
         return None if self.latency else self._answer(request)
 
-    def waits_only(self, request: RoundRequest) -> float | None:
+    def waits_only(
+        self, request: RoundRequest
+    ) -> tuple[float, Callable[[RoundRequest], RoundResult]] | None:
         # A round of latency > 0 is that wait and then the answer: the runtime holds it as a
         # timer, not a task (a recovery of 50,000 loops has 50,000 such rounds in flight).
-        return self.latency or None
-
-    def answer_after_wait(self, request: RoundRequest) -> RoundResult:
-        return self._answer(request)
+        return (self.latency, self._answer) if self.latency else None
 
     def _answer(self, request: RoundRequest) -> RoundResult:
         if self.fail_every is not None and request.round % self.fail_every == 0:

@@ -56,8 +56,11 @@ async def test_a_round_with_latency_only_waits_then_answers_as_run_does(
     worker = _scripted("scripted:latency=2.5,fail_every=2")
     for n in (1, 2):
         request = make_request(round=n)
-        assert worker.waits_only(request) == 2.5
-        assert worker.answer_after_wait(request) == await worker.run(request, None)
+        wait = worker.waits_only(request)
+        assert wait is not None
+        seconds, answer = wait
+        assert seconds == 2.5
+        assert answer(request) == await worker.run(request, None)
     assert ScriptedWorker().waits_only(make_request()) is None  # answered on the spot
 
 
