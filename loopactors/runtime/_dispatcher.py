@@ -67,7 +67,7 @@ class _Waiting:
     began_at: float
     times_out: bool
     #: Lets go what the round holds; with ``True`` its result (``RoundTransport.start_wait``).
-    end: Callable[[bool], RoundResult | None]
+    end: Callable[[RoundRequest, bool], RoundResult | None]
 
 
 class Dispatcher(Actor[Any]):
@@ -160,7 +160,7 @@ class Dispatcher(Actor[Any]):
             if isinstance(running, _Waiting):
                 self._drop(running)
                 request = running.dispatch.request
-                running.end(False)
+                running.end(request, False)
                 ended = RoundResult(status="cancelled", error="round cancelled")
                 self._finish_soon(request, ended, time.monotonic() - running.began_at)
             elif running is not None:
@@ -198,7 +198,7 @@ class Dispatcher(Actor[Any]):
         key: str,
         dispatch: Dispatch,
         wait: float,
-        end: Callable[[bool], RoundResult | None],
+        end: Callable[[RoundRequest, bool], RoundResult | None],
         started: float,
     ) -> None:
         """Hold a round that only waits: due when its wait is over, or at its timeout if
@@ -246,7 +246,7 @@ class Dispatcher(Actor[Any]):
                     self._dropped -= 1  # cancelled (and answered) before it was due
                     continue
                 del running[request.key]
-                result = waiting.end(not waiting.times_out)
+                result = waiting.end(request, not waiting.times_out)
                 if result is None:
                     result = RoundResult(
                         status="timed_out",

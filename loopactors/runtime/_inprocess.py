@@ -32,6 +32,9 @@ class InProcessTransport(RoundTransport):
         self._max_output = settings.max_output_bytes
         self._outputs_dir = settings.outputs_dir
         self._workers: dict[str, Worker] = {}
+        #: How a waiting round of each worker spec ends (:meth:`start_wait`): one per spec,
+        #: so that a round held as a timer holds no object of its own for it.
+        self._wait_ends: dict[str, Callable[[RoundRequest, bool], RoundResult | None]] = {}
 
     def worker(self, spec: str) -> Worker:
         """The backend of a spec, built once."""
@@ -84,7 +87,7 @@ class InProcessTransport(RoundTransport):
 
     def start_wait(
         self, request: RoundRequest
-    ) -> tuple[float, Callable[[bool], RoundResult | None]] | None:
+    ) -> tuple[float, Callable[[RoundRequest, bool], RoundResult | None]] | None:
         """A round whose worker only waits (``Worker.waits_only``, the scripted worker's
         latency) begins now, holding its slots, as data rather than a task; ``None``: it
         runs in a task (also when it would have to wait for a slot, or has an ``until``
@@ -97,20 +100,22 @@ class InProcessTransport(RoundTransport):
         if wait is None or not self._take_slots_nowait(kind_limit):
             return None
         delay, answer_of = wait
-        if worker.bounds_output:
-            request = self._bounded(request)
+        end = self._wait_ends.get(request.worker)
+        if end is None:
+            bounded = self._bounded if worker.bounds_output else None
 
-        def end(answer: bool) -> RoundResult | None:
-            if kind_limit is not None:
-                kind_limit.release()
-            self._limit.release()
-            if not answer:
-                return None
-            try:
-                return answer_of(request)
-            except Exception as exc:  # a worker bug must not crash the Dispatcher
-                return RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
+            def end(request: RoundRequest, answer: bool) -> RoundResult | None:
+                if kind_limit is not None:
+                    kind_limit.release()
+                self._limit.release()
+                if not answer:
+                    return None
+                try:
+                    return answer_of(request if bounded is None else bounded(request))
+                except Exception as exc:  # a worker bug must not crash the Dispatcher
+                    return RoundResult(status="failed", error=f"{type(exc).__name__}: {exc}")
 
+            self._wait_ends[request.worker] = end
         return delay, end
 
     async def run(self, request: RoundRequest, run: RoundRun) -> RoundResult | None:

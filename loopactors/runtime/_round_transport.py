@@ -79,12 +79,13 @@ class RoundTransport(abc.ABC):
 
     def start_wait(
         self, request: RoundRequest
-    ) -> tuple[float, Callable[[bool], RoundResult | None]] | None:
+    ) -> tuple[float, Callable[[RoundRequest, bool], RoundResult | None]] | None:
         """For a round that only waits before its result is ready (``Worker.waits_only``)
         and can begin now (its slots free): how long it waits, and how it ends. The
-        Dispatcher holds it as a timer and calls the second once it is due or ended: what
-        the round held is let go, and with ``True`` its result is returned (with ``False``,
-        ``None``: it was cancelled or timed out). ``None``: it runs through :meth:`run`."""
+        Dispatcher holds it as a timer and calls the second with the request once it is due
+        or ended: what the round held is let go, and with ``True`` its result is returned
+        (with ``False``, ``None``: it was cancelled or timed out). ``None``: it runs through
+        :meth:`run`."""
         return None
 
     def cancel(self, key: str) -> None:  # noqa: B027 - a round run here has nothing more
