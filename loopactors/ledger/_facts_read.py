@@ -45,6 +45,8 @@ _EXACT = 2**53
 #: it a block at a time: here the file, the attempt's bytes and its decoded error would be
 #: held at once (~4x the file on one huge error).
 _LONG_ATTEMPT = 1 << 18
+_ANONYMOUS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 
 
 def read_file_facts(handle: BinaryIO, threshold: float) -> BreakerFacts:
@@ -78,7 +80,8 @@ def _read_all(handle: BinaryIO) -> bytes | mmap.mmap:
     size = os.fstat(handle.fileno()).st_size
     if size <= 0:
         return handle.read()
-    buffer = mmap.mmap(-1, size)
+    # Populated at once: one fault per page of a 19 MB file costs ~6 ms of a ~100 ms check.
+    buffer = mmap.mmap(-1, size, flags=_ANONYMOUS | _POPULATE)
     got = handle.readinto(buffer)  # type: ignore[attr-defined]  # an open(..., "rb") file
     rest = handle.read()
     if got != size or rest:  # the file changed size since fstat
