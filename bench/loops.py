@@ -61,7 +61,13 @@ from loopactors.loops._rules import (
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.runtime._ledger import attempt_of, breaker_config
 from loopactors.runtime._spec import build_spec
-from loopactors.storage import DURABILITIES, MemoryBackend, Write, check_durability
+from loopactors.storage import (
+    DURABILITIES,
+    MemoryBackend,
+    SqliteBackend,
+    Write,
+    check_durability,
+)
 from loopactors.workers import RoundRequest, parse_worker
 
 ROUNDS = 5
@@ -299,9 +305,13 @@ async def idle_case(loops: int) -> dict[str, Any]:
     raise AssertionError("unreachable")
 
 
-async def baseline_case(loops: int) -> dict[str, Any]:  # noqa: PLR0915 - one loop, in order
+async def baseline_case(loops: int, store: str = "memory") -> dict[str, Any]:
     """The runtime's work for the same rounds, done with direct function calls in one plain
     trio task per loop: no actors, no messages, no scheduling between steps.
+
+    ``store="sqlite"`` writes the same writes to the SQLite backend, each in its own
+    transaction as it is made (the runtime's Store groups many loops' writes in one): what the
+    design's rows cost with no actor at all, against the one-row floor.
 
     Per loop, what the runtime does: the spec built from the same ``|loop|`` text, and per
     round the loop breaker and the ledger breaker, the prompt, the round's intent (state,
@@ -310,9 +320,21 @@ async def baseline_case(loops: int) -> dict[str, Any]:  # noqa: PLR0915 - one lo
     comparison, the next state and the events, written again; the events go to a list, as
     the runtime's go to the subscriber. Only what exists because of the actors is left out.
     """
+    if store == "memory":
+        return await _baseline_loops(loops, MemoryBackend())
+    with tempfile.TemporaryDirectory() as tmp:
+        backend = SqliteBackend(Path(tmp) / "baseline.db")
+        try:
+            return await _baseline_loops(loops, backend)
+        finally:
+            backend.close()
+
+
+async def _baseline_loops(  # noqa: PLR0915 - one loop, in order
+    loops: int, backend: MemoryBackend | SqliteBackend
+) -> dict[str, Any]:
     config = RuntimeConfig(store="memory")
     worker = parse_worker("scripted")
-    backend = MemoryBackend()
     published: list[AnyEvent] = []
     gaps: list[float] = []
 
@@ -509,6 +531,8 @@ def run_case(case: str, loops: int, durability: str = "normal") -> dict[str, Any
         result = trio.run(runtime_case, loops, "sqlite", durability)
     elif case == "baseline":
         result = trio.run(baseline_case, loops)
+    elif case == "baseline-sqlite":
+        result = trio.run(baseline_case, loops, "sqlite")
     elif case == "bare":
         result = trio.run(bare_baseline_case, loops)
     elif case == "idle":
@@ -544,8 +568,8 @@ def main() -> None:
     parser.add_argument(
         "--case",
         choices=[
-            "embedded-memory", "embedded-sqlite", "memory", "sqlite", "baseline", "bare",
-            "sqlite-floor", "stop", "floor", "idle",
+            "embedded-memory", "embedded-sqlite", "memory", "sqlite", "baseline",
+            "baseline-sqlite", "bare", "sqlite-floor", "stop", "floor", "idle",
         ],
     )  # fmt: skip
     parser.add_argument(
@@ -567,6 +591,7 @@ def main() -> None:
         "embedded-memory": in_subprocess("embedded-memory", args.loops),
         "embedded-sqlite": in_subprocess("embedded-sqlite", args.loops),
         "baseline": in_subprocess("baseline", args.loops),
+        "baseline-sqlite": in_subprocess("baseline-sqlite", args.loops),
         "bare": in_subprocess("bare", args.loops),
         "sqlite-floor": in_subprocess("sqlite-floor", args.loops),
         "memory": in_subprocess("memory", args.loops),
@@ -593,6 +618,7 @@ def main() -> None:
         "embedded-memory": "start+wait per task, memory",
         "embedded-sqlite": "start+wait per task, SQLite",
         "baseline": "baseline (same work)",
+        "baseline-sqlite": "same work, SQLite, no actors",
         "bare": "bare baseline (worker calls)",
         "sqlite-floor": "trio + sqlite3, commit a round",
         "memory": "loopactors, memory store",
@@ -610,7 +636,9 @@ def main() -> None:
     print(
         "SQLite store against trio + sqlite3 committing each round (goal >= 0.5): "
         f"one subscription {results['sqlite']['rounds_per_s'] / floor_rate:.2f}, "
-        f"start+wait per task {results['embedded-sqlite']['rounds_per_s'] / floor_rate:.2f}"
+        f"start+wait per task {results['embedded-sqlite']['rounds_per_s'] / floor_rate:.2f}; "
+        "the same work with no actor, a transaction per write "
+        f"{results['baseline-sqlite']['rounds_per_s'] / floor_rate:.2f}"
     )
     stop = results["stop"]
     print(
