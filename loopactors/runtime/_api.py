@@ -211,6 +211,16 @@ class LoopHandle:
             return state
 
 
+class _RoutedStart(msgspec.Struct, frozen=True):
+    """A child's start sent to its parent's owner node (docs/multinode.md): what it admits."""
+
+    loop_id: str
+    spec: LoopSpec
+
+
+_routed_start = msgspec.json.Decoder(_RoutedStart)
+
+
 class Runtime:
     """A running loop runtime: a node with the runtime's actors, and the way to talk to them."""
 
@@ -262,6 +272,13 @@ class Runtime:
                 message = msgspec.structs.replace(message, check_existing=True)
                 await trio.sleep(0.05)
                 continue
+            except OwnedElsewhere:
+                if self._routes is None or spec.parent_id is None or message.loop_id is None:
+                    raise
+                # The parent runs on another node: that node admits the child, in the
+                # parent's tree (a tree moves as one), and answers with it.
+                request = msgspec.json.encode(_RoutedStart(message.loop_id, spec))
+                return await self._routes.start(spec.parent_id, message.loop_id, request)
             return state
 
     async def replay(
@@ -470,9 +487,14 @@ class Runtime:
             return await self._routes.send(loop_id, command, stop_mode)
         return state
 
-    async def _apply_routed(self, loop_id: str, command: str, stop_mode: str) -> LoopState | None:
-        """A command another node routed here for a loop this node owns; None while this
-        node does not run the loop yet (claimed, being recovered): it is tried again."""
+    async def _apply_routed(
+        self, loop_id: str, command: str, stop_mode: str, request: bytes | None
+    ) -> LoopState | None:
+        """A command another node routed here for a loop this node owns (a ``start``: of a
+        child of it, which ``request`` describes); None while this node does not run the
+        loop yet (claimed, being recovered): it is tried again."""
+        if command == "start":
+            return await self._start_routed(loop_id, request)
         if command not in ("stop", "pause", "resume") or stop_mode not in ("now", "after_round"):
             raise InvalidRequest(
                 f"cannot apply a routed command {command!r} (stop mode {stop_mode!r}): "
@@ -483,6 +505,27 @@ class Runtime:
             command=command,  # type: ignore[arg-type] # checked above
             stop_mode=stop_mode,  # type: ignore[arg-type]
         )
+        try:
+            state: LoopState = await self._ask(self._coordinator, message)
+        except OwnedElsewhere:
+            return None
+        return state
+
+    async def _start_routed(self, parent_id: str, request: bytes | None) -> LoopState | None:
+        try:
+            routed = _routed_start.decode(request or b"")
+        except msgspec.DecodeError as exc:
+            raise InvalidRequest(
+                f"cannot start a child of loop {parent_id!r} routed here: its request is not "
+                f"a child's id and spec ({exc})"
+            ) from None
+        if routed.spec.parent_id != parent_id:
+            raise InvalidRequest(
+                f"a start routed to the owner of loop {parent_id!r} names the parent "
+                f"{routed.spec.parent_id!r}: only children of the loop it was sent for"
+            )
+        # The id was chosen by the sender: asked again (a retry, a poll), it gets that loop.
+        message = StartLoop(spec=routed.spec, loop_id=routed.loop_id, check_existing=True)
         try:
             state: LoopState = await self._ask(self._coordinator, message)
         except OwnedElsewhere:

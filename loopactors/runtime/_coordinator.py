@@ -235,6 +235,18 @@ class Coordinator(Actor[Any]):
             known = await self._known(message)
             if known is not _NEW:
                 return known
+        parent_id = spec.parent_id
+        if parent_id is not None and parent_id not in self._live and self.deps.shared_store:
+            parent = await self.svc.store.call(GetLoop(parent_id), self.deps.call_timeout)
+            if parent is not None and not parent.terminal:
+                # Another node's (or one claimed here, not recovered yet): the runtime routes
+                # the start to the parent's owner, which admits the child in its tree.
+                return ErrorReply(
+                    OwnedElsewhere(
+                        f"parent loop {parent_id!r} runs on another node of the shared store "
+                        "(a child loop is admitted by its parent's node)"
+                    )
+                )
         refusal = self._refusal(message)
         if refusal is not None:
             return ErrorReply(refusal)

@@ -88,9 +88,16 @@ class CommandRoutes(Protocol):
         """Have the loop's owner apply the command; the loop's state after it."""
         ...
 
-    async def serve(self, apply: Callable[[str, str, str], Awaitable[LoopState | None]]) -> None:
-        """Apply, until cancelled, the commands other nodes send for this node's loops
-        (``apply`` returns None for a loop not run here yet: tried again later)."""
+    async def start(self, parent_id: str, child_id: str, request: bytes) -> LoopState:
+        """Have the parent's owner admit the child ``request`` describes; its first state."""
+        ...
+
+    async def serve(
+        self, apply: Callable[[str, str, str, bytes | None], Awaitable[LoopState | None]]
+    ) -> None:
+        """Apply, until cancelled, the commands other nodes send for this node's loops:
+        ``apply(loop_id, command, stop_mode, request)`` (``request``: what a ``start``
+        starts); it returns None for a loop not run here yet: tried again later."""
         ...
 
     def poll(self) -> None:

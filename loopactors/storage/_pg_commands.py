@@ -1,10 +1,12 @@
 """Commands routed to the node that owns their loop, and events relayed to the nodes whose
 clients follow it, on a PostgreSQL store shared by several nodes (docs/multinode.md).
 
-A node asked to stop, pause or resume a loop another node owns inserts the command into the
-``commands`` table and NOTIFYs; the owner, LISTENing on a connection of its own (waited on
-from trio by its socket, no thread), applies the pending commands of the loops it owns,
-writes each answer (the loop's state after it, or the error) and NOTIFYs back; the sender
+A node asked to stop, pause or resume a loop another node owns, or to start a child of it,
+inserts the command into the ``commands`` table and NOTIFYs; the owner, LISTENing on a
+connection of its own (waited on from trio by its socket, no thread), applies the pending
+commands of the loops it owns (a child is admitted by its parent's owner, in the parent's
+tree), writes each answer (the loop's state after it, the child's first state, or the
+error) and NOTIFYs back; the sender
 reads the answer and deletes the row. A command for a loop no node owns (its node died or
 left) waits for the node that claims it. Notifications are hints only: both sides also
 read the table every :data:`POLL` seconds, so a lost notification delays a command, never
@@ -27,7 +29,14 @@ import msgspec
 import trio
 
 from .._util import closed_on_failure
-from ..errors import CommandNotAnswered, LoopactorsError, LoopNotFound, RemoteError, StoreError
+from ..errors import (
+    AdmissionRefused,
+    CommandNotAnswered,
+    LoopactorsError,
+    LoopNotFound,
+    RemoteError,
+    StoreError,
+)
 from ..loops import TERMINAL_PHASES, AnyEvent, LoopState, event_decoder
 from ._kinds import StoreUrl
 from ._postgres import _HELD, _psycopg
@@ -54,16 +63,18 @@ POLL = 2.0
 #: Seconds between two event notifications of one node: one per batch of commits.
 NOTIFY_EVERY = 0.02
 
-#: Applies a command to a loop of this node: its state after, or None when the loop is not
-#: (yet) run here (claimed but not recovered): the command is tried again later.
-Apply = Callable[[str, str, str], Awaitable[LoopState | None]]
+#: Applies a command (the loop's id, the command, its stop mode, a start's request) to a
+#: loop of this node: its state after (a start's: the new child's), or None when the loop is
+#: not (yet) run here (claimed but not recovered): the command is tried again later.
+Apply = Callable[[str, str, str, bytes | None], Awaitable[LoopState | None]]
 
 _INSERT = f"""WITH c AS (
-    INSERT INTO commands (loop_id, command, stop_mode, sent_by) VALUES (%s, %s, %s, %s)
+    INSERT INTO commands (loop_id, command, stop_mode, sent_by, request)
+    VALUES (%s, %s, %s, %s, %s)
     RETURNING id, loop_id
 ) SELECT id, pg_notify('{COMMANDS_CHANNEL}', loop_id) FROM c"""
 # The commands waiting for the loops this node owns (those in hand are left out).
-_PENDING = """SELECT c.id, c.loop_id, c.command, c.stop_mode FROM commands c
+_PENDING = """SELECT c.id, c.loop_id, c.command, c.stop_mode, c.request FROM commands c
     JOIN loops l ON l.loop_id = c.loop_id
     WHERE c.answered_at IS NULL AND l.owner = %s AND NOT (c.id = ANY(%s::int8[])) ORDER BY c.id"""
 _ANSWER = f"""WITH a AS (
@@ -184,7 +195,28 @@ class Routes:
             LoopNotFound: the loop is gone (pruned meanwhile).
             RemoteError: the owner refused the command (its code and message).
         """
-        [(command_id, _)] = await self._sql(_INSERT, loop_id, command, stop_mode, self.node_id)
+        return await self._send(loop_id, command, stop_mode, None, None)
+
+    async def start(self, parent_id: str, child_id: str, request: bytes) -> LoopState:
+        """Have the node that owns loop ``parent_id`` admit the child ``request`` describes
+        (its id, ``child_id``, and spec; the owner decodes it), in the parent's tree; the
+        child's first state.
+
+        Raises:
+            CommandNotAnswered: no answer within ``timeout`` (the start is withdrawn).
+            AdmissionRefused: the owner refused the child (its message), or the parent
+                ended before its owner took the start.
+            LoopNotFound: the parent is gone (pruned meanwhile).
+            RemoteError: the owner failed otherwise (its code and message).
+        """
+        return await self._send(parent_id, "start", "now", request, child_id)
+
+    async def _send(
+        self, loop_id: str, command: str, stop_mode: str, request: bytes | None, child: str | None
+    ) -> LoopState:
+        [(command_id, _)] = await self._sql(
+            _INSERT, loop_id, command, stop_mode, self.node_id, request
+        )
         deadline = trio.current_time() + self.timeout
         try:
             while True:
@@ -194,7 +226,7 @@ class Routes:
                     answered.set()
                 with trio.move_on_at(min(deadline, trio.current_time() + POLL)):
                     await answered.wait()
-                found = await self._answer(command_id, loop_id)
+                found = await self._answer(command_id, loop_id, child)
                 if found is not None:
                     return found
                 if trio.current_time() >= deadline:
@@ -208,9 +240,11 @@ class Routes:
         finally:
             self._waiting.pop(command_id, None)
 
-    async def _answer(self, command_id: int, loop_id: str) -> LoopState | None:
+    async def _answer(self, command_id: int, loop_id: str, child: str | None) -> LoopState | None:
         """The command's answer if it came (the row is then deleted), the loop's final
-        state if it ended unanswered (withdrawn), else None."""
+        state if it ended unanswered (withdrawn), else None. A start (``child``: the id of
+        the loop it starts) whose parent ended unanswered gets the child if its admission
+        went through meanwhile, else a refusal."""
         rows = await self._sql(_READ, command_id, loop_id)
         if not rows:
             await self._sql("DELETE FROM commands WHERE id = %s", command_id)
@@ -219,15 +253,23 @@ class Routes:
         if done:
             await self._sql("DELETE FROM commands WHERE id = %s", command_id)
             if state is None:
-                raise RemoteError.for_code(code or "internal", error or "the command failed")
+                raise _refused(code or "internal", error or "the command failed")
             return self._decoder.decode(state)
         if phase in TERMINAL_PHASES:
             withdrawn = await self._sql(
                 "DELETE FROM commands WHERE id = %s AND answered_at IS NULL RETURNING 1",
                 command_id,
             )
-            if withdrawn:  # any command on a finished loop reports its final state
+            if withdrawn and child is None:  # any command on a finished loop: its final state
                 return self._decoder.decode(loop_state)
+            if withdrawn:
+                started = await self._sql("SELECT state FROM loops WHERE loop_id = %s", child)
+                if started:  # admitted as the parent ended (and ended with it)
+                    return self._decoder.decode(started[0][0])
+                raise AdmissionRefused(
+                    f"parent loop {loop_id!r} is not live (it ended); a child loop lives in "
+                    "its parent's scope"
+                )
         return None
 
     async def _not_answered(self, loop_id: str, command: str) -> CommandNotAnswered:
@@ -263,9 +305,9 @@ class Routes:
                 if polls % 100 == 0:
                     with contextlib.suppress(StoreError):  # left by senders that went away
                         await self._sql(_FORGET)
-                for command_id, loop_id, command, stop_mode in pending:
-                    self._in_hand.add(command_id)
-                    nursery.start_soon(self._apply, apply, command_id, loop_id, command, stop_mode)
+                for row in pending:
+                    self._in_hand.add(row[0])
+                    nursery.start_soon(self._apply, apply, tuple(row))
                 with trio.move_on_after(POLL):
                     await self._wake.wait()
 
@@ -273,12 +315,13 @@ class Routes:
         """Look for commands now (this node just claimed loops)."""
         self._wake.set()
 
-    async def _apply(
-        self, apply: Apply, command_id: int, loop_id: str, command: str, stop_mode: str
-    ) -> None:
+    async def _apply(self, apply: Apply, row: tuple[Any, ...]) -> None:
+        """Apply one pending command: ``row`` is its id, loop id, command, stop mode and
+        request (a start's)."""
+        command_id, loop_id, command, stop_mode, request = row
         try:
             try:
-                state = await apply(loop_id, command, stop_mode)
+                state = await apply(loop_id, command, stop_mode, request)
             except LoopactorsError as exc:
                 answer: tuple[Any, ...] = (None, exc.protocol_code or "internal", str(exc))
             else:
@@ -401,6 +444,14 @@ class Routes:
             except StoreError as exc:
                 log.warning("%s; the other nodes read the events at their next poll", exc)
             await trio.sleep(NOTIFY_EVERY)
+
+
+def _refused(code: str, message: str) -> Exception:
+    """The error an owner's refusal is raised as here: a refused admission as one made
+    here would be (its protocol code ``rejected``), any other by its code."""
+    if code == AdmissionRefused.protocol_code:
+        return AdmissionRefused(message)
+    return RemoteError.for_code(code, message)
 
 
 @contextlib.asynccontextmanager

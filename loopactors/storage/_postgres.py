@@ -160,6 +160,9 @@ _MIGRATIONS: list[tuple[str, ...]] = [
     # 5: what does not move. A loop tied to one machine's files carries the label a node
     # must have to run it (host:HOSTNAME); NULL: any node may.
     ("ALTER TABLE loops ADD COLUMN affinity text",),
+    # 6: a start routed to its parent's owner carries what it starts (the child's id and
+    # spec, msgspec JSON); NULL for the other commands.
+    ("ALTER TABLE commands ADD COLUMN request bytea",),
 ]
 
 # One statement, so one round trip, for a whole group commit. It first locks this node's

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 import trio
 
-from loopactors.errors import CommandNotAnswered, LoopNotFound
+from loopactors.errors import AdmissionRefused, CommandNotAnswered, LoopNotFound
 from loopactors.loops import LoopFinished, LoopSpec, LoopState, RoundStarted
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.storage import Write
@@ -103,6 +103,76 @@ def orphan(url: str) -> str:
     store.close()
     held.release()
     return "o"
+
+
+async def test_a_child_started_on_another_node_runs_in_its_parents_tree(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    async with (
+        open_runtime(config(postgres_url, tmp_path / "a")) as a,
+        open_runtime(config(postgres_url, tmp_path / "b")) as b,
+    ):
+        parent = (await b.start("|loop:50| long parent on b")).loop_id
+        # Sent to a, which does not run the parent: b admits the child and answers.
+        child = await a.start("|loop:50| a child of it", parent_id=parent)
+        assert child.spec.parent_id == parent
+        [(b_node, root)] = sql(
+            postgres_url, "SELECT owner, root_id FROM loops WHERE loop_id = %s", (parent,)
+        )
+        assert sql(
+            postgres_url, "SELECT owner, root_id FROM loops WHERE loop_id = %s", (child.loop_id,)
+        ) == [(b_node, root)]
+
+        async def runs_on_b() -> bool:
+            return (await b.get(child.loop_id)).round >= 1
+
+        await until(runs_on_b)
+        # A start asked again (its answer lost) gets the same loop, admitted once.
+        again = await a.start("|loop:50| a child of it", parent_id=parent, loop_id=child.loop_id)
+        assert again.loop_id == child.loop_id
+        # The owner's refusal comes back as its own error (only b knows the ancestors).
+        with pytest.raises(AdmissionRefused, match="identical task already looping"):
+            await a.start("|loop:50| long parent on b", parent_id=parent)
+        # A stop of the parent, sent to a, ends its child on b first.
+        assert (await a.stop(parent)).phase == "cancelled"
+        assert (await b.get(child.loop_id)).phase == "cancelled"
+        with pytest.raises(AdmissionRefused, match="is not live"):
+            await a.start("|loop:50| too late", parent_id=parent)
+        assert sql(postgres_url, "SELECT count(*) FROM commands") == [(0,)]
+
+
+async def test_a_child_of_a_loop_no_node_owns_waits_for_its_claimer(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    async with open_runtime(config(postgres_url, tmp_path / "a")) as a:
+        parent = await trio.to_thread.run_sync(orphan, postgres_url)
+        # Only a node labelled gpu may run it: a never claims it.
+        sql(postgres_url, "UPDATE loops SET affinity = 'gpu' WHERE loop_id = %s", (parent,))
+        started: list[LoopState] = []
+
+        async def start_child() -> None:
+            started.append(await a.start("|loop:50| child of an orphan", parent_id=parent))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(start_child)
+
+            async def waiting() -> bool:
+                return sql(postgres_url, "SELECT count(*) FROM commands") == [(1,)]
+
+            await until(waiting)
+            assert owner(postgres_url, parent) is None
+            b_config = config(postgres_url, tmp_path / "b").replace(labels=("gpu",))
+            async with open_runtime(b_config) as b:
+
+                async def answered() -> bool:
+                    return bool(started)
+
+                await until(answered)
+                [child] = started
+                b_node = owner(postgres_url, parent)
+                assert b_node is not None
+                assert owner(postgres_url, child.loop_id) == b_node
+                assert (await b.get(child.loop_id)).spec.parent_id == parent
 
 
 async def test_a_command_nobody_answers_in_time_is_withdrawn_with_a_clear_error(
