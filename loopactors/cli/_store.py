@@ -64,9 +64,9 @@ def store_command(args: argparse.Namespace) -> int:
 
 def copy_store(source: str, target: str, *, dry_run: bool = False) -> CopyReport:
     """Copy every loop of the store ``source`` names into the one ``target`` names, with
-    no runtime on either meanwhile: a store in a directory is locked as a node locks it,
-    a shared one is written under a lease of this command's own (refused while a node
-    holds it), so nothing changes under the copy.
+    no runtime on a directory meanwhile: a store in a directory is locked as a node locks
+    it; a shared one is written under a lease of this command's own, so nodes running on
+    it meanwhile claim the copied live loops only once the copy ends (docs/multinode.md).
 
     Raises:
         ConfigError: a URL is not a store's, names an in-process store, or both name one.

@@ -651,6 +651,27 @@ _RELEASE = f"""UPDATE loops SET owner = NULL, fence = fence + 1
 _DECLARE_DEAD = """UPDATE nodes SET state = 'dead', dead_at = clock_timestamp(), dead_by = %s
     WHERE state = 'live' AND expires_at < clock_timestamp() AND node_id <> %s
     RETURNING node_id"""
+#: The first key of the advisory locks on loop trees ("loop" in ASCII); two-key locks never
+#: meet the one-key schema locks.
+_TREE_LOCKS = 0x6C6F6F70
+#: The oldest free trees this node may take, each locked for this transaction, skipping
+#: those another claimer holds. A tree is locked by its root id, not its root row: a root
+#: that ended may be pruned while a child of it runs. Trees with a loop tied to a label
+#: this node lacks wait for a node with it. The lock is tried in the outer query, row by
+#: row as LIMIT pulls them from the sorted trees, so only the trees taken are locked.
+_FREE_TREES = f"""SELECT root_id FROM (
+        SELECT t.root_id FROM (
+            SELECT root_id, min(created_at) AS first FROM loops
+            WHERE owner IS NULL AND {_LIVE} GROUP BY root_id
+        ) t
+        WHERE NOT EXISTS (
+            SELECT 1 FROM loops c WHERE c.root_id = t.root_id AND c.{_LIVE}
+            AND c.affinity IS NOT NULL AND NOT c.affinity = ANY(%s)
+        )
+        ORDER BY t.first, t.root_id
+    ) free
+    WHERE pg_try_advisory_xact_lock({_TREE_LOCKS}, hashtext(root_id))
+    LIMIT %s"""
 #: Channel on which a leaving node says its loops are free (for nodes that LISTEN).
 ORPHANS_CHANNEL = "loopactors_orphans"
 
@@ -800,18 +821,7 @@ class Lease:
                 share = min(capacity - owned, math.ceil(orphans / max(live_nodes, 1)))
                 if share <= 0:
                     return []
-                # Trees with a loop tied to a label this node lacks wait for a node with it.
-                roots = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT loop_id FROM loops r WHERE loop_id IN (SELECT root_id FROM "
-                        f"loops WHERE owner IS NULL AND {_LIVE}) AND NOT EXISTS (SELECT 1 "
-                        f"FROM loops c WHERE c.root_id = r.loop_id AND c.{_LIVE} AND "
-                        "c.affinity IS NOT NULL AND NOT c.affinity = ANY(%s)) "
-                        "ORDER BY created_at, loop_id LIMIT %s FOR UPDATE SKIP LOCKED",
-                        (self.labels, share),
-                    )
-                ]
+                roots = [r[0] for r in conn.execute(_FREE_TREES, (self.labels, share))]
                 # Whole trees, as many as the room left here takes (in loops).
                 room, taken = capacity - owned, []
                 for root, size in conn.execute(

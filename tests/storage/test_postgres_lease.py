@@ -259,6 +259,30 @@ def test_claims_take_whole_trees_in_fair_shares_within_capacity(postgres_url: st
     b.release()
 
 
+def test_a_tree_whose_root_was_pruned_is_still_claimed(postgres_url: str) -> None:
+    """A root that ended and was pruned while its child still runs: the child's tree has no
+    root row, and is claimed all the same (the claim locks trees, not root rows)."""
+    PostgresBackend(postgres_url, node_id="").close()
+    origin = lease(postgres_url)
+    store = backend(postgres_url, origin)
+    child = msgspec.structs.replace(
+        state("r.c", 1), spec=LoopSpec(task="c", rounds=50, parent_id="r")
+    )
+    store.commit([Write(state=state("r", 1)), Write(state=child), Write(state=state("s", 1))])
+    ended = msgspec.structs.replace(state("r", 1), phase="complete", updated_at=3.0)
+    store.commit([Write(state=ended)])
+    report = store.prune(before=10.0)
+    assert report.loops == 1  # the root, ended long ago; its live child stays
+    store.close()
+    origin.release()
+    a, b = lease(postgres_url), lease(postgres_url)
+    taken = sorted(a.claim(100) + b.claim(100))
+    assert taken == ["r.c", "s"]
+    assert {owner for owner, _ in owners(postgres_url).values()} <= {a.node_id, b.node_id}
+    a.release()
+    b.release()
+
+
 def test_loops_tied_to_a_machine_go_only_to_a_node_with_its_label(postgres_url: str) -> None:
     """docs/multinode.md, "What does not move": a loop admitted with an affinity (here
     ``host:m1`` for loops named ``bound*``) is claimed, with its whole tree, only by a node
