@@ -22,7 +22,7 @@ import attrs
 import pytest
 
 from loopactors.cli import EXIT_STDOUT_CLOSED
-from loopactors.cli._commands import EXIT_ABORTED, EXIT_USAGE, build_parser
+from loopactors.cli._commands import EXIT_ABORTED, EXIT_LEASE_LOST, EXIT_USAGE, build_parser
 from loopactors.cli._follow import PHASE_EXIT
 from loopactors.codeloop._cli import build_parser as build_code_parser
 from loopactors.errors import LoopSyntaxError
@@ -178,7 +178,13 @@ def _same_default(documented: str, actual: object) -> bool:
 
 def test_readme_exit_codes_are_the_cli_s() -> None:
     documented = {int(code) for code, _ in table_rows(page("README.md"), "| code | meaning")}
-    assert documented == {*PHASE_EXIT.values(), EXIT_USAGE, EXIT_ABORTED, EXIT_STDOUT_CLOSED}
+    assert documented == {
+        *PHASE_EXIT.values(),
+        EXIT_USAGE,
+        EXIT_LEASE_LOST,
+        EXIT_ABORTED,
+        EXIT_STDOUT_CLOSED,
+    }
     rows = dict(table_rows(page("README.md"), "| code | meaning"))
     for phase, code in PHASE_EXIT.items():
         assert phase in rows[str(code)], (phase, rows[str(code)])

@@ -17,7 +17,7 @@ import msgspec
 
 from .._util import did_you_mean, terminal_safe
 from .._version import __version__
-from ..errors import ConfigError, LoopactorsError
+from ..errors import ConfigError, LeaseLost, LoopactorsError
 from ..stress import _cli as stress_cli
 from ..transport import _cli as _cli_transport
 from . import _dashboard, _prune, _remote, _replay, _store
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 64
+#: This node's lease on a shared store ended (LeaseLost): nothing more was committed, and
+#: starting it again is safe (a new incarnation).
+EXIT_LEASE_LOST = 75
 EXIT_ABORTED = 130
 
 _SEVERITY = ["complete", "escalated", "cancelled", "interrupted", "error"]
@@ -330,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(parser, args)
     except LoopactorsError as exc:
         print(f"loopactors: error: {terminal_safe(str(exc))}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_LEASE_LOST if isinstance(exc, LeaseLost) else EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_ABORTED
     except BaseExceptionGroup as group:  # raised through a nursery (a lost connection, ...)
@@ -341,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         for error in errors:
             print(f"loopactors: error: {terminal_safe(str(error))}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_LEASE_LOST if any(isinstance(e, LeaseLost) for e in errors) else EXIT_ERROR
 
 
 def _check_command(parser: argparse.ArgumentParser, command: str) -> None:

@@ -89,6 +89,13 @@ def add_parsers(commands: Any, state_options: Any, connect_options: Any) -> None
         metavar="N",
         help="requests per second per connection (5000)",
     )
+    node.add_argument(
+        "--exit-on-lease-lost",
+        action="store_const",
+        const=True,
+        help="on a shared store, exit (75) when this node's lease ends instead of "
+        "registering again as a new incarnation",
+    )
     add_log_format(node)
     state_options(node, allow_memory=True, with_state=True)
 
@@ -112,6 +119,7 @@ def run_node(args: argparse.Namespace, config: RuntimeConfig) -> int:
         token_file=args.token_file,
         slow_subscriber=args.slow_subscriber,
         max_requests_per_second=args.rate_limit,
+        exit_on_lease_lost=args.exit_on_lease_lost,
     )
     serve = functools.partial(serve_node, extensions=node_extensions())
     # The runtime protects the token file the flags name too (RuntimeConfig.protected_paths).

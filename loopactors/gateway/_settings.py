@@ -71,6 +71,9 @@ class GatewaySettings:
     #: A client that takes longer than this to accept one write (a frame, or the frames
     #: queued for it at once) is disconnected.
     send_timeout: float = attrs.field(default=30.0, validator=positive_setting)
+    #: On a shared store (PostgreSQL), a node whose lease ended (``LeaseLost``) exits (exit
+    #: code 75) instead of registering again as a new incarnation (docs/multinode.md).
+    exit_on_lease_lost: bool = False
 
     def replace(self, **changes: Any) -> GatewaySettings:
         """A copy with the changes that are not None (flags that were not given)."""

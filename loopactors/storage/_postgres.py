@@ -913,6 +913,7 @@ async def _hold(
         )
     )
     _HELD[url.text] = lease.holding
+    log.info("node %s holds a lease on the store %s (%g s)", lease.node_id, url.redacted, ttl)
     lost: list[str] = []
     # Counted from when a renewal was sent, on the monotonic clock: the database set the
     # expiry later than that, so this end is never after the database's.

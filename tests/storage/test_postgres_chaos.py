@@ -4,10 +4,11 @@
 ROUND NODE TIME`` to a side file are started spread over the three; one node is SIGKILLed
 mid-round (its restart declares it dead at once, and the live nodes claim its loops), and
 another is SIGSTOPped past its lease (the others declare it dead and claim its loops), then
-SIGCONTed. Counted from the store and the side file: every loop complete, every round
+SIGCONTed: it stops with ``LeaseLost`` and registers again in the same process, as a new
+incarnation. Counted from the store and the side file: every loop complete, every round
 recorded once with one ``RoundFinished``, no gap in any loop's event numbering, re-runs
-only of rounds in flight at a failure, and nothing done by a node after it was declared
-dead.
+only of rounds in flight at a failure, and nothing done by a node incarnation after it was
+declared dead (before its process registered again).
 
 The same scenario with fencing switched off (``LOOPACTORS_TEST_UNFENCED=1``, a switch for
 this test only, storage/_postgres.py) must be caught by the same counters: the frozen node
@@ -134,13 +135,33 @@ class Cluster:
 
 def nodes(url: str) -> list[tuple[str, int, str, float | None]]:
     """Every node incarnation of the store: id, pid, state, when it was declared dead."""
+    return [(node_id, pid, state, dead_at) for node_id, pid, state, dead_at, _ in registered(url)]
+
+
+def registered(url: str) -> list[tuple[str, int, str, float | None, float]]:
+    """Every node incarnation of the store, oldest first: id, pid, state, when it was
+    declared dead and when it registered (on the wall clock: one machine)."""
     import psycopg
 
     with psycopg.connect(url) as conn:
         return conn.execute(
-            "SELECT node_id, pid, state, extract(epoch FROM dead_at)::float8 FROM nodes "
+            "SELECT node_id, pid, state, extract(epoch FROM dead_at)::float8, "
+            "extract(epoch FROM started_at)::float8 FROM nodes "
             "WHERE name = 'node' ORDER BY started_at"
         ).fetchall()
+
+
+def zombie_windows(url: str) -> list[tuple[int, float, float]]:
+    """For each incarnation declared dead: its process, and from when to when that process
+    ran no live incarnation (declared dead, until it registered again if it did)."""
+    known = registered(url)
+    windows = []
+    for index, (_, pid, state, dead_at, _) in enumerate(known):
+        if state != "dead" or dead_at is None:
+            continue
+        later = [started for _, p, _, _, started in known[index + 1 :] if p == pid]
+        windows.append((pid, dead_at, later[0] if later else float("inf")))
+    return windows
 
 
 def wait_for(what: str, check: Callable[[], bool]) -> None:
@@ -285,7 +306,8 @@ class Counts:
     #: ... on the node that ran it before (its actors restarted after a failed commit and
     #: recovered its loops, as after a crash).
     reruns_on_the_same_node: int = 0
-    #: Rounds a node started after the database's ``dead_at`` for it (one machine, one clock).
+    #: Rounds a node process started after the database's ``dead_at`` for its incarnation,
+    #: before it registered again (one machine, one clock).
     started_after_dead: int = 0
     frozen_started_after_dead: int = 0
     #: Nodes that died or left, their loops taken over (each one a change of owner for
@@ -335,11 +357,9 @@ def count(url: str, side_file: Path, loop_ids: list[str], run: Run) -> Counts:
     known = nodes(url)
     counts.handovers = sum(state in ("dead", "left") for _, _, state, _ in known)
     counts.started_on = run.started_on
-    dead_at = {
-        run.names[pid]: at for _, pid, state, at in known if state == "dead" and at is not None
-    }
+    windows = [(run.names[pid], dead, alive) for pid, dead, alive in zombie_windows(url)]
     for _, _, node, at in lines:
-        if node in dead_at and at > dead_at[node]:
+        if any(node == name and dead < at < alive for name, dead, alive in windows):
             counts.started_after_dead += 1
             counts.frozen_started_after_dead += node == run.frozen
     return counts
@@ -413,10 +433,18 @@ def run_scenario(cluster: Cluster, side_file: Path, *, fenced: bool) -> Counts:
     loop_ids = [loop_id for ids in started for loop_id in ids]
     frozen_id, frozen = kill_and_freeze(cluster, side_file)
     if fenced:
-        # It writes nothing more and stops, saying why.
-        assert frozen.proc.wait(HANG) != 0
+        # It writes nothing more and stops, saying why, then registers again in the same
+        # process as a new incarnation (never reviving the dead one).
+        def registered_again() -> bool:
+            mine = [(n[0], n[2]) for n in nodes(cluster.url) if n[1] == frozen.proc.pid]
+            ids = [node_id for node_id, _ in mine]
+            return (frozen_id, "dead") in mine and ids.index(frozen_id) < len(ids) - 1
+
+        wait_for("the woken node registers again", registered_again)
+        assert frozen.proc.poll() is None
         log = frozen.log.read_text()
         assert "stopping (nothing more is committed)" in log, log[-3000:]
+        assert "registering again as a new incarnation" in log, log[-3000:]
         store = open_store(cluster.url, None, read_only=True)
         assert store is not None
         try:
