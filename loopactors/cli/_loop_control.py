@@ -371,9 +371,11 @@ def _status_title(control: LoopCommands, states: list[LoopState]) -> str:
 
 
 def _node_line(lease: NodeLease) -> str:
-    """``node ID (host H, pid P): live, lease ends in 8.2 s, 40 live loops`` for one line of
-    ``status``."""
-    head = f"node {lease.node_id} (host {lease.host}, pid {lease.pid}): {lease.state}"
+    """``node ID (host H, pid P, gateway ws://H:PORT): live, lease ends in 8.2 s, 40 live
+    loops`` for one line of ``status`` (no gateway: a runtime that serves none)."""
+    gateway = f", gateway {lease.gateway}" if lease.gateway else ""
+    where = f"host {lease.host}, pid {lease.pid}{gateway}"
+    head = f"node {lease.node_id} ({terminal_safe(where)}): {lease.state}"
     if lease.lease_left is not None:
         owned = f", {lease.loops} live loop{'s' * (lease.loops != 1)}"
         return f"{head}, lease ends in {max(lease.lease_left, 0.0):.1f} s{owned}"

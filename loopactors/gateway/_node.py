@@ -8,6 +8,7 @@ import logging
 import random
 import secrets
 import signal
+import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,7 +19,13 @@ import trio
 
 from .._logs import log_fields
 from ..actors import ChildSpec, NamedRef
-from ..errors import LeaseLost, RestartIntensityExceeded, StoreError, SupervisorError
+from ..errors import (
+    LeaseLost,
+    LoopactorsError,
+    RestartIntensityExceeded,
+    StoreError,
+    SupervisorError,
+)
 from ..loops import AnyEvent, LoopFinished, LoopRecovered, LoopStarted
 from ..runtime import NODE_URL_FILE, Runtime, RuntimeConfig, open_runtime
 from ..storage import store_kind
@@ -33,6 +40,9 @@ from ._settings import GatewaySettings
 __all__ = ["GatewayHandle", "open_gateway", "serve_node"]
 
 log = logging.getLogger("loopactors.node")
+
+#: Hosts that mean "every address of this machine".
+_EVERY_ADDRESS = frozenset({"", "0.0.0.0", "::"})
 
 
 @attrs.frozen
@@ -49,6 +59,14 @@ class GatewayHandle:
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"ws://{host}:{self.port}"
+
+    @property
+    def advertised_url(self) -> str:
+        """:attr:`url` as another machine would use it: the machine's name for a gateway
+        listening on every address."""
+        if self.host in _EVERY_ADDRESS:
+            return f"ws://{socket.gethostname()}:{self.port}"
+        return self.url
 
     async def statistics(self) -> GatewayStatistics:
         stats: GatewayStatistics = await self.ref.call(GetGatewayStatistics(), timeout=10.0)
@@ -89,6 +107,10 @@ async def open_gateway(
     ref = runtime.node.ref("gateway")
     stats: GatewayStatistics = await ref.call(GetGatewayStatistics(), timeout=10.0)
     handle = GatewayHandle(ref, settings.host, stats.port, node_id, token_path)
+    try:  # for the other nodes of a shared store (their status and dashboards)
+        await runtime.set_gateway_url(handle.advertised_url)
+    except LoopactorsError as exc:  # only shown there: the gateway serves all the same
+        log.warning("cannot record the gateway's address in the store: %s", exc)
     # Where this node listens, for a command that finds the state directory in use (it
     # suggests --connect with this URL); gone when the node stops.
     url_file = Path(runtime.config.state_dir) / NODE_URL_FILE

@@ -97,6 +97,7 @@ from ._messages import (
     ListLoops,
     LoopsClaimed,
     PruneLoops,
+    SetNodeGateway,
     StartLoop,
 )
 from ._notifier import Notifier, NotifierStatistics
@@ -425,6 +426,12 @@ class Runtime:
         if self._routes is not None:  # a replay: a relay of the loop goes on from there
             self._routes.seen(state.loop_id, len(events))
         return events
+
+    async def set_gateway_url(self, url: str) -> None:
+        """Record where this node's gateway listens (``ws://HOST:PORT``), so that the other
+        nodes of a shared store list it (``status --store``, their dashboards); nothing on a
+        store of one node."""
+        await self._ask(self._store, SetNodeGateway(url))
 
     async def store_statistics(self) -> StoreStatistics:
         stats: StoreStatistics = await self._ask(self._store, GetStoreStatistics())

@@ -65,6 +65,7 @@ __all__ = [
     "RoundDone",
     "RoundWhere",
     "Schedule",
+    "SetNodeGateway",
     "StartLoop",
     "WhereIsRound",
 ]
@@ -136,6 +137,12 @@ class GetEvents(msgspec.Struct, frozen=True):
 
 class GetStoreStatistics(msgspec.Struct, frozen=True):
     pass
+
+
+class SetNodeGateway(msgspec.Struct, frozen=True):
+    """Record where this node's gateway listens, in a shared store's row of the node."""
+
+    url: str
 
 
 class PruneLoops(msgspec.Struct, frozen=True):

@@ -38,6 +38,7 @@ from ._messages import (
     NotificationRetry,
     NotificationsQueued,
     PruneLoops,
+    SetNodeGateway,
 )
 from ._retention import keep_pruning
 from ._wiring import COORDINATOR, NOTIFIER, deliver
@@ -220,6 +221,8 @@ class Store(Actor[Any]):
             stats = await self._run(backend.statistics)
             nodes = await self._run(backend.nodes)
             return msgspec.structs.replace(stats, commit_seconds=self.commit_latency, nodes=nodes)
+        if kind is SetNodeGateway:
+            return await self._run(backend.set_gateway, message.url)
         if kind is DueNotifications:
             return await self._run(
                 lambda: backend.due_notifications(message.now, limit=message.limit)

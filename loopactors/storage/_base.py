@@ -96,6 +96,8 @@ class NodeLease(msgspec.Struct, frozen=True, kw_only=True):
     dead_by: str | None = None
     #: Live loops it owns (several nodes share a store's loops, docs/multinode.md).
     loops: int = 0
+    #: Where its gateway listens (``ws://HOST:PORT``; never a token), None without one.
+    gateway: str | None = None
 
 
 class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -350,6 +352,10 @@ class StoreBackend(abc.ABC):
 
     @abc.abstractmethod
     def statistics(self) -> StoreStatistics: ...
+
+    def set_gateway(self, url: str) -> None:  # noqa: B027 - optional
+        """Record where this node's gateway listens (``ws://HOST:PORT``), for the other
+        nodes of a shared store; a store of one process or file has no nodes to tell."""
 
     def set_durability(self, durability: Durability) -> None:  # noqa: B027 - optional
         """Push each later commit to disk as ``durability`` says. A store with one way of

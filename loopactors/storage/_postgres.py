@@ -163,6 +163,9 @@ _MIGRATIONS: list[tuple[str, ...]] = [
     # 6: a start routed to its parent's owner carries what it starts (the child's id and
     # spec, msgspec JSON); NULL for the other commands.
     ("ALTER TABLE commands ADD COLUMN request bytea",),
+    # 7: where each node incarnation's gateway listens (ws://HOST:PORT), set once it is
+    # bound; NULL for a runtime with no gateway (embedded, or a command).
+    ("ALTER TABLE nodes ADD COLUMN gateway text",),
 ]
 
 # One statement, so one round trip, for a whole group commit. It first locks this node's
@@ -546,7 +549,7 @@ class PostgresBackend(SqlBackend):
         query = (
             "SELECT node_id, host, pid, state, CASE WHEN state = 'live' THEN "
             "extract(epoch FROM expires_at - clock_timestamp())::float8 END, dead_by, "
-            f"(SELECT count(*) FROM loops WHERE owner = node_id AND {_LIVE}) "
+            f"(SELECT count(*) FROM loops WHERE owner = node_id AND {_LIVE}), gateway "
             "FROM nodes ORDER BY started_at DESC LIMIT 20"
         )
         with self._reading():
@@ -559,9 +562,20 @@ class PostgresBackend(SqlBackend):
                     lease_left=left,
                     dead_by=by,
                     loops=loops,
+                    gateway=gateway,
                 )
-                for node_id, host, pid, state, left, by, loops in self._conn.execute(query)
+                for node_id, host, pid, state, left, by, loops, gateway in self._conn.execute(query)
             ]
+
+    def set_gateway(self, url: str) -> None:
+        if not self.node_id:
+            return
+        try:
+            self._conn.execute(
+                "UPDATE nodes SET gateway = %s WHERE node_id = %s", (url, self.node_id)
+            )
+        except self._error as exc:
+            raise StoreError(f"cannot record this node's gateway in {self.shown}: {exc}") from None
 
     def set_durability(self, durability: Durability) -> None:
         # "normal" keeps the server's synchronous_commit: its default (on) already flushes

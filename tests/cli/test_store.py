@@ -184,9 +184,17 @@ def test_a_killed_nodes_loops_are_taken_over_by_the_next_node(
     started, running, killed, seeder = [
         line for line in status.stdout.splitlines() if "(host " in line
     ]
-    live = r"node node-\S+ \(host \S+, pid \d+\): live, lease ends in [\d.]+ s, \d live loops?"
+    live = (
+        r"node node-\S+ \(host \S+, pid \d+, gateway ws://127\.0\.0\.1:\d+\): live, "
+        r"lease ends in [\d.]+ s, \d live loops?"
+    )
     assert re.fullmatch(live, started)
     assert re.fullmatch(live, running)
+    # Each names where its node listens, as that node says it.
+    assert {second.url, successor.url} == {
+        re.search(r"gateway (\S+)\)", line).group(1)  # type: ignore[union-attr]
+        for line in (started, running)
+    }
     assert re.fullmatch(r"node node-\S+ .*: dead \(declared so by node-\S+\)", killed)
     assert re.fullmatch(r"node command-\S+ .*: left", seeder)  # the write that seeded it
     _until(postgres_url, "SELECT phase FROM loops", [("complete",)])

@@ -218,8 +218,11 @@ def test_the_node_view_lists_the_nodes_sharing_a_postgresql_store(
         mine = rows.filter(has_text="(this node)")
         expect(mine).to_have_count(1)
         expect(mine).to_have_attribute("data-state", "live")
-        expect(mine.locator("td").nth(5)).to_have_text("1")  # the loop it started
-        expect(rows.filter(has_not_text="(this node)").locator("td").nth(5)).to_have_text("0")
+        expect(mine.locator("td").nth(6)).to_have_text("1")  # the loop it started
+        expect(mine.locator("td").nth(3)).to_have_text(first.url)  # where it listens
+        other = rows.filter(has_not_text="(this node)")
+        expect(other.locator("td").nth(6)).to_have_text("0")
+        expect(other.locator("td").nth(3)).to_have_text(second.url)
         assert second.terminate() == 0  # a graceful stop leaves the store
         expect(page.locator('#cluster-rows tr[data-state="left"]')).to_have_count(
             1, timeout=HANG_MS

@@ -16,7 +16,9 @@ import pytest
 import trio
 
 from loopactors.cli._loop_control import StoredLoops
+from loopactors.client import connect
 from loopactors.errors import AdmissionRefused, LeaseLost, LoopsFenced, StoreError
+from loopactors.gateway import GatewaySettings, open_gateway
 from loopactors.loops import LoopSpec, LoopState, RoundFinished, RoundStarted
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.runtime._messages import StartLoop
@@ -624,3 +626,45 @@ async def test_an_offline_stop_ends_a_loop_whose_node_died(postgres_url: str) ->
         ("dead",)
     ]
     gone.release()  # its connection (it writes nothing: declared dead)
+
+
+async def test_each_node_lists_where_its_gateway_listens(postgres_url: str, tmp_path: Path) -> None:
+    """The nodes table says where each incarnation's gateway listens (ws://HOST:PORT, set once
+    it is bound; nothing for a runtime that serves none), in the store's ``nodes()`` and in
+    a node's statistics; never its token."""
+    base = RuntimeConfig(store=postgres_url, state_dir=tmp_path / "a", shutdown_grace=5.0)
+    async with (
+        open_runtime(base) as served,
+        open_gateway(served, GatewaySettings(port=0)) as gateway,
+        open_runtime(base.replace(state_dir=tmp_path / "b")) as embedded,
+    ):
+        assert await embedded.store_statistics()  # it has registered
+        token = gateway.token_path.read_text().strip()
+        async with connect(gateway.url, token=token) as client:
+            stats = await client.statistics()
+        reader = open_store(postgres_url, None, read_only=True)
+        assert reader is not None
+        listed = {n.node_id: n.gateway for n in reader.nodes()}
+        reader.close()
+    # Both runtimes run in this process: each is live, one with the gateway.
+    assert {n.node_id: n.gateway for n in stats.cluster} == listed
+    assert gateway.url.startswith("ws://127.0.0.1:")
+    assert sorted(listed.values(), key=str) == sorted([None, gateway.url], key=str)
+    assert token not in repr(listed)
+
+
+def test_a_store_of_schema_6_gets_the_gateway_column(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopactors.storage import _postgres
+
+    monkeypatch.setattr(_postgres, "_MIGRATIONS", _postgres._MIGRATIONS[:6])
+    monkeypatch.setattr(PostgresBackend, "schema", 6)
+    before = lease(postgres_url)  # a node of the older code: no gateway column
+    monkeypatch.undo()
+    reader = PostgresBackend(postgres_url, node_id="")  # migrates
+    [node] = [n for n in reader.nodes() if n.node_id == before.node_id]
+    assert node.gateway is None
+    assert node.state == "live"
+    reader.close()
+    before.release()

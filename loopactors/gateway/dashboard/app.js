@@ -717,7 +717,9 @@ function renderCluster(nodes, self) {
       const left = n.lease_left == null ? "–" : `${Math.max(n.lease_left, 0).toFixed(1)} s`;
       const name = n.node_id === self ? `${n.node_id} (this node)` : n.node_id;
       const state = n.dead_by ? `${n.state} (declared by ${n.dead_by})` : n.state;
-      for (const text of [name, n.host, String(n.pid), state, left, n.loops.toLocaleString()]) {
+      const gateway = n.gateway || "–";
+      const cells = [name, n.host, String(n.pid), gateway, state, left, n.loops.toLocaleString()];
+      for (const text of cells) {
         const td = document.createElement("td");
         td.textContent = text;
         tr.appendChild(td);
