@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Container
 from typing import Any
 
 import msgspec
@@ -37,7 +37,7 @@ from ..errors import (
     RemoteError,
     StoreError,
 )
-from ..loops import TERMINAL_PHASES, AnyEvent, LoopState, event_decoder
+from ..loops import TERMINAL_PHASES, AnyEvent, LoopFinished, LoopState, event_decoder
 from ._kinds import StoreUrl
 from ._postgres import _HELD, _psycopg
 
@@ -62,6 +62,8 @@ EVENTS_CHANNEL = "loopactors_events"
 POLL = 2.0
 #: Seconds between two event notifications of one node: one per batch of commits.
 NOTIFY_EVERY = 0.02
+#: Loops remembered as ended on this node (its own, followed first-hand to their end).
+ENDED_KEPT = 10_000
 
 #: Applies a command (the loop's id, the command, its stop mode, a start's request) to a
 #: loop of this node: its state after (a start's: the new child's), or None when the loop is
@@ -104,10 +106,22 @@ class Routes:
     """One node's end of the commands table: :meth:`send` for commands to loops other nodes
     own, :meth:`serve` to apply those sent to its own."""
 
-    def __init__(self, url: str, *, shown: str, node_id: str, timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        shown: str,
+        node_id: str,
+        timeout: float,
+        owned: Container[str] = (),
+    ) -> None:
+        """``owned``: the loops this node owns (the fences it holds, kept up to date by its
+        commits and claims), whose events its own bus has first-hand: the relay asks the
+        database only about the other loops followed here."""
         pg = _psycopg()
         self.shown = shown
         self.node_id = node_id
+        self._owned = owned
         self.timeout = timeout
         self._error: type[Exception] = pg.Error
         self._decoder = msgspec.json.Decoder(LoopState)
@@ -122,6 +136,9 @@ class Routes:
         self._seen: dict[str, int] = {}
         self._relay_wake = trio.Event()
         self._local_events = trio.Event()
+        #: The last ENDED_KEPT loops that ended here, as an ordered set: all their events
+        #: were published here and none comes after, so a follower needs no relay of them.
+        self._ended: dict[str, None] = {}
         self._url = url
         self._replacing = threading.Lock()
         #: Set by :meth:`close`: a thread still running (abandoned by a cancelled caller)
@@ -387,6 +404,11 @@ class Routes:
         unless it is one this node relays."""
         if event.loop_id not in self._relayed:
             self._local_events.set()
+            if type(event) is LoopFinished:
+                ended = self._ended
+                ended[event.loop_id] = None
+                if len(ended) > ENDED_KEPT:
+                    del ended[next(iter(ended))]
 
     async def relay(
         self, followed: Callable[[], Collection[str]], publish: Callable[[AnyEvent], None]
@@ -412,9 +434,17 @@ class Routes:
         for loop_id in list(self._seen):
             if loop_id not in followed:
                 del self._seen[loop_id]
-        if not followed:
+        # A loop this node owns, or ran to its end, needs no read: a node's own loops are
+        # most of what its clients follow, and each new follower wakes the relay.
+        owned, ended = self._owned, self._ended
+        others = sorted(
+            loop_id for loop_id in followed if loop_id not in owned and loop_id not in ended
+        )
+        for loop_id in [loop_id for loop_id in self._relayed if loop_id in owned]:
+            del self._relayed[loop_id]  # moved here: followed first-hand from now on
+        if not others:
             return
-        rows = await self._sql(_FOLLOWED, self.node_id, sorted(followed))
+        rows = await self._sql(_FOLLOWED, self.node_id, others)
         wanted: dict[str, int] = {}
         for loop_id, seq, mine in rows:
             if mine:  # this node's bus has them first-hand
@@ -461,7 +491,13 @@ async def open_routes(url: StoreUrl, timeout: float) -> AsyncIterator[Routes]:
     if holding is None:
         raise StoreError(f"no lease is held on the store {url.redacted}: commands cannot be routed")
     routes = await trio.to_thread.run_sync(
-        lambda: Routes(url.text, shown=url.redacted, node_id=holding.node_id, timeout=timeout)
+        lambda: Routes(
+            url.text,
+            shown=url.redacted,
+            node_id=holding.node_id,
+            timeout=timeout,
+            owned=holding.fences,
+        )
     )
     try:
         yield routes
