@@ -1,7 +1,7 @@
 """Commands and events across two nodes on one PostgreSQL store (docs/multinode.md,
 docs/benchmarks.md): what a command costs when the node it is sent to routes it to the
 loop's owner, against the owner applying it itself, and how late another node's follower
-sees an event.
+sees an event (of one loop, or of every loop).
 
     python bench/routing.py                      # a throwaway server, 200 commands each
     python bench/routing.py --commands 500 --store postgresql://...   # (fresh schema!)
@@ -10,9 +10,13 @@ Two runtimes in this process (A and B, each with its own lease and connections, 
 nodes); B runs ``--loops`` loops whose rounds wait an hour. Commands: ``--commands``
 pause-then-resume pairs, each command timed on the monotonic clock, sent to B (local) and
 to A (routed to B: insert, NOTIFY, B applies it and answers, A reads the answer). Events:
-a loop of ``--rounds`` quick rounds on B followed on A; each event's delay is from its
-publication on B's bus to its publication on A's (the same process: one clock). Goals:
-a routed command at most 20 ms at the median, an event relayed within 50 ms at the median.
+a loop of ``--rounds`` quick rounds on B followed on A, by its id and by a subscription of
+every loop (``cluster``); each event's delay is from its publication on B's bus to its
+arrival on A's subscription (the same process: one clock). Children: ``--commands`` starts
+of a child of one of B's loops, sent to B and to A (routed to B, which admits it). Idle:
+with a follower of every loop on A and nothing running, how often A reads the events
+table for it in ``--idle`` seconds, and how long a read takes. Goals: a routed command at
+most 20 ms at the median, an event relayed within 50 ms at the median.
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ from typing import Any
 import trio
 
 from loopactors.loops import AnyEvent, LoopFinished
-from loopactors.runtime import Gap, Runtime, RuntimeConfig, open_runtime
+from loopactors.runtime import Gap, Runtime, RuntimeConfig, Subscription, open_runtime
+from loopactors.storage._pg_commands import _CLUSTER_EVENTS, Routes
+
+WAITS = "scripted:latency=3600"
 
 
 def _config(store: str, state_dir: Path) -> RuntimeConfig:
@@ -51,7 +58,40 @@ async def _commands(via: Runtime, loop_ids: list[str], count: int) -> list[float
     return took
 
 
-async def run(store: str, root: Path, loops: int, commands: int, rounds: int) -> dict[str, Any]:
+async def _children(via: Runtime, parents: list[str], count: int, tag: str) -> list[float]:
+    took: list[float] = []
+    for n in range(count):
+        parent = parents[n % len(parents)]
+        start = time.perf_counter()
+        await via.start(f"|loop:50| child {tag} {n}", parent_id=parent, worker=WAITS)
+        took.append(time.perf_counter() - start)
+    return took
+
+
+async def _idle_reads(routes: Routes, seconds: float) -> list[float]:
+    """The relay's reads for a follower of every loop in ``seconds`` with nothing running:
+    how long each took."""
+    took: list[float] = []
+    sql = routes._sql
+
+    async def timed(query: str, *params: Any) -> list[tuple[Any, ...]]:
+        start = time.perf_counter()
+        try:
+            return await sql(query, *params)
+        finally:
+            if query == _CLUSTER_EVENTS:
+                took.append(time.perf_counter() - start)
+
+    routes._sql = timed  # type: ignore[method-assign]
+    try:
+        await trio.sleep(seconds)
+    finally:
+        routes._sql = sql  # type: ignore[method-assign]
+    return took
+
+
+async def run(store: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    loops, commands, rounds = args.loops, args.commands, args.rounds
     published: dict[tuple[str, float, str], float] = {}
 
     def on_b(event: AnyEvent) -> None:
@@ -61,25 +101,59 @@ async def run(store: str, root: Path, loops: int, commands: int, rounds: int) ->
         open_runtime(_config(store, root / "a")) as a,
         open_runtime(_config(store, root / "b"), observer=on_b) as b,
     ):
-        ids = [(await b.start(f"|loop:50| waits {i}", worker="scripted:latency=3600")).loop_id
+        ids = [(await b.start(f"|loop:50| waits {i}", worker=WAITS)).loop_id
                for i in range(loops)]  # fmt: skip
         await trio.sleep(0.5)  # every loop in its round
         local = await _commands(b, ids, commands)
         routed = await _commands(a, ids, commands)
-        delays: list[float] = []
-        follow = await b.start(f"|loop:{rounds}| followed", worker="scripted:latency=0.01")
-        with a.subscribe(follow.loop_id) as events:
-            async for event in events:
-                if isinstance(event, Gap):
-                    raise SystemExit(f"the follower fell behind: {event}")
-                key = (event.loop_id, event.at, type(event).__name__)
-                if key in published:
-                    delays.append(time.perf_counter() - published[key])
-                if isinstance(event, LoopFinished):
-                    break
+        # At most 14 children of each parent on each side (max_tree_loops 30).
+        parents = ids[: max(1, -(-commands // 14))]
+        local_children = await _children(b, parents, commands, "b")
+        routed_children = await _children(a, parents, commands, "a")
+        routes = a._routes
+        assert isinstance(routes, Routes)
+        with a.subscribe(None, cluster=True, queue_size=10_000) as everything:
+            # The relay's first read (where it starts) is made meanwhile.
+            idle_reads = await _idle_reads(routes, args.idle)
+            follow = await b.start(f"|loop:{rounds}| followed", worker="scripted:latency=0.01")
+            delays: list[float] = []
+            cluster_delays: list[float] = []
+            with a.subscribe(follow.loop_id) as events:
+                async with trio.open_nursery() as nursery:  # both read as events come
+                    for sub, into in ((events, delays), (everything, cluster_delays)):
+                        nursery.start_soon(_delays, sub, follow.loop_id, published, into)
         for loop_id in ids:
             await b.stop(loop_id)
-    return {"local": local, "routed": routed, "relayed": delays}
+    return {
+        "local": local,
+        "routed": routed,
+        "local_children": local_children,
+        "routed_children": routed_children,
+        "relayed": delays,
+        "relayed_cluster": cluster_delays,
+        "idle_reads": idle_reads,
+        "idle": args.idle,
+    }
+
+
+async def _delays(
+    events: Subscription,
+    loop_id: str,
+    published: dict[tuple[str, float, str], float],
+    delays: list[float],
+) -> None:
+    """The delay of each event of loop ``loop_id`` from its publication on B, into
+    ``delays``, until the loop's end (other loops' events are skipped)."""
+    async for event in events:
+        if isinstance(event, Gap):
+            raise SystemExit(f"the follower fell behind: {event}")
+        if event.loop_id != loop_id:
+            continue
+        key = (event.loop_id, event.at, type(event).__name__)
+        if key in published:
+            delays.append(time.perf_counter() - published[key])
+        if isinstance(event, LoopFinished):
+            return
 
 
 def main() -> None:
@@ -90,6 +164,7 @@ def main() -> None:
     parser.add_argument("--commands", type=int, default=200, help="pause/resume pairs (200)")
     parser.add_argument("--rounds", type=int, default=200, help="rounds of the followed loop")
     parser.add_argument("--store", help="a postgresql:// URL (default: a throwaway server)")
+    parser.add_argument("--idle", type=float, default=20.0, help="idle seconds watched (20)")
     args = parser.parse_args()
     server = None
     store = args.store
@@ -104,15 +179,21 @@ def main() -> None:
         store = server.fresh_url()
     try:
         with tempfile.TemporaryDirectory(prefix="loopactors-routing-") as tmp:
-            row = trio.run(run, store, Path(tmp), args.loops, args.commands, args.rounds)
-        print(f"{'what':<34}{'count':>7}{'median ms':>10}{'p95 ms':>9}{'max ms':>9}")
+            row = trio.run(run, store, Path(tmp), args)
+        print(f"{'what':<42}{'count':>7}{'median ms':>10}{'p95 ms':>9}{'max ms':>9}")
         for name, key in (
             ("command applied by its owner", "local"),
             ("command routed to the owner", "routed"),
-            ("event relayed to another node", "relayed"),
+            ("child started by its parent's owner", "local_children"),
+            ("child start routed to the parent's owner", "routed_children"),
+            ("event relayed to a loop's follower", "relayed"),
+            ("event relayed to a follower of every loop", "relayed_cluster"),
+            ("idle read for a follower of every loop", "idle_reads"),
         ):
             values = row[key]
-            print(f"{name:<34}{len(values):>7} {_ms(values)}")
+            print(f"{name:<42}{len(values):>7} {_ms(values) if values else ''}")
+        reads = len(row["idle_reads"]) / row["idle"]
+        print(f"# idle: {reads:.2f} reads of the events table per second for every-loop followers")
     finally:
         if server is not None:
             server.stop()

@@ -397,8 +397,9 @@ class Connection:
             request = msgspec.structs.replace(request, loop_id=loop_id)
         if coalesce is not None:
             return self._open_states(request.loop_id, coalesce)
+        # Every loop: those other nodes of a shared store run too (docs/multinode.md).
         sub = self.gateway.runtime.subscribe(
-            request.loop_id, queue_size=self.settings.subscriber_queue
+            request.loop_id, queue_size=self.settings.subscriber_queue, cluster=True
         )
         stored: list[AnyEvent] = []
         if request.replay:
@@ -427,7 +428,7 @@ class Connection:
         return Subscribed(subscription=sid, loop_id=request.loop_id), start_pump
 
     def _open_states(self, loop_id: str | None, interval: float) -> tuple[Subscribed, Any]:
-        changes = self.gateway.runtime.changes(loop_id)
+        changes = self.gateway.runtime.changes(loop_id, cluster=True)
         sid = f"s{next(self._sub_ids)}"
         scope = trio.CancelScope()
         self._subs[sid] = (changes, scope)

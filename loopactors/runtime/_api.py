@@ -465,16 +465,19 @@ class Runtime:
         return report
 
     def subscribe(
-        self, loop_id: str | None = None, *, queue_size: int | None = None
+        self, loop_id: str | None = None, *, queue_size: int | None = None, cluster: bool = False
     ) -> Subscription:
         """Live events of one loop, or of all loops (``loop_id=None``): ``with`` or
-        ``async with`` it, and ``async for`` its events."""
-        return self.bus.subscribe(loop_id, queue_size=queue_size)
+        ``async with`` it, and ``async for`` its events. Of all loops, those this runtime
+        runs; with ``cluster``, on a store shared by several nodes, those the other nodes
+        run too (docs/multinode.md). One loop's come whichever node runs it."""
+        return self.bus.subscribe(loop_id, queue_size=queue_size, cluster=cluster)
 
-    def changes(self, loop_id: str | None = None) -> Changes:
+    def changes(self, loop_id: str | None = None, *, cluster: bool = False) -> Changes:
         """Which loops changed (had an event that changes their state) since last asked: a
-        view of many loops reads their states at its own pace and never falls behind."""
-        return self.bus.changes(loop_id, kinds=STATE_EVENTS)
+        view of many loops reads their states at its own pace and never falls behind
+        (``cluster`` as for :meth:`subscribe`)."""
+        return self.bus.changes(loop_id, kinds=STATE_EVENTS, cluster=cluster)
 
     async def wait_all(self) -> builtins.list[LoopState]:
         """Wait until no loop is live; return the loops that were live when called, final."""
@@ -829,7 +832,7 @@ async def open_runtime(
                 bus = runtime.bus
                 bus.taps.append(routes.local_event)
                 bus.on_follow = routes.follow
-                nursery.start_soon(routes.relay, bus.followed, bus.publish)
+                nursery.start_soon(routes.relay, bus)
         if store_dir is not None:
             files = [store_dir / name for name in kind.local_files]
             await stack.enter_async_context(watch_state_dir(store_dir, *files, lock=lock))

@@ -229,25 +229,58 @@ class EventBus:
         self._all: list[Subscription] = []
         self._watches: dict[str, list[Watch]] = {}
         self._changes: list[Changes] = []
+        #: The subscriptions and changes of every loop that want other nodes' loops too (a
+        #: store shared by several nodes): the relay hands them those loops' events.
+        self._cluster: list[Subscription | Changes] = []
         #: Called with every event published (a shared store's relay tells the other nodes).
         self.taps: list[Callable[[AnyEvent], None]] = []
-        #: Called when a loop gets a subscriber or a watch here (the relay looks at once).
+        #: Called when a loop gets a subscriber or a watch here, or every loop gets one that
+        #: wants other nodes' loops too (the relay looks at once).
         self.on_follow: Callable[[], None] | None = None
 
     def followed(self) -> set[str]:
-        """The loops subscribed to, or watched, one by one here."""
-        return self._by_loop.keys() | self._watches.keys()
+        """The loops subscribed to, watched, or whose changes are asked for, one by one."""
+        followed = self._by_loop.keys() | self._watches.keys()
+        followed.update(c.loop_id for c in self._changes if c.loop_id is not None)
+        return followed
+
+    def cluster_wanted(self) -> bool:
+        """Something here follows every loop, other nodes' included."""
+        return bool(self._cluster)
+
+    def relay_followed(self, event: AnyEvent) -> None:
+        """An event of a loop another node runs, for those following that loop here (not
+        the subscribers of every loop: :meth:`relay_cluster` hands them theirs)."""
+        loop_id = event.loop_id
+        for watch in self._watches.get(loop_id, ()):
+            watch._offer(event)
+        for sub in tuple(self._by_loop.get(loop_id, ())):
+            sub._offer(event)
+        for changes in self._changes:
+            if changes.loop_id == loop_id:
+                changes._offer(event)
+
+    def relay_cluster(self, event: AnyEvent) -> None:
+        """An event of a loop another node runs, for those following every loop with
+        ``cluster``."""
+        for follower in tuple(self._cluster):
+            follower._offer(event)
 
     def subscribe(
-        self, loop_id: str | None = None, *, queue_size: int | None = None
+        self, loop_id: str | None = None, *, queue_size: int | None = None, cluster: bool = False
     ) -> Subscription:
-        """Events of one loop, or of every loop when ``loop_id`` is None."""
+        """Events of one loop, or of every loop when ``loop_id`` is None (with ``cluster``,
+        those other nodes of a shared store run too)."""
         size = self.queue_size if queue_size is None else queue_size
         if size < 1:
             raise ValueError(f"queue_size must be >= 1, got {size}")
         sub = Subscription(self, loop_id, size)
         if loop_id is None:
             self._all.append(sub)
+            if cluster:
+                self._cluster.append(sub)
+                if self.on_follow is not None:
+                    self.on_follow()
         else:
             self._by_loop.setdefault(loop_id, []).append(sub)
             if self.on_follow is not None:
@@ -262,15 +295,28 @@ class EventBus:
             self.on_follow()
         return watch
 
-    def changes(self, loop_id: str | None = None, kinds: tuple[type, ...] | None = None) -> Changes:
-        """A :class:`Changes` of one loop, or of every loop; close it after use."""
+    def changes(
+        self,
+        loop_id: str | None = None,
+        kinds: tuple[type, ...] | None = None,
+        *,
+        cluster: bool = False,
+    ) -> Changes:
+        """A :class:`Changes` of one loop, or of every loop (with ``cluster``, those other
+        nodes of a shared store run too); close it after use."""
         changes = Changes(self, loop_id, kinds)
         self._changes.append(changes)
+        if loop_id is None and cluster:
+            self._cluster.append(changes)
+        if (loop_id is not None or cluster) and self.on_follow is not None:
+            self.on_follow()
         return changes
 
     def _unchange(self, changes: Changes) -> None:
         if changes in self._changes:
             self._changes.remove(changes)
+        if changes in self._cluster:
+            self._cluster.remove(changes)
 
     def _unwatch(self, watch: Watch) -> None:
         watches = self._watches.get(watch.loop_id)
@@ -303,6 +349,8 @@ class EventBus:
         if sub.loop_id is None:
             if sub in self._all:
                 self._all.remove(sub)
+            if sub in self._cluster:
+                self._cluster.remove(sub)
             return
         subs = self._by_loop.get(sub.loop_id)
         if subs and sub in subs:

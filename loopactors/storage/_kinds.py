@@ -31,6 +31,7 @@ __all__ = [
     "CommandRoutes",
     "Durability",
     "Placement",
+    "RelayTarget",
     "StoreKind",
     "StoreUrl",
     "check_durability",
@@ -81,6 +82,24 @@ class StoreUrl(msgspec.Struct, frozen=True):
 Opener = Callable[[StoreUrl, Path | None, bool], "StoreBackend | None"]
 
 
+class RelayTarget(Protocol):
+    """Where a node's relay hands the events of loops other nodes run: its event bus."""
+
+    def followed(self) -> Collection[str]:
+        """The loops followed one by one here."""
+        ...
+
+    def relay_followed(self, event: AnyEvent) -> None:
+        """An event of a loop followed here, for its followers."""
+
+    def cluster_wanted(self) -> bool:
+        """Something here follows every loop, other nodes' included."""
+        ...
+
+    def relay_cluster(self, event: AnyEvent) -> None:
+        """An event of another node's loop, for the followers of every loop."""
+
+
 class CommandRoutes(Protocol):
     """A node's way to the owners of loops on a store shared by several nodes."""
 
@@ -103,11 +122,10 @@ class CommandRoutes(Protocol):
     def poll(self) -> None:
         """Look for commands now (this node just claimed loops)."""
 
-    async def relay(
-        self, followed: Callable[[], Collection[str]], publish: Callable[[AnyEvent], None]
-    ) -> None:
-        """Until cancelled: publish the new events of the loops ``followed`` here that
-        other nodes own, and tell the other nodes when this node's loops had events."""
+    async def relay(self, target: RelayTarget) -> None:
+        """Until cancelled: hand ``target`` the new events of the loops other nodes run
+        that are followed here, and tell the other nodes when this node's loops had
+        events."""
         ...
 
     def follow(self) -> None:

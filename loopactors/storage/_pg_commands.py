@@ -14,7 +14,13 @@ loses it.
 
 Events: a node NOTIFYs (coalesced, its id as payload) when its own loops had events; each
 node reads, for the loops its clients follow that other nodes own, the events numbered after
-the last it delivered (the events table is the truth) and publishes them on its local bus.
+the last it delivered (the events table is the truth) and hands them to their followers on
+its local bus. While a client here follows every loop (``cluster``), it also reads the
+events the other nodes wrote that became visible since its last read: each events row
+names the transaction that wrote it, and a read keeps its snapshot's horizon (``xmax``)
+and the transactions in flight then (``xip``); the next read takes exactly the rows of
+those transactions and of later ones, so each event comes once, whatever order the
+transactions commit in.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Container
+from collections.abc import AsyncIterator, Awaitable, Callable, Container
 from typing import Any
 
 import msgspec
@@ -38,8 +44,8 @@ from ..errors import (
     StoreError,
 )
 from ..loops import TERMINAL_PHASES, AnyEvent, LoopFinished, LoopState, event_decoder
-from ._kinds import StoreUrl
-from ._postgres import _HELD, _psycopg
+from ._kinds import RelayTarget, StoreUrl
+from ._postgres import _HELD, _psycopg, writer_of
 
 __all__ = [
     "ANSWERS_CHANNEL",
@@ -95,6 +101,17 @@ _NEW_EVENTS = """SELECT e.loop_id, e.seq, e.event FROM events e
     JOIN unnest(%s::text[], %s::int8[]) AS w (loop_id, after)
         ON e.loop_id = w.loop_id AND e.seq > w.after
     ORDER BY e.loop_id, e.seq"""
+# Where the events table stands: what a read's snapshot sees (the first read of every loop).
+_HORIZON = """SELECT txid_snapshot_xmax(t.s), ARRAY(SELECT txid_snapshot_xip(t.s))
+    FROM (SELECT txid_current_snapshot() AS s) t"""
+# The events other nodes wrote that the last read's snapshot did not see (written by a
+# transaction in flight then, or by a later one), and where this read's snapshot stands:
+# one row with no event when there is none.
+_CLUSTER_EVENTS = """SELECT txid_snapshot_xmax(t.s), ARRAY(SELECT txid_snapshot_xip(t.s)),
+        e.loop_id, e.event
+    FROM (SELECT txid_current_snapshot() AS s) t
+    LEFT JOIN events e ON (e.tx >= %s::int8 OR e.tx = ANY(%s::int8[])) AND e.writer <> %s::int8
+    ORDER BY e.loop_id, e.seq"""
 # Answers nobody read for an hour: their senders went away.
 _FORGET = """DELETE FROM commands
     WHERE answered_at < clock_timestamp() - interval '1 hour'"""
@@ -135,6 +152,10 @@ class Routes:
         #: What a replay read of a loop's log saw before its relay started (its length).
         self._seen: dict[str, int] = {}
         self._relay_wake = trio.Event()
+        #: While something here follows every loop: where the last read of the events
+        #: table stood (its snapshot's xmax and in-flight transactions); None otherwise.
+        self._horizon: tuple[int, list[int]] | None = None
+        self._writer = writer_of(node_id)
         self._local_events = trio.Event()
         #: The last ENDED_KEPT loops that ended here, as an ordered set: all their events
         #: were published here and none comes after, so a follower needs no relay of them.
@@ -400,32 +421,51 @@ class Routes:
         self._relay_wake.set()
 
     def local_event(self, event: AnyEvent) -> None:
-        """An event was published on this node's bus: tell the other nodes (coalesced),
-        unless it is one this node relays."""
-        if event.loop_id not in self._relayed:
-            self._local_events.set()
-            if type(event) is LoopFinished:
-                ended = self._ended
-                ended[event.loop_id] = None
-                if len(ended) > ENDED_KEPT:
-                    del ended[next(iter(ended))]
+        """An event was published on this node's bus (one of its own loops': relayed ones
+        are not published there): tell the other nodes (coalesced)."""
+        self._local_events.set()
+        if type(event) is LoopFinished:
+            ended = self._ended
+            ended[event.loop_id] = None
+            if len(ended) > ENDED_KEPT:
+                del ended[next(iter(ended))]
 
-    async def relay(
-        self, followed: Callable[[], Collection[str]], publish: Callable[[AnyEvent], None]
-    ) -> None:
-        """Until cancelled: publish with ``publish`` the new events of the loops ``followed``
-        here that other nodes own, and tell the other nodes when this one's loops had
-        events."""
+    async def relay(self, target: RelayTarget) -> None:
+        """Until cancelled: hand ``target`` the new events of the loops other nodes own that
+        are followed here (one by one, or all of them), and tell the other nodes when this
+        one's loops had events."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._announce)
             while True:
                 self._relay_wake = trio.Event()
                 try:
-                    await self._relay_once(set(followed()), publish)
+                    await self._relay_once(set(target.followed()), target.relay_followed)
                 except StoreError as exc:
+                    log.warning("%s; trying again", exc)
+                try:
+                    await self._relay_cluster(target)
+                except StoreError as exc:  # the horizon stays: the next read takes it all
                     log.warning("%s; trying again", exc)
                 with trio.move_on_after(POLL):
                     await self._relay_wake.wait()
+
+    async def _relay_cluster(self, target: RelayTarget) -> None:
+        """While something here follows every loop: hand it the events the other nodes
+        wrote since the last read, each once."""
+        if not target.cluster_wanted():
+            self._horizon = None  # nothing read meanwhile: the next follower starts anew
+            return
+        if self._horizon is None:  # from now on
+            [(xmax, xip)] = await self._sql(_HORIZON)
+            self._horizon = (xmax, xip)
+            return
+        xmax, xip = self._horizon
+        rows = await self._sql(_CLUSTER_EVENTS, xmax, xip, self._writer)
+        self._horizon = (rows[0][0], rows[0][1])
+        decode = event_decoder.decode
+        for _, _, loop_id, data in rows:
+            if loop_id is not None:
+                target.relay_cluster(decode(data))
 
     async def _relay_once(self, followed: set[str], publish: Callable[[AnyEvent], None]) -> None:
         for loop_id in list(self._relayed):

@@ -14,6 +14,8 @@ loop's log was appended in, gap-free. A group commit is one statement: one round
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import logging
 import math
 import os
@@ -166,6 +168,15 @@ _MIGRATIONS: list[tuple[str, ...]] = [
     # 7: where each node incarnation's gateway listens (ws://HOST:PORT), set once it is
     # bound; NULL for a runtime with no gateway (embedded, or a command).
     ("ALTER TABLE nodes ADD COLUMN gateway text",),
+    # 8: events of every loop relayed to the nodes whose clients follow all loops
+    # (storage/_pg_commands.py): each row names the transaction that wrote it (``tx``, from
+    # txid_current(): a read finds what became visible since a snapshot by it) and a hash
+    # of the node that wrote it (``writer``: a node relays only the others'). NULL in rows
+    # written before: never relayed.
+    (
+        "ALTER TABLE events ADD COLUMN tx int8, ADD COLUMN writer int8",
+        "CREATE INDEX events_by_tx ON events (tx)",
+    ),
 ]
 
 # One statement, so one round trip, for a whole group commit. It first locks this node's
@@ -177,7 +188,8 @@ _MIGRATIONS: list[tuple[str, ...]] = [
 # two nodes: the first wins). A loop that passes neither is fenced: nothing of it is written
 # (its round, events, notifications wait on ``s``), the batch's other loops are. Each loop's
 # event counter moves on by its events in the batch, and its events are numbered from where
-# the counter stood. Arrays go as binary parameters (%b): in text psycopg escapes every
+# the counter stood, each with this transaction's id and this node's hash (writer_of), for
+# the relay to other nodes. Arrays go as binary parameters (%b): in text psycopg escapes every
 # element, ~4x slower at 1,000 writes.
 _COMMIT = """
 WITH lease AS (
@@ -215,8 +227,8 @@ WITH lease AS (
         cost_usd = excluded.cost_usd, record = excluded.record
     RETURNING 1
 ), e AS (
-    INSERT INTO events (loop_id, seq, type, event)
-    SELECT x.loop_id, s.event_seq - x.total + x.n, x.type, x.event
+    INSERT INTO events (loop_id, seq, type, event, tx, writer)
+    SELECT x.loop_id, s.event_seq - x.total + x.n, x.type, x.event, txid_current(), %s
     FROM unnest(%b::text[], %b::int8[], %b::int8[], %b::text[], %b::bytea[])
         AS x (loop_id, n, total, type, event)
     JOIN s USING (loop_id)
@@ -248,6 +260,14 @@ _COMMIT_UNFENCED = _COMMIT.replace(_LEASE_CHECK, "SELECT 1 WHERE %s::text IS NOT
     _OWNER_CHECK, "%s::text IS NOT NULL"
 )
 assert _COMMIT_UNFENCED.count("IS NOT NULL") == 2
+
+
+@functools.cache
+def writer_of(node_id: str) -> int:
+    """The ``writer`` of the events a node incarnation commits: a 64-bit hash of its id (two
+    incarnations sharing one: never in practice)."""
+    digest = hashlib.blake2b(node_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def _unfenced() -> bool:
@@ -408,6 +428,7 @@ class PostgresBackend(SqlBackend):
                 [r.status for r in rounds],
                 [r.cost_usd for r in rounds],
                 [encode(r) for r in rounds],
+                writer_of(self.node_id),
                 [loop_id for loop_id, _, _ in numbered],
                 [n for _, n, _ in numbered],
                 [counts[loop_id] for loop_id, _, _ in numbered],

@@ -11,8 +11,16 @@ import pytest
 import trio
 
 from loopactors.errors import AdmissionRefused, CommandNotAnswered, LoopNotFound
-from loopactors.loops import LoopFinished, LoopSpec, LoopState, RoundStarted
-from loopactors.runtime import RuntimeConfig, open_runtime
+from loopactors.loops import (
+    AgentStep,
+    AnyEvent,
+    LoopFinished,
+    LoopSpec,
+    LoopState,
+    RoundStarted,
+    RoundWaiting,
+)
+from loopactors.runtime import Gap, RuntimeConfig, open_runtime
 from loopactors.storage import Write
 from loopactors.storage._pg_commands import Routes
 from loopactors.storage._postgres import Lease, PostgresBackend
@@ -283,3 +291,61 @@ async def test_commands_and_events_go_on_after_the_server_ends_their_connections
                 async for event in events:
                     if isinstance(event, LoopFinished):
                         break
+
+
+def _stored(events: list[AnyEvent], loop_id: str) -> list[AnyEvent]:
+    """One loop's events among ``events``, those the store keeps (not the live-only ones)."""
+    return [
+        e for e in events if e.loop_id == loop_id and not isinstance(e, AgentStep | RoundWaiting)
+    ]
+
+
+async def test_a_subscriber_of_every_loop_gets_every_nodes_loops_each_event_once(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    async with (
+        open_runtime(config(postgres_url, tmp_path / "a")) as a,
+        open_runtime(config(postgres_url, tmp_path / "b")) as b,
+        open_runtime(config(postgres_url, tmp_path / "c")) as c,
+    ):
+        routes = a._routes
+        assert isinstance(routes, Routes)
+        everything: list[AnyEvent] = []
+        local: list[AnyEvent] = []
+        with (
+            a.subscribe(None, cluster=True) as cluster,
+            a.subscribe(None) as own,  # without cluster: a's loops only, as on one node
+            a.changes(None, cluster=True) as changes,
+        ):
+
+            async def started() -> bool:  # the relay knows where the events table stands
+                return routes._horizon is not None
+
+            await until(started)
+            work = "|loop:4,fresh| {} work"
+            on = {
+                name: (await rt.start(work.format(name), worker="scripted:latency=0.1")).loop_id
+                for name, rt in (("a", a), ("b", b), ("c", c))
+            }
+            with trio.fail_after(30):  # a failure's bound only
+                ended: set[str] = set()
+                async for event in cluster:
+                    assert not isinstance(event, Gap)
+                    everything.append(event)
+                    if isinstance(event, LoopFinished):
+                        ended.add(event.loop_id)
+                        if ended == set(on.values()):
+                            break
+            while True:
+                try:
+                    item = own.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                assert not isinstance(item, Gap)
+                local.append(item)
+            assert set(on.values()) <= set(changes.take())
+        for name, rt in (("a", a), ("b", b), ("c", c)):
+            stored = await rt.stored_events(on[name])
+            # Every event of each loop, once, in order: a's first-hand, b's and c's relayed.
+            assert _stored(everything, on[name]) == stored
+        assert {e.loop_id for e in local} == {on["a"]}
