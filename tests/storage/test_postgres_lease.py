@@ -495,6 +495,52 @@ async def test_runtimes_on_one_store_run_their_own_loops_and_take_over_as_one_le
         assert stopped.phase == "cancelled"
 
 
+async def test_a_commit_whose_answer_is_lost_is_not_written_twice(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ambiguous commit: it lands, but the answer never reaches the node (the connection
+    drops after COMMIT). The Store fails, the runtime's actors restart and recover from what
+    the database holds: every round recorded once, the loop's events numbered without a gap
+    or a repeat, and the loop goes on to its end."""
+    real = PostgresBackend._commit
+    lost: list[int] = []
+
+    def commit_then_lose_the_answer(self: PostgresBackend, writes: list[Write]) -> None:
+        real(self, writes)
+        if not lost and any(w.round is not None and w.round.round == 3 for w in writes):
+            lost.append(3)
+            raise StoreError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(PostgresBackend, "_commit", commit_then_lose_the_answer)
+    config = RuntimeConfig(store=postgres_url, state_dir=tmp_path / "a", shutdown_grace=5.0)
+    async with open_runtime(config) as rt:
+        handle = rt.handle(await rt.start("|loop:6,fresh| ambiguous", stale_rounds_limit=10))
+        with trio.fail_after(60):
+            final = await handle.wait()
+        assert lost == [3]
+        assert (final.phase, final.completed_rounds) == ("complete", 6)
+        assert [r.round for r in await rt.history(handle.loop_id)] == [1, 2, 3, 4, 5, 6]
+    seqs = [
+        int(str(seq))
+        for (seq,) in sql(
+            postgres_url,
+            "SELECT seq FROM events WHERE loop_id = %s ORDER BY seq",
+            (handle.loop_id,),
+        )
+    ]
+    assert seqs == list(range(1, len(seqs) + 1))
+    types = [
+        str(t)
+        for (t,) in sql(
+            postgres_url,
+            "SELECT type FROM events WHERE loop_id = %s ORDER BY seq",
+            (handle.loop_id,),
+        )
+    ]
+    assert types.count("round_finished") == 6
+    assert types.count("loop_recovered") == 1  # recovered from the store, once
+
+
 def a_node_id(url: str) -> str:
     """The id of the node that registered last."""
     [(node_id,)] = sql(url, "SELECT node_id FROM nodes ORDER BY started_at DESC LIMIT 1")
