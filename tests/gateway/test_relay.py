@@ -13,6 +13,7 @@ from loopactors.client import connect
 from loopactors.gateway import GatewaySettings, open_gateway
 from loopactors.loops import AnyEvent, LoopFinished, RoundFinished
 from loopactors.runtime import Gap, open_runtime
+from loopactors.storage._pg_commands import Routes
 from tests.hang import HANG
 
 from .conftest import LiveNode, node_config, open_raw
@@ -108,3 +109,40 @@ async def test_a_client_moving_to_a_third_node_misses_nothing_and_sees_nothing_t
         got = [f for f in first + second if f["seq"] is not None]  # live-only ones have none
         assert [f["seq"] for f in got] == list(range(1, len(stored) + 1))
         assert [f["event"] for f in got] == stored
+
+
+async def test_a_client_following_every_loop_on_one_node_sees_the_other_nodes_loops(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    a_config = node_config(tmp_path / "a", store=postgres_url, lease_ttl=2.0)
+    b_config = node_config(tmp_path / "b", store=postgres_url, lease_ttl=2.0)
+    async with (
+        open_runtime(a_config) as a,
+        open_gateway(a, GatewaySettings(port=0)) as gateway,
+        open_runtime(b_config) as b,
+    ):
+        token = gateway.token_path.read_text().strip()
+        async with (
+            connect(gateway.url, token=token) as client,
+            await client.subscribe() as events,  # every loop, as status --follow does
+            await client.watch(every=0.05) as states,  # every loop's states, as the dashboard
+        ):
+            routes = a._routes
+            assert isinstance(routes, Routes)
+            with trio.fail_after(HANG):
+                while routes._horizon is None:  # the relay's first read: where it starts
+                    await trio.sleep(0.01)
+            state = await b.start("|loop:3,fresh| on b", worker="scripted:latency=0.1")
+            got: list[AnyEvent] = []
+            with trio.fail_after(HANG):
+                async for event in events:
+                    assert not isinstance(event, Gap)
+                    got.append(event)
+                    if isinstance(event, LoopFinished):
+                        break
+                phases: list[str] = []
+                async for batch in states:
+                    phases.extend(s.phase for s in batch if s.loop_id == state.loop_id)
+                    if "complete" in phases:
+                        break
+            assert got == await b.stored_events(state.loop_id)

@@ -327,6 +327,8 @@ async def test_a_subscriber_of_every_loop_gets_every_nodes_loops_each_event_once
                 name: (await rt.start(work.format(name), worker="scripted:latency=0.1")).loop_id
                 for name, rt in (("a", a), ("b", b), ("c", c))
             }
+            # A view of one loop another node runs (a coalesced subscription of it).
+            one = a.changes(on["b"])
             with trio.fail_after(30):  # a failure's bound only
                 ended: set[str] = set()
                 async for event in cluster:
@@ -344,6 +346,10 @@ async def test_a_subscriber_of_every_loop_gets_every_nodes_loops_each_event_once
                 assert not isinstance(item, Gap)
                 local.append(item)
             assert set(on.values()) <= set(changes.take())
+            with trio.fail_after(30):  # a failure's bound only: relayed with b's LoopFinished
+                await one.wait()
+            assert one.take() == [on["b"]]
+            one.close()
         for name, rt in (("a", a), ("b", b), ("c", c)):
             stored = await rt.stored_events(on[name])
             # Every event of each loop, once, in order: a's first-hand, b's and c's relayed.
