@@ -71,6 +71,7 @@ class LoopCommands(LoopReader, Protocol):
         self, *, live_only: bool = False, page: int | None = None
     ) -> AsyncIterator[list[LoopState]]: ...
     async def output(self, loop_id: str, round: int) -> RoundRecord: ...
+    async def owners(self, loop_ids: builtins.list[str]) -> dict[str, str | None] | None: ...
     async def stop(self, loop_id: str, *, after_round: bool = False) -> LoopState: ...
     async def pause(self, loop_id: str) -> LoopState: ...
     async def resume(self, loop_id: str) -> LoopState: ...
@@ -201,10 +202,14 @@ class StoredLoops:
 
         return open_backend(self._url().text, self.state_dir, durability=self._config().durability)
 
-    async def owners(self, loop_ids: builtins.list[str]) -> dict[str, str]:
-        """The node owning each loop, where one does (a shared store)."""
+    async def owners(self, loop_ids: builtins.list[str]) -> dict[str, str | None] | None:
+        """The node incarnation owning each loop (None: no node does), on a store several
+        nodes share; None on a store of one node, which has no owners."""
+        if store_kind(self._url()).hold is None:
+            return None
         with self._reading() as backend:
-            return {} if backend is None else backend.loop_owners(loop_ids)
+            owned = {} if backend is None else backend.loop_owners(loop_ids)
+        return {loop_id: owned.get(loop_id) for loop_id in loop_ids}
 
     async def nodes(self) -> builtins.list[NodeLease]:
         """The node incarnations that held the store (a shared store's leases)."""
@@ -293,9 +298,12 @@ async def show_status(
         states = [await control.get(args.loop_id)]
     else:
         states = [state async for page in control.loop_pages() for state in page]
+    # A store several nodes share: the node that owns each loop (None elsewhere).
+    owners = await control.owners([s.loop_id for s in states]) if states else None
     if args.json:
-        states = [shown(state) for state in states]
-        payload: Any = states[0] if args.loop_id is not None else states
+        payload: Any = [_json_loop(state, owners) for state in states]
+        if args.loop_id is not None:
+            payload = payload[0]
         if args.loop_id is None and transport is not None:
             from ..transport import status_data  # noqa: PLC0415 - see the note
 
@@ -311,11 +319,11 @@ async def show_status(
 
     console = Console()
     if states:
-        owners = None
-        if isinstance(control, StoredLoops):  # a shared store: which node runs each loop
-            owners = await control.owners([s.loop_id for s in states]) or None
         title = _status_title(control, states)
-        print_rows(console, final_table(states, title=title, owners=owners))
+        named = None
+        if owners is not None:  # a column naming each loop's node ("-": none)
+            named = {loop_id: owner for loop_id, owner in owners.items() if owner}
+        print_rows(console, final_table(states, title=title, owners=named))
     else:
         # A path as given: never markup (a "[b]" in it is text), never wrapped.
         console.print(empty, markup=False, highlight=False, soft_wrap=True)
@@ -330,6 +338,16 @@ async def show_status(
 
         print_status(transport, console=console)
     return 0
+
+
+def _json_loop(state: LoopState, owners: dict[str, str | None] | None) -> Any:
+    """A loop as ``status --json`` shows it: its state, and on a store several nodes share
+    ``owner``, the node incarnation that owns it (null: none, waiting to be claimed)."""
+    if owners is None:
+        return shown(state)
+    loop = msgspec.to_builtins(shown(state))
+    loop["owner"] = owners.get(state.loop_id)
+    return loop
 
 
 async def _spent_today(

@@ -25,9 +25,11 @@ from ._protocol import (
     Error,
     ErrorCode,
     History,
+    LoopOwners,
     LoopStatus,
     NodeStatistics,
     Output,
+    Owners,
     Pause,
     Pong,
     Replay,
@@ -145,6 +147,17 @@ async def _status(request: Status, gateway: Gateway) -> LoopStatus:
     )
 
 
+async def _owners(request: Owners, gateway: Gateway) -> LoopOwners:
+    most = gateway.settings.max_status_loops
+    if len(request.loop_ids) > most:
+        raise Refusal(
+            "invalid_request",
+            f"owners takes at most {most} loop ids (max_status_loops), got "
+            f"{len(request.loop_ids)}: ask in several requests",
+        )
+    return LoopOwners(owners=await gateway.runtime.owners(request.loop_ids))
+
+
 async def _hello(request: Any, gateway: Gateway) -> Any:
     raise Refusal("invalid_request", "hello was already sent on this connection")
 
@@ -260,4 +273,5 @@ _RESPONSES: dict[str, Respond] = {
     "history": _history,
     "output": _output,
     "statistics": _statistics,
+    "owners": _owners,
 }

@@ -17,7 +17,7 @@ import builtins
 import contextlib
 import itertools
 import os
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -45,10 +45,12 @@ from ._protocol import (
     GapFrame,
     Hello,
     History,
+    LoopOwners,
     LoopStatus,
     NodeInfo,
     NodeStatistics,
     Output,
+    Owners,
     Pause,
     Ping,
     Pong,
@@ -252,6 +254,22 @@ class NodeClient:
     async def statistics(self) -> NodeStatistics:
         """The node's figures now (loops by phase, rounds, store, connections, actors)."""
         return await self._request(Statistics(id=0), NodeStatistics)
+
+    async def owners(self, loop_ids: Sequence[str]) -> dict[str, str | None] | None:
+        """The node incarnation owning each of these loops (None: no node does, it waits to
+        be claimed; or no such loop), on a store several nodes share; None on a store of
+        the node's own, or from a node that cannot tell (no ``owners`` capability)."""
+        if "owners" not in self.info.capabilities:
+            return None
+        step = self.info.limits.max_status_loops
+        found: dict[str, str | None] = {}
+        for start in range(0, len(loop_ids), step):
+            chunk = list(loop_ids[start : start + step])
+            answer = await self._request(Owners(id=0, loop_ids=chunk), LoopOwners)
+            if answer.owners is None:
+                return None
+            found.update(answer.owners)
+        return found
 
     async def request(self, request: msgspec.Struct, reply: type[T]) -> T:
         """A request the node serves besides the protocol's own (``gateway.NodeRequest``,

@@ -36,11 +36,13 @@ __all__ = [
     "Hello",
     "History",
     "Limits",
+    "LoopOwners",
     "LoopStatus",
     "NodeInfo",
     "NodeStatistics",
     "Ok",
     "Output",
+    "Owners",
     "Pause",
     "Ping",
     "Pong",
@@ -77,6 +79,7 @@ CAPABILITIES: Final = (
     "statistics",
     "coalesce",
     "replay",
+    "owners",
 )
 
 RequestId = int | str
@@ -237,6 +240,13 @@ class Statistics(_Request, frozen=True, kw_only=True, tag="statistics"):
     """The node's figures right now: loops by phase, rounds, store, connections, actors."""
 
 
+class Owners(_Request, frozen=True, kw_only=True, tag="owners"):
+    """The node incarnation that owns each of these loops (whole ids, at most
+    ``max_status_loops``), on a store several nodes share (docs/multinode.md)."""
+
+    loop_ids: list[str]
+
+
 # -- reply data -----------------------------------------------------------------------------
 
 
@@ -265,6 +275,14 @@ class NodeInfo(msgspec.Struct, frozen=True, kw_only=True):
 class Pong(msgspec.Struct, frozen=True, kw_only=True):
     #: The node's wall clock (seconds since the epoch).
     time: float
+
+
+class LoopOwners(msgspec.Struct, frozen=True, kw_only=True):
+    """Each loop asked for and the id of the node incarnation that owns it (null: no node
+    does, it waits to be claimed; or no such loop). ``owners`` is null on a store of one
+    node, which has no owners."""
+
+    owners: dict[str, str | None] | None = None
 
 
 class LoopStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -366,6 +384,7 @@ PROTOCOL_REQUESTS: Final[tuple[tuple[type[msgspec.Struct], type[msgspec.Struct]]
     (Subscribe, Subscribed),
     (Unsubscribe, Unsubscribed),
     (Statistics, NodeStatistics),
+    (Owners, LoopOwners),
 )
 #: The request types above; a node may serve more (``gateway.NodeRequest``).
 CLIENT_FRAMES: Final = tuple(frame for frame, _ in PROTOCOL_REQUESTS)

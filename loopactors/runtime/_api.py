@@ -90,6 +90,7 @@ from ._messages import (
     FindLoopIds,
     GetEvents,
     GetLoop,
+    GetLoopOwners,
     GetLoops,
     GetNotifierStatistics,
     GetRounds,
@@ -426,6 +427,15 @@ class Runtime:
         if self._routes is not None:  # a replay: a relay of the loop goes on from there
             self._routes.seen(state.loop_id, len(events))
         return events
+
+    async def owners(self, loop_ids: Sequence[str]) -> dict[str, str | None] | None:
+        """The node incarnation owning each of these loops (None: no node does, it waits to
+        be claimed; or no such loop), on a store several nodes share; None on a store of
+        this node's own, which has no owners."""
+        if store_kind(self.config.store).hold is None:
+            return None
+        owned: dict[str, str] = await self._ask(self._store, GetLoopOwners(tuple(loop_ids)))
+        return {loop_id: owned.get(loop_id) for loop_id in loop_ids}
 
     async def set_gateway_url(self, url: str) -> None:
         """Record where this node's gateway listens (``ws://HOST:PORT``), so that the other

@@ -44,6 +44,7 @@ __all__ = [
     "GetContextBuilderStatistics",
     "GetEvents",
     "GetLoop",
+    "GetLoopOwners",
     "GetLoops",
     "GetNotifierStatistics",
     "GetRoundSummaries",
@@ -137,6 +138,13 @@ class GetEvents(msgspec.Struct, frozen=True):
 
 class GetStoreStatistics(msgspec.Struct, frozen=True):
     pass
+
+
+class GetLoopOwners(msgspec.Struct, frozen=True):
+    """Reply: the node incarnation owning each of these loops that a node owns (a shared
+    store; empty on a store of one node)."""
+
+    loop_ids: tuple[str, ...]
 
 
 class SetNodeGateway(msgspec.Struct, frozen=True):

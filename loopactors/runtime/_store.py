@@ -26,6 +26,7 @@ from ._messages import (
     Forward,
     GetEvents,
     GetLoop,
+    GetLoopOwners,
     GetLoops,
     GetRounds,
     GetRoundSummaries,
@@ -221,6 +222,8 @@ class Store(Actor[Any]):
             stats = await self._run(backend.statistics)
             nodes = await self._run(backend.nodes)
             return msgspec.structs.replace(stats, commit_seconds=self.commit_latency, nodes=nodes)
+        if kind is GetLoopOwners:
+            return await self._run(backend.loop_owners, message.loop_ids)
         if kind is SetNodeGateway:
             return await self._run(backend.set_gateway, message.url)
         if kind is DueNotifications:

@@ -211,6 +211,7 @@ def test_killed_run_resumes_and_status_and_history_read_it(tmp_path: Path) -> No
     status = cli("status", loop_id, "--state", str(tmp_path), "--json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["phase"] == "awaiting_worker"
+    assert "owner" not in json.loads(status.stdout)  # SQLite: one node, no owners
 
     resumed = cli("resume", "--state", str(tmp_path), "--json")
     assert resumed.returncode == 0, resumed.stderr

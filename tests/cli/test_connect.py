@@ -99,6 +99,7 @@ def test_every_command_reaches_a_node_by_each_form(tmp_path: Path) -> None:
             status = cli("status", loop_id, "--json", connect=form)
             assert status.returncode == 0, status.stderr
             assert json.loads(status.stdout)["phase"] == "complete"
+            assert "owner" not in json.loads(status.stdout)  # a store of its own: no owners
             history = cli("history", loop_id, "--json", connect=form)
             assert history.returncode == 0, history.stderr
             assert [r["round"] for r in json.loads(history.stdout)["rounds"]] == [1]

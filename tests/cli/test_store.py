@@ -181,6 +181,17 @@ def test_a_killed_nodes_loops_are_taken_over_by_the_next_node(
     [(owner,)] = _rows(postgres_url, "SELECT owner FROM loops")
     [row] = [line for line in status.stdout.splitlines() if "moving" in line]
     assert owner in row, status.stdout
+    # --json says so too, read from the store or through a node (whichever owns it), for
+    # every loop or one.
+    for where, state in (("--store", tmp_path / "elsewhere"), ("--connect", tmp_path / "b")):
+        target = postgres_url if where == "--store" else second.url
+        listed = cli("status", "--json", where, target, state=state)
+        assert listed.returncode == 0, listed.stderr
+        assert [(s["loop_id"], s["owner"]) for s in json.loads(listed.stdout)] == [
+            ("moving", owner)
+        ]
+        one = cli("status", "moving", "--json", where, target, state=state)
+        assert json.loads(one.stdout)["owner"] == owner, one.stderr
     started, running, killed, seeder = [
         line for line in status.stdout.splitlines() if "(host " in line
     ]

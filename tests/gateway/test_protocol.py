@@ -59,6 +59,8 @@ async def test_every_request_round_trips(live_node: LiveNode) -> None:
         listed = await node.list()
         assert [s.loop_id for s in listed] == [state.loop_id]
         assert await node.list(live_only=True) == []
+        assert "owners" in node.info.capabilities
+        assert await node.owners([state.loop_id]) is None  # a store of its own: no owners
 
 
 async def test_structured_spec_and_breaker_options(live_node: LiveNode) -> None:
@@ -377,6 +379,8 @@ async def test_status_pages_and_heads(live_node: LiveNode) -> None:
         bad = await raw.ask({"type": "status", "id": 9, "after": "nonsense"})
         assert bad["type"] == "error"
         assert bad["code"] == "invalid_request"
+        few = await raw.ask({"type": "owners", "id": 11, "loop_ids": ["x"]})
+        assert few == {"type": "ok", "id": 11, "data": {"owners": None}}
 
 
 async def test_a_stop_mid_round_closes_the_round_on_the_stream(live_node: LiveNode) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -120,3 +121,23 @@ async def test_shutdown_tells_clients_and_a_reconnecting_client_comes_back(
                     async for event in events:
                         if getattr(event, "loop_id", None) == state.loop_id:
                             break
+
+
+async def test_owners_of_more_loops_than_a_status_page_are_refused(tmp_path: Path) -> None:
+    settings = GatewaySettings(port=0, max_status_loops=3)
+    async with (
+        open_runtime(state_dir=tmp_path) as runtime,
+        open_gateway(runtime, settings) as gateway,
+    ):
+        token = gateway.token_path.read_text().strip()
+        async with open_websocket_url(gateway.url) as ws:
+            hello = {"type": "hello", "id": 0, "protocol": 1, "token": token}
+            await ws.send_message(json.dumps(hello))
+            assert '"ok"' in str(await ws.get_message())
+            await ws.send_message('{"type": "owners", "id": 1, "loop_ids": ["a", "b", "c", "d"]}')
+            refused = str(await ws.get_message())
+        assert '"invalid_request"' in refused
+        assert "owners takes at most 3 loop ids (max_status_loops), got 4" in refused
+        # The client asks in pages of that size (a store of its own: no owners at all).
+        async with connect(gateway.url, token=token) as client:
+            assert await client.owners(["a", "b", "c", "d"]) is None

@@ -714,3 +714,30 @@ def test_a_store_of_schema_6_gets_the_gateway_column(
     assert node.state == "live"
     reader.close()
     before.release()
+
+
+async def test_owners_name_each_loops_node_or_none(postgres_url: str, tmp_path: Path) -> None:
+    """Which node incarnation owns each loop, as ``status --json`` shows it: read from the
+    store (no node) or asked of a runtime; none for a free loop or an unknown id, and no
+    owners at all on a store of one node."""
+    PostgresBackend(postgres_url, node_id="").close()
+    a = lease(postgres_url)
+    store_a = backend(postgres_url, a)
+    store_a.commit([Write(state=state("held", 1)), Write(state=state("free", 1))])
+    sql(postgres_url, "UPDATE loops SET owner = NULL, fence = fence + 1 WHERE loop_id = 'free'")
+    asked = ["held", "free", "unknown"]
+    wanted = {"held": a.node_id, "free": None, "unknown": None}
+    offline = StoredLoops(lambda: RuntimeConfig(store=postgres_url, state_dir=tmp_path / "x"))
+    assert await offline.owners(asked) == wanted
+    async with open_runtime(RuntimeConfig(store=postgres_url, state_dir=tmp_path / "n")) as rt:
+        found = await rt.owners(asked)
+        assert found is not None
+        assert found["held"] == a.node_id  # a holds its lease: its loop stays its own
+        assert found["unknown"] is None
+        assert set(found) == set(asked)
+    store_a.close()
+    a.release()
+    sqlite = RuntimeConfig(state_dir=tmp_path / "own")
+    assert await StoredLoops(lambda: sqlite).owners(asked) is None
+    async with open_runtime(sqlite) as rt:
+        assert await rt.owners(asked) is None
