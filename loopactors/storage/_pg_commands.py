@@ -291,7 +291,7 @@ class Routes:
         if done:
             await self._sql("DELETE FROM commands WHERE id = %s", command_id)
             if state is None:
-                raise _refused(code or "internal", error or "the command failed")
+                raise _refused(code or "internal", error or "the command failed", child)
             return self._decoder.decode(state)
         if phase in TERMINAL_PHASES:
             withdrawn = await self._sql(
@@ -516,10 +516,11 @@ class Routes:
             await trio.sleep(NOTIFY_EVERY)
 
 
-def _refused(code: str, message: str) -> Exception:
-    """The error an owner's refusal is raised as here: a refused admission as one made
-    here would be (its protocol code ``rejected``), any other by its code."""
-    if code == AdmissionRefused.protocol_code:
+def _refused(code: str, message: str, child: str | None) -> Exception:
+    """The error an owner's refusal is raised as here: a refused start (``child``: the loop
+    it starts) as an admission refused here would be (protocol code ``rejected``), any
+    other refusal by its code."""
+    if child is not None and code == AdmissionRefused.protocol_code:
         return AdmissionRefused(message)
     return RemoteError.for_code(code, message)
 
