@@ -18,7 +18,7 @@ from ._breaker import decide
 from ._facts import ABSENT
 from ._facts_stream import read_streamed_facts
 from ._grouping import _PARTITION_MIN_THRESHOLD
-from ._js import WHITESPACE, format_number, js_string, truthy_number
+from ._js import WHITESPACE, LongText, format_number, js_string, truthy_number
 from ._model import (
     BreakerConfig,
     PruneConfig,
@@ -202,10 +202,19 @@ class _Window:
             error = error.small()
         failed = attempt.get("outcome") == "failure"
         if self.head_failed and failed and self._similar(error):
+            self.collapsed()
             return  # collapsed into the head: the head's error stays
         self.head, self.head_failed, self.head_grams = error, failed, None
+        self.began(error)
         if failed:
             self.last = error
+
+    def began(self, error: object) -> None:
+        """The attempt just added heads a group of its own; ``error``: its pruned error
+        (``--prune`` keeps every group: ``_prune_read``)."""
+
+    def collapsed(self) -> None:
+        """The attempt just added collapsed into the group before it."""
 
     def _similar(self, error: object) -> bool:
         head = self.head
@@ -217,6 +226,8 @@ class _Window:
 
 
 class _Dropped:
+    """A long attempt's error string counted, not kept (it is checked as JSON as it goes)."""
+
     __slots__ = ()
 
     def add(self, piece: str) -> None:
@@ -238,7 +249,7 @@ def _grams(error: object) -> frozenset[str]:
     return trigrams(_signature(error))
 
 
-class _PrunedTrace(_Held):
+class _PrunedTrace(_Held, LongText):
     """``prune_stack_trace`` of an error string read a piece at a time: the text itself while
     short, else its first ``limit`` lines as UTF-8 (the rest only counted), where its
     characters other than whitespace start and end, and where its first line that is not

@@ -12,7 +12,7 @@ from json.encoder import encode_basestring  # json.dumps(text, ensure_ascii=Fals
 
 TYPE_CHECKING = False  # typing itself is not loaded by ``context --check``
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from typing import Any, TypeGuard
 
 # Nothing here imports msgspec or decimal: ``loopactors context --check`` on a small ledger
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "WHITESPACE",
     "WS_CLASS",
+    "LongText",
     "as_double",
     "encode_json",
     "encode_plain_json",
@@ -159,6 +160,16 @@ def encode_json(value: Any, indent: int | None = 2) -> str:
     return _encode(msgspec.to_builtins(value), indent, 0)
 
 
+class LongText:
+    """A string too long to hold as one: :func:`write_json` writes it a piece at a time."""
+
+    __slots__ = ()
+
+    def pieces(self) -> Iterator[str]:
+        """The text, a piece at a time."""
+        raise NotImplementedError
+
+
 def write_json(value: Any, write: Callable[[str], object], indent: int | None = 2) -> None:
     """``write(encode_json(value, indent))``, written a piece at a time.
 
@@ -198,6 +209,12 @@ class _JsonWriter:
             self.items(keys, list(value.values()), "{}", level)
         elif isinstance(value, list | tuple) and value:
             self.items([""] * len(value), value, "[]", level)
+        elif isinstance(value, LongText):
+            write = self.write
+            write('"')
+            for piece in value.pieces():
+                write(encode_basestring(piece)[1:-1])
+            write('"')
         else:
             self.write(_encode(msgspec.to_builtins(value), self.indent, level))
 

@@ -54,14 +54,19 @@ def prune_ledger(ledger: Ledger, config: PruneConfig = _DEFAULT_PRUNE) -> Ledger
             )
             >= config.similarity_threshold
         ):
-            # Only the count and the iteration move: the group head keeps its own error,
-            # action and tokens, and later entries are compared with the head.
-            repeated = prev.repeated
-            start = 1 if repeated is None or repeated is UNSET else repeated
-            out[-1] = msgspec.structs.replace(prev, repeated=start + 1, iteration=copy.iteration)
+            out[-1] = collapse_into(prev, copy)
         else:
             out.append(copy)
     return Ledger(goal=ledger.goal, started_at=ledger.started_at, attempts=tuple(out))
+
+
+def collapse_into(head: Attempt, later: Attempt) -> Attempt:
+    """``head`` with ``later`` collapsed into it by the pruner: only the count and the
+    iteration move; the group head keeps its own error, action and tokens, and later
+    entries are compared with the head."""
+    repeated = head.repeated
+    start = 1 if repeated is None or repeated is UNSET else repeated
+    return msgspec.structs.replace(head, repeated=start + 1, iteration=later.iteration)
 
 
 def summarize_attempts(

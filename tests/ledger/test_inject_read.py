@@ -50,11 +50,15 @@ def both_ways(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
+    *,
+    operation: str = "--inject",
 ) -> tuple[int, str, str]:
+    """``operation`` on ``data`` read whole and by the block readers (also with small
+    blocks and limits): the same answer. ``--prune`` (``test_prune_read``) shares it."""
     path = tmp_path / "ledger.json"
     path.write_bytes(data)
-    want = run(path, args, False, capsys)
-    assert run(path, args, True, capsys) == want
+    want = run(path, args, False, capsys, operation)
+    assert run(path, args, True, capsys, operation) == want
     with monkeypatch.context() as patch:
         patch.setattr(summary_read, "_BLOCK", 7)
         patch.setattr(inject_read, "_BLOCK", 5)
@@ -66,7 +70,7 @@ def both_ways(
         patch.setattr(inject_read, "_MEMO_CHARS", 30)
         patch.setattr(summary_read, "_LONG", 20)
         patch.setattr(text_module, "_PIECE", 5)
-        assert run(path, args, True, capsys) == want
+        assert run(path, args, True, capsys, operation) == want
     return want
 
 

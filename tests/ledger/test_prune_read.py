@@ -11,10 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import loopactors.ledger._summary_read as summary_read
-
 from .edge_ledgers import EDGE_LEDGERS
-from .test_inject_read import inject_attempt, run
+from .test_inject_read import _long_ledger, inject_attempt
+from .test_inject_read import both_ways as inject_both_ways
 from .test_summary_read import attempt
 
 
@@ -25,16 +24,7 @@ def both_ways(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> tuple[int, str, str]:
-    path = tmp_path / "ledger.json"
-    path.write_bytes(data)
-    want = run(path, args, False, capsys, operation="--prune")
-    assert run(path, args, True, capsys, operation="--prune") == want
-    with monkeypatch.context() as patch:
-        patch.setattr(summary_read, "_BLOCK", 7)
-        patch.setattr(summary_read, "_BATCH", 40)
-        patch.setattr(summary_read, "_LONG", 20)  # attempts read a key at a time
-        assert run(path, args, True, capsys, operation="--prune") == want
-    return want
+    return inject_both_ways(data, args, tmp_path, capsys, monkeypatch, operation="--prune")
 
 
 @settings(
@@ -96,6 +86,34 @@ def test_a_long_error_in_the_window_is_pruned_as_the_whole_read_prunes_it(
     code, out, _ = both_ways(data, ["--window", "4"], tmp_path, capsys, monkeypatch)
     assert code == 0
     assert json.loads(out)["attempts"][0]["repeated"] == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--window", "4"],
+        ["--window", "3", "--max-trace-lines", "1"],
+        ["--window", "5", "--max-trace-lines", "2", "--similarity-threshold", "0.9"],
+        ["--window", "6", "--similarity-threshold", "0.3"],
+        ["--window", "2", "--max-trace-lines", "40"],
+        ["--window", "2", "--max-trace-lines", "41"],
+    ],
+)
+def test_long_errors_in_the_window_equal_parsed_ledger(
+    args: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Long errors (past the patched limits, and past a block of the default ones) kept
+    as their pruned lines, compared through their grams, collapsed and written a piece at
+    a time: the whole read's output."""
+    data, _ = _long_ledger(70_000)
+    code, out, err = both_ways(data, args, tmp_path, capsys, monkeypatch)
+    assert (code, err) == (0, "")
+    kept = json.loads(out)["attempts"]
+    assert any(len(a.get("error") or "") > 1000 for a in kept)  # a long error written out
 
 
 def test_the_block_reader_serves_a_valid_ledger_holding_only_its_window() -> None:

@@ -503,3 +503,40 @@ def test_inject_of_one_huge_error_holds_one_copy_of_it(
     ledger = parse_ledger(data.decode())
     expected = build_context_injection(ledger, BreakerConfig(), PruneConfig())
     assert output.read_text(encoding="utf-8") == expected + "\n"
+
+
+def test_prune_of_one_huge_error_in_its_window_holds_one_copy_of_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One 6 MB error in ``--prune``'s window: its decoded text, that text as JSON, the
+    parsed and the pruned copies and the output's were held one after the other (3.1-3.7x
+    the file). Now the window's long error is kept as its first ``--max-trace-lines`` lines
+    (UTF-8), compared through its grams and written a piece at a time: held once. Same
+    output as the whole read's."""
+    import json
+
+    from loopactors.ledger import PruneConfig, parse_ledger, prune_ledger
+    from loopactors.ledger._cli import main
+    from loopactors.ledger._js import encode_json
+
+    random.seed(7)
+    words = "".join(random.choice(string.ascii_lowercase + "  ") for _ in range(6_000_000))
+    attempts = [
+        {"outcome": "success", "action": "b", "tokensUsed": 3},
+        {"outcome": "failure", "error": f"Error: {words} /x/y.js:12:3\n  at f", "action": "a"},
+        # Compared with the huge one (not similar): a group of its own.
+        {"outcome": "failure", "error": "Error: other\n  at g", "iteration": 9},
+    ]
+    data = json.dumps({"goal": "g", "startedAt": 1, "attempts": attempts}).encode()
+    del words, attempts
+    path = tmp_path / "ledger.json"
+    path.write_bytes(data)
+    output = tmp_path / "out.json"
+    with output.open("w", encoding="utf-8") as out:
+        monkeypatch.setattr("sys.stdout", out)  # the output itself is not the command's memory
+        code, peak = _peak(lambda: main(["--prune", "--ledger", str(path)]))
+    # The error's kept lines (~1x), the reader's blocks and the line's set of grams.
+    assert peak < len(data) + (4 << 20), peak
+    assert code == 0
+    expected = encode_json(prune_ledger(parse_ledger(data), PruneConfig()))
+    assert output.read_text(encoding="utf-8") == expected + "\n"
