@@ -45,7 +45,7 @@ from ..errors import (
 )
 from ..loops import TERMINAL_PHASES, AnyEvent, LoopFinished, LoopState, event_decoder
 from ._kinds import RelayTarget, StoreUrl
-from ._postgres import _HELD, _psycopg, writer_of
+from ._postgres import _HELD, Holding, _psycopg, writer_of
 
 __all__ = [
     "ANSWERS_CHANNEL",
@@ -130,15 +130,18 @@ class Routes:
         shown: str,
         node_id: str,
         timeout: float,
-        owned: Container[str] = (),
+        holding: Holding | None = None,
     ) -> None:
-        """``owned``: the loops this node owns (the fences it holds, kept up to date by its
-        commits and claims), whose events its own bus has first-hand: the relay asks the
-        database only about the other loops followed here."""
+        """``holding``: what the node holds (:func:`open_routes` gives the lease's). The
+        loops it owns (the fences it holds, kept up to date by its commits and claims) have
+        their events on its own bus first-hand: the relay asks the database only about the
+        other loops followed here. While it knows of no other node on the store, it tells
+        nobody of its events."""
         pg = _psycopg()
         self.shown = shown
         self.node_id = node_id
-        self._owned = owned
+        self._holding = holding
+        self._owned: Container[str] = () if holding is None else holding.fences
         self.timeout = timeout
         self._error: type[Exception] = pg.Error
         self._decoder = msgspec.json.Decoder(LoopState)
@@ -172,6 +175,9 @@ class Routes:
             # Statements from worker threads, one at a time (psycopg's own lock).
             self._conn = self._connect("loopactors commands")
             with closed_on_failure(self._conn):
+                # Said once as it starts: a node that knew of no other one tells this one
+                # of its events from now on.
+                self._conn.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, node_id))
                 self._listen = self._listening()
         except pg.Error as exc:
             raise StoreError(f"cannot connect to the store {shown}: {exc}") from None
@@ -394,6 +400,8 @@ class Routes:
                 elif notice.channel == EVENTS_CHANNEL:
                     if notice.payload != self.node_id:
                         self._relay_wake.set()
+                        if self._holding is not None:
+                            self._holding.heard += 1  # another node is here: tell it
                 else:
                     with contextlib.suppress(ValueError):
                         command_id = int(notice.payload)
@@ -423,7 +431,8 @@ class Routes:
     def local_event(self, event: AnyEvent) -> None:
         """An event was published on this node's bus (one of its own loops': relayed ones
         are not published there): tell the other nodes (coalesced)."""
-        self._local_events.set()
+        if self._holding is None or not self._holding.alone():
+            self._local_events.set()
         if type(event) is LoopFinished:
             ended = self._ended
             ended[event.loop_id] = None
@@ -537,7 +546,7 @@ async def open_routes(url: StoreUrl, timeout: float) -> AsyncIterator[Routes]:
             shown=url.redacted,
             node_id=holding.node_id,
             timeout=timeout,
-            owned=holding.fences,
+            holding=holding,
         )
     )
     try:

@@ -652,9 +652,10 @@ class Holding:
     """What this process holds on a store as one node incarnation: its id and the fence of
     each loop it owns (set when it admits or claims the loop). The Store's backends commit
     under it, so a backend reopened after a crash of the Store is the same incarnation
-    holding the same loops; the lease keeper adds the loops it claims."""
+    holding the same loops; the lease keeper adds the loops it claims. It also counts the
+    other nodes on the store (:meth:`alone`)."""
 
-    __slots__ = ("affinity", "fences", "node_id")
+    __slots__ = ("affinity", "fences", "heard", "heard_when_counted", "node_id", "peers")
 
     def __init__(
         self, node_id: str, affinity: Callable[[LoopState], str | None] | None = None
@@ -663,6 +664,19 @@ class Holding:
         self.fences: dict[str, int] = {}
         #: What a loop admitted here is tied to (``Placement.affinity``).
         self.affinity = affinity or _anywhere
+        #: The live nodes on the store besides this one, as the lease last counted them
+        #: (None: not counted).
+        self.peers: int | None = None
+        #: How many times another node was heard (its notifications, by the routes), and
+        #: how many times when the lease's last count was asked: a node heard since then
+        #: may not be in the count.
+        self.heard = 0
+        self.heard_when_counted = 0
+
+    def alone(self) -> bool:
+        """No other node is on the store, as far as this one knows: the lease's last count
+        found none and none was heard since."""
+        return self.peers == 0 and self.heard == self.heard_when_counted
 
 
 #: The holding of each runtime of this process, by store URL (one runtime per store in a
@@ -790,6 +804,7 @@ class Lease:
                 )
         except self._error as exc:
             raise StoreError(f"cannot take a lease on the store {self.shown}: {exc}") from None
+        self.holding.peers = len(live) - len(dead)
         for node_id in dead:
             log.warning("node %s declared dead by %s (its lease expired)", node_id, self.node_id)
 
@@ -800,16 +815,22 @@ class Lease:
         Raises:
             StoreError: the database could not be reached (the caller's clock decides).
         """
+        holding = self.holding
+        heard = holding.heard  # before the count is asked: a node heard later may be missing
         try:
             with self._lock:
-                done = self._conn.execute(
+                row = self._conn.execute(
                     "UPDATE nodes SET expires_at = clock_timestamp() + %s * interval '1 second' "
-                    "WHERE node_id = %s AND state = 'live'",
-                    (self.ttl, self.node_id),
-                )
+                    "WHERE node_id = %s AND state = 'live' RETURNING (SELECT count(*) "
+                    "FROM nodes WHERE state = 'live' AND node_id <> %s)",
+                    (self.ttl, self.node_id, self.node_id),
+                ).fetchone()
         except self._error as exc:
             raise StoreError(f"cannot renew the lease on the store {self.shown}: {exc}") from None
-        return bool(done.rowcount == 1)
+        if row is None:
+            return False
+        holding.peers, holding.heard_when_counted = int(row[0]), heard
+        return True
 
     def claim(self, capacity: int) -> list[str]:
         """One claim pass: declare dead the nodes whose lease expired (first finder wins)
