@@ -609,6 +609,7 @@ def runtime_children(config: RuntimeConfig, deps: RunnerDeps) -> list[ChildSpec]
                 shared=kind.in_process,
                 blocking=kind.blocking,
                 retention_days=config.retention_days,
+                tell_recorded=not transport_kind(config.transport).rounds_here,
             ),
             name=STORE,
             shutdown=30.0,

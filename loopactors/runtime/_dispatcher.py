@@ -34,7 +34,14 @@ from ..errors import ActorError, MailboxFull
 from ..loops import AnyEvent, RoundWaiting, WorkerSpec
 from ..workers import RoundContext, RoundRequest, RoundResult
 from ._inprocess import InProcessTransport
-from ._messages import CancelRound, Dispatch, RoundDone, RoundWhere, WhereIsRound
+from ._messages import (
+    CancelRound,
+    Dispatch,
+    RoundDone,
+    RoundsRecorded,
+    RoundWhere,
+    WhereIsRound,
+)
 from ._outputs import cap_output, is_cut, keep_whole
 from ._round_transport import RoundRun, RoundTransport
 from ._wiring import deliver, runner_name
@@ -145,6 +152,9 @@ class Dispatcher(Actor[Any]):
             else:
                 self.nursery.start_soon(self._round_task, message, run, name=f"round {key}")
             return None
+        if kind is RoundsRecorded:
+            self._transport.recorded(message.keys)
+            return None
         if kind is WhereIsRound:
             round_run = self._running.get(message.key)
             if round_run is None:
@@ -155,29 +165,33 @@ class Dispatcher(Actor[Any]):
                 return RoundWhere(queued=True)  # waiting for a slot, or run elsewhere
             return RoundWhere(running_for=trio.current_time() - round_run.began)
         if kind is CancelRound:
-            running = self._running.get(message.key)
-            self._transport.cancel(message.key)
-            if isinstance(running, _Waiting):
-                self._drop(running)
-                request = running.dispatch.request
-                running.end(request, False)
-                ended = RoundResult(status="cancelled", error="round cancelled")
-                self._finish_soon(request, ended, time.monotonic() - running.began_at)
-            elif running is not None:
-                self._stopping.add(message.key)
-                running.scope.cancel()
-            else:
-                now = trio.current_time()
-                self._cancelled[message.key] = now
-                self._cancelled.move_to_end(message.key)
-                cancelled = self._cancelled
-                while cancelled and (
-                    len(cancelled) > CANCELLED_MEMORY
-                    or now - next(iter(cancelled.values())) >= CANCELLED_TTL
-                ):
-                    cancelled.popitem(last=False)  # the oldest first
+            self._cancel(message.key)
             return None
         return ErrorReply(TypeError(f"the dispatcher does not accept {kind.__name__}"))
+
+    def _cancel(self, key: str) -> None:
+        """Stop the round with this key: running, waiting, or not dispatched yet."""
+        running = self._running.get(key)
+        self._transport.cancel(key)
+        if isinstance(running, _Waiting):
+            self._drop(running)
+            request = running.dispatch.request
+            running.end(request, False)
+            ended = RoundResult(status="cancelled", error="round cancelled")
+            self._finish_soon(request, ended, time.monotonic() - running.began_at)
+        elif running is not None:
+            self._stopping.add(key)
+            running.scope.cancel()
+        else:
+            now = trio.current_time()
+            self._cancelled[key] = now
+            self._cancelled.move_to_end(key)
+            cancelled = self._cancelled
+            while cancelled and (
+                len(cancelled) > CANCELLED_MEMORY
+                or now - next(iter(cancelled.values())) >= CANCELLED_TTL
+            ):
+                cancelled.popitem(last=False)  # the oldest first
 
     async def on_start(self) -> None:
         self._context = contextvars.copy_context()

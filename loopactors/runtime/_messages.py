@@ -65,6 +65,7 @@ __all__ = [
     "RecordAttempt",
     "RoundDone",
     "RoundWhere",
+    "RoundsRecorded",
     "Schedule",
     "SetNodeGateway",
     "StartLoop",
@@ -284,6 +285,14 @@ class RoundWhere(msgspec.Struct, frozen=True):
 
 class CancelRound(msgspec.Struct, frozen=True):
     key: str
+
+
+class RoundsRecorded(msgspec.Struct, frozen=True):
+    """The Store to the Dispatcher, after a commit (with a remote transport only): these
+    rounds' records are durable, by key; their transport lets go of their reports, which
+    it kept until now for a node that takes the loop over (``RoundTransport.recorded``)."""
+
+    keys: tuple[str, ...]
 
 
 class RoundDone(msgspec.Struct, gc=False, frozen=True):

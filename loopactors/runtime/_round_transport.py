@@ -88,6 +88,10 @@ class RoundTransport(abc.ABC):
         :meth:`run`."""
         return None
 
+    def recorded(self, keys: tuple[str, ...]) -> None:  # noqa: B027 - nothing kept here
+        """These rounds' records are durable (keys ``loop_id:round``): what the transport
+        kept of their results for a node that might take their loops over may go."""
+
     def cancel(self, key: str) -> None:  # noqa: B027 - a round run here has nothing more
         """Stop the round with this idempotency key wherever it runs (its cancel scope is
         cancelled too, which is all a round run here needs)."""

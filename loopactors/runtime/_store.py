@@ -39,10 +39,11 @@ from ._messages import (
     NotificationRetry,
     NotificationsQueued,
     PruneLoops,
+    RoundsRecorded,
     SetNodeGateway,
 )
 from ._retention import keep_pruning
-from ._wiring import COORDINATOR, NOTIFIER, deliver
+from ._wiring import COORDINATOR, DISPATCHER, NOTIFIER, deliver
 
 __all__ = ["Store"]
 
@@ -123,14 +124,17 @@ class Store(Actor[Any]):
         shared: bool = False,
         blocking: bool = False,
         retention_days: float | None = None,
+        tell_recorded: bool = False,
     ) -> None:
         """``open_backend`` is called at each (re)start. A ``shared`` backend (the in-memory
         one, which must outlive a restart of this actor) is not closed when it stops. A
         ``blocking`` backend (one whose calls wait on a server) is called in a worker thread,
         one call at a time, so the event loop never waits on it. With
         ``retention_days``, finished loops older than that are pruned at the start and
-        then periodically (see :mod:`._retention`)."""
+        then periodically (see :mod:`._retention`). With ``tell_recorded`` (a remote
+        transport), the keys of the rounds each commit recorded go to the Dispatcher."""
         self._open_backend = open_backend
+        self._tell_recorded = tell_recorded
         self._bus = bus
         self._shared = shared
         self._blocking = blocking
@@ -378,6 +382,14 @@ class Store(Actor[Any]):
                 await deliver(node, forward.name, forward.message)
         if queued:  # the Notifier delivers what this commit queued
             await deliver(node, NOTIFIER, NotificationsQueued())
+        if self._tell_recorded:
+            recorded = tuple(
+                f"{write.state.loop_id}:{write.round.round}"
+                for write in writes
+                if write.round is not None and write.state.loop_id not in fenced
+            )
+            if recorded:
+                await deliver(node, DISPATCHER, RoundsRecorded(recorded))
         if fenced:
             await deliver(node, COORDINATOR, LoopsFencedOut(fenced))
 

@@ -20,7 +20,12 @@ A round's route names the stream of the node that waits for it now (set when it 
 or adopts the order), and the worker reports there, acknowledging the order in the same
 step. A node that takes a round over from another (a takeover on a shared store) adopts its
 order if a worker still has it, so the report comes to it; if the round was already reported
-to the other node's stream, it moves that report to its own: the round is not run again.
+to the other node's stream, it moves that report to its own: the round is not run again. A
+report stays on its stream (acknowledged) until the round's record is durable
+(``recorded``): a node that dies between taking a report and recording it leaves it there for
+the node that dispatches the round next, itself restarted or another. A node that wakes from
+a pause past its lease may adopt back a round it had in hand; the owner looks at its rounds'
+routes every few seconds and adopts them again.
 
 While Redis is unreachable every operation retries with backoff: rounds wait in
 ``awaiting_worker`` and nothing is lost. If Redis comes back without its data (restarted with
@@ -93,14 +98,16 @@ HELD_MAX = 10_000
 #: Publish a round's order, unless the latest order published for its key is still on the
 #: stream (taken by a worker or waiting): then wait for that one (a node restarted, or took
 #: the round over, while the round ran), its route now this node's results stream. Or,
-#: unless the round was already reported to another node's results stream (noted in its
-#: ``reported_key``): then move that report to this node's. KEYS: the stream, the order's
-#: index, the route, the reported note, this node's results stream; ARGV: the order, "1" to
-#: adopt, the keys' expiry, the nodes' group. Returns [entry id, 0 published, 1 adopted, 2
-#: moved (the id is the report's in this node's stream)]. The other node's stream is a key
-#: read from the note: a single Redis, not a cluster.
+#: unless the round was already reported (noted in its ``reported_key``) and the report is
+#: still on a results stream (another node's, or this one's taken by a node that died before
+#: recording it): then move that report to the end of this node's. KEYS: the stream, the
+#: order's index, the route, the reported note, this node's results stream; ARGV: the order,
+#: "1" to adopt (or move), "2" to adopt or move only (never publish), the keys' expiry, the
+#: nodes' group. Returns [entry id, 0 published, 1 adopted, 2 moved (the id is the report's
+#: in this node's stream), 3 none of these (with "2")]. The other node's stream is a key read
+#: from the note: a single Redis, not a cluster.
 PUBLISH_OR_ADOPT = """
-if ARGV[2] == '1' then
+if ARGV[2] ~= '0' then
   local id = redis.call('GET', KEYS[2])
   if id and #redis.call('XRANGE', KEYS[1], id, id) > 0 then
     redis.call('SET', KEYS[3], KEYS[5], 'EX', ARGV[3])
@@ -109,16 +116,20 @@ if ARGV[2] == '1' then
   local note = redis.call('GET', KEYS[4])
   if note then
     local stream, entry = string.match(note, '^(%S+) (%S+)$')
-    if stream and stream ~= KEYS[5] then
+    if stream then
       local found = redis.call('XRANGE', stream, entry, entry)
       if #found > 0 then
         local moved = redis.call('XADD', KEYS[5], '*', unpack(found[1][2]))
         redis.call('XACK', stream, ARGV[4], entry)
         redis.call('XDEL', stream, entry)
         redis.call('SET', KEYS[4], KEYS[5] .. ' ' .. moved, 'EX', ARGV[3])
+        redis.call('SET', KEYS[3], KEYS[5], 'EX', ARGV[3])
         return {moved, 2}
       end
     end
+  end
+  if ARGV[2] == '2' then
+    return {'', 3}
   end
 end
 local id = redis.call('XADD', KEYS[1], '*', 'order', ARGV[1])
@@ -128,6 +139,29 @@ return {id, 0}
 """
 #: How long the index of an order outlives a worker that died before forgetting it.
 ORDER_INDEX_SECONDS = 7 * 24 * 3600
+#: Let go of the reports of rounds now recorded (or of reports nobody took in time): each
+#: report's entry leaves this node's results stream, its note and route go if they still
+#: name it. KEYS: this node's results stream, then each round's note and route; ARGV: each
+#: round's report entry.
+FORGET = """
+for i, entry in ipairs(ARGV) do
+  redis.call('XDEL', KEYS[1], entry)
+  if redis.call('GET', KEYS[2 * i]) == KEYS[1] .. ' ' .. entry then
+    redis.call('DEL', KEYS[2 * i])
+  end
+  if redis.call('GET', KEYS[2 * i + 1]) == KEYS[1] then
+    redis.call('DEL', KEYS[2 * i + 1])
+  end
+end
+return #ARGV
+"""
+#: Rounds let go of per call of FORGET.
+FORGET_BATCH = 256
+#: Seconds between two looks at the routes of the rounds waited for here (a node that woke
+#: from a pause past its lease may have adopted one back).
+ROUTE_CHECK_SECONDS = 3.0
+#: A look at the routes this much later than due: this process was paused (or starved).
+LATE_SECONDS = 1.0
 
 
 class _Waiter:
@@ -171,8 +205,15 @@ class RedisTransport(RemoteTransport):
         self._stops: list[str] = []
         self._stops_wake = trio.Event()
         self.reports_dropped = 0
-        #: Reports nobody waited for, by round key, with when they came (monotonic).
-        self._held: dict[str, tuple[RoundResult, float]] = {}
+        #: Reports nobody waited for, by round key, with when they came (monotonic) and
+        #: their entry on the results stream.
+        self._held: dict[str, tuple[RoundResult, float, str]] = {}
+        #: Reports a round took, by round key: their entry (kept on the stream until the
+        #: round is recorded) and when they were taken (monotonic).
+        self._taken: dict[str, tuple[str, float]] = {}
+        #: Reports to let go of: (round key, entry), and what wakes the task that does.
+        self._forget: list[tuple[str, str]] = []
+        self._forget_wake = trio.Event()
         # Set once the reports waiting on the stream at start-up are read (and held).
         self._drained = trio.Event()
 
@@ -193,14 +234,20 @@ class RedisTransport(RemoteTransport):
                 nursery.start_soon(self._read_reports)
                 nursery.start_soon(self._publish_stops)
                 nursery.start_soon(self._sweep_dead_workers)
+                nursery.start_soon(self._forget_recorded)
+                nursery.start_soon(self._keep_routes)
 
     async def _sweep_dead_workers(self) -> None:
         """Workers that stopped beating are marked dead, then removed (see ``_sweep``), even
-        when no live worker is left to do it."""
+        when no live worker is left to do it; and old reports leave this node's stream."""
         while True:
             await trio.sleep(SWEEP_SECONDS)
             try:
                 await expire_dead_workers(self._client)
+                # Reports older than their notes, which no node takes any more: left by a
+                # node that died between recording rounds and letting go of their reports.
+                oldest = int((time.time() - ORDER_INDEX_SECONDS) * 1000)
+                await self._client.xtrim(self._results, PureToken.MINID, oldest)
             except RETRIED_OR_NO_GROUP:
                 continue  # the report reader says when Redis is away
 
@@ -224,10 +271,12 @@ class RedisTransport(RemoteTransport):
             earlier = self._held.pop(key, None)
             if earlier is not None:
                 log.info("round %s was reported while no node waited: taken, not run again", key)
+                self._taken[key] = (earlier[2], time.monotonic())
                 return earlier[0]
             await self._publish(waiter)
             late = self._held.pop(key, None)  # a report read before the publish returned
             if late is not None:
+                self._taken[key] = (late[2], time.monotonic())
                 return late[0]
             await waiter.done.wait()
             assert waiter.result is not None
@@ -235,6 +284,16 @@ class RedisTransport(RemoteTransport):
         finally:
             if self._waiting.get(key) is waiter:
                 del self._waiting[key]
+
+    def recorded(self, keys: tuple[str, ...]) -> None:
+        """These rounds are recorded: their reports leave the results stream."""
+        taken = self._taken
+        for key in keys:
+            found = taken.pop(key, None)
+            if found is not None:
+                self._forget.append((key, found[0]))
+        if self._forget:
+            self._forget_wake.set()
 
     def cancel(self, key: str) -> None:
         """Stop the round with this key on whichever worker holds it (or will take it)."""
@@ -258,7 +317,9 @@ class RedisTransport(RemoteTransport):
             "reports_held": len(self._held),
         }
 
-    async def _publish(self, waiter: _Waiter, *, adopt: bool = True) -> None:
+    async def _publish(self, waiter: _Waiter, *, adopt: bool = True, only: bool = False) -> None:
+        """Publish the waiter's order, or adopt the one on its stream, or move its report
+        here; with ``only``, never publish (nothing to adopt or move: nothing done)."""
         key = waiter.order.request.key
         entry_id, how = await retry(
             "publishing a round",
@@ -274,7 +335,7 @@ class RedisTransport(RemoteTransport):
             ],
             args=[
                 encode(waiter.order).decode(),
-                "1" if adopt else "0",
+                "2" if only else "1" if adopt else "0",
                 ORDER_INDEX_SECONDS,
                 NODE_GROUP,
             ],
@@ -284,6 +345,8 @@ class RedisTransport(RemoteTransport):
         elif int(how) == 2:
             log.info("round %s was reported to another node: its report moved here", key)
             waiter.any_order = True
+        elif int(how) == 3:
+            return
         waiter.entry_id = str(entry_id)
         waiter.entry_ids.add(waiter.entry_id)
 
@@ -326,70 +389,146 @@ class RedisTransport(RemoteTransport):
                 self._drained.set()
                 continue
             done: list[str] = []
-            keys: list[str] = []
+            useless: list[str] = []
             for entry in entries:
                 done.append(entry.identifier)
-                key = self._take_report(entry.field_values.get("report"))
-                if key is not None:
-                    keys += [route_key(key), reported_key(key)]
+                if not self._take_report(entry.field_values.get("report"), entry.identifier):
+                    useless.append(entry.identifier)
             if done:
-                await retry("acknowledging reports", self.url, self._forget_reports, done, keys)
+                await retry("acknowledging reports", self.url, self._ack, done, useless)
                 if start == "0":  # acknowledged pending entries leave the pending list
                     continue
 
-    async def _forget_reports(self, ids: list[str], keys: list[str]) -> None:
-        """Acknowledge and delete: the results stream holds only reports not yet taken; and
-        the taken rounds' routes and notes."""
+    async def _ack(self, ids: list[str], useless: list[str]) -> None:
+        """Acknowledge reports read; delete at once those of no use to anyone. A report a
+        round took, or that is held, stays on the stream until its round is recorded (or
+        until it is let go of): a node dispatching the round next finds it there."""
         await self._client.xack(self._results, NODE_GROUP, ids)
-        await self._client.xdel(self._results, ids)
-        if keys:
-            await self._client.delete(keys)
+        if useless:
+            await self._client.xdel(self._results, useless)
 
-    def _take_report(self, raw: str | None) -> str | None:
-        """Hand a report to the round waiting for it, or hold it (or drop it); the round's
-        key if a round took it (its route and note are then of no more use)."""
+    def _take_report(self, raw: str | None, entry_id: str = "") -> bool:
+        """Hand a report to the round waiting for it, or hold it (or drop it); whether its
+        entry is kept (a round took it, or it is held)."""
         if raw is None:
             self.reports_dropped += 1
-            return None
+            return False
         try:
             report = decode_report(raw)
         except Exception:
             self.reports_dropped += 1
             log.warning("dropped an unreadable round report")
-            return None
+            return False
         waiter = self._waiting.get(report.key)
         if waiter is None or waiter.entry_id is None:  # nobody waits, or not yet published
-            self._hold(report)
-            return None
+            return self._hold(report, entry_id)
         if report.entry_id and not waiter.any_order and report.entry_id not in waiter.entry_ids:
             # An order of this key published before, and gone from its stream when this
             # wait published its own: that one runs and reports; this one is history.
             self.reports_dropped += 1
             log.info("dropped the report of an earlier order of round %s", report.key)
-            return None
+            return False
         del self._waiting[report.key]
         waiter.result = report.result
         waiter.done.set()
-        return report.key
+        now = time.monotonic()
+        taken = self._taken
+        taken.pop(report.key, None)
+        taken[report.key] = (entry_id, now)
+        # A round never recorded (its loop fenced out, or stopped): let go in time.
+        while taken:
+            oldest = next(iter(taken))
+            if len(taken) <= HELD_MAX and now - taken[oldest][1] <= HELD_SECONDS:
+                break
+            self._let_go(oldest, taken.pop(oldest)[0])
+        return True
 
-    def _hold(self, report: RoundReport) -> None:
+    def _hold(self, report: RoundReport, entry_id: str = "") -> bool:
         """Keep a report nobody waits for: the node may be back after its round ended (a
         restart, a takeover), and dispatch it again. A cancelled run is no result of the
         round: dropped, as is a report of a loop stopped or of a round reported twice
-        (after a reclaim), once it is too old or too many others came after it."""
+        (after a reclaim), once it is too old or too many others came after it. Whether it
+        was kept."""
         if report.result.status == "cancelled":
             self.reports_dropped += 1
-            return
+            return False
         now = time.monotonic()
         held = self._held
-        held.pop(report.key, None)
-        held[report.key] = (report.result, now)
+        earlier = held.pop(report.key, None)
+        if earlier is not None:
+            self._let_go(report.key, earlier[2])
+        held[report.key] = (report.result, now, entry_id)
         while held:
             oldest = next(iter(held))
             if len(held) <= HELD_MAX and now - held[oldest][1] <= HELD_SECONDS:
                 break
-            del held[oldest]
+            self._let_go(oldest, held.pop(oldest)[2])
             self.reports_dropped += 1
+        return True
+
+    def _let_go(self, key: str, entry_id: str) -> None:
+        """The report's entry leaves the stream (by the task that forgets reports)."""
+        if entry_id:
+            self._forget.append((key, entry_id))
+            self._forget_wake.set()
+
+    async def _forget_recorded(self) -> None:
+        """Let go of reports of rounds recorded here, or of no use any more, in batches."""
+        while True:
+            await self._forget_wake.wait()
+            self._forget_wake = trio.Event()
+            while self._forget:
+                batch, self._forget = self._forget[:FORGET_BATCH], self._forget[FORGET_BATCH:]
+                keys = [self._results]
+                for key, _ in batch:
+                    keys += [reported_key(key), route_key(key)]
+                entries = [entry for _, entry in batch]
+                await retry(
+                    "letting go of reports",
+                    self.url,
+                    self._client.eval,
+                    FORGET,
+                    keys=keys,
+                    args=entries,
+                )
+
+    async def _keep_routes(self) -> None:
+        """Every few seconds: a round waited for here whose route named another node's
+        results stream at two looks in a row (a node that woke from a pause past its lease
+        adopted it back) is adopted again, or its report moved here; never published
+        again. Two looks, and none right after this process was itself paused (a look that
+        comes late starts over): a node woken from a pause past its lease finds its rounds
+        adopted by the node that took its loops over, and must not take them back in the
+        moment before it finds out (at its next renewal) and stops."""
+        elsewhere: set[str] = set()
+        while True:
+            due = trio.current_time() + ROUTE_CHECK_SECONDS
+            await trio.sleep_until(due)
+            if trio.current_time() > due + LATE_SECONDS:
+                elsewhere = set()
+                continue
+            waiters = [w for w in self._waiting.values() if w.entry_id is not None]
+            seen: set[str] = set()
+            for start in range(0, len(waiters), FORGET_BATCH):
+                chunk = waiters[start : start + FORGET_BATCH]
+                try:
+                    routes = await self._client.mget(
+                        [route_key(w.order.request.key) for w in chunk]
+                    )
+                except RETRIED_OR_NO_GROUP:
+                    break  # the report reader says when Redis is away
+                for waiter, route in zip(chunk, routes, strict=True):
+                    key = waiter.order.request.key
+                    if route == self._results or self._waiting.get(key) is not waiter:
+                        continue
+                    if key not in elsewhere:
+                        seen.add(key)
+                        continue
+                    log.warning(
+                        "round %s was routed to %s: taking it back", key, route or "nowhere"
+                    )
+                    await self._publish(waiter, only=True)
+            elsewhere = seen
 
     async def _ensure_group(self) -> None:
         await create_group(self._client, self._results, NODE_GROUP)
