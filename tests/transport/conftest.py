@@ -8,6 +8,7 @@ installs it.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -58,7 +59,9 @@ class Workers:
         kinds: str = "agent,command,python,scripted",
         slots: int = 1,
         options: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> trio.Process:
+        """``env``: added to this process's environment (a command round's sees it)."""
         log = open(self.tmp_path / f"{name}.log", "wb")  # noqa: SIM115, ASYNC230 - closed in aclose
         self.logs.append(log)
         process = await trio.lowlevel.open_process(
@@ -70,6 +73,7 @@ class Workers:
             ],
             stdout=log,
             stderr=log,
+            env=None if env is None else {**os.environ, **env},
         )  # fmt: skip
         self.processes[name] = process
         await wait_for_workers(url, {name})
