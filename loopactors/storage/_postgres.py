@@ -329,6 +329,11 @@ class PostgresBackend(SqlBackend):
         except pg.Error as exc:
             raise StoreError(f"cannot connect to the store {self.shown}: {exc}") from None
         with closed_on_failure(self._conn):
+            from ._pg_arrays import register_arrays  # noqa: PLC0415 - it imports psycopg
+
+            # A commit's arrays are built by the store itself (storage/_pg_arrays.py).
+            register_arrays(self._conn)
+            self._text_encoding = self._conn.info.encoding
             # A node stalled inside a transaction (a prune's, the queue's) must not hold its
             # lease row locked against a takeover for long: the server ends it.
             with self._reading():
@@ -405,38 +410,50 @@ class PostgresBackend(SqlBackend):
         fences = self.holding.fences
         if self._own_lease is not None:
             self._adopt([loop_id for loop_id in states if loop_id not in fences])
+        from ._pg_arrays import (  # noqa: PLC0415 - with psycopg, when a store is opened
+            bytea_array,
+            float8_array,
+            int4_array,
+            int8_array,
+            text_array,
+        )
+
+        text = self._text_encoding
         try:
             loops = list(states.values())
             rounds = list(records.values())
             notifications = queued_by(writes)
             params = (
                 self.node_id,
-                [s.loop_id for s in loops],
-                [s.phase for s in loops],
-                [s.created_at for s in loops],
-                [s.updated_at for s in loops],
-                [counts[s.loop_id] for s in loops],
-                [encode(s) for s in loops],
-                [fences.get(s.loop_id, 0) for s in loops],
-                _roots(loops, fences),
+                text_array([s.loop_id for s in loops], text),
+                text_array([s.phase for s in loops], text),
+                float8_array([s.created_at for s in loops]),
+                float8_array([s.updated_at for s in loops]),
+                int8_array([counts[s.loop_id] for s in loops]),
+                bytea_array([encode(s) for s in loops]),
+                int8_array([fences.get(s.loop_id, 0) for s in loops]),
+                text_array(_roots(loops, fences), text),
                 # Admissions only (fence 0): a loop's affinity is set once, where it starts.
-                [None if s.loop_id in fences else self.holding.affinity(s) for s in loops],
+                text_array(
+                    [None if s.loop_id in fences else self.holding.affinity(s) for s in loops],
+                    text,
+                ),
                 self.node_id,
                 self.node_id,
-                [r.loop_id for r in rounds],
-                [r.round for r in rounds],
-                [r.status for r in rounds],
-                [r.cost_usd for r in rounds],
-                [encode(r) for r in rounds],
+                text_array([r.loop_id for r in rounds], text),
+                int4_array([r.round for r in rounds]),
+                text_array([r.status for r in rounds], text),
+                float8_array([r.cost_usd for r in rounds]),
+                bytea_array([encode(r) for r in rounds]),
                 writer_of(self.node_id),
-                [loop_id for loop_id, _, _ in numbered],
-                [n for _, n, _ in numbered],
-                [counts[loop_id] for loop_id, _, _ in numbered],
-                [event_type(e) for _, _, e in numbered],
-                [encode(e) for _, _, e in numbered],
-                [n.loop_id for n in notifications],
-                [n.at for n in notifications],
-                [encode(n) for n in notifications],
+                text_array([loop_id for loop_id, _, _ in numbered], text),
+                int8_array([n for _, n, _ in numbered]),
+                int8_array([counts[loop_id] for loop_id, _, _ in numbered]),
+                text_array([event_type(e) for _, _, e in numbered], text),
+                bytea_array([encode(e) for _, _, e in numbered]),
+                text_array([n.loop_id for n in notifications], text),
+                float8_array([n.at for n in notifications]),
+                bytea_array([encode(n) for n in notifications]),
             )
             statement = _COMMIT_UNFENCED if _unfenced() else _COMMIT
             row = self._conn.execute(statement, params).fetchone()
