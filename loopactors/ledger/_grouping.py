@@ -318,7 +318,10 @@ def _append(values: array[int], value: int, wider: str = "i") -> array[int]:
 
 
 class PartsGrouper:
-    """:func:`group_signatures` for thresholds of at least 0.8, one signature at a time.
+    """:func:`group_signatures`, one signature at a time: through the parts for thresholds
+    of at least 0.8, below that by counting shared grams from the first signature on
+    (:class:`_DenseIndex`, exact at any threshold; the prefix filter needs every signature
+    first, to rank the grams).
 
     ``common`` grams are left out of the parts (see :func:`common_grams`); which ones only
     changes the speed, never a group. Group heads are kept as UTF-8 text in one buffer and
@@ -366,8 +369,11 @@ class PartsGrouper:
         # key -> the groups whose head has that part; a collision only adds a candidate
         self._index = _KeyIndex()
         self._counts_by_size: dict[int, tuple[int, ...]] = {}
-        #: Set once the parts make too many heads candidates (see :class:`_DenseIndex`).
+        #: Set once the parts make too many heads candidates (see :class:`_DenseIndex`),
+        #: or at once below the parts' threshold (a part would mostly be empty).
         self._dense: _DenseIndex | None = None
+        if threshold < _PARTITION_MIN_THRESHOLD:
+            self._dense = _DenseIndex(self)
 
     def release_index(self) -> None:
         """Drop the index (no more :meth:`add`): the heads are all a summary still needs."""
@@ -642,7 +648,11 @@ class _DenseIndex:
         needs: dict[tuple[int, int], int] = {}
         smallest = math.ceil(size * threshold / _LOOSE)
         largest = math.floor(size / threshold * _LOOSE)
-        for other in range(smallest, largest + 1):
+        in_reach: Iterable[int] = range(smallest, largest + 1)
+        if largest - smallest >= len(self.by_size):
+            # A low threshold reaches many sizes: the sizes the heads have are fewer.
+            in_reach = [other for other in self.by_size if smallest <= other <= largest]
+        for other in in_reach:
             by_common = self.by_size.get(other)
             if by_common is None:
                 continue

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from ._breaker import decide
 from ._facts import ABSENT
 from ._facts_stream import read_streamed_facts
-from ._grouping import _PARTITION_MIN_THRESHOLD
 from ._js import WHITESPACE, LongText, format_number, js_string, truthy_number
 from ._model import (
     BreakerConfig,
@@ -60,11 +59,11 @@ class LedgerChanged(RuntimeError):
 
 
 def streams_injection(breaker: BreakerConfig) -> bool:
-    """Whether :func:`write_streamed_injection` can build the block: the summary's grouper
-    reads one error at a time for thresholds of at least 0.8 only (below, the parsed
-    ledger's grouping takes every signature at once)."""
+    """Whether :func:`write_streamed_injection` can build the block: for any threshold the
+    checks take (the summary's grouper reads one error at a time whatever it is); one they
+    refuse is left to the whole read, whose message it gets."""
     threshold = breaker.similarity_threshold
-    return isinstance(threshold, int | float) and _PARTITION_MIN_THRESHOLD <= threshold <= 1
+    return isinstance(threshold, int | float) and 0 < threshold <= 1
 
 
 def write_streamed_injection(

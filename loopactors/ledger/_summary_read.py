@@ -385,8 +385,7 @@ class StreamedSummary:
     )
 
     def __init__(self, threshold: float = _THRESHOLD) -> None:
-        #: ``--summary`` groups at the default; ``--inject`` at the breaker's threshold
-        #: (at least 0.8: the grouper's parts need it).
+        #: ``--summary`` groups at the default; ``--inject`` at the breaker's threshold.
         self.threshold = threshold
         self.goal = ""
         self.total_attempts = self.successes = self.failures = self.noops = 0
@@ -570,7 +569,7 @@ def read_summary(
 ) -> StreamedSummary | None:
     """The summary of the ledger JSON ``read(n)`` returns a piece at a time, or None where
     ``parse_ledger`` must read it (bad or unusual input; see the module's note).
-    ``threshold``: at least 0.8 (:class:`PartsGrouper`)."""
+    ``threshold``: in (0, 1] (:class:`PartsGrouper` takes any)."""
     text = _Text(read)
     summary = StreamedSummary(threshold)
     try:

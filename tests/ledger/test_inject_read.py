@@ -106,7 +106,7 @@ inject_attempt = st.fixed_dictionaries(
 )
 #: Threshold, window, trace lines and the JSON's indent.
 options = st.tuples(
-    st.sampled_from(["0.8", "0.85", "0.95", "1"]),
+    st.sampled_from(["0.3", "0.6", "0.8", "0.85", "0.95", "1"]),
     st.integers(1, 6),
     st.integers(1, 4),
     st.sampled_from([None, 2]),
@@ -143,7 +143,7 @@ def test_edge_cases_and_errors_equal_parsed_ledger(
 @pytest.mark.parametrize(
     "args",
     [
-        ["--similarity-threshold", "0.5"],  # below the streamed grouper's range: read whole
+        ["--similarity-threshold", "0.5"],  # below the parts' threshold: counted grams
         ["--max-iterations", "0"],
         ["--window", "0"],
         ["--max-trace-lines", "0", "--max-iterations", "2"],
@@ -186,6 +186,7 @@ def _long_ledger(size: int) -> tuple[bytes, list[dict[str, Any]]]:
         ["--window", "4"],
         ["--window", "3", "--max-trace-lines", "1"],
         ["--window", "5", "--max-trace-lines", "2", "--similarity-threshold", "0.9"],
+        ["--window", "6", "--similarity-threshold", "0.3"],
         ["--window", "2", "--max-trace-lines", "40"],
         ["--window", "2", "--max-trace-lines", "41"],
     ],

@@ -240,6 +240,35 @@ def test_fast_grouping_equals_naive_many(signatures: list[str], threshold: float
     assert group_signatures(signatures, threshold) == naive_groups(signatures, threshold)
 
 
+def streamed_groups(signatures: list[str], threshold: float) -> list[int]:
+    """The groups of ``PartsGrouper`` fed one signature at a time, as ``--inject``'s
+    summary feeds it at any threshold (common grams from the distinct signatures)."""
+    from loopactors.ledger._grouping import PartsGrouper, common_grams
+
+    distinct = list(dict.fromkeys(signatures))
+    grouper = PartsGrouper(threshold, common_grams(distinct))
+    group_of = {sig: grouper.add(sig) for sig in distinct}
+    return [group_of[sig] for sig in signatures]
+
+
+@settings(max_examples=200)
+@given(st.lists(signature, max_size=40), st.sampled_from([1e-7, 0.2, 0.4, 0.5, 0.6, 0.75, 0.79]))
+def test_one_at_a_time_below_the_parts_threshold_equals_naive(
+    signatures: list[str], threshold: float
+) -> None:
+    assert streamed_groups(signatures, threshold) == naive_groups(signatures, threshold)
+
+
+@pytest.mark.parametrize("threshold", [0.1, 0.3, 0.5, 0.7])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_one_at_a_time_with_common_grams_below_the_parts_threshold_equals_naive(
+    threshold: float, seed: int
+) -> None:
+    sigs = _vocabulary_errors(300, seed)
+    assert len(set(sigs)) > 64  # common grams sampled: counted through the masks
+    assert streamed_groups(sigs, threshold) == naive_groups(sigs, threshold)
+
+
 def test_the_key_index_keeps_every_group_of_a_key_through_growth() -> None:
     from loopactors.ledger._grouping import _KeyIndex, _short
 

@@ -540,3 +540,46 @@ def test_prune_of_one_huge_error_in_its_window_holds_one_copy_of_it(
     assert code == 0
     expected = encode_json(prune_ledger(parse_ledger(data), PruneConfig()))
     assert output.read_text(encoding="utf-8") == expected + "\n"
+
+
+def test_inject_below_the_parts_threshold_holds_one_copy_of_a_huge_error(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--inject --similarity-threshold 0.5``: the summary's grouper took only thresholds
+    of at least 0.8 a signature at a time, so below that the ledger was read whole (the
+    text, the parsed ledger, the signatures, the pruned copy and the output: several times
+    the file). Now the grouper counts shared grams from the first signature on
+    (``_grouping``), and the block is read as at 0.85: one 6 MB error held once. Same
+    output as the whole read's."""
+    import json
+
+    from loopactors.ledger import BreakerConfig, PruneConfig, build_context_injection, parse_ledger
+    from loopactors.ledger._cli import main
+
+    random.seed(7)
+    words = "".join(random.choice(string.ascii_lowercase + "  ") for _ in range(6_000_000))
+    attempts = [
+        {"outcome": "failure", "error": "Error: x is undefined\n  at f", "action": "c"},
+        {"outcome": "success", "action": "b", "tokensUsed": 3},
+        {"outcome": "failure", "error": f"Error: {words} /x/y.js:12:3\n  at f", "action": "a"},
+        {"outcome": "failure", "error": "Error: y is undefined\n  at g", "action": "d"},
+    ]
+    data = json.dumps({"goal": "g", "attempts": attempts}).encode()
+    del words, attempts
+    path = tmp_path / "ledger.json"
+    path.write_bytes(data)
+    output = tmp_path / "out.txt"
+    args = ["--inject", "--ledger", str(path), "--similarity-threshold", "0.5"]
+    with output.open("w", encoding="utf-8") as out:
+        monkeypatch.setattr("sys.stdout", out)
+        code, peak = _peak(lambda: main(args))
+    # The error's line or kept lines (~1x), the reader's blocks, the line's set of grams
+    # and the counting index's entry for each (some 20,000 grams of this alphabet, 4-5 MB,
+    # whatever the error's length); it was 6x the file.
+    assert peak < len(data) + (5 << 20), peak
+    assert peak < 2 * len(data), peak
+    assert code == 0
+    ledger = parse_ledger(data.decode())
+    breaker = BreakerConfig(similarity_threshold=0.5)
+    expected = build_context_injection(ledger, breaker, PruneConfig(similarity_threshold=0.5))
+    assert output.read_text(encoding="utf-8") == expected + "\n"
