@@ -26,7 +26,11 @@ when nothing is to be claimed. Goal: at most 5 ms.
 
 Throughput: ``--loops`` loops x 5 rounds of a trivial worker in one process, each round
 committed before the next, on SQLite and on PostgreSQL (the same machine, a Unix socket):
-rounds/s, the node's CPU per round (its threads included) and the server's.
+rounds/s, the node's CPU per round (its threads included) and the server's; ``--repeat N``
+runs each store N times, alternating (compare CPU per round, steadier than rounds/s on a
+shared machine).
+
+    python bench/multinode.py --only throughput --repeat 5
 
 The server this script starts runs with ``fsync=off`` (as the tests' does), so commits cost
 no disk flush: compare CPU per round, not durability. Scaling across machines cannot be
@@ -46,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +63,8 @@ from loopactors.runtime import RuntimeConfig, open_runtime
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = "scripted:latency=3600"
 RETRY_EVERY = 0.05
+#: The parts of the benchmark, in the order they run (``--only``).
+PARTS = ("takeover", "claims", "throughput")
 ROUNDS = 5
 
 
@@ -263,6 +270,39 @@ async def rounds_on(
     }
 
 
+def takeovers(fresh: Callable[[], str], tmp: Path, loops: int, ttl: float) -> None:
+    """The takeover table: the holder goes each way in turn (each on a ``fresh`` store)."""
+    head = f"{'holder goes by':<16}{'loops':>8}{'lease s':>9}{'takeover s':>12}"
+    print(f"{head}{'minus lease':>13}")
+    for how in (signal.SIGSTOP, signal.SIGKILL, signal.SIGTERM):
+        row = takeover(fresh(), tmp, loops, ttl, how)
+        beyond = "" if row["beyond_lease_s"] is None else f"{row['beyond_lease_s']:.2f}"
+        print(
+            f"{how.name:<16}{row['loops']:>8}{row['ttl_s']:>9.1f}"
+            f"{row['takeover_s']:>12.2f}{beyond:>13}"
+        )
+        print(json.dumps(row))
+
+
+def throughput(
+    fresh: Callable[[], str], postmaster: int | None, tmp: Path, loops: int, repeat: int
+) -> None:
+    """The throughput table: ``repeat`` runs of each store, alternating (PostgreSQL on a
+    ``fresh`` store each time, its server's CPU counted from ``postmaster``)."""
+    head = f"\n{'store':<12}{'loops':>8}{'rounds/s':>10}{'node us/round':>15}"
+    print(f"{head}{'server us/round':>17}")
+    # Alternating, so that a machine shared with other work loads both alike.
+    for run, kind in enumerate(("sqlite", "postgresql") * repeat):
+        store, server = (fresh(), postmaster) if kind == "postgresql" else ("sqlite", None)
+        row = trio.run(rounds_on, store, tmp / f"rounds-{kind}-{run}", loops, server)
+        shown = "" if row["server_cpu_us_per_round"] is None else row["server_cpu_us_per_round"]
+        print(
+            f"{kind:<12}{row['loops']:>8}{row['rounds_per_s']:>10}"
+            f"{row['node_cpu_us_per_round']:>15}{shown:>17}"
+        )
+        print(json.dumps(row))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -272,9 +312,24 @@ def main() -> None:
     parser.add_argument("--store", help="a postgresql:// URL (default: a throwaway server)")
     parser.add_argument("--claim-loops", type=int, default=50_000, help="live loops (50,000)")
     parser.add_argument("--passes", type=int, default=200, help="idle claim passes timed")
+    parser.add_argument(
+        "--only",
+        choices=PARTS,
+        action="append",
+        help="run only this part (again for several; default: all of them)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="throughput runs of each store, alternating SQLite and PostgreSQL (1)",
+    )
     parser.add_argument("--role", choices=["hold", "standby"], help=argparse.SUPPRESS)
     parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat takes a number of runs, at least 1, not {args.repeat}")
+    parts = set(args.only or PARTS)
     if args.role == "hold":
         trio.run(hold, args.store, args.state, args.loops, args.ttl)
         return
@@ -298,44 +353,17 @@ def main() -> None:
             f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}"
         )
-        head = f"{'holder goes by':<16}{'loops':>8}{'lease s':>9}{'takeover s':>12}"
-        print(f"{head}{'minus lease':>13}")
+        fresh: Callable[[], str] = (lambda: url) if server is None else server.fresh_url
+        postmaster = (
+            None if server is None else int((server.data / "postmaster.pid").read_text().split()[0])
+        )
         with tempfile.TemporaryDirectory(prefix="loopactors-multinode-") as tmp:
-            for how in (signal.SIGSTOP, signal.SIGKILL, signal.SIGTERM):
-                store = url if server is None else server.fresh_url()
-                row = takeover(store, Path(tmp), args.loops, args.ttl, how)
-                beyond = "" if row["beyond_lease_s"] is None else f"{row['beyond_lease_s']:.2f}"
-                print(
-                    f"{how.name:<16}{row['loops']:>8}{row['ttl_s']:>9.1f}"
-                    f"{row['takeover_s']:>12.2f}{beyond:>13}"
-                )
-                print(json.dumps(row))
-            store = url if server is None else server.fresh_url()
-            _print_claims(idle_claim_pass(store, args.claim_loops, args.passes))
-            head = f"\n{'store':<12}{'loops':>8}{'rounds/s':>10}{'node us/round':>15}"
-            print(f"{head}{'server us/round':>17}")
-            for kind in ("sqlite", "postgresql"):
-                store = (
-                    (url if server is None else server.fresh_url())
-                    if kind != "sqlite"
-                    else "sqlite"
-                )
-                postmaster = (
-                    None
-                    if server is None or kind == "sqlite"
-                    else int((server.data / "postmaster.pid").read_text().split()[0])
-                )
-                row = trio.run(
-                    rounds_on, store, Path(tmp) / f"rounds-{kind}", args.loops, postmaster
-                )
-                shown = (
-                    "" if row["server_cpu_us_per_round"] is None else row["server_cpu_us_per_round"]
-                )
-                print(
-                    f"{kind:<12}{row['loops']:>8}{row['rounds_per_s']:>10}"
-                    f"{row['node_cpu_us_per_round']:>15}{shown:>17}"
-                )
-                print(json.dumps(row))
+            if "takeover" in parts:
+                takeovers(fresh, Path(tmp), args.loops, args.ttl)
+            if "claims" in parts:
+                _print_claims(idle_claim_pass(fresh(), args.claim_loops, args.passes))
+            if "throughput" in parts:
+                throughput(fresh, postmaster, Path(tmp), args.loops, args.repeat)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
         print(f"# peak RSS of this process {peak} MB")
     finally:
