@@ -13,18 +13,29 @@ written there runs at the next start), the configuration (``loopactors.toml``; a
 - nothing inside a ``.git`` directory is written, and its ``config``, ``hooks`` and ``info``
   are not read either (``git`` through ``bash`` is the way to use a repository).
 
-For ``bash=sandbox``, :func:`sandbox_guards` finds the same things near the top of the
+For ``bash=sandbox``, :func:`sandbox_guards` finds the same things at any depth of the
 workspace so that the sandbox mounts a state directory away and the rest read-only, but for
 the ``pyproject.toml`` files: a command may change them (``uv add``), and
 :func:`put_back_tables` puts back each one whose ``[tool.loopactors]`` it changed.
+
+Reading every directory before every command costs a ``scandir`` each (about a second per
+command on a tree of 50,000: docs/benchmarks.md). The scan of a workspace is kept
+(:class:`_Scan`): before a command each directory is ``lstat``-ed, and only one whose inode,
+ctime or mtime changed is read again (adding, removing or renaming an entry changes its
+directory's mtime and ctime, and no process can set a ctime back). A directory changed
+within the last :data:`_RACY_NS` may change again within the same timestamp: it is read
+again each time until it is older.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
+import threading
+import time
 import tomllib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +52,13 @@ STATE_DIR_NAME = ".loopactors"
 #: Files only a state directory holds.
 STATE_MARKERS = ("runtime.lock", "loopactors.db", "node.token")
 _GIT_GUARDED = frozenset({"config", "config.worktree", "hooks", "info"})
-#: How deep :func:`sandbox_guards` looks, and how many directories at most.
-SANDBOX_SCAN_DEPTH = 3
-SANDBOX_SCAN_DIRS = 5_000
+#: The names :func:`sandbox_guards` looks for in a directory.
+_WATCHED = frozenset({CONFIG_FILE, PYPROJECT, ".git", *STATE_MARKERS})
+#: A directory changed this recently (ns) is not trusted to the kept scan (see above): a
+#: timestamp is as coarse as the kernel's clock tick, far below this.
+_RACY_NS = 2_000_000_000
+#: Workspaces whose scan is kept (the least recently used are dropped first).
+_KEPT_SCANS = 16
 
 
 def is_state_dir(directory: Path) -> bool:
@@ -156,15 +171,17 @@ class SandboxGuards:
 
 def sandbox_guards(root: Path, hidden: Sequence[Path] = ()) -> SandboxGuards:
     """The :class:`SandboxGuards` of ``root``: ``hidden`` (the node's own paths) and what is
-    found down to :data:`SANDBOX_SCAN_DEPTH` levels, at most :data:`SANDBOX_SCAN_DIRS`
-    directories."""
+    found in the whole workspace (its kept scan brought up to date: :func:`scan`)."""
     hide = [path for path in hidden if path.is_relative_to(root) and path.is_dir()]
     blank = [path for path in hidden if path.is_relative_to(root) and path.is_file()]
     read_only: list[Path] = []
     sealed: list[Path] = []
     tables: dict[Path, bytes] = {}
-    for directory, names in _scan(root):
-        if directory != root and is_state_dir(directory):
+    for found, names in scan(root):
+        directory = Path(found)
+        if directory != root and (
+            directory.name == STATE_DIR_NAME or not names.isdisjoint(STATE_MARKERS)
+        ):
             hide.append(directory)
             continue
         if CONFIG_FILE in names and (directory / CONFIG_FILE).is_file():
@@ -223,21 +240,97 @@ def _same_table(old: bytes, new: bytes) -> bool:
         return after is None  # broken before: only a table made since counts
 
 
-def _scan(root: Path) -> Iterator[tuple[Path, set[str]]]:
-    queue = [(root, 0)]
-    seen = 0
-    while queue and seen < SANDBOX_SCAN_DIRS:
-        directory, depth = queue.pop(0)
-        seen += 1
+class _Scan:
+    """The kept scan of one workspace, by directory: its inode, ctime and mtime (ns) when
+    it was read (a ctime of -1: changed too recently to trust), the names of
+    :data:`_WATCHED` in it, its subdirectories' paths (not ``.git``, no symlink followed,
+    last first: the walk pops them), and whether it is a state directory (hidden whole,
+    not looked into)."""
+
+    __slots__ = ("dirs", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.dirs: dict[str, _Dir] = {}
+
+
+_Dir = tuple[int, int, int, frozenset[str], tuple[str, ...], bool]
+_scans: dict[str, _Scan] = {}
+_scans_lock = threading.Lock()
+
+
+def scan(root: Path) -> list[tuple[str, frozenset[str]]]:
+    """The directories of ``root`` (but inside a state directory or ``.git``) that hold
+    any of :data:`_WATCHED` or are named like a state directory, with those names, parents
+    first; each directory is read again only if it changed since the last scan of ``root``
+    (see the module's note)."""
+    top = str(root)
+    with _scans_lock:
+        kept = _scans.pop(top, None) or _Scan()
+        _scans[top] = kept  # the most recently used last
+        while len(_scans) > _KEPT_SCANS:
+            del _scans[next(iter(_scans))]
+    with kept.lock:
+        return _refresh(top, kept)
+
+
+def _refresh(top: str, kept: _Scan) -> list[tuple[str, frozenset[str]]]:
+    before: dict[str, _Dir] = kept.dirs
+    after: dict[str, _Dir] = {}
+    recent = time.time_ns() - _RACY_NS
+    found: list[tuple[str, frozenset[str]]] = []
+    stack = [top]
+    lstat, get = os.lstat, before.get
+    while stack:
+        path = stack.pop()
         try:
-            with os.scandir(directory) as it:
-                entries = list(it)
+            st = lstat(path)
         except OSError:
             continue
-        names = {entry.name for entry in entries}
-        yield directory, names
-        if depth >= SANDBOX_SCAN_DEPTH or (directory != root and is_state_dir(directory)):
-            continue
-        for entry in sorted(entries, key=lambda e: e.name):
-            if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
-                queue.append((Path(entry.path), depth + 1))
+        entry = get(path)
+        if (
+            entry is None
+            or entry[1] != st.st_ctime_ns
+            or entry[2] != st.st_mtime_ns
+            or entry[0] != st.st_ino
+        ):
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            read = _read_dir(path, path != top)
+            if read is None:
+                continue
+            trusted = max(st.st_ctime_ns, st.st_mtime_ns) < recent
+            entry = (st.st_ino, st.st_ctime_ns if trusted else -1, st.st_mtime_ns, *read)
+        after[path] = entry
+        if entry[3] or entry[5]:
+            found.append((path, entry[3]))
+        if not entry[5]:
+            stack.extend(entry[4])
+    kept.dirs = after
+    return found
+
+
+_NONE: frozenset[str] = frozenset()
+
+
+def _read_dir(path: str, inner: bool) -> tuple[frozenset[str], tuple[str, ...], bool] | None:
+    """The names of :data:`_WATCHED` in ``path``, its subdirectories' paths (last first)
+    and whether it is a state directory (``inner``: not the workspace itself)."""
+    try:
+        with os.scandir(path) as it:
+            entries = list(it)
+    except OSError:
+        return None
+    watched = _WATCHED.intersection(entry.name for entry in entries) or _NONE
+    state = inner and (
+        os.path.basename(path) == STATE_DIR_NAME or not watched.isdisjoint(STATE_MARKERS)
+    )
+    subdirs = sorted(
+        (
+            entry.path
+            for entry in entries
+            if entry.name != ".git" and entry.is_dir(follow_symlinks=False)
+        ),
+        reverse=True,
+    )
+    return frozenset(watched), tuple(subdirs), state

@@ -207,6 +207,121 @@ async def test_the_sandbox_hides_the_state_and_keeps_the_configuration_read_only
     assert await call(ctx, "bash", command="echo ok >> src.py && git status --short") != ""
 
 
+DEEP = "a/b/c/d/e/f"  # six levels: the scan stopped at three
+
+
+@needs_bwrap
+async def test_the_sandbox_guards_what_governs_the_run_at_any_depth(tmp_path: Path) -> None:
+    """State directories, ``loopactors.toml`` and ``.git`` internals six and more levels
+    deep were left alone by the sandbox (its scan went three levels down), while the file
+    tools refused them. Now the whole workspace is scanned, and kept: one made by a
+    previous command of the same loop is guarded at the next."""
+    root = make_project(tmp_path / "ws")
+    deep = root / DEEP
+    (deep / ".loopactors").mkdir(parents=True)
+    (deep / ".loopactors" / "node.token").write_text(TOKEN)
+    (deep / "x" / "loopactors.toml").parent.mkdir()
+    (deep / "x" / "loopactors.toml").write_text('worker = "scripted"\n')
+    await trio.run_process(["git", "init", "-q", str(deep / "x" / "repo")])
+    ctx = context(root, bash="sandbox")
+    listing = await call(ctx, "bash", command=f"ls -A {DEEP}/.loopactors; echo done")
+    assert "node.token" not in listing
+    for command in (
+        f"echo 'worker = \"command:id\"' > {DEEP}/x/loopactors.toml",
+        f"git -C {DEEP}/x/repo config core.fsmonitor 'touch pwned'",
+        f"echo '#!/bin/sh' > {DEEP}/x/repo/.git/hooks/post-checkout",
+    ):
+        with pytest.raises(ToolError, match="exit code"):
+            await call(ctx, "bash", command=command)
+    # The state directory is an empty private one: what is written there goes nowhere.
+    await call(ctx, "bash", command=f"echo planted > {DEEP}/.loopactors/node.token")
+    assert (deep / "x" / "loopactors.toml").read_text() == 'worker = "scripted"\n'
+    assert "fsmonitor" not in (deep / "x" / "repo" / ".git" / "config").read_text()
+    assert (deep / ".loopactors" / "node.token").read_text() == TOKEN
+    # Made by one command, guarded at the next (the kept scan reads the changed
+    # directories again): a repository, a configuration file and a state directory.
+    later = "p/q/r/s/t/u/v"
+    await call(
+        ctx,
+        "bash",
+        command=f"mkdir -p {later}/.loopactors && git init -q {later}/repo "
+        f"&& echo 'worker = \"scripted\"' > {later}/loopactors.toml "
+        f"&& echo {TOKEN} > {later}/.loopactors/node.token",
+    )
+    listing = await call(ctx, "bash", command=f"cat {later}/.loopactors/node.token; echo done")
+    assert TOKEN not in listing
+    for command in (
+        f"echo 'worker = \"command:id\"' > {later}/loopactors.toml",
+        f"git -C {later}/repo config core.fsmonitor 'touch pwned'",
+        f"echo '* filter=x' > {later}/repo/.git/info/attributes",
+    ):
+        with pytest.raises(ToolError, match="exit code"):
+            await call(ctx, "bash", command=command)
+    assert (root / later / "loopactors.toml").read_text() == 'worker = "scripted"\n'
+    assert "fsmonitor" not in (root / later / "repo" / ".git" / "config").read_text()
+    assert not (root / later / "repo" / ".git" / "info" / "attributes").exists()
+
+
+def test_the_kept_scan_reads_again_only_the_directories_that_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before each sandboxed command the workspace's directories are ``lstat``-ed and only
+    those whose inode, ctime or mtime changed are read again; one changed within the last
+    two seconds every time (its timestamp may not move at its next change)."""
+    import time
+    from types import SimpleNamespace
+
+    from loopactors.agent import _protected
+
+    root = tmp_path / "ws"
+    for i in range(20):
+        (root / DEEP / str(i)).mkdir(parents=True)
+    now = time.time_ns()
+    #: Each directory's ctime and mtime as the scan sees them: long ago unless set here
+    #: (a ctime cannot be set back, so the test sets what lstat returns).
+    times: dict[str, int] = {}
+    real_lstat = os.lstat
+
+    def lstat(path: str) -> Any:
+        st = real_lstat(path)
+        when = times.get(str(path), now - 3600 * 10**9)
+        return SimpleNamespace(
+            st_mode=st.st_mode, st_ino=st.st_ino, st_ctime_ns=when, st_mtime_ns=when
+        )
+
+    reads: list[str] = []
+    real_read = _protected._read_dir
+
+    def counted(path: str, inner: bool) -> Any:
+        reads.append(path)
+        return real_read(path, inner)
+
+    monkeypatch.setattr("os.lstat", lstat)
+    monkeypatch.setattr(_protected, "_read_dir", counted)
+    assert _protected.sandbox_guards(root).read_only == []
+    assert len(reads) == 27  # the root, a to f and the 20 leaves
+    reads.clear()
+    assert _protected.sandbox_guards(root).read_only == []
+    assert reads == []  # nothing changed: nothing read
+    leaf = root / DEEP / "7"
+    (leaf / "new").mkdir()
+    (leaf / "new" / "loopactors.toml").write_text("")
+    times[str(leaf)] = now - 3000 * 10**9  # changed since, long ago
+    times[str(leaf / "new")] = time.time_ns()  # made just now
+    assert _protected.sandbox_guards(root).read_only == [leaf / "new" / "loopactors.toml"]
+    assert sorted(reads) == [str(leaf), str(leaf / "new")]
+    reads.clear()
+    assert _protected.sandbox_guards(root).read_only == [leaf / "new" / "loopactors.toml"]
+    assert reads == [str(leaf / "new")]  # too recent to trust: read each time
+    times[str(leaf / "new")] = now - 3000 * 10**9
+    reads.clear()
+    _protected.sandbox_guards(root)
+    assert reads == [str(leaf / "new")]  # its times moved: read once more
+    reads.clear()
+    _protected.sandbox_guards(root)
+    assert reads == []
+
+
 @needs_bwrap
 @pytest.mark.parametrize(
     "command",
