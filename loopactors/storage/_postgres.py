@@ -702,10 +702,15 @@ _HELD: dict[str, Holding] = {}
 
 
 def _boot_id() -> str:
+    """Where this process's pid means something: the machine's boot and the process's pid
+    namespace (containers on one kernel, with one host name, each count their own pids).
+    Kept in ``nodes.boot_id``; empty where either cannot be read."""
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
     except OSError:
         return ""
+    return f"{boot} {namespace}"
 
 
 # A node that leaves or is declared dead gives up its live loops at once: owned by nobody,
@@ -783,9 +788,10 @@ class Lease:
             self._register()
 
     def _register(self) -> None:
-        """Join the store: declare dead the nodes whose lease expired (or whose process is
-        gone, on this very machine) and free their loops, then insert this incarnation's
-        row. Live nodes run on alongside. One registration at a time (a transaction-scoped
+        """Join the store: declare dead the nodes whose lease expired, and this node's own
+        predecessors whose process is gone (the same name, on this very machine: its host,
+        boot and pid namespace), and free their loops; then insert this incarnation's row.
+        Live nodes run on alongside. One registration at a time (a transaction-scoped
         lock)."""
         conn = self._conn
         boot = _boot_id()
@@ -793,15 +799,17 @@ class Lease:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ' nodes'))")
                 live = conn.execute(
-                    "SELECT node_id, host, pid, boot_id, expires_at > clock_timestamp() "
+                    "SELECT node_id, name, host, pid, boot_id, expires_at > clock_timestamp() "
                     "FROM nodes WHERE state = 'live'"
                 ).fetchall()
-                here = (self.host, boot)
-                dead = [
+                here = (self.name, self.host, boot)
+                expired = [node_id for node_id, *_, valid in live if not valid]
+                gone = [
                     node_id
-                    for node_id, host, pid, boot_id, valid in live
-                    if not valid or ((host, boot_id) == here and boot and not pid_exists(pid))
+                    for node_id, name, host, pid, boot_id, valid in live
+                    if valid and boot and (name, host, boot_id) == here and not pid_exists(pid)
                 ]
+                dead = expired + gone
                 if dead:
                     conn.execute(
                         "UPDATE nodes SET state = 'dead', dead_at = clock_timestamp(), "
@@ -822,8 +830,14 @@ class Lease:
         except self._error as exc:
             raise StoreError(f"cannot take a lease on the store {self.shown}: {exc}") from None
         self.holding.peers = len(live) - len(dead)
-        for node_id in dead:
+        for node_id in expired:
             log.warning("node %s declared dead by %s (its lease expired)", node_id, self.node_id)
+        for node_id in gone:
+            log.warning(
+                "node %s declared dead by %s (its process on this machine is gone)",
+                node_id,
+                self.node_id,
+            )
 
     def renew(self) -> bool:
         """Move the expiry on by ``ttl``: True, or False once this incarnation was declared

@@ -4,6 +4,7 @@ the database's clock only."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from loopactors.loops import LoopSpec, LoopState, RoundFinished, RoundStarted
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.runtime._messages import StartLoop
 from loopactors.storage import Placement, Write, open_store, parse_store
-from loopactors.storage._postgres import Lease, PostgresBackend, _hold
+from loopactors.storage._postgres import Lease, PostgresBackend, _boot_id, _hold
 
 
 def started(loop_id: str, rnd: int) -> RoundStarted:
@@ -196,29 +197,39 @@ def test_lease_decisions_never_read_the_wall_clock(
 def test_a_restart_on_the_same_machine_takes_over_from_its_dead_predecessor_at_once(
     postgres_url: str,
 ) -> None:
+    """A node restarted with the same name on the same machine (host, boot and pid
+    namespace) declares its predecessor dead at once when that one's process is gone; every
+    other live-looking lease is waited out: another name, another machine, another pid
+    namespace (a container with the same host name), a process still there, a row written
+    before the pid namespace was recorded."""
     PostgresBackend(postgres_url, node_id="").close()
     gone = subprocess.Popen(["true"])
     gone.wait()  # a pid no process has any more
-    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    sql(
-        postgres_url,
-        "INSERT INTO nodes (node_id, name, host, pid, boot_id, expires_at) "
-        "VALUES ('killed', 'node', %s, %s, %s, clock_timestamp() + interval '1 hour')",
-        (socket.gethostname(), gone.pid, boot),
-    )
-    successor = lease(postgres_url)  # no waiting out the hour
-    assert sql(postgres_url, "SELECT state FROM nodes WHERE node_id = 'killed'") == [("dead",)]
+    here = _boot_id()
+    boot = here.split()[0]
+    host = socket.gethostname()
+    predecessors = {
+        "killed": ("node", host, gone.pid, here),
+        "other-name": ("worker-a", host, gone.pid, here),
+        "elsewhere": ("node", "another-host", gone.pid, here),
+        "other-container": ("node", host, gone.pid, f"{boot} pid:[1]"),
+        "older-row": ("node", host, gone.pid, boot),
+        "still-running": ("node", host, os.getpid(), here),
+    }
+    for node_id, (name, on, pid, machine) in predecessors.items():
+        sql(
+            postgres_url,
+            "INSERT INTO nodes (node_id, name, host, pid, boot_id, expires_at) "
+            "VALUES (%s, %s, %s, %s, %s, clock_timestamp() + interval '1 hour')",
+            (node_id, name, on, pid, machine),
+        )
+    successor = lease(postgres_url)  # named "node": no waiting out the hour for its own
+    states = {str(n): str(s) for n, s in sql(postgres_url, "SELECT node_id, state FROM nodes")}
+    assert states.pop(successor.node_id) == "live"
+    assert states == {n: "dead" if n == "killed" else "live" for n in predecessors}
+    [(dead_by,)] = sql(postgres_url, "SELECT dead_by FROM nodes WHERE node_id = 'killed'")
+    assert dead_by == successor.node_id
     successor.release()
-    # On another machine, a live-looking lease is respected whatever its pid.
-    sql(
-        postgres_url,
-        "INSERT INTO nodes (node_id, name, host, pid, boot_id, expires_at) "
-        "VALUES ('elsewhere', 'node', 'another-host', %s, %s, "
-        "clock_timestamp() + interval '1 hour')",
-        (gone.pid, boot),
-    )
-    lease(postgres_url).release()
-    assert sql(postgres_url, "SELECT state FROM nodes WHERE node_id = 'elsewhere'") == [("live",)]
 
 
 def test_claims_take_whole_trees_in_fair_shares_within_capacity(postgres_url: str) -> None:
