@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loopactors.loops import LoopSpec, LoopState
+from loopactors.loops import TERMINAL_PHASES, LoopSpec, LoopState
 from loopactors.storage import Write, open_backend
 from tests.gateway.test_cli_node import NodeProcess
 from tests.hang import HANG
@@ -134,7 +134,9 @@ def test_a_killed_nodes_loops_are_taken_over_by_the_next_node(
     postgres_url: str, tmp_path: Path
 ) -> None:
     now = time.time()
-    spec = LoopSpec(task="moving", rounds=20, worker="scripted:latency=0.1")
+    # Rounds long enough that the loop is still running when its node is killed, however
+    # slowly the second node starts on a loaded machine (checked below, not assumed).
+    spec = LoopSpec(task="moving", rounds=30, worker="scripted:latency=0.5")
     backend = open_backend(postgres_url, None)
     backend.commit(
         [
@@ -161,6 +163,8 @@ def test_a_killed_nodes_loops_are_taken_over_by_the_next_node(
     assert owner == first_id
     first.proc.kill()  # SIGKILL: its lease (30 s) is left live in the database
     first.proc.wait()
+    [(phase,)] = _rows(postgres_url, "SELECT phase FROM loops")
+    assert phase not in TERMINAL_PHASES, f"the loop ended before its node was killed: {phase}"
     assert first.proc.stderr is not None
     first.proc.stderr.close()
     # Restarted on the same machine: the killed node's process is gone, so no 30 s wait:
@@ -210,7 +214,7 @@ def test_a_killed_nodes_loops_are_taken_over_by_the_next_node(
     assert re.fullmatch(r"node command-\S+ .*: left", seeder)  # the write that seeded it
     _until(postgres_url, "SELECT phase FROM loops", [("complete",)])
     rounds = _rows(postgres_url, "SELECT round, status FROM rounds ORDER BY round")
-    assert rounds == [(n, "completed") for n in range(1, 21)]  # each once, none lost
+    assert rounds == [(n, "completed") for n in range(1, 31)]  # each once, none lost
     assert successor.terminate() == 0
     assert second.terminate() == 0
     nodes = _rows(postgres_url, "SELECT state FROM nodes WHERE name = 'node' ORDER BY started_at")

@@ -81,7 +81,9 @@ async def test_a_node_declared_dead_serves_on_as_a_new_incarnation(
         token = gateway.token_path.read_text().strip()
         async with connect(gateway.url, token=token) as client:
             loop = await client.start(
-                "|loop:50 stale_rounds=50| long work", worker="scripted:latency=0.2"
+                # Rounds of 1 s: it runs on for 50 s, long after the node registers again.
+                "|loop:50 stale_rounds=50| long work",
+                worker="scripted:latency=1",
             )
         [(first, _)] = incarnations(postgres_url, pid)
         declare_dead(postgres_url, first)
