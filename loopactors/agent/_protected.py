@@ -191,8 +191,13 @@ def sandbox_guards(root: Path, hidden: Sequence[Path] = ()) -> SandboxGuards:
                 tables[directory / PYPROJECT] = read_regular(root, directory / PYPROJECT)[0]
         git = directory / ".git"
         if ".git" in names and git.is_dir() and not git.is_symlink():
-            read_only += [git / n for n in sorted(_GIT_GUARDED) if os.path.lexists(git / n)]
-            sealed += [git / n for n in ("hooks", "info") if not os.path.lexists(git / n)]
+            for git_dir in (git, *_submodule_git_dirs(git)):
+                read_only += [
+                    git_dir / n for n in sorted(_GIT_GUARDED) if os.path.lexists(git_dir / n)
+                ]
+                sealed += [
+                    git_dir / n for n in ("hooks", "info") if not os.path.lexists(git_dir / n)
+                ]
     hidden_set = set(hide)
     read_only = [
         p for p in read_only if not any(p.is_relative_to(h) for h in hidden_set) and p not in blank
@@ -202,6 +207,29 @@ def sandbox_guards(root: Path, hidden: Sequence[Path] = ()) -> SandboxGuards:
         p: data for p, data in tables.items() if not any(p.is_relative_to(h) for h in hidden_set)
     }
     return SandboxGuards(sorted(hidden_set), blank, read_only, sealed, tables)
+
+
+def _submodule_git_dirs(git: Path) -> list[Path]:
+    """The git directories of the submodules of the repository whose git directory is
+    ``git``: under ``modules/``, each at its submodule's path (so possibly several levels
+    down), nested submodules under their parent's ``modules/`` in turn. A git directory is
+    one holding ``HEAD``; no symlink is followed."""
+    found: list[Path] = []
+    pending = [git / "modules"]
+    while pending:
+        directory = pending.pop()
+        try:
+            entries = [e for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue  # none, or not readable: nothing of it can be guarded
+        for entry in entries:
+            path = Path(entry.path)
+            if os.path.isfile(path / "HEAD"):
+                found.append(path)
+                pending.append(path / "modules")
+            else:
+                pending.append(path)  # a directory of a submodule's path, e.g. libs/
+    return found
 
 
 def put_back_tables(root: Path, before: dict[Path, bytes]) -> list[str]:

@@ -262,6 +262,41 @@ async def test_the_sandbox_guards_what_governs_the_run_at_any_depth(tmp_path: Pa
     assert not (root / later / "repo" / ".git" / "info" / "attributes").exists()
 
 
+async def test_the_sandbox_guards_the_git_directories_of_submodules(tmp_path: Path) -> None:
+    """A submodule's git directory lives under ``.git/modules/`` (nested submodules under
+    its own ``modules/``): its ``config``, ``hooks`` and ``info`` steer every git command the
+    operator runs in the submodule (``git status`` recurses into it), and were writable from
+    the sandbox while the top repository's were not."""
+    root = make_project(tmp_path / "ws")
+    git = ["git", "-c", "protocol.file.allow=always"]
+    lib = tmp_path / "lib"
+    await trio.run_process([*git, "init", "-q", str(lib)])
+    (lib / "a.txt").write_text("a\n")
+    commit = ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "a"]
+    await trio.run_process([*git, "-C", str(lib), "add", "a.txt"])
+    await trio.run_process([*git, "-C", str(lib), *commit])
+    repo = root / "app"
+    await trio.run_process([*git, "init", "-q", str(repo)])
+    await trio.run_process([*git, "-C", str(repo), "submodule", "-q", "add", str(lib), "libs/lib"])
+    module = repo / ".git" / "modules" / "libs" / "lib"
+    assert (module / "config").is_file()
+    config_before = (module / "config").read_text()
+    ctx = context(root, bash="sandbox")
+    for command in (
+        "git -C app/libs/lib config core.fsmonitor 'touch pwned'",
+        "echo '#!/bin/sh' > app/.git/modules/libs/lib/hooks/post-checkout",
+        "echo '* filter=x' > app/.git/modules/libs/lib/info/attributes",
+    ):
+        with pytest.raises(ToolError, match="exit code"):
+            await call(ctx, "bash", command=command)
+    assert (module / "config").read_text() == config_before
+    assert not (module / "hooks" / "post-checkout").exists()
+    assert not (module / "info" / "attributes").exists()
+    # The submodule's work tree stays the task's: its files are still writable.
+    await call(ctx, "bash", command="echo b > app/libs/lib/a.txt")
+    assert (repo / "libs" / "lib" / "a.txt").read_text() == "b\n"
+
+
 def test_the_kept_scan_reads_again_only_the_directories_that_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
