@@ -1,6 +1,7 @@
 """`loopactors node` on a PostgreSQL store after its lease ended (``LeaseLost``): it
 registers again as a new incarnation on the same port (never reviving the dead one), waits
-between attempts while the database cannot be reached, or, told to, exits with code 75."""
+between attempts while the database cannot be reached, or, told to, exits with code 75, as
+`loopactors run` does."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import trio
 from loopactors.client import connect
 from loopactors.gateway import GatewaySettings, serve_node
 from loopactors.runtime import RuntimeConfig
+from loopactors.storage._postgres import PostgresBackend
 from tests.hang import HANG
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,3 +206,30 @@ def test_exit_on_lease_lost_ends_the_node_with_75(postgres_url: str, tmp_path: P
     assert "lease lost: exiting (exit_on_lease_lost is set)" in said
     assert "was taken over by another node" in said
     assert incarnations(postgres_url, node.pid) == [(node_id, "dead")]
+
+
+def test_run_whose_lease_ends_exits_with_75(postgres_url: str, tmp_path: Path) -> None:
+    PostgresBackend(postgres_url, node_id="").close()  # the tables, to watch from here
+    argv = [
+        sys.executable, "-m", "loopactors", "run", "|loop:50| long", "--worker",
+        "scripted:latency=1", "--store", postgres_url, "--state", str(tmp_path / "state"),
+        "--lease-ttl", "1", "--json",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = tmp_path / "run.log"
+    with log.open("wb") as out:
+        run = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=out, env=env)
+    try:
+        started = time.monotonic()
+        while not sql(postgres_url, "SELECT 1 FROM loops WHERE phase <> 'admitted'"):
+            assert run.poll() is None, log.read_text()
+            assert time.monotonic() - started < HANG, "the loop never started"
+            time.sleep(0.05)
+        [(node_id, _)] = incarnations(postgres_url, run.pid)
+        declare_dead(postgres_url, node_id)
+        assert run.wait(HANG) == 75, log.read_text()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert "was taken over by another node" in log.read_text()
