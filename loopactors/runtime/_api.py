@@ -570,7 +570,10 @@ class Runtime:
 
 def dispatch_settings(config: RuntimeConfig) -> DispatchSettings:
     """What the runtime's round transport is opened with."""
+    url = parse_store(config.store)
+    lease_valid = store_kind(url).lease_valid
     return DispatchSettings(
+        may_dispatch=None if lease_valid is None else functools.partial(lease_valid, url),
         max_concurrent=config.max_concurrent_rounds,
         max_per_kind=config.max_concurrent_per_kind,
         kill_grace=config.kill_grace,

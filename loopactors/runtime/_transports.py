@@ -48,6 +48,9 @@ class DispatchSettings:
     #: The node's name (``RuntimeConfig.node_name``): a transport shared by several nodes
     #: routes each round's result to the node that waits for it.
     node_name: str | None = None
+    #: Whether the node may hand a round to another process now (its lease on a shared
+    #: store cannot have ended: ``StoreKind.lease_valid``); None: always.
+    may_dispatch: Callable[[], bool] | None = None
 
 
 @attrs.frozen(kw_only=True)

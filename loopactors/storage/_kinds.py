@@ -189,6 +189,12 @@ class StoreKind(msgspec.Struct, frozen=True, kw_only=True):
     #: commands to loops other nodes own (answered within ``timeout`` seconds or refused).
     #: None: every loop is this node's.
     commands: Callable[[StoreUrl, float], AbstractAsyncContextManager[CommandRoutes]] | None = None
+    #: ``(url) -> bool``, called from the runtime's event loop while it holds its lease:
+    #: whether the lease cannot have ended yet by this process's own clock (renewed
+    #: recently enough). False once it may have (a node woken from a pause past its
+    #: lease): the node then hands no round to anyone else before it knows. None: nothing
+    #: held.
+    lease_valid: Callable[[StoreUrl], bool] | None = None
     #: Calls wait on I/O (a network, a server): the Store actor makes them in a worker
     #: thread so the event loop never waits on them. SQLite is faster inline (measured).
     blocking: bool = True

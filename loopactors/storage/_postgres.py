@@ -672,7 +672,15 @@ class Holding:
     holding the same loops; the lease keeper adds the loops it claims. It also counts the
     other nodes on the store (:meth:`alone`)."""
 
-    __slots__ = ("affinity", "fences", "heard", "heard_when_counted", "node_id", "peers")
+    __slots__ = (
+        "affinity",
+        "fences",
+        "heard",
+        "heard_when_counted",
+        "node_id",
+        "peers",
+        "valid_until",
+    )
 
     def __init__(
         self, node_id: str, affinity: Callable[[LoopState], str | None] | None = None
@@ -689,6 +697,8 @@ class Holding:
         #: may not be in the count.
         self.heard = 0
         self.heard_when_counted = 0
+        #: Until when (trio's clock) the lease keeper knows the lease cannot have ended.
+        self.valid_until = math.inf
 
     def alone(self) -> bool:
         """No other node is on the store, as far as this one knows: the lease's last count
@@ -1064,7 +1074,7 @@ async def _keep(
     import trio  # noqa: PLC0415 - the storage package itself runs no event loop
 
     unfenced = _unfenced()
-    valid_until = trio.current_time() + valid_for
+    valid_until = lease.holding.valid_until = trio.current_time() + valid_for
     while True:
         with trio.move_on_at(valid_until) as waiting:
             await trio.sleep(lease.ttl / 5 * random.uniform(0.5, 1.0))
@@ -1082,7 +1092,7 @@ async def _keep(
                     "was taken over by another node"
                 )
                 return
-            valid_until = sent + valid_for
+            valid_until = lease.holding.valid_until = sent + valid_for
             await claim()
         if waiting.cancelled_caught:
             lost.append(
@@ -1109,6 +1119,22 @@ def _routes(url: StoreUrl, timeout: float) -> AbstractAsyncContextManager[Comman
 
 #: A database server: its calls wait on the network, so the Store makes them in a thread;
 #: a runtime holds a lease on it while it runs (:func:`_hold`).
+def _lease_valid(url: StoreUrl) -> bool:
+    """Whether this process's lease on the store cannot have ended yet by its own clock
+    (``StoreKind.lease_valid``): False once the keeper's deadline passed, or with no lease
+    held (the runtime is stopping)."""
+    import trio  # noqa: PLC0415 - the storage package itself runs no event loop
+
+    holding = _HELD.get(url.text)
+    return holding is not None and trio.current_time() < holding.valid_until
+
+
 KIND = StoreKind(
-    scheme="postgresql", open=_open, check=_check, blocking=True, hold=_hold, commands=_routes
+    scheme="postgresql",
+    open=_open,
+    check=_check,
+    blocking=True,
+    hold=_hold,
+    commands=_routes,
+    lease_valid=_lease_valid,
 )

@@ -23,9 +23,10 @@ order if a worker still has it, so the report comes to it; if the round was alre
 to the other node's stream, it moves that report to its own: the round is not run again. A
 report stays on its stream (acknowledged) until the round's record is durable
 (``recorded``): a node that dies between taking a report and recording it leaves it there for
-the node that dispatches the round next, itself restarted or another. A node that wakes from
-a pause past its lease may adopt back a round it had in hand; the owner looks at its rounds'
-routes every few seconds and adopts them again.
+the node that dispatches the round next, itself restarted or another. A node publishes only
+while its lease on a shared store cannot have ended (``may_publish``), so one woken from a
+pause past its lease does not send a round it had in hand; should it adopt one back all the
+same, the owner looks at its rounds' routes every few seconds and adopts them again.
 
 While Redis is unreachable every operation retries with backoff: rounds wait in
 ``awaiting_worker`` and nothing is lost. If Redis comes back without its data (restarted with
@@ -38,6 +39,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -162,6 +164,9 @@ FORGET_BATCH = 256
 ROUTE_CHECK_SECONDS = 3.0
 #: A look at the routes this much later than due: this process was paused (or starved).
 LATE_SECONDS = 1.0
+#: Seconds between two looks at whether a round held back may be published (the node's
+#: lease renewed again, or the node stopping).
+LEASE_POLL_SECONDS = 0.05
 
 
 class _Waiter:
@@ -192,8 +197,13 @@ class RedisTransport(RemoteTransport):
         consumer: str = "node",
         max_output_bytes: int = 1 << 20,
         node_name: str | None = None,
+        may_publish: Callable[[], bool] | None = None,
     ) -> None:
+        """``may_publish``: whether this node may hand a round to the workers now (its lease
+        on a shared store cannot have ended); a round waits until it may (or is cancelled,
+        as the node stops)."""
         self.url = url
+        self._may_publish = may_publish
         self.max_output_bytes = max_output_bytes
         self._consumer = consumer
         #: Where this node's reports come (one stream per node name).
@@ -319,8 +329,15 @@ class RedisTransport(RemoteTransport):
 
     async def _publish(self, waiter: _Waiter, *, adopt: bool = True, only: bool = False) -> None:
         """Publish the waiter's order, or adopt the one on its stream, or move its report
-        here; with ``only``, never publish (nothing to adopt or move: nothing done)."""
+        here; with ``only``, never publish (nothing to adopt or move: nothing done). Not
+        while this node's lease may have ended: a node woken from a pause past its lease,
+        with a round in hand, would publish it again after the node that took its loop over
+        ran it, or take its order back; it stops instead, as soon as it finds out."""
         key = waiter.order.request.key
+        if self._may_publish is not None and not self._may_publish():
+            log.info("round %s waits: this node's lease on its store may have ended", key)
+            while not self._may_publish():  # noqa: ASYNC110 - the store says, no event
+                await trio.sleep(LEASE_POLL_SECONDS)
         entry_id, how = await retry(
             "publishing a round",
             self.url,

@@ -61,7 +61,10 @@ def _open_redis(url: str, settings: DispatchSettings) -> RoundTransport:
     from ._node import RedisTransport  # noqa: PLC0415 - coredis loads only when one is opened
 
     return RedisTransport(
-        url, max_output_bytes=settings.max_output_bytes, node_name=settings.node_name
+        url,
+        max_output_bytes=settings.max_output_bytes,
+        node_name=settings.node_name,
+        may_publish=settings.may_dispatch,
     )
 
 

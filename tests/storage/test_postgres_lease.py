@@ -4,6 +4,7 @@ the database's clock only."""
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import subprocess
@@ -24,7 +25,8 @@ from loopactors.loops import LoopSpec, LoopState, RoundFinished, RoundStarted
 from loopactors.runtime import RuntimeConfig, open_runtime
 from loopactors.runtime._messages import StartLoop
 from loopactors.storage import Placement, Write, open_store, parse_store
-from loopactors.storage._postgres import Lease, PostgresBackend, _boot_id, _hold
+from loopactors.storage._postgres import _HELD, KIND, Lease, PostgresBackend, _boot_id, _hold
+from tests.hang import HANG
 
 
 def started(loop_id: str, rnd: int) -> RoundStarted:
@@ -452,6 +454,31 @@ async def test_a_runtime_failing_as_it_stops_for_its_lost_lease_says_lease_lost(
             finally:
                 raise StoreError("server closed the connection unexpectedly")
     assert "server closed the connection" in repr(caught.value.__cause__)
+
+
+async def test_a_lease_is_valid_by_the_nodes_own_clock_until_the_keepers_deadline(
+    postgres_url: str,
+) -> None:
+    """What a node asks before it hands a round to a worker on the Redis transport
+    (``StoreKind.lease_valid``): true while its lease cannot have ended by its own clock,
+    false once the keeper's deadline passed (a node woken from a pause past its lease) and
+    once no lease is held."""
+    url = parse_store(postgres_url)
+    assert KIND.lease_valid is not None
+    async with _hold(url, 2.0, 0.0, 100, Placement()):
+        holding = _HELD[url.text]
+        with trio.fail_after(HANG):
+            while holding.valid_until == math.inf:  # until the keeper starts
+                await trio.sleep(0.01)
+            first = holding.valid_until
+            assert trio.current_time() < first
+            assert KIND.lease_valid(url)
+            while holding.valid_until == first:  # renewed: the deadline moves on
+                await trio.sleep(0.05)
+        holding.valid_until = trio.current_time()  # as if paused until the deadline
+        assert not KIND.lease_valid(url)
+        holding.valid_until = math.inf
+    assert not KIND.lease_valid(url)
 
 
 async def test_runtimes_on_one_store_run_their_own_loops_and_take_over_as_one_leaves(

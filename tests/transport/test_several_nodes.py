@@ -10,6 +10,7 @@ runs once either way. Real redis-server, real `loopactors worker` processes.
 from __future__ import annotations
 
 import contextlib
+import logging
 import shlex
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -252,3 +253,39 @@ async def test_a_round_adopted_back_by_a_paused_node_still_reports_to_its_owner(
 async def _routed(url: str, name: str) -> bool:
     async with open_redis(url, name="loopactors-test") as client:
         return bool(await client.get(route_key("chaos-1:1")) == results_stream(name))
+
+
+async def test_a_node_whose_lease_may_have_ended_hands_no_round_to_a_worker(
+    tmp_path: Path,
+    redis_server: RedisServer,
+    workers: Workers,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A node woken from a pause past its lease, a round in hand, publishes nothing until
+    its store says its lease holds again (or it stops): the node that took its loop over
+    may have run that round already."""
+    caplog.set_level(logging.INFO, logger="loopactors.transport")
+    url = redis_server.url()
+    await workers.start(url, "w1")
+    marks = tmp_path / "marks"
+    valid = [False]
+    node = RedisTransport(url, node_name="a", may_publish=lambda: valid[0])
+    result: list[RoundResult] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.serve)
+
+        async def dispatch() -> None:
+            result.append(await node.run_remote(request(marked(marks)), 60.0))
+
+        nursery.start_soon(dispatch)
+        with trio.fail_after(HANG):
+            while "lease on its store may have ended" not in caplog.text:
+                await trio.sleep(0.05)
+        assert await stream_length(url, "loopactors:rounds:command") == 0
+        valid[0] = True  # renewed after all: it goes on
+        with trio.fail_after(HANG):
+            while not result:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert result[0].status == "completed"
+    assert marks.read_text().splitlines() == ["start 1"]
