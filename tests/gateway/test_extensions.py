@@ -65,7 +65,7 @@ async def test_an_added_request_is_served_and_named(tmp_path: Path) -> None:
             assert typo["code"] == "invalid_request"
             unknown = await raw.ask({"type": "code", "id": 3, "action": "status"})
             assert unknown["code"] == "unknown_type"
-            assert unknown["message"].endswith("statistics, echo")
+            assert unknown["message"].endswith("statistics, owners, echo")  # added ones last
 
 
 async def test_the_node_serves_code_loops_through_the_extension(
