@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-import outcome
 import trio
 
 from ..actors import Actor, ErrorReply, PendingReply
@@ -45,6 +44,10 @@ from ._messages import (
 )
 from ._retention import keep_pruning
 from ._wiring import COORDINATOR, DISPATCHER, NOTIFIER, deliver
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import outcome  # trio's own: what a thread's call ended with
 
 __all__ = ["Store"]
 
