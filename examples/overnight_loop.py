@@ -10,7 +10,7 @@ repository, starts a webhook receiver on 127.0.0.1 (standing in for ntfy, Slack 
 and runs the CLI as the worker with
 
 - ``plan``: each round is told the next open task of fix_plan.md and ticks it off;
-- ``until="python3 test_calc.py"``: the loop is complete only once the test passes, whatever
+- ``until="python3 -B test_calc.py"``: the loop is complete only once the test passes, whatever
   the agent says; a failing run's output goes into the next round's prompt;
 - ``max_cost_usd=2.0``: no round starts once the loop has spent two dollars (for the CLIs
   that report cost, claude and aider; codex and gemini get ``max_tokens`` instead);
@@ -116,7 +116,7 @@ async def main(kind: str, where: str | None) -> int:
                     TASK,
                     worker=worker,
                     plan=str(project / "fix_plan.md"),
-                    until="python3 test_calc.py",
+                    until="python3 -B test_calc.py",  # -B: see docs/loops.md, "Verified completion"
                     **budget,
                     notify=(hook,),
                     notify_on=("loop_finished", "budget_reached"),
