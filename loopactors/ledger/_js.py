@@ -6,6 +6,7 @@ defaults do not (``str.strip``, ``repr(1500.0)``, ``json.dumps``). Everything he
 
 from __future__ import annotations
 
+import abc
 import math
 import sys
 from json.encoder import encode_basestring  # json.dumps(text, ensure_ascii=False), minus its set-up
@@ -160,14 +161,14 @@ def encode_json(value: Any, indent: int | None = 2) -> str:
     return _encode(msgspec.to_builtins(value), indent, 0)
 
 
-class LongText:
+class LongText(abc.ABC):
     """A string too long to hold as one: :func:`write_json` writes it a piece at a time."""
 
     __slots__ = ()
 
+    @abc.abstractmethod
     def pieces(self) -> Iterator[str]:
         """The text, a piece at a time."""
-        raise NotImplementedError
 
 
 def write_json(value: Any, write: Callable[[str], object], indent: int | None = 2) -> None:

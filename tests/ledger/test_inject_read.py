@@ -161,6 +161,19 @@ def test_bad_configs_and_low_thresholds_have_the_parsed_ledgers_answer(
     both_ways(data, args, tmp_path, capsys, monkeypatch)
 
 
+#: Windows, trace limits and thresholds each long-error comparison runs with (here and in
+#: test_prune_read).
+LONG_ERROR_ARGS = [
+    [],
+    ["--window", "4"],
+    ["--window", "3", "--max-trace-lines", "1"],
+    ["--window", "5", "--max-trace-lines", "2", "--similarity-threshold", "0.9"],
+    ["--window", "6", "--similarity-threshold", "0.3"],
+    ["--window", "2", "--max-trace-lines", "40"],
+    ["--window", "2", "--max-trace-lines", "41"],
+]
+
+
 def _long_ledger(size: int) -> tuple[bytes, list[dict[str, Any]]]:
     """Errors of ``size`` characters and more, some collapsed by the pruner."""
     random.seed(5)
@@ -179,18 +192,7 @@ def _long_ledger(size: int) -> tuple[bytes, list[dict[str, Any]]]:
     return json.dumps({"goal": "long", "attempts": attempts}).encode(), attempts
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        [],
-        ["--window", "4"],
-        ["--window", "3", "--max-trace-lines", "1"],
-        ["--window", "5", "--max-trace-lines", "2", "--similarity-threshold", "0.9"],
-        ["--window", "6", "--similarity-threshold", "0.3"],
-        ["--window", "2", "--max-trace-lines", "40"],
-        ["--window", "2", "--max-trace-lines", "41"],
-    ],
-)
+@pytest.mark.parametrize("args", LONG_ERROR_ARGS)
 def test_long_errors_equal_parsed_ledger(
     args: list[str],
     tmp_path: Path,

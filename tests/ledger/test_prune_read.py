@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .edge_ledgers import EDGE_LEDGERS
-from .test_inject_read import _long_ledger, inject_attempt
+from .test_inject_read import LONG_ERROR_ARGS, _long_ledger, inject_attempt
 from .test_inject_read import both_ways as inject_both_ways
 from .test_summary_read import attempt
 
@@ -88,18 +88,7 @@ def test_a_long_error_in_the_window_is_pruned_as_the_whole_read_prunes_it(
     assert json.loads(out)["attempts"][0]["repeated"] == 2
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        [],
-        ["--window", "4"],
-        ["--window", "3", "--max-trace-lines", "1"],
-        ["--window", "5", "--max-trace-lines", "2", "--similarity-threshold", "0.9"],
-        ["--window", "6", "--similarity-threshold", "0.3"],
-        ["--window", "2", "--max-trace-lines", "40"],
-        ["--window", "2", "--max-trace-lines", "41"],
-    ],
-)
+@pytest.mark.parametrize("args", LONG_ERROR_ARGS)
 def test_long_errors_in_the_window_equal_parsed_ledger(
     args: list[str],
     tmp_path: Path,
